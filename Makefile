@@ -1,0 +1,144 @@
+# Refinery build. `make` builds the CPU binaries, `make test` runs every test,
+# `make asan` runs them under ASan+UBSan, `make fuzz` runs the fuzz targets,
+# `make bench` runs the side-by-side benchmarks, `CUDA=1` adds the GPU build.
+#
+# Sources are discovered, not listed: every directory services/<m>/ becomes the
+# static library librefinery_<m>.a; services/cli/ is the `refinery` binary;
+# tests/<m>/test_*.c are cmocka binaries; tests/<m>/*.test.sh are integration
+# tests; tests/fuzz/fuzz_*.c are libFuzzer targets; scripts/bench/*.sh are
+# benchmarks. A directory may add flags or rules in an optional module.mk.
+
+BUILD    ?= build
+CC       ?= gcc
+CXX      ?= g++
+CUDA     ?= 0
+SANITIZE ?=
+SHARED   ?= $(abspath ../shared)
+
+PKGS := libutf8proc libxxhash libzstd zlib yaml-0.1 openblas lmdb libprotobuf-c \
+        grpc rdkafka libpq cmocka
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+OPT      ?= -O2 -march=native
+WARN     := -Wall -Wextra -Werror -Wno-unused-parameter
+CPPFLAGS += -Iservices -I$(BUILD)/gen -D_GNU_SOURCE $(PKG_CFLAGS)
+CFLAGS   += -std=c17 $(OPT) -g $(WARN) -fopenmp -pthread -MMD -MP $(SANITIZE)
+CXXFLAGS += -std=c++17 $(OPT) -g $(WARN) -pthread -MMD -MP $(SANITIZE)
+LDFLAGS  += -fopenmp -pthread $(SANITIZE)
+LDLIBS   += $(PKG_LIBS) -lcld2 -lstdc++ -lm
+
+# Modules: every services/<m>/ except the CLI.
+MODULES := $(filter-out cli,$(notdir $(patsubst %/,%,$(wildcard services/*/))))
+-include $(wildcard services/*/module.mk)
+
+obj = $(patsubst %.cu,$(BUILD)/obj/%.o,$(patsubst %.cc,$(BUILD)/obj/%.o,$(patsubst %.c,$(BUILD)/obj/%.o,$(1))))
+mod_srcs = $(filter-out $(EXCLUDE_SRCS),$(wildcard services/$(1)/*.c services/$(1)/*.cc $(CU_GLOB)))
+
+# CUDA=1 compiles services/*/*.cu with nvcc and links cuBLAS and NCCL; the CPU
+# twin of every kernel is always built and tested.
+ifeq ($(CUDA),1)
+NVCC     ?= nvcc
+CU_GLOB   = services/$(1)/*.cu
+CPPFLAGS += -DREFINERY_CUDA=1
+NVFLAGS  ?= -O2 -std=c++17 -arch=sm_80 -Xcompiler -Wall,-Werror -Iservices
+LDLIBS   += -L/usr/local/cuda/lib64 -lcudart -lcublas -lnccl
+endif
+
+# Generated protobuf-c code lives in the `proto` pseudo-module.
+PROTO_SRC := $(BUILD)/gen/refinery.pb-c.c
+PROTO_OBJ := $(BUILD)/obj/gen/refinery.pb-c.o
+
+LIBS := $(foreach m,$(MODULES),$(BUILD)/lib/librefinery_$(m).a) $(BUILD)/lib/librefinery_proto.a
+ALL_LIB_OBJS := $(foreach m,$(MODULES),$(call obj,$(call mod_srcs,$(m)))) $(PROTO_OBJ)
+
+CLI_OBJS := $(call obj,$(wildcard services/cli/*.c))
+# Libraries are linked whole so that self-registering commands and stages stay in.
+WHOLE := -Wl,--whole-archive $(LIBS) -Wl,--no-whole-archive
+
+TEST_SRCS := $(wildcard tests/*/test_*.c)
+TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
+TEST_SUPPORT := $(call obj,$(wildcard tests/support/*.c))
+
+libs: $(LIBS)
+
+.PHONY: all libs deps test asan fuzz fuzz-build bench format clean check-format
+all: $(BUILD)/refinery $(EXTRA_BINS)
+
+deps:
+	@scripts/install-deps.sh
+
+define MODULE_RULE
+$(BUILD)/lib/librefinery_$(1).a: $(call obj,$(call mod_srcs,$(1)))
+	@mkdir -p $$(@D)
+	@rm -f $$@
+	ar rcs $$@ $$^
+endef
+$(foreach m,$(MODULES),$(eval $(call MODULE_RULE,$(m))))
+
+$(BUILD)/lib/librefinery_proto.a: $(PROTO_OBJ)
+	@mkdir -p $(@D)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/gen/refinery.pb-c.c $(BUILD)/gen/refinery.pb-c.h: proto/refinery.proto
+	@mkdir -p $(BUILD)/gen
+	protoc-c --proto_path=proto --c_out=$(BUILD)/gen proto/refinery.proto
+
+# Generated code is not ours to warn about.
+$(PROTO_OBJ): $(PROTO_SRC)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -std=c17 $(OPT) -g -fPIC -MMD -MP $(SANITIZE) -c $< -o $@
+
+# Every object may include the generated header.
+$(ALL_LIB_OBJS) $(CLI_OBJS) $(TEST_SUPPORT): $(BUILD)/gen/refinery.pb-c.h
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cc
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(BUILD)/refinery: $(CLI_OBJS) $(LIBS)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(WHOLE) $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT) $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT) $(WHOLE) $(LDLIBS)
+
+test: deps
+	@$(MAKE) --no-print-directory all $(TEST_BINS)
+	@BUILD=$(BUILD) SHARED=$(SHARED) tests/run.sh
+
+# Tests under AddressSanitizer + UndefinedBehaviorSanitizer, in their own tree.
+asan: deps
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \
+	  SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	  all $(patsubst $(BUILD)/%,build-asan/%,$(TEST_BINS))
+	@BUILD=build-asan SHARED=$(SHARED) REFINERY_SANITIZED=1 \
+	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 tests/run.sh
+
+# libFuzzer targets, built with clang. FUZZ_SECONDS per target (smoke by default).
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@scripts/fuzz.sh $(FUZZ_SECONDS)
+
+bench: deps all
+	@SHARED=$(SHARED) BUILD=$(BUILD) scripts/bench/run-all.sh
+
+format:
+	clang-format -i $$(git ls-files 'services/*.[ch]' 'services/*.cc' 'services/*.cu' 'tests/*.[ch]')
+
+check-format:
+	clang-format --dry-run --Werror $$(git ls-files 'services/*.[ch]' 'services/*.cc' 'services/*.cu' 'tests/*.[ch]')
+
+clean:
+	rm -rf build build-asan build-fuzz
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

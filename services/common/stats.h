@@ -1,0 +1,28 @@
+/* Named counters, safe to update from many threads, printed as JSON in sorted
+ * key order (deterministic). Names are dotted: "ingest.rejected.invalid_json". */
+#ifndef RF_STATS_H
+#define RF_STATS_H
+
+#include <stdint.h>
+
+#include "common/buf.h"
+
+typedef struct rf_stats rf_stats;
+
+rf_stats *rf_stats_new(void);
+void rf_stats_free(rf_stats *s);
+
+int rf_stats_add(rf_stats *s, const char *name, int64_t delta);
+int rf_stats_set(rf_stats *s, const char *name, int64_t value);
+int rf_stats_set_real(rf_stats *s, const char *name, double value);
+int64_t rf_stats_get(const rf_stats *s, const char *name); /* 0 if absent */
+/* Sum of every counter whose name starts with prefix. */
+int64_t rf_stats_sum_prefix(const rf_stats *s, const char *prefix);
+/* Adds every counter of src into dst. */
+int rf_stats_merge(rf_stats *dst, const rf_stats *src);
+
+/* Writes the counters as nested JSON objects split on '.', e.g.
+ * {"ingest":{"rejected":{"invalid_json":3}}}. */
+int rf_stats_to_json(const rf_stats *s, rf_buf *out);
+
+#endif
