@@ -1,5 +1,6 @@
 /* Named counters, safe to update from many threads, printed as JSON in sorted
- * key order (deterministic). Names are dotted: "ingest.rejected.invalid_json". */
+ * key order (deterministic). Names are dotted: "ingest.rejected.invalid_json";
+ * segments use [a-z0-9_], and a name is never also the prefix of another. */
 #ifndef RF_STATS_H
 #define RF_STATS_H
 

@@ -1,0 +1,35 @@
+#include "common/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+static _Thread_local char last_msg[1024];
+
+const char *rf_err_name(int err) {
+    switch (err) {
+    case RF_OK: return "ok";
+    case RF_ERR_NOMEM: return "out_of_memory";
+    case RF_ERR_IO: return "io";
+    case RF_ERR_PARSE: return "parse";
+    case RF_ERR_INVALID: return "invalid";
+    case RF_ERR_CORRUPT: return "corrupt";
+    case RF_ERR_NOT_FOUND: return "not_found";
+    case RF_ERR_UNSUPPORTED: return "unsupported";
+    case RF_ERR_RANGE: return "range";
+    case RF_ERR_CANCELED: return "canceled";
+    case RF_ERR_INTERNAL: return "internal";
+    default: return "unknown";
+    }
+}
+
+int rf_fail(int err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_msg, sizeof last_msg, fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+const char *rf_errmsg(void) {
+    return last_msg;
+}
