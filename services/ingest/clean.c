@@ -1,0 +1,234 @@
+/* Text cleaning (see clean.h for the order of the steps and why).
+ *
+ * Speed: review text is mostly ASCII. Pure-ASCII input skips UTF-8 decoding and
+ * NFKC entirely, and non-ASCII input calls utf8proc only when some code point
+ * could change under NFKC; everything after NFKC is one pass into `out`. */
+#include "ingest/clean.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+#include "common/error.h"
+#include "common/utf8.h"
+#include "ingest/html.h"
+
+void rf_clean_opts_default(rf_clean_opts *o) {
+    *o = (rf_clean_opts){
+        .utf8 = RF_UTF8_REPAIR,
+        .nfkc = true,
+        .strip_control = true,
+        .collapse_whitespace = true,
+    };
+}
+
+int rf_clean_opts_from_cfg(const rf_cfg *section, rf_clean_opts *o) {
+    static const char *const KEYS[] = {
+        "utf8",          "nfkc",       "strip_control", "collapse_whitespace",
+        "html_unescape", "strip_tags", "lowercase",     NULL};
+    static const char *const POLICIES[] = {"repair", "reject", NULL};
+    if (!section) return 0;
+    int rc = rf_cfg_check_keys(section, KEYS);
+    int policy = 0;
+    if (!rc) rc = rf_cfg_enum(section, "utf8", POLICIES, (int)o->utf8, &policy);
+    if (!rc) o->utf8 = policy == 0 ? RF_UTF8_REPAIR : RF_UTF8_REJECT;
+    if (!rc) rc = rf_cfg_bool(section, "nfkc", o->nfkc, &o->nfkc);
+    if (!rc) rc = rf_cfg_bool(section, "strip_control", o->strip_control, &o->strip_control);
+    if (!rc)
+        rc = rf_cfg_bool(section, "collapse_whitespace", o->collapse_whitespace,
+                         &o->collapse_whitespace);
+    if (!rc) rc = rf_cfg_bool(section, "html_unescape", o->html_unescape, &o->html_unescape);
+    if (!rc) rc = rf_cfg_bool(section, "strip_tags", o->strip_tags, &o->strip_tags);
+    if (!rc) rc = rf_cfg_bool(section, "lowercase", o->lowercase, &o->lowercase);
+    return rc;
+}
+
+static bool is_ascii(const char *s, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        if (w & 0x8080808080808080ull) return false;
+    }
+    for (; i < n; i++)
+        if ((unsigned char)s[i] & 0x80) return false;
+    return true;
+}
+
+/* True if NFKC may change valid UTF-8 s[0..n): some code point decomposes,
+ * combines, or is a Hangul jamo (composed algorithmically). */
+static bool nfkc_needed(const char *s, size_t n) {
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        if (p[i] < 0x80) {
+            i++;
+            continue;
+        }
+        uint32_t cp;
+        int k = rf_utf8_decode(p + i, n - i, &cp);
+        if (k < 0) return true; /* cannot happen on valid input; let utf8proc judge */
+        i += (size_t)k;
+        const utf8proc_property_t *prop = utf8proc_get_property((utf8proc_int32_t)cp);
+        if (prop->decomp_seqindex != UINT16_MAX || prop->combining_class != 0 ||
+            prop->comb_index != UINT16_MAX || (cp >= 0x1100 && cp <= 0x11FF))
+            return true;
+    }
+    return false;
+}
+
+/* Byte classes of ASCII for the final pass. */
+enum { C_TEXT = 0, C_SPACE = 1, C_CTRL = 2 };
+static const unsigned char ASCII_CLASS[128] = {
+    [0x00] = C_CTRL,  [0x01] = C_CTRL,  [0x02] = C_CTRL,  [0x03] = C_CTRL,  [0x04] = C_CTRL,
+    [0x05] = C_CTRL,  [0x06] = C_CTRL,  [0x07] = C_CTRL,  [0x08] = C_CTRL,  ['\t'] = C_SPACE,
+    ['\n'] = C_SPACE, [0x0B] = C_SPACE, [0x0C] = C_SPACE, ['\r'] = C_SPACE, [0x0E] = C_CTRL,
+    [0x0F] = C_CTRL,  [0x10] = C_CTRL,  [0x11] = C_CTRL,  [0x12] = C_CTRL,  [0x13] = C_CTRL,
+    [0x14] = C_CTRL,  [0x15] = C_CTRL,  [0x16] = C_CTRL,  [0x17] = C_CTRL,  [0x18] = C_CTRL,
+    [0x19] = C_CTRL,  [0x1A] = C_CTRL,  [0x1B] = C_CTRL,  [0x1C] = C_CTRL,  [0x1D] = C_CTRL,
+    [0x1E] = C_CTRL,  [0x1F] = C_CTRL,  [' '] = C_SPACE,  [0x7F] = C_CTRL,
+};
+
+/* Unicode White_Space outside ASCII. */
+static bool is_uspace(uint32_t cp) {
+    return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
+           cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+typedef struct pass {
+    const rf_clean_opts *o;
+    rf_clean_result *res;
+    char *w;      /* write cursor in out->data */
+    bool any;     /* something other than whitespace was written */
+    bool pending; /* a collapsed space waits for the next visible character */
+} pass;
+
+/* Classifies one code point: C_SPACE/C_CTRL (under the options in force) or C_TEXT. */
+static int classify(const pass *p, uint32_t cp) {
+    int cls;
+    if (cp < 0x80)
+        cls = ASCII_CLASS[cp];
+    else
+        cls = is_uspace(cp) ? C_SPACE : (cp <= 0x9F ? C_CTRL : C_TEXT);
+    if (cls == C_SPACE && !p->o->collapse_whitespace) {
+        /* \t \n \r and ' ' stay; other whitespace controls (\v \f U+0085) are
+         * controls when there is no collapsing to turn them into spaces. */
+        bool kept = cp == ' ' || cp == '\t' || cp == '\n' || cp == '\r' || cp >= 0xA0;
+        cls = kept ? C_TEXT : C_CTRL;
+    }
+    if (cls == C_CTRL && !p->o->strip_control) cls = C_TEXT;
+    return cls;
+}
+
+/* Controls, whitespace and lowercase over valid UTF-8 s[0..n) into p->w. */
+static void final_pass(pass *p, const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        int len = 1;
+        if (u[i] < 0x80)
+            cp = u[i];
+        else
+            len = rf_utf8_decode(u + i, n - i, &cp); /* valid: len > 0 */
+        int cls = classify(p, cp);
+        if (cls == C_SPACE) {
+            p->pending = p->any;
+        } else if (cls == C_CTRL) {
+            p->res->controls_removed++;
+            p->res->nul_bytes += cp == 0;
+        } else {
+            if (p->pending) *p->w++ = ' ';
+            p->pending = false;
+            p->any = true;
+            if (!p->o->lowercase) {
+                memcpy(p->w, s + i, (size_t)len);
+                p->w += len;
+            } else if (cp < 0x80) {
+                *p->w++ = (char)(cp >= 'A' && cp <= 'Z' ? cp | 0x20 : cp);
+            } else {
+                p->w += rf_utf8_encode((uint32_t)utf8proc_tolower((utf8proc_int32_t)cp), p->w);
+            }
+        }
+        i += (size_t)len;
+    }
+}
+
+/* Last step: writes s[0..n) into out through final_pass, or as a plain copy when
+ * no option of that pass is on. */
+static int finish(const rf_clean_opts *o, const char *s, size_t n, rf_buf *out,
+                  rf_clean_result *res) {
+    /* A lowercase mapping can grow a code point from 2 to 3 bytes. */
+    if (rf_buf_reserve(out, n + n / 2 + 4)) return RF_ERR_NOMEM;
+    pass p = {o, res, out->data, false, false};
+    if (!o->strip_control && !o->collapse_whitespace && !o->lowercase) {
+        memcpy(p.w, s, n);
+        p.w += n;
+    } else {
+        final_pass(&p, s, n);
+    }
+    out->len = (size_t)(p.w - out->data);
+    out->data[out->len] = '\0';
+    return 0;
+}
+
+int rf_clean_text(const rf_clean_opts *o, const char *in, size_t n, rf_buf *out,
+                  rf_clean_result *res) {
+    memset(res, 0, sizeof *res);
+    rf_buf_reset(out);
+    rf_buf stage[2] = {RF_BUF_INIT, RF_BUF_INIT}; /* scratch, used only when needed */
+    int cur = 0, rc = 0;
+    utf8proc_uint8_t *nfkc = NULL;
+    const char *s = in;
+    if (n == 0) {
+        res->reject = "empty";
+        return rf_buf_reserve(out, 0) ? RF_ERR_NOMEM : 0;
+    }
+    bool ascii = is_ascii(in, n);
+
+    if (!ascii && !rf_utf8_valid(in, n)) {
+        if (o->utf8 == RF_UTF8_REJECT) {
+            res->reject = "invalid_utf8";
+            goto done;
+        }
+        long r = rf_utf8_repair(in, n, &stage[cur]);
+        if (r < 0) goto nomem;
+        res->utf8_repairs = (size_t)r;
+        s = stage[cur].data;
+        n = stage[cur].len;
+        cur ^= 1;
+    }
+    if (o->strip_tags && memchr(s, '<', n)) {
+        if (rf_html_strip_tags(s, n, &stage[cur], &res->tags_removed)) goto nomem;
+        s = stage[cur].data;
+        n = stage[cur].len;
+        cur ^= 1;
+    }
+    if (o->html_unescape && memchr(s, '&', n)) {
+        if (rf_html_unescape(s, n, &stage[cur], &res->entities_decoded)) goto nomem;
+        s = stage[cur].data;
+        n = stage[cur].len;
+        if (res->entities_decoded) ascii = is_ascii(s, n);
+    }
+    if (o->nfkc && !ascii && nfkc_needed(s, n)) {
+        utf8proc_ssize_t len = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &nfkc,
+                                            UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT);
+        if (len < 0) {
+            rc = len == UTF8PROC_ERROR_NOMEM
+                     ? RF_ERR_NOMEM
+                     : rf_fail(RF_ERR_INTERNAL, "utf8proc: %s", utf8proc_errmsg(len));
+            goto done;
+        }
+        s = (const char *)nfkc;
+        n = (size_t)len;
+    }
+    if (finish(o, s, n, out, res)) goto nomem;
+    if (out->len == 0) res->reject = "empty";
+    goto done;
+nomem:
+    rc = RF_ERR_NOMEM;
+done:
+    free(nfkc);
+    rf_buf_free(&stage[0]);
+    rf_buf_free(&stage[1]);
+    return rc;
+}
