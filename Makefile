@@ -14,6 +14,8 @@ CXX      ?= g++
 CUDA     ?= 0
 SANITIZE ?=
 SHARED   ?= $(abspath ../shared)
+V        ?= 0
+Q        := $(if $(filter 1,$(V)),,@)
 
 PKGS := libutf8proc libxxhash libzstd zlib yaml-0.1 openblas lmdb libprotobuf-c \
         grpc rdkafka libpq cmocka
@@ -72,45 +74,63 @@ define MODULE_RULE
 $(BUILD)/lib/librefinery_$(1).a: $(call obj,$(call mod_srcs,$(1)))
 	@mkdir -p $$(@D)
 	@rm -f $$@
-	ar rcs $$@ $$^
+	@echo '  AR     $$@'
+	$(Q)ar rcs $$@ $$^
 endef
 $(foreach m,$(MODULES),$(eval $(call MODULE_RULE,$(m))))
 
 $(BUILD)/lib/librefinery_proto.a: $(PROTO_OBJ)
 	@mkdir -p $(@D)
 	@rm -f $@
-	ar rcs $@ $^
+	@echo '  AR     $@'
+	$(Q)ar rcs $@ $^
 
 $(BUILD)/gen/refinery.pb-c.c $(BUILD)/gen/refinery.pb-c.h: proto/refinery.proto
 	@mkdir -p $(BUILD)/gen
-	protoc-c --proto_path=proto --c_out=$(BUILD)/gen proto/refinery.proto
+	@echo '  PROTOC $<'
+	$(Q)protoc-c --proto_path=proto --c_out=$(BUILD)/gen proto/refinery.proto
 
 # Generated code is not ours to warn about.
 $(PROTO_OBJ): $(PROTO_SRC)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) -std=c17 $(OPT) -g -fPIC -MMD -MP $(SANITIZE) -c $< -o $@
+	@echo '  CC     $<'
+	$(Q)$(CC) $(CPPFLAGS) -std=c17 $(OPT) -g -fPIC -MMD -MP $(SANITIZE) -c $< -o $@
 
 # Every object may include the generated header.
 $(ALL_LIB_OBJS) $(CLI_OBJS) $(TEST_SUPPORT): $(BUILD)/gen/refinery.pb-c.h
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	@echo '  CC     $<'
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/obj/%.o: %.cc
 	@mkdir -p $(@D)
-	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+	@echo '  CXX    $<'
+	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
 
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(NVFLAGS) -c $< -o $@
+	@echo '  NVCC   $<'
+	$(Q)$(NVCC) $(NVFLAGS) -c $< -o $@
 
 $(BUILD)/refinery: $(CLI_OBJS) $(LIBS)
-	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(WHOLE) $(LDLIBS)
+	@echo '  LD     $@'
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(WHOLE) $(LDLIBS)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT) $(LIBS)
-	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT) $(WHOLE) $(LDLIBS)
+# tests/<m>/ links librefinery_<m>.a, common, proto and the modules named in
+# DEPS_<m> (set in services/<m>/module.mk, e.g. `DEPS_trainer := tokenizer`);
+# a tests/ directory that is not a module links every library.
+lib_of = $(BUILD)/lib/librefinery_$(1).a
+test_libs = $(if $(filter $(1),$(MODULES)),$(sort $(call lib_of,$(1)) $(foreach d,$(DEPS_$(1)),$(call lib_of,$(d))) $(call lib_of,common) $(call lib_of,proto)),$(LIBS))
+TEST_DIRS := $(notdir $(patsubst %/,%,$(dir $(TEST_SRCS))))
+define TEST_RULE
+$(BUILD)/tests/$(1)/%: $(BUILD)/obj/tests/$(1)/%.o $(TEST_SUPPORT) $(call test_libs,$(1))
+	@mkdir -p $$(@D)
+	@echo '  LD     $$@'
+	$(Q)$(CC) $(LDFLAGS) -o $$@ $$< $(TEST_SUPPORT) -Wl,--whole-archive $(call test_libs,$(1)) -Wl,--no-whole-archive $(LDLIBS)
+endef
+$(foreach t,$(sort $(TEST_DIRS)),$(eval $(call TEST_RULE,$(t))))
 
 test: deps
 	@$(MAKE) --no-print-directory all $(TEST_BINS)
