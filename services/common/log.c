@@ -12,6 +12,7 @@
 
 static rf_log_level log_level = RF_LOG_INFO;
 static FILE *log_out;
+static FILE *log_tee;
 static int log_text;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -33,6 +34,12 @@ void rf_log_set_level(rf_log_level level) {
 
 void rf_log_set_output(FILE *out) {
     log_out = out;
+}
+
+void rf_log_set_tee(FILE *tee) {
+    pthread_mutex_lock(&log_lock);
+    log_tee = tee;
+    pthread_mutex_unlock(&log_lock);
 }
 
 int rf_log_enabled(rf_log_level level) {
@@ -71,6 +78,10 @@ void rf_log(rf_log_level level, const char *comp, const char *fmt, ...) {
         FILE *out = log_out ? log_out : stderr;
         fwrite(line.data, 1, line.len, out);
         fflush(out);
+        if (log_tee) {
+            fwrite(line.data, 1, line.len, log_tee);
+            fflush(log_tee);
+        }
         pthread_mutex_unlock(&log_lock);
     }
     rf_buf_free(&line);

@@ -17,6 +17,8 @@ typedef enum rf_log_level {
 void rf_log_init_from_env(void);
 void rf_log_set_level(rf_log_level level);
 void rf_log_set_output(FILE *out); /* NULL restores stderr; caller owns `out` */
+/* Also writes every line to `tee` (e.g. a run's log file); NULL stops. */
+void rf_log_set_tee(FILE *tee);
 int rf_log_enabled(rf_log_level level);
 void rf_log(rf_log_level level, const char *comp, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

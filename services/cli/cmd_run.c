@@ -1,0 +1,68 @@
+/* refinery run SPEC.yaml [--out DIR]: the whole pipeline in one process. */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/command.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "pipeline/pipeline.h"
+
+static volatile int run_cancel;
+
+static void on_signal(int sig) {
+    (void)sig;
+    run_cancel = 1;
+}
+
+static void run_usage(FILE *out) {
+    fprintf(out, "usage: refinery run SPEC.yaml [--out DIR] [--no-progress]\n"
+                 "Runs every stage named in SPEC.yaml in one process and writes the stage\n"
+                 "outputs, stats.json and run.log into the run directory (default\n"
+                 "runs/<run.name>-<time>). REFINERY__SECTION__KEY=value overrides a spec key.\n");
+}
+
+static int cmd_run(int argc, char **argv) {
+    static const struct option longopts[] = {{"out", required_argument, NULL, 'o'},
+                                             {"no-progress", no_argument, NULL, 'P'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    const char *out_dir = NULL;
+    int progress = isatty(STDERR_FILENO);
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'o': out_dir = optarg; break;
+        case 'P': progress = 0; break;
+        case 'h': run_usage(stdout); return 0;
+        default: run_usage(stderr); return 2;
+        }
+    }
+    if (optind != argc - 1) {
+        run_usage(stderr);
+        return 2;
+    }
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    rf_pipeline_opts opts = {argv[optind], out_dir, progress ? stderr : NULL, &run_cancel};
+    char *run_dir = NULL;
+    int rc = rf_pipeline_run(&opts, &run_dir);
+    if (rc) {
+        fprintf(stderr, "refinery run: %s\n", rf_errmsg()[0] ? rf_errmsg() : rf_err_name(rc));
+        if (run_dir) fprintf(stderr, "refinery run: partial results in %s\n", run_dir);
+    } else {
+        printf("run complete: %s (stats in %s/stats.json)\n", run_dir, run_dir);
+    }
+    free(run_dir);
+    if (rc == RF_ERR_INVALID || rc == RF_ERR_PARSE || rc == RF_ERR_NOT_FOUND) return 2;
+    return rc ? 1 : 0;
+}
+
+static const rf_command run_cmd = {"run", "run a pipeline spec in one process", cmd_run};
+RF_COMMAND(run_cmd)

@@ -1,0 +1,23 @@
+/* The embedded runner behind `refinery run SPEC.yaml`: every registered stage
+ * whose section appears in the spec runs in one process. Streaming stages each
+ * get a thread, joined by bounded queues of document batches (backpressure:
+ * a slow stage stalls the ones before it instead of growing memory); batch
+ * stages run afterwards in order. The run directory receives each stage's
+ * outputs, stats.json and run.log. */
+#ifndef RF_PIPELINE_H
+#define RF_PIPELINE_H
+
+#include <stdio.h>
+
+typedef struct rf_pipeline_opts {
+    const char *spec_path;
+    const char *out_dir;  /* overrides run.out; NULL for the default runs/<name> */
+    FILE *progress;       /* live progress line (a terminal), or NULL */
+    volatile int *cancel; /* set non-zero to stop (SIGINT/SIGTERM) */
+} rf_pipeline_opts;
+
+/* Runs the pipeline. On return *run_dir (malloc'd, caller frees) names the run
+ * directory if one was created. Returns 0 or a negative rf_err with rf_errmsg(). */
+int rf_pipeline_run(const rf_pipeline_opts *opts, char **run_dir);
+
+#endif
