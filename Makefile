@@ -23,7 +23,7 @@ PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 OPT      ?= -O2 -march=native
-WARN     := -Wall -Wextra -Werror -Wno-unused-parameter
+WARN     ?= -Wall -Wextra -Werror -Wno-unused-parameter
 CPPFLAGS += -Iservices -I$(BUILD)/gen -D_GNU_SOURCE $(PKG_CFLAGS)
 CFLAGS   += -std=c17 $(OPT) -g $(WARN) -fopenmp -pthread -MMD -MP $(SANITIZE)
 CXXFLAGS += -std=c++17 $(OPT) -g $(WARN) -pthread -MMD -MP $(SANITIZE)
@@ -64,11 +64,15 @@ TEST_SUPPORT := $(call obj,$(wildcard tests/support/*.c))
 
 libs: $(LIBS)
 
-.PHONY: all libs deps test asan fuzz fuzz-build bench format clean check-format
+.PHONY: all libs fuzz-bins demo deps test asan fuzz fuzz-build bench format clean check-format
 all: $(BUILD)/refinery $(EXTRA_BINS)
 
 deps:
 	@scripts/install-deps.sh
+
+# The main job on the embedded default: raw Amazon reviews to an evaluated model.
+demo: deps all
+	$(BUILD)/refinery run examples/amazon.yaml --out runs/demo
 
 define MODULE_RULE
 $(BUILD)/lib/librefinery_$(1).a: $(call obj,$(call mod_srcs,$(1)))
@@ -144,7 +148,15 @@ asan: deps
 	@BUILD=build-asan SHARED=$(SHARED) REFINERY_SANITIZED=1 \
 	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 tests/run.sh
 
-# libFuzzer targets, built with clang. FUZZ_SECONDS per target (smoke by default).
+# libFuzzer targets: tests/fuzz/fuzz_*.c linked against every library, all
+# built by clang with ASan+UBSan in build-fuzz/ (scripts/fuzz.sh drives it).
+FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+fuzz-bins: $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
+$(BUILD)/fuzz/%: $(BUILD)/obj/tests/fuzz/%.o $(LIBS)
+	@mkdir -p $(@D)
+	@echo '  LD     $@'
+	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $< $(WHOLE) $(LDLIBS)
+
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	@scripts/fuzz.sh $(FUZZ_SECONDS)
