@@ -1,0 +1,541 @@
+/* Parameter table, activation arena, forward and backward of the BERT classifier. */
+#include "trainer/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/rng.h"
+#include "trainer/safetensors.h"
+
+/* Activation views for one batch capacity; the same layout serves gradients. */
+typedef struct layer_acts {
+    float *qkv, *att, *ctx, *res1, *ln1_mean, *ln1_rstd, *x1;
+    float *fc_pre, *fc_act, *res2, *ln2_mean, *ln2_rstd, *x2;
+} layer_acts;
+
+typedef struct acts {
+    float *emb_in, *emb_mean, *emb_rstd, *x0;
+    layer_acts *layers; /* caller-provided array of num_layers */
+    float *cls, *pool_pre, *pooled, *pooled_drop, *logits, *probs, *losses;
+} acts;
+
+/* Lays out acts over base (NULL base: just counts). Returns the float count. */
+static size_t layout(const rf_bert_config *c, int B, int T, float *base, acts *a) {
+    size_t N = (size_t)B * T, C = c->hidden_size, I = c->intermediate_size, K = c->num_labels;
+    size_t off = 0;
+#define TAKE(ptr, n)                                                                               \
+    do {                                                                                           \
+        if (base) ptr = base + off;                                                                \
+        off += ((size_t)(n) + 15) & ~(size_t)15;                                                   \
+    } while (0)
+    TAKE(a->emb_in, N * C);
+    TAKE(a->emb_mean, N);
+    TAKE(a->emb_rstd, N);
+    TAKE(a->x0, N * C);
+    for (int l = 0; l < c->num_layers; l++) {
+        layer_acts *L = &a->layers[l];
+        TAKE(L->qkv, 3 * N * C);
+        TAKE(L->att, (size_t)B * c->num_heads * T * T);
+        TAKE(L->ctx, N * C);
+        TAKE(L->res1, N * C);
+        TAKE(L->ln1_mean, N);
+        TAKE(L->ln1_rstd, N);
+        TAKE(L->x1, N * C);
+        TAKE(L->fc_pre, N * I);
+        TAKE(L->fc_act, N * I);
+        TAKE(L->res2, N * C);
+        TAKE(L->ln2_mean, N);
+        TAKE(L->ln2_rstd, N);
+        TAKE(L->x2, N * C);
+    }
+    TAKE(a->cls, B * C);
+    TAKE(a->pool_pre, B * C);
+    TAKE(a->pooled, B * C);
+    TAKE(a->pooled_drop, B * C);
+    TAKE(a->logits, B * K);
+    TAKE(a->probs, B * K);
+    TAKE(a->losses, B);
+#undef TAKE
+    return off;
+}
+
+static int add_tensor(rf_bert *m, size_t *cap, const char *name, int rows, int cols, bool decay) {
+    if (m->ntensors == *cap) {
+        size_t nc = *cap ? 2 * *cap : 64;
+        rf_tensor_info *t = realloc(m->tensors, nc * sizeof *t);
+        if (!t) return RF_ERR_NOMEM;
+        m->tensors = t;
+        *cap = nc;
+    }
+    rf_tensor_info *t = &m->tensors[m->ntensors++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->offset = m->nparams;
+    t->ndim = cols ? 2 : 1;
+    t->shape[0] = rows;
+    t->shape[1] = cols;
+    t->numel = (size_t)rows * (cols ? cols : 1);
+    t->decay = decay;
+    m->nparams += t->numel;
+    return RF_OK;
+}
+
+/* The parameter table, in buffer order. */
+static int build_table(rf_bert *m) {
+    const rf_bert_config *c = &m->cfg;
+    int C = c->hidden_size, I = c->intermediate_size;
+    size_t cap = 0;
+    char n[96];
+    int rc = 0;
+#define T2(name, r, k) rc = rc ? rc : add_tensor(m, &cap, name, r, k, true)
+#define T1(name, r)    rc = rc ? rc : add_tensor(m, &cap, name, r, 0, false)
+    T2("bert.embeddings.word_embeddings.weight", c->vocab_size, C);
+    T2("bert.embeddings.position_embeddings.weight", c->max_position, C);
+    T2("bert.embeddings.token_type_embeddings.weight", c->type_vocab_size, C);
+    T1("bert.embeddings.LayerNorm.weight", C);
+    T1("bert.embeddings.LayerNorm.bias", C);
+    for (int l = 0; l < c->num_layers; l++) {
+        const char *qkv[3] = {"query", "key", "value"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(n, sizeof n, "bert.encoder.layer.%d.attention.self.%s.weight", l, qkv[i]);
+            T2(n, C, C);
+        }
+        for (int i = 0; i < 3; i++) {
+            snprintf(n, sizeof n, "bert.encoder.layer.%d.attention.self.%s.bias", l, qkv[i]);
+            T1(n, C);
+        }
+        static const struct {
+            const char *suffix;
+            int rows, cols; /* 0 = C, -1 = I */
+            bool decay;
+        } rest[] = {
+            {"attention.output.dense.weight", 0, 0, true},
+            {"attention.output.dense.bias", 0, -2, false},
+            {"attention.output.LayerNorm.weight", 0, -2, false},
+            {"attention.output.LayerNorm.bias", 0, -2, false},
+            {"intermediate.dense.weight", -1, 0, true},
+            {"intermediate.dense.bias", -1, -2, false},
+            {"output.dense.weight", 0, -1, true},
+            {"output.dense.bias", 0, -2, false},
+            {"output.LayerNorm.weight", 0, -2, false},
+            {"output.LayerNorm.bias", 0, -2, false},
+        };
+        for (size_t i = 0; i < sizeof rest / sizeof rest[0] && !rc; i++) {
+            snprintf(n, sizeof n, "bert.encoder.layer.%d.%s", l, rest[i].suffix);
+            int r = rest[i].rows == -1 ? I : C;
+            int k = rest[i].cols == -2 ? 0 : rest[i].cols == -1 ? I : C;
+            rc = add_tensor(m, &cap, n, r, k, rest[i].decay);
+        }
+    }
+    T2("bert.pooler.dense.weight", C, C);
+    T1("bert.pooler.dense.bias", C);
+    T2("classifier.weight", c->num_labels, C);
+    T1("classifier.bias", c->num_labels);
+#undef T1
+#undef T2
+    return rc;
+}
+
+/* Fills views of a parameter-shaped block (params or grads). */
+static void bind(rf_bert *m, float *base, rf_bert_params *v) {
+    const rf_tensor_info *t = m->tensors;
+    v->wte = base + t[0].offset;
+    v->wpe = base + t[1].offset;
+    v->wtt = base + t[2].offset;
+    v->eln_w = base + t[3].offset;
+    v->eln_b = base + t[4].offset;
+    for (int l = 0; l < m->cfg.num_layers; l++) {
+        const rf_tensor_info *L = t + 5 + 16 * l;
+        rf_bert_layer *o = &v->layers[l];
+        float **dst[] = {&o->qkv_w, NULL,     NULL,      &o->qkv_b, NULL,     NULL,
+                         &o->ao_w,  &o->ao_b, &o->ln1_w, &o->ln1_b, &o->fc_w, &o->fc_b,
+                         &o->fo_w,  &o->fo_b, &o->ln2_w, &o->ln2_b};
+        for (int i = 0; i < 16; i++)
+            if (dst[i]) *dst[i] = base + L[i].offset;
+    }
+    size_t h = 5 + 16 * (size_t)m->cfg.num_layers;
+    v->pool_w = base + t[h].offset;
+    v->pool_b = base + t[h + 1].offset;
+    v->cls_w = base + t[h + 2].offset;
+    v->cls_b = base + t[h + 3].offset;
+}
+
+int rf_bert_new(const rf_bert_config *cfg, const rf_backend *be, rf_bert **out) {
+    *out = NULL;
+    rf_bert *m = calloc(1, sizeof *m);
+    if (!m) return RF_ERR_NOMEM;
+    m->cfg = *cfg;
+    m->be = be;
+    int rc = build_table(m);
+    if (!rc) {
+        m->p.layers = calloc((size_t)cfg->num_layers, sizeof(rf_bert_layer));
+        m->g.layers = calloc((size_t)cfg->num_layers, sizeof(rf_bert_layer));
+        m->params = be->alloc(m->nparams * sizeof(float));
+        if (!m->p.layers || !m->g.layers || !m->params) rc = RF_ERR_NOMEM;
+    }
+    if (rc) {
+        rf_bert_free(m);
+        return rc == RF_ERR_NOMEM
+                   ? rf_fail(rc, "model: out of memory for %zu parameters", m->nparams)
+                   : rc;
+    }
+    bind(m, m->params, &m->p);
+    *out = m;
+    return RF_OK;
+}
+
+void rf_bert_free(rf_bert *m) {
+    if (!m) return;
+    const rf_backend *be = m->be;
+    be->free(m->params);
+    be->free(m->grads);
+    be->free(m->m);
+    be->free(m->v);
+    be->free(m->acts);
+    be->free(m->dacts);
+    be->free(m->ids_dev);
+    be->free(m->types_dev);
+    be->free(m->labels_dev);
+    be->free(m->valid_dev);
+    free(m->p.layers);
+    free(m->g.layers);
+    free(m->tensors);
+    free(m);
+}
+
+const rf_tensor_info *rf_bert_find(const rf_bert *m, const char *name) {
+    for (size_t i = 0; i < m->ntensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0) return &m->tensors[i];
+    return NULL;
+}
+
+static void normal_fill(float *x, size_t n, float std, rf_rng *r) {
+    for (size_t i = 0; i < n; i += 2) { /* Box-Muller, two values per draw */
+        double u1 = 1.0 - rf_rng_double(r), u2 = rf_rng_double(r);
+        double rad = sqrt(-2.0 * log(u1));
+        x[i] = (float)(std * rad * cos(2 * M_PI * u2));
+        if (i + 1 < n) x[i + 1] = (float)(std * rad * sin(2 * M_PI * u2));
+    }
+}
+
+void rf_bert_init_head(rf_bert *m, uint64_t seed) {
+    rf_rng r;
+    rf_rng_seed(&r, seed);
+    size_t nw = (size_t)m->cfg.num_labels * m->cfg.hidden_size;
+    float *w = malloc(nw * sizeof(float));
+    if (!w) return;
+    normal_fill(w, nw, m->cfg.initializer_range, &r);
+    m->be->to_device(m->p.cls_w, w, nw * sizeof(float));
+    m->be->zero(m->p.cls_b, (size_t)m->cfg.num_labels * sizeof(float));
+    free(w);
+}
+
+static bool is_head(const char *name) {
+    return strncmp(name, "classifier.", 11) == 0 || strncmp(name, "bert.pooler.", 12) == 0;
+}
+
+int rf_bert_load(const char *dir, int num_labels, uint64_t seed, const rf_backend *be,
+                 rf_bert **out) {
+    char path[4096];
+    rf_bert_config cfg;
+    *out = NULL;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    int rc = rf_bert_config_load(path, num_labels, &cfg);
+    if (rc) return rc;
+    rf_st_file *st = NULL;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if ((rc = rf_st_open(path, &st))) return rc;
+    rf_bert *m;
+    if ((rc = rf_bert_new(&cfg, be, &m))) {
+        rf_st_free(st);
+        return rc;
+    }
+    rf_rng r;
+    rf_rng_seed(&r, seed);
+    float *host = NULL;
+    size_t used = 0, host_cap = 0;
+    bool head_missing = false;
+    for (size_t i = 0; i < m->ntensors && !rc; i++) {
+        rf_tensor_info *t = &m->tensors[i];
+        const rf_st_tensor *s = rf_st_find(st, t->name);
+        if (!s && strncmp(t->name, "bert.", 5) == 0) s = rf_st_find(st, t->name + 5);
+        bool classifier = strncmp(t->name, "classifier.", 11) == 0;
+        if (s && classifier && num_labels > 0 && s->ndim >= 1 && s->shape[0] != num_labels)
+            s = NULL; /* a new head with a different label count */
+        if (host_cap < t->numel) {
+            free(host);
+            host_cap = t->numel;
+            if (!(host = malloc(host_cap * sizeof(float)))) {
+                rc = RF_ERR_NOMEM;
+                break;
+            }
+        }
+        if (!s) {
+            if (!is_head(t->name)) {
+                rc = rf_fail(RF_ERR_NOT_FOUND, "%s: tensor '%s' is missing", path, t->name);
+                break;
+            }
+            head_missing = true;
+            if (t->ndim == 2)
+                normal_fill(host, t->numel, cfg.initializer_range, &r);
+            else
+                memset(host, 0, t->numel * sizeof(float));
+        } else {
+            used++;
+            bool ok = s->ndim == t->ndim && s->shape[0] == t->shape[0] &&
+                      (t->ndim == 1 || s->shape[1] == t->shape[1]);
+            if (!ok) {
+                rc = rf_fail(RF_ERR_INVALID,
+                             "%s: tensor '%s' has shape [%lld%s%lld], the config needs [%d,%d]",
+                             path, s->name, (long long)(s->ndim ? s->shape[0] : 0),
+                             s->ndim > 1 ? "," : "", (long long)(s->ndim > 1 ? s->shape[1] : 0),
+                             t->shape[0], t->shape[1]);
+                break;
+            }
+            if ((rc = rf_st_to_f32(s, host))) {
+                rc = rf_fail(rc, "%s: %s", path, rf_errmsg());
+                break;
+            }
+        }
+        be->to_device(m->params + t->offset, host, t->numel * sizeof(float));
+    }
+    free(host);
+    if (!rc && used < st->n) {
+        for (size_t i = 0; i < st->n; i++) {
+            const char *nm = st->tensors[i].name;
+            char full[128];
+            snprintf(full, sizeof full, "bert.%s", nm);
+            if (!rf_bert_find(m, nm) && !rf_bert_find(m, full) && !strstr(nm, "position_ids"))
+                rf_warn("trainer", "%s: ignoring tensor '%s' (not part of the classifier)", path,
+                        nm);
+        }
+    }
+    if (!rc && head_missing)
+        rf_info("trainer", "%s: pooler/classifier not in the checkpoint, initialised (seed %llu)",
+                path, (unsigned long long)seed);
+    rf_st_free(st);
+    if (rc) {
+        rf_bert_free(m);
+        return rc;
+    }
+    *out = m;
+    return RF_OK;
+}
+
+int rf_bert_save_safetensors(const rf_bert *m, const char *path) {
+    rf_st_out *o = calloc(m->ntensors, sizeof *o);
+    float *host = malloc(m->nparams * sizeof(float));
+    int rc = o && host ? RF_OK : RF_ERR_NOMEM;
+    if (!rc) {
+        m->be->to_host(host, m->params, m->nparams * sizeof(float));
+        for (size_t i = 0; i < m->ntensors; i++) {
+            const rf_tensor_info *t = &m->tensors[i];
+            o[i].name = t->name;
+            o[i].ndim = t->ndim;
+            o[i].shape[0] = t->shape[0];
+            o[i].shape[1] = t->shape[1];
+            o[i].data = host + t->offset;
+        }
+        rc = rf_st_write(path, o, m->ntensors);
+    }
+    free(o);
+    free(host);
+    return rc;
+}
+
+int rf_bert_enable_training(rf_bert *m) {
+    if (m->grads) return RF_OK;
+    size_t bytes = m->nparams * sizeof(float);
+    m->grads = m->be->alloc(bytes);
+    m->m = m->be->alloc(bytes);
+    m->v = m->be->alloc(bytes);
+    if (!m->grads || !m->m || !m->v) return rf_fail(RF_ERR_NOMEM, "model: no memory for grads");
+    bind(m, m->grads, &m->g);
+    return RF_OK;
+}
+
+void rf_bert_zero_grad(rf_bert *m) {
+    if (m->grads) m->be->zero(m->grads, m->nparams * sizeof(float));
+}
+
+int rf_bert_reserve(rf_bert *m, int B, int T) {
+    if (B <= m->capB && T <= m->capT) return RF_OK;
+    if (T > m->cfg.max_position)
+        return rf_fail(RF_ERR_RANGE, "model: sequence length %d exceeds max_position_embeddings %d",
+                       T, m->cfg.max_position);
+    const rf_backend *be = m->be;
+    B = B > m->capB ? B : m->capB;
+    T = T > m->capT ? T : m->capT;
+    layer_acts *la = calloc((size_t)m->cfg.num_layers, sizeof *la);
+    if (!la) return RF_ERR_NOMEM;
+    acts a = {.layers = la};
+    size_t n = layout(&m->cfg, B, T, NULL, &a);
+    free(la);
+    be->free(m->acts);
+    be->free(m->dacts);
+    be->free(m->ids_dev);
+    be->free(m->types_dev);
+    be->free(m->labels_dev);
+    be->free(m->valid_dev);
+    m->acts = be->alloc(n * sizeof(float));
+    m->dacts = be->alloc(n * sizeof(float));
+    m->ids_dev = be->alloc((size_t)B * T * sizeof(int32_t));
+    m->types_dev = be->alloc((size_t)B * T * sizeof(int32_t));
+    m->valid_dev = be->alloc((size_t)B * T);
+    m->labels_dev = be->alloc((size_t)B * sizeof(int32_t));
+    m->capB = B;
+    m->capT = T;
+    m->nacts = n;
+    if (!m->acts || !m->dacts || !m->ids_dev || !m->types_dev || !m->valid_dev || !m->labels_dev) {
+        m->capB = m->capT = 0;
+        return rf_fail(RF_ERR_NOMEM, "model: no memory for activations of %dx%d", B, T);
+    }
+    return RF_OK;
+}
+
+static uint64_t head_site(const rf_bert_config *c) {
+    return 1 + 4 * (uint64_t)c->num_layers;
+}
+
+/* Per-site dropout seeds: a site is one dropout call of the graph. */
+static uint64_t site_seed(uint64_t seed, uint64_t site) {
+    uint64_t x = seed ^ (site * 0x9e3779b97f4a7c15ull);
+    x = (x ^ (x >> 31)) * 0xd6e8feb86659fd93ull;
+    return x ^ (x >> 32);
+}
+
+int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout_seed) {
+    const rf_bert_config *c = &m->cfg;
+    const rf_backend *be = m->be;
+    int B = bt->B, T = bt->T, C = c->hidden_size, I = c->intermediate_size, K = c->num_labels;
+    size_t N = (size_t)B * T;
+    if (B <= 0 || T <= 0) return rf_fail(RF_ERR_INVALID, "model: empty batch");
+    for (size_t i = 0; i < N; i++) {
+        if (bt->ids[i] < 0 || bt->ids[i] >= c->vocab_size)
+            return rf_fail(RF_ERR_RANGE, "model: token id %d outside the vocabulary (%d)",
+                           bt->ids[i], c->vocab_size);
+        if (bt->types[i] < 0 || bt->types[i] >= c->type_vocab_size)
+            return rf_fail(RF_ERR_RANGE, "model: token type %d outside [0, %d)", bt->types[i],
+                           c->type_vocab_size);
+    }
+    for (int b = 0; bt->labels && b < B; b++)
+        if (bt->labels[b] >= K)
+            return rf_fail(RF_ERR_RANGE, "model: label %d outside [0, %d)", bt->labels[b], K);
+    int rc = rf_bert_reserve(m, B, T);
+    if (rc) return rc;
+    be->to_device(m->ids_dev, bt->ids, N * sizeof(int32_t));
+    be->to_device(m->types_dev, bt->types, N * sizeof(int32_t));
+    be->to_device(m->valid_dev, bt->valid, N);
+    if (bt->labels) be->to_device(m->labels_dev, bt->labels, (size_t)B * sizeof(int32_t));
+    m->last = *bt;
+    m->last_train = train;
+    m->last_seed = dropout_seed;
+
+    layer_acts la[c->num_layers];
+    acts a = {.layers = la};
+    layout(c, B, T, m->acts, &a);
+    float ph = train ? c->hidden_dropout : 0, pa = train ? c->attention_dropout : 0,
+          pc = train ? c->classifier_dropout : 0;
+
+    be->embed_fwd(a.emb_in, m->ids_dev, m->types_dev, m->p.wte, m->p.wpe, m->p.wtt, B, T, C);
+    be->layernorm_fwd(a.x0, a.emb_mean, a.emb_rstd, a.emb_in, m->p.eln_w, m->p.eln_b, (int)N, C,
+                      c->layer_norm_eps);
+    be->dropout_fwd(a.x0, a.x0, N * C, ph, site_seed(dropout_seed, 0));
+    const float *x = a.x0;
+    for (int l = 0; l < c->num_layers; l++) {
+        const rf_bert_layer *P = &m->p.layers[l];
+        layer_acts *L = &la[l];
+        uint64_t s = 1 + 4 * (uint64_t)l;
+        be->linear_fwd(L->qkv, x, P->qkv_w, P->qkv_b, (int)N, C, 3 * C);
+        be->attention_fwd(L->ctx, L->att, L->qkv, m->valid_dev, B, T, C, c->num_heads, pa,
+                          site_seed(dropout_seed, s));
+        be->linear_fwd(L->res1, L->ctx, P->ao_w, P->ao_b, (int)N, C, C);
+        be->dropout_fwd(L->res1, L->res1, N * C, ph, site_seed(dropout_seed, s + 1));
+        be->residual_fwd(L->res1, L->res1, x, N * C);
+        be->layernorm_fwd(L->x1, L->ln1_mean, L->ln1_rstd, L->res1, P->ln1_w, P->ln1_b, (int)N, C,
+                          c->layer_norm_eps);
+        be->linear_fwd(L->fc_pre, L->x1, P->fc_w, P->fc_b, (int)N, C, I);
+        be->gelu_fwd(L->fc_act, L->fc_pre, N * I);
+        be->linear_fwd(L->res2, L->fc_act, P->fo_w, P->fo_b, (int)N, I, C);
+        be->dropout_fwd(L->res2, L->res2, N * C, ph, site_seed(dropout_seed, s + 2));
+        be->residual_fwd(L->res2, L->res2, L->x1, N * C);
+        be->layernorm_fwd(L->x2, L->ln2_mean, L->ln2_rstd, L->res2, P->ln2_w, P->ln2_b, (int)N, C,
+                          c->layer_norm_eps);
+        x = L->x2;
+    }
+    for (int b = 0; b < B; b++) /* the [CLS] row of each sequence */
+        be->copy(a.cls + (size_t)b * C, x + (size_t)b * T * C, C * sizeof(float));
+    be->linear_fwd(a.pool_pre, a.cls, m->p.pool_w, m->p.pool_b, B, C, C);
+    be->tanh_fwd(a.pooled, a.pool_pre, (size_t)B * C);
+    be->dropout_fwd(a.pooled_drop, a.pooled, (size_t)B * C, pc,
+                    site_seed(dropout_seed, head_site(c)));
+    be->linear_fwd(a.logits, a.pooled_drop, m->p.cls_w, m->p.cls_b, B, C, K);
+    m->logits = a.logits;
+    m->probs = a.probs;
+    m->loss = bt->labels ? be->xent_fwd(a.probs, a.losses, a.logits, m->labels_dev, B, K) : 0.0f;
+    return RF_OK;
+}
+
+void rf_bert_backward(rf_bert *m, float loss_scale) {
+    const rf_bert_config *c = &m->cfg;
+    const rf_backend *be = m->be;
+    int B = m->last.B, T = m->last.T, C = c->hidden_size, I = c->intermediate_size,
+        K = c->num_labels;
+    size_t N = (size_t)B * T;
+    bool tr = m->last_train;
+    uint64_t seed = m->last_seed;
+    float ph = tr ? c->hidden_dropout : 0, pa = tr ? c->attention_dropout : 0,
+          pc = tr ? c->classifier_dropout : 0;
+    layer_acts la[c->num_layers], dla[c->num_layers];
+    acts a = {.layers = la}, d = {.layers = dla};
+    size_t used = layout(c, B, T, m->acts, &a);
+    layout(c, B, T, m->dacts, &d);
+    be->zero(m->dacts, used * sizeof(float));
+
+    be->xent_bwd(d.logits, a.probs, m->labels_dev, B, K, loss_scale);
+    be->linear_bwd(d.pooled_drop, m->g.cls_w, m->g.cls_b, d.logits, a.pooled_drop, m->p.cls_w, B, C,
+                   K);
+    be->dropout_bwd(d.pooled, d.pooled_drop, (size_t)B * C, pc, site_seed(seed, head_site(c)));
+    be->tanh_bwd(d.pool_pre, a.pooled, d.pooled, (size_t)B * C);
+    be->linear_bwd(d.cls, m->g.pool_w, m->g.pool_b, d.pool_pre, a.cls, m->p.pool_w, B, C, C);
+    float *dx = dla[c->num_layers - 1].x2;
+    for (int b = 0; b < B; b++) /* scatter the [CLS] gradient back; other rows get none */
+        be->copy(dx + (size_t)b * T * C, d.cls + (size_t)b * C, C * sizeof(float));
+    for (int l = c->num_layers - 1; l >= 0; l--) {
+        const rf_bert_layer *P = &m->p.layers[l], *G = &m->g.layers[l];
+        layer_acts *L = &la[l], *D = &dla[l];
+        const float *x = l ? la[l - 1].x2 : a.x0;
+        float *dxin = l ? dla[l - 1].x2 : d.x0;
+        uint64_t s = 1 + 4 * (uint64_t)l;
+        /* x2 = LN(res2), res2 = dropout(fo) + x1; D->res1 is scratch for d(fo). */
+        be->layernorm_bwd(D->res2, G->ln2_w, G->ln2_b, D->x2, L->res2, P->ln2_w, L->ln2_mean,
+                          L->ln2_rstd, (int)N, C);
+        be->residual_bwd(D->x1, NULL, D->res2, N * C);
+        be->dropout_bwd(D->res1, D->res2, N * C, ph, site_seed(seed, s + 2));
+        be->linear_bwd(D->fc_act, G->fo_w, G->fo_b, D->res1, L->fc_act, P->fo_w, (int)N, I, C);
+        be->gelu_bwd(D->fc_pre, L->fc_pre, D->fc_act, N * I);
+        be->linear_bwd(D->x1, G->fc_w, G->fc_b, D->fc_pre, L->x1, P->fc_w, (int)N, C, I);
+        /* x1 = LN(res1), res1 = dropout(ao) + x; D->res2 is scratch for d(ao). */
+        be->zero(D->res1, N * C * sizeof(float));
+        be->layernorm_bwd(D->res1, G->ln1_w, G->ln1_b, D->x1, L->res1, P->ln1_w, L->ln1_mean,
+                          L->ln1_rstd, (int)N, C);
+        be->residual_bwd(dxin, NULL, D->res1, N * C);
+        be->zero(D->res2, N * C * sizeof(float));
+        be->dropout_bwd(D->res2, D->res1, N * C, ph, site_seed(seed, s + 1));
+        be->linear_bwd(D->ctx, G->ao_w, G->ao_b, D->res2, L->ctx, P->ao_w, (int)N, C, C);
+        be->attention_bwd(D->qkv, D->ctx, L->qkv, L->att, m->valid_dev, B, T, C, c->num_heads, pa,
+                          site_seed(seed, s));
+        be->linear_bwd(dxin, G->qkv_w, G->qkv_b, D->qkv, x, P->qkv_w, (int)N, C, 3 * C);
+    }
+    /* x0 = dropout(LN(emb)): d(LN out) goes to emb_in's slot, LN's input gradient to x0's. */
+    be->dropout_bwd(d.emb_in, d.x0, N * C, ph, site_seed(seed, 0));
+    be->zero(d.x0, N * C * sizeof(float));
+    be->layernorm_bwd(d.x0, m->g.eln_w, m->g.eln_b, d.emb_in, a.emb_in, m->p.eln_w, a.emb_mean,
+                      a.emb_rstd, (int)N, C);
+    be->embed_bwd(m->g.wte, m->g.wpe, m->g.wtt, d.x0, m->ids_dev, m->types_dev, B, T, C,
+                  c->vocab_size, c->type_vocab_size);
+}

@@ -1,0 +1,101 @@
+/* BertForSequenceClassification on contiguous buffers.
+ *
+ * All parameters live in one float block (params), in the order of the tensor
+ * table; gradients and the two AdamW moments are blocks of the same size and
+ * layout. The table maps each Hugging Face name to its offset. Within a layer,
+ * query/key/value weights (and biases) are adjacent so they form one fused
+ * [3C, C] projection. Activations for a batch capacity of B x T live in one
+ * arena, their gradients in a second one. */
+#ifndef RF_TR_MODEL_H
+#define RF_TR_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trainer/backend.h"
+#include "trainer/bert_config.h"
+
+typedef struct rf_tensor_info {
+    char name[96]; /* Hugging Face name, e.g. "bert.encoder.layer.0.attention.self.query.weight" */
+    size_t offset; /* in floats, into params/grads/m/v */
+    size_t numel;
+    int ndim;
+    int shape[2];
+    bool decay; /* AdamW weight decay applies (not biases, not LayerNorm) */
+} rf_tensor_info;
+
+/* Views of one layer's parameters (or gradients: same offsets). */
+typedef struct rf_bert_layer {
+    float *qkv_w, *qkv_b, *ao_w, *ao_b, *ln1_w, *ln1_b;
+    float *fc_w, *fc_b, *fo_w, *fo_b, *ln2_w, *ln2_b;
+} rf_bert_layer;
+
+typedef struct rf_bert_params {
+    float *wte, *wpe, *wtt, *eln_w, *eln_b;
+    rf_bert_layer *layers;
+    float *pool_w, *pool_b, *cls_w, *cls_b;
+} rf_bert_params;
+
+/* One batch: ids/types/valid are [B*T] (valid = attention mask), labels [B]
+ * (-1 = no label). Positions are 0..T-1 as in Hugging Face. */
+typedef struct rf_batch {
+    int B, T;
+    const int32_t *ids, *types, *labels;
+    const uint8_t *valid;
+} rf_batch;
+
+typedef struct rf_bert {
+    rf_bert_config cfg;
+    const rf_backend *be;
+    rf_tensor_info *tensors;
+    size_t ntensors;
+    size_t nparams;
+    float *params, *grads, *m, *v; /* grads/m/v allocated by rf_bert_enable_training */
+    rf_bert_params p, g;           /* views into params and grads */
+
+    int capB, capT; /* activation arena capacity */
+    float *acts, *dacts;
+    size_t nacts;
+    int32_t *labels_dev; /* copies of the last batch kept for backward */
+    int32_t *ids_dev, *types_dev;
+    uint8_t *valid_dev;
+    rf_batch last;
+
+    float *logits, *probs; /* views into acts, [capB, num_labels] */
+    float loss;            /* mean loss of the last forward with labels */
+    bool last_train;       /* dropout state of the last forward, for backward */
+    uint64_t last_seed;
+} rf_bert;
+
+/* Allocates an uninitialised model for cfg (parameters zero). */
+int rf_bert_new(const rf_bert_config *cfg, const rf_backend *be, rf_bert **out);
+void rf_bert_free(rf_bert *m);
+const rf_tensor_info *rf_bert_find(const rf_bert *m, const char *name);
+
+/* Loads an HF folder: config.json + model.safetensors. Names with or without the
+ * "bert." prefix are accepted (BertModel checkpoints such as MiniLM have none).
+ * Missing pooler/classifier tensors are initialised like Hugging Face does
+ * (normal(0, initializer_range), zero bias) from seed; any other missing tensor,
+ * shape mismatch or non-float dtype is an error. num_labels > 0 replaces the
+ * checkpoint's label count (and re-initialises the classifier). */
+int rf_bert_load(const char *dir, int num_labels, uint64_t seed, const rf_backend *be,
+                 rf_bert **out);
+/* Re-initialises the classifier head (normal(0, initializer_range), bias 0). */
+void rf_bert_init_head(rf_bert *m, uint64_t seed);
+/* Writes model.safetensors with Hugging Face names (BertForSequenceClassification). */
+int rf_bert_save_safetensors(const rf_bert *m, const char *path);
+
+/* Allocates gradients and AdamW moments (zeroed). */
+int rf_bert_enable_training(rf_bert *m);
+/* Ensures activation capacity for B x T. */
+int rf_bert_reserve(rf_bert *m, int B, int T);
+
+/* Forward pass; fills m->logits (and m->loss when labels are given). With
+ * train=true dropout is active, its masks derived from dropout_seed. */
+int rf_bert_forward(rf_bert *m, const rf_batch *batch, bool train, uint64_t dropout_seed);
+/* Backward of the last forward; ADDS loss_scale * d(loss)/d(param) into grads. */
+void rf_bert_backward(rf_bert *m, float loss_scale);
+void rf_bert_zero_grad(rf_bert *m);
+
+#endif

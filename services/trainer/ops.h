@@ -1,0 +1,71 @@
+/* CPU kernels of the BERT encoder: one forward and one backward per op.
+ *
+ * Conventions (as in llm.c): tensors are row-major float arrays; N = rows
+ * (batch x sequence), C = channels. Backward functions ACCUMULATE into every
+ * gradient they produce (+=), so residual branches and gradient accumulation
+ * need no extra copies; callers zero the buffers when a new step starts.
+ * Every reduction runs in a fixed order whatever the thread count (rows are
+ * split across threads, column sums are split by column), so results are
+ * bitwise reproducible. Dropout masks are a pure function of (seed, index),
+ * so backward regenerates them instead of storing them. */
+#ifndef RF_TR_OPS_H
+#define RF_TR_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* out[b,t] = wte[ids[b,t]] + wpe[t] + wtt[types[b,t]]; ids must be in range. */
+void rf_op_embed_fwd(float *out, const int32_t *ids, const int32_t *types, const float *wte,
+                     const float *wpe, const float *wtt, int B, int T, int C);
+void rf_op_embed_bwd(float *dwte, float *dwpe, float *dwtt, const float *dout, const int32_t *ids,
+                     const int32_t *types, int B, int T, int C, int V, int TV);
+
+/* Stores per-row mean and 1/std for the backward pass. */
+void rf_op_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                         const float *b, int N, int C, float eps);
+void rf_op_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                         const float *w, const float *mean, const float *rstd, int N, int C);
+
+/* out[N,OC] = inp[N,IC] w[OC,IC]^T + b (PyTorch nn.Linear layout); b may be NULL. */
+void rf_op_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N, int IC,
+                      int OC);
+/* dinp may be NULL (input needs no gradient). */
+void rf_op_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                      const float *w, int N, int IC, int OC);
+
+/* Multi-head self-attention over a fused qkv[B*T, 3C] (q | k | v, head h at
+ * columns h*hs). valid[b*T+t] = 0 masks key t of sequence b. att[B,NH,T,T] keeps
+ * the softmax probabilities (before dropout) for backward. out is [B*T, C]. */
+void rf_op_attention_fwd(float *out, float *att, const float *qkv, const uint8_t *valid, int B,
+                         int T, int C, int NH, float pdrop, uint64_t seed);
+void rf_op_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att,
+                         const uint8_t *valid, int B, int T, int C, int NH, float pdrop,
+                         uint64_t seed);
+
+/* GELU with the exact erf form (BERT's "gelu"). */
+void rf_op_gelu_fwd(float *out, const float *inp, size_t n);
+void rf_op_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n);
+
+void rf_op_tanh_fwd(float *out, const float *inp, size_t n);
+/* Uses the forward output: d tanh = 1 - out^2. */
+void rf_op_tanh_bwd(float *dinp, const float *out, const float *dout, size_t n);
+
+/* Inverted dropout; in place allowed (out == inp). p == 0 copies. */
+void rf_op_dropout_fwd(float *out, const float *inp, size_t n, float p, uint64_t seed);
+void rf_op_dropout_bwd(float *dinp, const float *dout, size_t n, float p, uint64_t seed);
+/* 1 when element i survives dropout with probability 1-p under seed. */
+int rf_op_dropout_keep(uint64_t seed, uint64_t i, float p);
+
+/* out = a + b; backward is da += dout, db += dout (db may be NULL). */
+void rf_op_residual_fwd(float *out, const float *a, const float *b, size_t n);
+void rf_op_residual_bwd(float *da, float *db, const float *dout, size_t n);
+
+/* Softmax cross-entropy, mean over rows with label >= 0 (label < 0 is ignored).
+ * probs[B,K] keeps the softmax; returns the mean loss. */
+float rf_op_xent_fwd(float *probs, float *losses, const float *logits, const int32_t *labels, int B,
+                     int K);
+/* dlogits += scale * (probs - onehot) / (rows counted). */
+void rf_op_xent_bwd(float *dlogits, const float *probs, const int32_t *labels, int B, int K,
+                    float scale);
+
+#endif

@@ -1,0 +1,30 @@
+/* AdamW with decoupled weight decay (as torch.optim.AdamW), the linear warmup +
+ * linear decay schedule of Hugging Face, and global-norm gradient clipping (as
+ * torch.nn.utils.clip_grad_norm_). Operates on the model's contiguous
+ * params/grads/m/v blocks; the per-tensor decay flag comes from the table. */
+#ifndef RF_TR_OPTIM_H
+#define RF_TR_OPTIM_H
+
+#include "trainer/model.h"
+
+typedef struct rf_adamw {
+    float lr, beta1, beta2, eps, weight_decay;
+    long warmup_steps, total_steps; /* total 0 = constant after warmup */
+    float clip_norm;                /* 0 = no clipping */
+} rf_adamw;
+
+/* Defaults of the Hugging Face Trainer: lr 5e-5, betas (0.9, 0.999), eps 1e-8,
+ * weight decay 0, no warmup, clip 1.0. */
+rf_adamw rf_adamw_defaults(void);
+/* Learning rate of optimizer step `step` (0-based). */
+float rf_adamw_lr(const rf_adamw *o, long step);
+/* L2 norm of all gradients, summed in a fixed order (deterministic). */
+float rf_grad_norm(const rf_bert *m);
+/* Scales gradients so their global norm is at most clip_norm; returns the norm
+ * before clipping. */
+float rf_clip_grads(rf_bert *m, float clip_norm);
+/* One AdamW update with learning rate lr; step is 0-based (bias correction
+ * uses step + 1). */
+void rf_adamw_step(rf_bert *m, const rf_adamw *o, long step, float lr);
+
+#endif

@@ -1,0 +1,271 @@
+/* Numerical gradient checks of every op's backward: for a random projection
+ * L = sum(out * R), each analytic gradient is compared with central
+ * differences (h = 1e-2, objective summed in double). Float32 round-off then
+ * bounds the error near 1e-3, so the check asserts a relative error (norm of
+ * the difference over the norm of the gradient) below 1e-2 — a wrong formula
+ * gives errors of order 1. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/rng.h"
+#include "trainer/ops.h"
+
+static rf_rng rng;
+
+static float *randn(size_t n, float scale) {
+    float *x = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)((rf_rng_double(&rng) * 2 - 1) * scale);
+    return x;
+}
+
+static float *zeros(size_t n) {
+    return calloc(n, sizeof(float));
+}
+
+/* The op under test: forward writes out from the inputs captured in ctx. */
+typedef struct check {
+    void (*fwd)(struct check *);
+    float *out, *R;
+    size_t nout;
+    void *ctx;
+} check;
+
+static double objective(check *c) {
+    c->fwd(c);
+    double s = 0;
+    for (size_t i = 0; i < c->nout; i++)
+        s += (double)c->out[i] * c->R[i];
+    return s;
+}
+
+static void expect_grad(check *c, float *x, size_t n, const float *analytic, const char *what) {
+    const float h = 1e-2f;
+    double num2 = 0, diff2 = 0;
+    size_t stride = n > 200 ? n / 200 : 1;
+    for (size_t i = 0; i < n; i += stride) {
+        float keep = x[i];
+        x[i] = keep + h;
+        double fp = objective(c);
+        x[i] = keep - h;
+        double fm = objective(c);
+        x[i] = keep;
+        double num = (fp - fm) / (2 * h);
+        num2 += num * num;
+        diff2 += (num - analytic[i]) * (num - analytic[i]);
+    }
+    double rel = sqrt(diff2) / (sqrt(num2) + 1e-12);
+    if (!(rel < 1e-2)) fail_msg("%s: relative gradient error %.3g", what, rel);
+    if (num2 == 0) fail_msg("%s: gradient is identically zero, check is vacuous", what);
+}
+
+/* ---- linear ---- */
+typedef struct {
+    float *inp, *w, *b;
+    int N, IC, OC;
+} lin_ctx;
+static void lin_fwd(check *c) {
+    lin_ctx *k = c->ctx;
+    rf_op_linear_fwd(c->out, k->inp, k->w, k->b, k->N, k->IC, k->OC);
+}
+static void test_linear(void **state) {
+    lin_ctx k = {randn(5 * 7, 1), randn(3 * 7, 1), randn(3, 1), 5, 7, 3};
+    check c = {lin_fwd, zeros(15), randn(15, 1), 15, &k};
+    float *di = zeros(35), *dw = zeros(21), *db = zeros(3);
+    rf_op_linear_bwd(di, dw, db, c.R, k.inp, k.w, 5, 7, 3);
+    expect_grad(&c, k.inp, 35, di, "linear dinp");
+    expect_grad(&c, k.w, 21, dw, "linear dw");
+    expect_grad(&c, k.b, 3, db, "linear db");
+    free(k.inp), free(k.w), free(k.b), free(c.out), free(c.R), free(di), free(dw), free(db);
+}
+
+/* ---- layernorm ---- */
+typedef struct {
+    float *inp, *w, *b, *mean, *rstd;
+    int N, C;
+} ln_ctx;
+static void ln_fwd(check *c) {
+    ln_ctx *k = c->ctx;
+    rf_op_layernorm_fwd(c->out, k->mean, k->rstd, k->inp, k->w, k->b, k->N, k->C, 1e-12f);
+}
+static void test_layernorm(void **state) {
+    int N = 4, C = 9;
+    ln_ctx k = {randn(N * C, 2), randn(C, 1), randn(C, 1), zeros(N), zeros(N), N, C};
+    check c = {ln_fwd, zeros(N * C), randn(N * C, 1), (size_t)N * C, &k};
+    objective(&c);
+    float *di = zeros(N * C), *dw = zeros(C), *db = zeros(C);
+    rf_op_layernorm_bwd(di, dw, db, c.R, k.inp, k.w, k.mean, k.rstd, N, C);
+    expect_grad(&c, k.inp, N * C, di, "layernorm dinp");
+    expect_grad(&c, k.w, C, dw, "layernorm dw");
+    expect_grad(&c, k.b, C, db, "layernorm db");
+    free(k.inp), free(k.w), free(k.b), free(k.mean), free(k.rstd), free(c.out), free(c.R);
+    free(di), free(dw), free(db);
+}
+
+/* ---- attention, with padding and dropout ---- */
+typedef struct {
+    float *qkv, *att;
+    uint8_t *valid;
+    int B, T, C, NH;
+    float p;
+} att_ctx;
+static void att_fwd(check *c) {
+    att_ctx *k = c->ctx;
+    rf_op_attention_fwd(c->out, k->att, k->qkv, k->valid, k->B, k->T, k->C, k->NH, k->p, 77);
+}
+static void run_attention(float p) {
+    int B = 2, T = 5, C = 8, NH = 2;
+    uint8_t valid[10] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0}; /* second sequence padded */
+    att_ctx k = {randn(B * T * 3 * C, 1), zeros(B * NH * T * T), valid, B, T, C, NH, p};
+    check c = {att_fwd, zeros(B * T * C), randn(B * T * C, 1), (size_t)B * T * C, &k};
+    objective(&c);
+    float *dqkv = zeros(B * T * 3 * C);
+    rf_op_attention_bwd(dqkv, c.R, k.qkv, k.att, valid, B, T, C, NH, p, 77);
+    expect_grad(&c, k.qkv, B * T * 3 * C, dqkv,
+                p > 0 ? "attention+dropout dqkv" : "attention dqkv");
+    /* padded keys get no gradient and padded rows leave real outputs unchanged */
+    for (int t = 8; t < 10; t++)
+        for (int i = C; i < 3 * C; i++)
+            assert_true(dqkv[t * 3 * C + i] == 0.0f);
+    free(k.qkv), free(k.att), free(c.out), free(c.R), free(dqkv);
+}
+static void test_attention(void **state) {
+    run_attention(0);
+}
+static void test_attention_dropout(void **state) {
+    run_attention(0.3f);
+}
+
+/* ---- elementwise ops ---- */
+typedef struct {
+    float *inp, *inp2;
+    size_t n;
+    int which;
+} ew_ctx;
+static void ew_fwd(check *c) {
+    ew_ctx *k = c->ctx;
+    switch (k->which) {
+    case 0:
+        rf_op_gelu_fwd(c->out, k->inp, k->n);
+        break;
+    case 1:
+        rf_op_tanh_fwd(c->out, k->inp, k->n);
+        break;
+    case 2:
+        rf_op_dropout_fwd(c->out, k->inp, k->n, 0.25f, 5);
+        break;
+    default:
+        rf_op_residual_fwd(c->out, k->inp, k->inp2, k->n);
+        break;
+    }
+}
+static void test_elementwise(void **state) {
+    const char *names[] = {"gelu", "tanh", "dropout", "residual"};
+    for (int which = 0; which < 4; which++) {
+        size_t n = 50;
+        ew_ctx k = {randn(n, 3), randn(n, 1), n, which};
+        check c = {ew_fwd, zeros(n), randn(n, 1), n, &k};
+        objective(&c);
+        float *d = zeros(n), *d2 = zeros(n);
+        switch (which) {
+        case 0:
+            rf_op_gelu_bwd(d, k.inp, c.R, n);
+            break;
+        case 1:
+            rf_op_tanh_bwd(d, c.out, c.R, n);
+            break;
+        case 2:
+            rf_op_dropout_bwd(d, c.R, n, 0.25f, 5);
+            break;
+        default:
+            rf_op_residual_bwd(d, d2, c.R, n);
+            break;
+        }
+        expect_grad(&c, k.inp, n, d, names[which]);
+        if (which == 3) expect_grad(&c, k.inp2, n, d2, "residual b");
+        free(k.inp), free(k.inp2), free(c.out), free(c.R), free(d), free(d2);
+    }
+}
+
+/* Dropout keeps about 1-p of the elements and scales them by 1/(1-p). */
+static void test_dropout_rate(void **state) {
+    size_t n = 100000, kept = 0;
+    float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        x[i] = 1.0f;
+    rf_op_dropout_fwd(y, x, n, 0.1f, 123);
+    for (size_t i = 0; i < n; i++) {
+        if (y[i] != 0.0f) {
+            kept++;
+            assert_float_equal(y[i], 1.0f / 0.9f, 1e-6);
+        }
+    }
+    assert_true(kept > 89500 && kept < 90500);
+    free(x), free(y);
+}
+
+/* ---- embeddings ---- */
+typedef struct {
+    int32_t *ids, *types;
+    float *wte, *wpe, *wtt;
+    int B, T, C;
+} emb_ctx;
+static void emb_fwd(check *c) {
+    emb_ctx *k = c->ctx;
+    rf_op_embed_fwd(c->out, k->ids, k->types, k->wte, k->wpe, k->wtt, k->B, k->T, k->C);
+}
+static void test_embed(void **state) {
+    int32_t ids[6] = {3, 1, 3, 0, 2, 3}, types[6] = {0, 0, 1, 1, 0, 1};
+    int B = 2, T = 3, C = 4, V = 5, P = 3, TV = 2;
+    emb_ctx k = {ids, types, randn(V * C, 1), randn(P * C, 1), randn(TV * C, 1), B, T, C};
+    check c = {emb_fwd, zeros(B * T * C), randn(B * T * C, 1), (size_t)B * T * C, &k};
+    float *dte = zeros(V * C), *dpe = zeros(P * C), *dtt = zeros(TV * C);
+    rf_op_embed_bwd(dte, dpe, dtt, c.R, ids, types, B, T, C, V, TV);
+    expect_grad(&c, k.wte, V * C, dte, "embed word");
+    expect_grad(&c, k.wpe, P * C, dpe, "embed position");
+    expect_grad(&c, k.wtt, TV * C, dtt, "embed type");
+    free(k.wte), free(k.wpe), free(k.wtt), free(c.out), free(c.R), free(dte), free(dpe), free(dtt);
+}
+
+/* ---- cross-entropy: the loss itself is the objective ---- */
+typedef struct {
+    float *logits, *probs, *losses;
+    int32_t *labels;
+    int B, K;
+} xe_ctx;
+static void xe_fwd(check *c) {
+    xe_ctx *k = c->ctx;
+    c->out[0] = rf_op_xent_fwd(k->probs, k->losses, k->logits, k->labels, k->B, k->K);
+}
+static void test_xent(void **state) {
+    int32_t labels[4] = {2, 0, -1, 1}; /* -1 is ignored */
+    int B = 4, K = 3;
+    xe_ctx k = {randn(B * K, 2), zeros(B * K), zeros(B), labels, B, K};
+    float R = 1.0f, out;
+    check c = {xe_fwd, &out, &R, 1, &k};
+    objective(&c);
+    float *d = zeros(B * K);
+    rf_op_xent_bwd(d, k.probs, labels, B, K, 1.0f);
+    expect_grad(&c, k.logits, B * K, d, "cross-entropy");
+    for (int i = 0; i < K; i++)
+        assert_true(d[2 * K + i] == 0.0f);
+    free(k.logits), free(k.probs), free(k.losses), free(d);
+}
+
+int main(void) {
+    rf_rng_seed(&rng, 42);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_linear),      cmocka_unit_test(test_layernorm),
+        cmocka_unit_test(test_attention),   cmocka_unit_test(test_attention_dropout),
+        cmocka_unit_test(test_elementwise), cmocka_unit_test(test_dropout_rate),
+        cmocka_unit_test(test_embed),       cmocka_unit_test(test_xent),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
