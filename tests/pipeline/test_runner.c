@@ -33,7 +33,10 @@ static int src_produce(void *state, rf_emit_fn emit, void *ectx) {
     source_state *s = state;
     rf_doc_batch *b = NULL;
     for (int64_t i = 0; i < s->count; i++) {
-        if (i == s->fail_at) return rf_fail(RF_ERR_PARSE, "planted failure at doc %lld", (long long)i);
+        if (i == s->fail_at) {
+            rf_doc_batch_free(b);
+            return rf_fail(RF_ERR_PARSE, "planted failure at doc %lld", (long long)i);
+        }
         if (!b) b = rf_doc_batch_new(64);
         rf_doc *d = rf_doc_batch_push(b);
         asprintf(&d->id, "doc%lld", (long long)i);
