@@ -1,0 +1,74 @@
+/* Ingest work batches: see batch.h. */
+#include "ingest/batch.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+
+rf_ibatch *rf_ibatch_new(void) {
+    return calloc(1, sizeof(rf_ibatch));
+}
+
+void rf_ibatch_free(rf_ibatch *b) {
+    if (!b) return;
+    free(b->recs);
+    rf_buf_free(&b->arena);
+    rf_buf_free(&b->docs_out);
+    rf_buf_free(&b->rejects_out);
+    rf_doc_batch_free(b->docs);
+    free(b);
+}
+
+void rf_ibatch_clear(rf_ibatch *b) {
+    b->n = 0;
+    rf_buf_reset(&b->arena);
+    rf_buf_reset(&b->docs_out);
+    rf_buf_reset(&b->rejects_out);
+    rf_doc_batch_free(b->docs);
+    b->docs = NULL;
+    b->n_reasons = 0;
+    b->kept = b->augmented = 0;
+    b->utf8_repairs = b->controls_removed = b->nul_bytes = b->entities = b->tags = 0;
+    b->err = 0;
+}
+
+rf_rec *rf_ibatch_push(rf_ibatch *b) {
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 256;
+        rf_rec *r = realloc(b->recs, cap * sizeof(*r));
+        if (!r) return NULL;
+        b->recs = r;
+        b->cap = cap;
+    }
+    rf_rec *r = &b->recs[b->n++];
+    memset(r, 0, sizeof(*r));
+    r->a.off = r->b.off = r->c.off = RF_NO_SPAN;
+    return r;
+}
+
+rf_span rf_ibatch_keep(rf_ibatch *b, const char *p, size_t n) {
+    rf_span s = {b->arena.len, n};
+    /* Keep a NUL after every span so it can be read as a C string too. */
+    if (rf_buf_reserve(&b->arena, n + 1)) return (rf_span){RF_NO_SPAN, RF_NO_SPAN};
+    if (n) memcpy(b->arena.data + b->arena.len, p, n);
+    b->arena.len += n;
+    b->arena.data[b->arena.len++] = '\0';
+    return s;
+}
+
+void rf_ibatch_count(rf_ibatch *b, const char *reason) {
+    for (size_t i = 0; i < b->n_reasons; i++) {
+        if (b->reasons[i].reason == reason || strcmp(b->reasons[i].reason, reason) == 0) {
+            b->reasons[i].n++;
+            return;
+        }
+    }
+    if (b->n_reasons == RF_INGEST_MAX_REASONS) {
+        /* More distinct reasons than any configuration produces: a bug. */
+        b->err = rf_fail(RF_ERR_INTERNAL, "ingest: more than %d reject reasons in a batch",
+                         RF_INGEST_MAX_REASONS);
+        return;
+    }
+    b->reasons[b->n_reasons++] = (rf_reason_count){reason, 1};
+}

@@ -1,0 +1,79 @@
+/* JSON Lines field extraction: see jsonl.h. */
+#include "ingest/jsonl.h"
+
+#include <string.h>
+
+#include "common/doc.h"
+
+/* Member by name; a dotted name walks nested objects when no key matches whole. */
+static const rf_json *lookup(const rf_json *obj, const char *name) {
+    const rf_json *v = rf_json_get(obj, name);
+    if (v || !strchr(name, '.')) return v;
+    const char *p = name;
+    while (obj && obj->type == RF_JSON_OBJECT) {
+        const char *dot = strchr(p, '.');
+        size_t klen = dot ? (size_t)(dot - p) : strlen(p);
+        const rf_json *next = NULL;
+        for (size_t i = 0; i < obj->len; i++) {
+            const rf_json_member *m = &obj->u.members[i];
+            if (m->keylen == klen && memcmp(m->key, p, klen) == 0) {
+                next = &m->value;
+                break;
+            }
+        }
+        if (!dot) return next;
+        obj = next;
+        p = dot + 1;
+    }
+    return NULL;
+}
+
+const char *rf_label_from_text(const rf_label_map *m, const char *s, size_t n, int32_t *label) {
+    double v;
+    if (rf_label_parse_number(s, n, &v)) return "bad_label";
+    return rf_label_apply(m, v, label);
+}
+
+const char *rf_jsonl_extract(rf_json_doc *doc, const char *line, size_t len,
+                             const rf_field_map *map, rf_record_fields *out) {
+    const rf_json *root;
+    out->label = RF_LABEL_NONE;
+    out->id = NULL;
+    out->id_len = 0;
+    rf_buf_reset(out->text);
+    if (rf_json_parse(doc, line, len, &root)) return "invalid_json";
+    if (root->type != RF_JSON_OBJECT) return "not_an_object";
+
+    size_t present = 0;
+    for (size_t i = 0; i < map->n_text_fields; i++) {
+        const rf_json *v = lookup(root, map->text_fields[i]);
+        if (!v || v->type == RF_JSON_NULL) continue;
+        if (v->type != RF_JSON_STRING) return "text_not_string";
+        if (present++ && rf_buf_puts(out->text, map->text_join)) return "out_of_memory";
+        if (rf_buf_append(out->text, v->u.str, v->len)) return "out_of_memory";
+    }
+    if (!present) return "missing_text";
+    if (!out->text->data && rf_buf_reserve(out->text, 0)) return "out_of_memory";
+
+    if (map->label_field) {
+        const rf_json *v = lookup(root, map->label_field);
+        if (!v || v->type == RF_JSON_NULL) return "missing_label";
+        if (v->type == RF_JSON_NUMBER) {
+            const char *r = rf_label_apply(map->label_map, v->num, &out->label);
+            if (r) return r;
+        } else if (v->type == RF_JSON_STRING) {
+            const char *r = rf_label_from_text(map->label_map, v->u.str, v->len, &out->label);
+            if (r) return r;
+        } else {
+            return "bad_label";
+        }
+    }
+    if (map->id_field) {
+        const rf_json *v = lookup(root, map->id_field);
+        if (!v || (v->type != RF_JSON_STRING && v->type != RF_JSON_NUMBER) || v->len == 0)
+            return "missing_id";
+        out->id = v->u.str;
+        out->id_len = v->len;
+    }
+    return NULL;
+}

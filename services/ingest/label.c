@@ -1,0 +1,76 @@
+/* Label maps: see label.h. */
+#include "ingest/label.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+
+int rf_label_map_parse(const char *spec, rf_label_map *m) {
+    memset(m, 0, sizeof(*m));
+    const char *p = spec;
+    while (*p) {
+        if (m->n == RF_LABEL_MAP_MAX)
+            return rf_fail(RF_ERR_INVALID, "label map '%s': more than %d ranges", spec,
+                           RF_LABEL_MAP_MAX);
+        rf_label_range *r = &m->r[m->n];
+        char *e;
+        r->lo = strtod(p, &e);
+        if (e == p) goto bad;
+        r->hi = r->lo;
+        if (*e == '-') {
+            p = e + 1;
+            r->hi = strtod(p, &e);
+            if (e == p) goto bad;
+        }
+        if (*e != ':' || !isfinite(r->lo) || !isfinite(r->hi) || r->hi < r->lo) goto bad;
+        p = e + 1;
+        long label = strtol(p, &e, 10);
+        if (e == p || label < 0 || label > INT32_MAX) goto bad;
+        r->label = (int32_t)label;
+        m->n++;
+        if (*e == ',')
+            e++;
+        else if (*e)
+            goto bad;
+        p = e;
+    }
+    if (m->n == 0) return rf_fail(RF_ERR_INVALID, "label map '%s' is empty", spec);
+    return 0;
+bad:
+    return rf_fail(RF_ERR_INVALID,
+                   "label map '%s': expected ranges like '1-2:0,3-5:1' (lo-hi:label)", spec);
+}
+
+int rf_label_parse_number(const char *s, size_t n, double *v) {
+    char tmp[64];
+    while (n && (*s == ' ' || *s == '\t'))
+        s++, n--;
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r'))
+        n--;
+    if (n == 0 || n >= sizeof(tmp)) return RF_ERR_PARSE;
+    memcpy(tmp, s, n);
+    tmp[n] = '\0';
+    char *e;
+    double d = strtod(tmp, &e);
+    /* strtod also takes "nan", "inf" and hex floats: only plain numbers count. */
+    if (*e || !isfinite(d) || strpbrk(tmp, "xXnN")) return RF_ERR_PARSE;
+    *v = d;
+    return 0;
+}
+
+const char *rf_label_apply(const rf_label_map *m, double v, int32_t *label) {
+    if (m->n) {
+        for (size_t i = 0; i < m->n; i++) {
+            if (v >= m->r[i].lo && v <= m->r[i].hi) {
+                *label = m->r[i].label;
+                return NULL;
+            }
+        }
+        return "unmapped_label";
+    }
+    if (v != floor(v) || v < 0 || v > INT32_MAX) return "bad_label";
+    *label = (int32_t)v;
+    return NULL;
+}

@@ -1,0 +1,212 @@
+/* The worker side of ingest: see process.h. */
+#include "ingest/process.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "ingest/jsonl.h"
+
+#define EXCERPT_BYTES 80
+#define ID_MAX        512
+
+struct rf_worker {
+    const rf_ingest_opts *o;
+    const rf_augmenter *aug;
+    const rf_source *src;
+    bool want_docs;
+    rf_field_map map;
+    rf_json_doc *json;
+    rf_buf text;  /* joined text of a JSON record */
+    rf_buf clean; /* cleaned text */
+    rf_buf *augs; /* o->augment.n_aug augmented copies */
+};
+
+int rf_worker_new(const rf_ingest_opts *o, const rf_augmenter *aug, const rf_source *src,
+                  bool want_docs, rf_worker **out) {
+    rf_worker *w = calloc(1, sizeof(*w));
+    if (!w) return RF_ERR_NOMEM;
+    *w = (rf_worker){.o = o, .aug = aug, .src = src, .want_docs = want_docs};
+    w->map = (rf_field_map){o->text_fields, o->n_text_fields, o->text_join,
+                            o->label_field, o->id_field,      &o->label_map};
+    w->json = rf_json_doc_new();
+    size_t n_aug = aug ? o->augment.n_aug : 0;
+    w->augs = n_aug ? calloc(n_aug, sizeof(rf_buf)) : NULL;
+    if (!w->json || (n_aug && !w->augs)) {
+        rf_worker_free(w);
+        return RF_ERR_NOMEM;
+    }
+    *out = w;
+    return 0;
+}
+
+void rf_worker_free(rf_worker *w) {
+    if (!w) return;
+    rf_json_doc_free(w->json);
+    rf_buf_free(&w->text);
+    rf_buf_free(&w->clean);
+    if (w->augs)
+        for (size_t i = 0; i < w->o->augment.n_aug; i++)
+            rf_buf_free(&w->augs[i]);
+    free(w->augs);
+    free(w);
+}
+
+static int reject(rf_worker *w, rf_ibatch *b, const rf_rec *r, const char *reason,
+                  const char *bytes, size_t n, const char *detail, size_t detail_len) {
+    rf_buf *out = &b->rejects_out;
+    const char *path = rf_source_path(w->src, r->src);
+    int rc = rf_buf_puts(out, "{\"source\":");
+    rc |= rf_buf_append_json_str(out, path, strlen(path));
+    rc |= rf_buf_printf(out, ",\"line\":%" PRIu64 ",\"offset\":%" PRIu64 ",\"reason\":", r->line,
+                        r->offset);
+    rc |= rf_buf_append_json_str(out, reason, strlen(reason));
+    if (detail && detail_len) {
+        rc |= rf_buf_puts(out, ",\"detail\":");
+        rc |= rf_buf_append_json_str(out, detail, detail_len);
+    }
+    rc |= rf_buf_puts(out, ",\"excerpt\":");
+    rc |= rf_buf_append_json_str(out, bytes, n < EXCERPT_BYTES ? n : EXCERPT_BYTES);
+    rc |= rf_buf_puts(out, "}\n");
+    rf_ibatch_count(b, reason);
+    return rc ? RF_ERR_NOMEM : 0;
+}
+
+/* Appends one document line, and a copy to b->docs when a stage wants them. */
+static int put_doc(rf_worker *w, rf_ibatch *b, const rf_doc *d) {
+    int rc = rf_doc_to_json(d, &b->docs_out);
+    if (!rc) rc = rf_buf_putc(&b->docs_out, '\n');
+    if (rc || !w->want_docs) return rc;
+    if (!b->docs && !(b->docs = rf_doc_batch_new(b->n))) return RF_ERR_NOMEM;
+    rf_doc *c = rf_doc_batch_push(b->docs);
+    if (!c) return RF_ERR_NOMEM;
+    c->id = strdup(d->id);
+    c->text = malloc(d->text_len + 1);
+    c->source = strdup(d->source);
+    c->aug_of = d->aug_of ? strdup(d->aug_of) : NULL;
+    if (!c->id || !c->text || !c->source || (d->aug_of && !c->aug_of)) return RF_ERR_NOMEM;
+    memcpy(c->text, d->text, d->text_len);
+    c->text[d->text_len] = '\0';
+    c->text_len = d->text_len;
+    c->label = d->label;
+    c->line = d->line;
+    c->offset = d->offset;
+    return 0;
+}
+
+/* Clean, filter, write, augment: the part shared by every input format. */
+static int finish_record(rf_worker *w, rf_ibatch *b, const rf_rec *r, const char *text, size_t n,
+                         int32_t label, const char *id, size_t id_len) {
+    const rf_ingest_opts *o = w->o;
+    rf_clean_result res;
+    int rc = rf_clean_text(&o->clean, text, n, &w->clean, &res);
+    if (rc) return rc;
+    b->utf8_repairs += (int64_t)res.utf8_repairs;
+    b->controls_removed += (int64_t)res.controls_removed;
+    b->nul_bytes += (int64_t)res.nul_bytes;
+    b->entities += (int64_t)res.entities_decoded;
+    b->tags += (int64_t)res.tags_removed;
+    if (res.reject) return reject(w, b, r, res.reject, text, n, NULL, 0);
+
+    const char *ctext = w->clean.data;
+    size_t clen = w->clean.len;
+    const char *why = NULL;
+    if (o->quality_enabled && (rc = rf_quality_check(&o->quality, ctext, clen, &why))) return rc;
+    if (!why && o->language.n_expected &&
+        (rc = rf_langid_check(&o->language, ctext, clen, &why, NULL)))
+        return rc;
+    if (why) return reject(w, b, r, why, ctext, clen, NULL, 0);
+
+    char idbuf[ID_MAX];
+    if (id) {
+        /* Ids become C strings: cut at an embedded NUL and at ID_MAX. */
+        size_t k = strnlen(id, id_len < ID_MAX - 1 ? id_len : ID_MAX - 1);
+        memcpy(idbuf, id, k);
+        idbuf[k] = '\0';
+    } else {
+        snprintf(idbuf, sizeof idbuf, "%s:%" PRIu64, rf_source_base(w->src, r->src), r->line);
+    }
+    rf_doc d = {.id = idbuf,
+                .text = (char *)ctext,
+                .text_len = clen,
+                .label = label,
+                .source = (char *)rf_source_path(w->src, r->src),
+                .line = r->line,
+                .offset = r->offset};
+    if ((rc = put_doc(w, b, &d))) return rc;
+    b->kept++;
+    if (!w->aug) return 0;
+
+    size_t n_aug = o->augment.n_aug;
+    uint64_t seed = rf_augment_seed(o->augment.seed, idbuf, strlen(idbuf));
+    if ((rc = rf_augment(w->aug, ctext, clen, seed, w->augs, n_aug))) return rc;
+    char augid[ID_MAX + 16];
+    for (size_t k = 0; k < n_aug; k++) {
+        snprintf(augid, sizeof augid, "%s#aug%zu", idbuf, k + 1);
+        rf_doc a = d;
+        a.id = augid;
+        a.text = w->augs[k].data ? w->augs[k].data : "";
+        a.text_len = w->augs[k].len;
+        a.aug_of = idbuf;
+        if ((rc = put_doc(w, b, &a))) return rc;
+        b->augmented++;
+    }
+    return 0;
+}
+
+static int json_record(rf_worker *w, rf_ibatch *b, const rf_rec *r) {
+    const char *line = b->arena.data + r->a.off;
+    rf_record_fields f = {.text = &w->text};
+    const char *why = rf_jsonl_extract(w->json, line, r->a.len, &w->map, &f);
+    if (why) {
+        if (strcmp(why, "out_of_memory") == 0) return RF_ERR_NOMEM;
+        const char *detail = strcmp(why, "invalid_json") == 0 ? rf_errmsg() : NULL;
+        return reject(w, b, r, why, line, r->a.len, detail, detail ? strlen(detail) : 0);
+    }
+    return finish_record(w, b, r, w->text.data, w->text.len, f.label, f.id, f.id_len);
+}
+
+static int fields_record(rf_worker *w, rf_ibatch *b, const rf_rec *r) {
+    const char *text = b->arena.data + r->a.off;
+    int32_t label = RF_LABEL_NONE;
+    if (w->o->label_field) {
+        const char *why;
+        if (r->b.off == RF_NO_SPAN || r->b.len == 0)
+            why = "missing_label";
+        else
+            why = rf_label_from_text(&w->o->label_map, b->arena.data + r->b.off, r->b.len, &label);
+        if (why) return reject(w, b, r, why, text, r->a.len, NULL, 0);
+    }
+    const char *id = NULL;
+    size_t id_len = 0;
+    if (w->o->id_field) {
+        if (r->c.off == RF_NO_SPAN || r->c.len == 0)
+            return reject(w, b, r, "missing_id", text, r->a.len, NULL, 0);
+        id = b->arena.data + r->c.off;
+        id_len = r->c.len;
+    }
+    return finish_record(w, b, r, text, r->a.len, label, id, id_len);
+}
+
+int rf_worker_process(rf_worker *w, rf_ibatch *b) {
+    int rc = 0;
+    for (size_t i = 0; i < b->n && !rc && !b->err; i++) {
+        const rf_rec *r = &b->recs[i];
+        switch (r->kind) {
+        case RF_REC_JSON:
+            rc = json_record(w, b, r);
+            break;
+        case RF_REC_FIELDS:
+            rc = fields_record(w, b, r);
+            break;
+        case RF_REC_REJECT:
+            rc = reject(w, b, r, r->reason, b->arena.data + r->a.off, r->a.len,
+                        r->b.off == RF_NO_SPAN ? NULL : b->arena.data + r->b.off,
+                        r->b.off == RF_NO_SPAN ? 0 : r->b.len);
+            break;
+        }
+    }
+    if (rc && !b->err) b->err = rc;
+    return b->err;
+}

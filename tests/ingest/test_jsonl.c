@@ -1,0 +1,148 @@
+/* JSON Lines extraction: joined text fields, labels through a map, ids, nested
+ * fields, and a reason for every kind of bad record. Also the label map. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "common/doc.h"
+#include "common/error.h"
+#include "ingest/jsonl.h"
+#include "ingest/label.h"
+
+static const char *const amazon_text[] = {"summary", "reviewText"};
+
+typedef struct fixture {
+    rf_json_doc *doc;
+    rf_buf text;
+    rf_label_map map;
+    rf_field_map fm;
+} fixture;
+
+static int setup(void **state) {
+    fixture *f = calloc(1, sizeof(*f));
+    f->doc = rf_json_doc_new();
+    assert_int_equal(rf_label_map_parse("1-2:0,3-5:1", &f->map), 0);
+    f->fm = (rf_field_map){amazon_text, 2, "\n", "overall", NULL, &f->map};
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    rf_json_doc_free(f->doc);
+    rf_buf_free(&f->text);
+    free(f);
+    return 0;
+}
+
+static const char *extract(fixture *f, const char *line, rf_record_fields *out) {
+    *out = (rf_record_fields){.text = &f->text};
+    return rf_jsonl_extract(f->doc, line, strlen(line), &f->fm, out);
+}
+
+static void test_amazon_record(void **state) {
+    fixture *f = *state;
+    rf_record_fields r;
+    assert_null(extract(f,
+                        "{\"overall\": 1.0, \"reviewText\": \"Smelled awful.\", "
+                        "\"summary\": \"Smells awful\", \"style\": {\"Size:\": \" 7 oz\"}}",
+                        &r));
+    assert_string_equal(f->text.data, "Smells awful\nSmelled awful.");
+    assert_int_equal(r.label, 0);
+    assert_null(r.id);
+    assert_null(extract(f, "{\"overall\": 3, \"reviewText\": \"ok\"}", &r));
+    assert_string_equal(f->text.data, "ok"); /* summary missing: the rest is kept */
+    assert_int_equal(r.label, 1);
+    assert_null(extract(f, "{\"overall\": \"5.0\", \"summary\": \"s\", \"reviewText\": null}", &r));
+    assert_string_equal(f->text.data, "s");
+    assert_int_equal(r.label, 1);
+}
+
+static void test_reasons(void **state) {
+    fixture *f = *state;
+    rf_record_fields r;
+    assert_string_equal(extract(f, "{\"overall\": 5, \"reviewText\": \"x\"", &r), "invalid_json");
+    assert_string_equal(extract(f, "[1,2]", &r), "not_an_object");
+    assert_string_equal(extract(f, "{\"overall\": 5}", &r), "missing_text");
+    assert_string_equal(extract(f, "{\"overall\": 5, \"summary\": 7}", &r), "text_not_string");
+    assert_string_equal(extract(f, "{\"reviewText\": \"x\"}", &r), "missing_label");
+    assert_string_equal(extract(f, "{\"overall\": null, \"reviewText\": \"x\"}", &r),
+                        "missing_label");
+    assert_string_equal(extract(f, "{\"overall\": \"five\", \"reviewText\": \"x\"}", &r),
+                        "bad_label");
+    assert_string_equal(extract(f, "{\"overall\": [5], \"reviewText\": \"x\"}", &r), "bad_label");
+    assert_string_equal(extract(f, "{\"overall\": 9, \"reviewText\": \"x\"}", &r),
+                        "unmapped_label");
+    assert_string_equal(extract(f, "{\"overall\": \"nan\", \"reviewText\": \"x\"}", &r),
+                        "bad_label");
+    /* A raw NUL or control byte inside a string is not JSON. */
+    const char nul[] = "{\"overall\": 5, \"reviewText\": \"a\0b\"}";
+    r = (rf_record_fields){.text = &f->text};
+    assert_string_equal(rf_jsonl_extract(f->doc, nul, sizeof nul - 1, &f->fm, &r), "invalid_json");
+}
+
+static void test_ids_nested_and_unlabeled(void **state) {
+    fixture *f = *state;
+    static const char *const text[] = {"meta.title", "body"};
+    f->fm = (rf_field_map){text, 2, " | ", NULL, "uid", &f->map};
+    rf_record_fields r;
+    assert_null(
+        extract(f, "{\"uid\": \"u-1\", \"meta\": {\"title\": \"T\"}, \"body\": \"B\"}", &r));
+    assert_string_equal(f->text.data, "T | B");
+    assert_int_equal(r.label, RF_LABEL_NONE);
+    assert_int_equal(r.id_len, 3);
+    assert_memory_equal(r.id, "u-1", 3);
+    assert_null(extract(f, "{\"uid\": 42, \"meta.title\": \"dotted key\"}", &r));
+    assert_string_equal(f->text.data, "dotted key");
+    assert_memory_equal(r.id, "42", 2);
+    assert_string_equal(extract(f, "{\"body\": \"B\"}", &r), "missing_id");
+    assert_string_equal(extract(f, "{\"uid\": \"\", \"body\": \"B\"}", &r), "missing_id");
+}
+
+static void test_label_map(void **state) {
+    rf_label_map m;
+    int32_t label;
+    assert_int_equal(rf_label_map_parse("1-2:0,3-5:1", &m), 0);
+    assert_int_equal(m.n, 2);
+    assert_null(rf_label_apply(&m, 2.0, &label));
+    assert_int_equal(label, 0);
+    assert_null(rf_label_apply(&m, 4.5, &label));
+    assert_int_equal(label, 1);
+    assert_string_equal(rf_label_apply(&m, 0.5, &label), "unmapped_label");
+    assert_int_equal(rf_label_map_parse("-1:0,0:1,1:2", &m), 0);
+    assert_null(rf_label_apply(&m, -1, &label));
+    assert_int_equal(label, 0);
+    assert_int_equal(rf_label_map_parse("", &m), RF_ERR_INVALID);
+    assert_int_equal(rf_label_map_parse("1-2", &m), RF_ERR_INVALID);
+    assert_int_equal(rf_label_map_parse("2-1:0", &m), RF_ERR_INVALID);
+    assert_int_equal(rf_label_map_parse("1:x", &m), RF_ERR_INVALID);
+
+    rf_label_map none = {0};
+    assert_null(rf_label_apply(&none, 7, &label));
+    assert_int_equal(label, 7);
+    assert_string_equal(rf_label_apply(&none, 0.5, &label), "bad_label");
+    assert_string_equal(rf_label_apply(&none, -1, &label), "bad_label");
+
+    double v;
+    assert_int_equal(rf_label_parse_number(" 4.0 ", 5, &v), 0);
+    assert_true(v == 4.0);
+    assert_int_equal(rf_label_parse_number("1\r", 2, &v), 0);
+    assert_int_equal(rf_label_parse_number("", 0, &v), RF_ERR_PARSE);
+    assert_int_equal(rf_label_parse_number("4 stars", 7, &v), RF_ERR_PARSE);
+    assert_int_equal(rf_label_parse_number("inf", 3, &v), RF_ERR_PARSE);
+    assert_int_equal(rf_label_parse_number("0x10", 4, &v), RF_ERR_PARSE);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_amazon_record, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reasons, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ids_nested_and_unlabeled, setup, teardown),
+        cmocka_unit_test(test_label_map),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
