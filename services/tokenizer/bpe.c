@@ -1,0 +1,193 @@
+/* GPT-2 byte-level BPE: the GPT-2 pre-tokenization regex
+ *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * matched by hand (classes from unicode_tables.h), then ranked merges over
+ * byte ids, with a per-thread cache of recent words. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/hash.h"
+#include "common/utf8.h"
+#include "tokenizer/tok_internal.h"
+#include "tokenizer/unicode_tables.h"
+
+#define CACHE_MAX_KEY   64         /* longer pieces are not cached */
+#define CACHE_SLOTS     (1u << 15) /* per thread */
+#define CACHE_KEY_BYTES (1u << 21) /* cleared when either budget is spent */
+
+enum { CL_OTHER = 0, CL_L = 1, CL_N = 2, CL_S = 3 };
+
+/* Class and byte length of the character at s[i] (valid UTF-8). */
+static inline int class_at(const unsigned char *s, size_t n, size_t i, size_t *clen) {
+    unsigned char b = s[i];
+    uint32_t cp;
+    if (b < 0x80) {
+        *clen = 1;
+        cp = b;
+    } else {
+        int k = rf_utf8_decode(s + i, n - i, &cp);
+        *clen = k > 0 ? (size_t)k : 1;
+        if (k <= 0) return CL_OTHER;
+    }
+    uint16_t f = rf_tok_cp_class(cp);
+    if (f & RF_CP_L) return CL_L;
+    if (f & RF_CP_N) return CL_N;
+    if (f & RF_CP_S) return CL_S;
+    return CL_OTHER;
+}
+
+/* End of the run of characters of class cl starting at i. */
+static size_t run_end(const unsigned char *s, size_t n, size_t i, int cl) {
+    while (i < n) {
+        size_t k;
+        if (class_at(s, n, i, &k) != cl) break;
+        i += k;
+    }
+    return i;
+}
+
+/* Length of the regex match at s[i] (the whole input is covered by matches). */
+static size_t next_piece(const unsigned char *s, size_t n, size_t i) {
+    if (s[i] == '\'' && i + 1 < n) {
+        unsigned char a = s[i + 1], b = i + 2 < n ? s[i + 2] : 0;
+        if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+        if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
+    }
+    size_t k;
+    int cl = class_at(s, n, i, &k);
+    size_t j = i;
+    if (s[i] == ' ' && i + 1 < n) {
+        size_t k2;
+        int cl2 = class_at(s, n, i + 1, &k2);
+        if (cl2 != CL_S) { /* " ?X+" with the optional space */
+            cl = cl2;
+            j = i + 1;
+        }
+    }
+    if (cl != CL_S) return run_end(s, n, j, cl) - i;
+    /* \s+(?!\S) then \s+: a whitespace run stops one character short of a
+     * following non-space, which then may take that last space as its prefix */
+    size_t end = i, last = i;
+    while (end < n) {
+        size_t k2;
+        if (class_at(s, n, end, &k2) != CL_S) break;
+        last = end;
+        end += k2;
+    }
+    if (end == n || last == i) return end - i;
+    return last - i;
+}
+
+static inline const rf_merge_slot *merge_find(const rf_tokenizer *t, uint32_t a, uint32_t b) {
+    uint64_t key = (uint64_t)a << 32 | b;
+    for (size_t j = rf_mix64(key) & t->merges_mask;; j = (j + 1) & t->merges_mask) {
+        const rf_merge_slot *m = &t->merges[j];
+        if (m->key == key) return m;
+        if (m->key == UINT64_MAX) return NULL;
+    }
+}
+
+static inline uint32_t pair_rank(const rf_tokenizer *t, uint32_t a, uint32_t b) {
+    const rf_merge_slot *m = merge_find(t, a, b);
+    return m ? m->rank : UINT32_MAX;
+}
+
+/* BPE of one pre-token: start from byte ids and apply the lowest-ranked merge
+ * (leftmost on ties) until none applies -- the order of HF's merge heap. */
+static int bpe_word(rf_tok_state *st, const unsigned char *s, size_t n, rf_u32vec *out) {
+    const rf_tokenizer *t = st->tok;
+    rf_u32vec *sym = &st->sym, *rank = &st->rank;
+    sym->n = rank->n = 0;
+    if (rf_u32vec_reserve(sym, n) || rf_u32vec_reserve(rank, n)) return RF_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++)
+        sym->v[i] = t->byte_id[s[i]];
+    size_t m = n;
+    for (size_t i = 0; i + 1 < m; i++)
+        rank->v[i] = pair_rank(t, sym->v[i], sym->v[i + 1]);
+    while (m > 1) {
+        size_t best = 0;
+        uint32_t br = UINT32_MAX;
+        for (size_t i = 0; i + 1 < m; i++)
+            if (rank->v[i] < br) br = rank->v[i], best = i;
+        if (br == UINT32_MAX) break;
+        sym->v[best] = merge_find(t, sym->v[best], sym->v[best + 1])->id;
+        memmove(sym->v + best + 1, sym->v + best + 2, (m - best - 2) * sizeof *sym->v);
+        memmove(rank->v + best + 1, rank->v + best + 2, (m - best - 2) * sizeof *rank->v);
+        m--;
+        if (best > 0) rank->v[best - 1] = pair_rank(t, sym->v[best - 1], sym->v[best]);
+        if (best + 1 < m) rank->v[best] = pair_rank(t, sym->v[best], sym->v[best + 1]);
+    }
+    if (rf_u32vec_reserve(out, m)) return RF_ERR_NOMEM;
+    memcpy(out->v + out->n, sym->v, m * sizeof *sym->v);
+    out->n += m;
+    return 0;
+}
+
+static void cache_clear(rf_tok_state *st) {
+    memset(st->cache, 0, (st->cache_mask + 1) * sizeof *st->cache);
+    st->cache_count = 0;
+    st->cache_keys.len = 0;
+    st->cache_ids.n = 0;
+}
+
+/* BPE through the cache; pieces are cached by their raw bytes. */
+static int bpe_cached(rf_tok_state *st, const unsigned char *s, size_t n, rf_u32vec *out) {
+    if (n > CACHE_MAX_KEY) return bpe_word(st, s, n, out);
+    if (!st->cache) {
+        st->cache = calloc(CACHE_SLOTS, sizeof *st->cache);
+        if (!st->cache) return RF_ERR_NOMEM;
+        st->cache_mask = CACHE_SLOTS - 1;
+    }
+    uint64_t h = rf_hash64(s, n, 0) | 1; /* hash 0 marks an empty slot */
+    size_t j = h & st->cache_mask;
+    for (; st->cache[j].hash; j = (j + 1) & st->cache_mask) {
+        const rf_bpe_cache_slot *c = &st->cache[j];
+        if (c->hash == h && c->key_len == n &&
+            memcmp(st->cache_keys.data + c->key_off, s, n) == 0) {
+            if (rf_u32vec_reserve(out, c->val_len)) return RF_ERR_NOMEM;
+            memcpy(out->v + out->n, st->cache_ids.v + c->val_off, c->val_len * sizeof *out->v);
+            out->n += c->val_len;
+            return 0;
+        }
+    }
+    size_t before = out->n;
+    int rc = bpe_word(st, s, n, out);
+    if (rc) return rc;
+    size_t nv = out->n - before;
+    if ((st->cache_count + 1) * 2 > st->cache_mask + 1 ||
+        st->cache_keys.len + n > CACHE_KEY_BYTES) {
+        cache_clear(st);
+        j = h & st->cache_mask;
+        while (st->cache[j].hash)
+            j = (j + 1) & st->cache_mask;
+    }
+    size_t koff = st->cache_keys.len, voff = st->cache_ids.n;
+    if (rf_buf_append(&st->cache_keys, s, n) || rf_u32vec_reserve(&st->cache_ids, nv))
+        return RF_ERR_NOMEM;
+    memcpy(st->cache_ids.v + voff, out->v + before, nv * sizeof *out->v);
+    st->cache_ids.n += nv;
+    st->cache[j] =
+        (rf_bpe_cache_slot){h, (uint32_t)koff, (uint32_t)n, (uint32_t)voff, (uint32_t)nv};
+    st->cache_count++;
+    return 0;
+}
+
+int rf_bpe_encode(rf_tok_state *st, const char *text, size_t len, rf_u32vec *out) {
+    const unsigned char *s = (const unsigned char *)text;
+    size_t n = len;
+    if (st->tok->add_prefix_space && n > 0 && s[0] != ' ') {
+        /* ByteLevel(add_prefix_space): the segment is seen with a leading ' ' */
+        rf_buf *w = &st->word;
+        w->len = 0;
+        if (rf_buf_putc(w, ' ') || rf_buf_append(w, text, len)) return RF_ERR_NOMEM;
+        s = (const unsigned char *)w->data;
+        n = w->len;
+    }
+    for (size_t i = 0; i < n;) {
+        size_t k = next_piece(s, n, i);
+        int rc = bpe_cached(st, s + i, k, out);
+        if (rc) return rc;
+        i += k;
+    }
+    return 0;
+}
