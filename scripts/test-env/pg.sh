@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# A throwaway PostgreSQL server for tests: initdb into DIR/data, listen on a
+# free port of 127.0.0.1 only, unix socket in DIR, no fsync (test data only).
+#
+#   pg.sh start DIR     start it; writes DIR/pg.env (PGHOST, PGPORT, PGUSER,
+#                       PGDATABASE, REFINERY_PG = a libpq connection string)
+#   pg.sh stop DIR      stop it (fast shutdown); DIR stays
+#   pg.sh restart DIR   stop and start again on the same port and data
+#
+# initdb refuses to run as root, so as root (CI) the server runs as the
+# `postgres` system user (created by Debian's postgresql package) and DIR is
+# handed to it. PG_BIN overrides the binaries' directory.
+set -euo pipefail
+cmd=${1:?usage: pg.sh start|stop|restart DIR}
+dir=${2:?usage: pg.sh start|stop|restart DIR}
+PG_BIN=${PG_BIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)}
+[ -x "$PG_BIN/initdb" ] || { echo "pg.sh: no PostgreSQL binaries (install postgresql)" >&2; exit 1; }
+
+as_owner() {
+    if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+start_on() {
+    local port=$1
+    as_owner "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/pg.log" -w -t 30 \
+        -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=50" \
+        start >/dev/null
+}
+
+write_env() {
+    local port=$1
+    cat >"$dir/pg.env" <<ENV
+PGHOST=127.0.0.1
+PGPORT=$port
+PGUSER=postgres
+PGDATABASE=postgres
+REFINERY_PG="host=127.0.0.1 port=$port user=postgres dbname=postgres connect_timeout=5"
+ENV
+}
+
+case $cmd in
+start)
+    mkdir -p "$dir"
+    [ "$(id -u)" -eq 0 ] && chown postgres: "$dir"
+    if [ ! -d "$dir/data" ]; then
+        as_owner "$PG_BIN/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --no-sync \
+            --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 ||
+            { cat "$dir/initdb.log" >&2; exit 1; }
+    fi
+    for _ in 1 2 3 4 5 6 7 8; do
+        port=$((20000 + RANDOM % 40000))
+        port_free "$port" || continue
+        if start_on "$port"; then
+            echo "$port" >"$dir/pg.port"
+            write_env "$port"
+            echo "pg.sh: PostgreSQL on 127.0.0.1:$port (data $dir/data)" >&2
+            exit 0
+        fi
+    done
+    echo "pg.sh: could not start PostgreSQL:" >&2
+    tail -n 20 "$dir/pg.log" >&2 || true
+    exit 1
+    ;;
+stop)
+    [ -f "$dir/data/postmaster.pid" ] || exit 0
+    as_owner "$PG_BIN/pg_ctl" -D "$dir/data" -m fast -w -t 30 stop >/dev/null
+    ;;
+restart)
+    as_owner "$PG_BIN/pg_ctl" -D "$dir/data" -m fast -w -t 30 stop >/dev/null || true
+    start_on "$(cat "$dir/pg.port")"
+    ;;
+*)
+    echo "pg.sh: unknown command $cmd" >&2
+    exit 2
+    ;;
+esac
