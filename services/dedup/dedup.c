@@ -15,14 +15,16 @@
 
 /* Payload of one committed batch (little-endian):
  *   u64 first_seq | u32 ndocs | u32 0 | u64 kept_bytes | u64 dups_bytes | ndocs doc records
- * Doc record: a 48-byte head, then keys[nkeys] u64, merges[nmerge] u32,
+ * Doc record: a 56-byte head, then keys[nkeys] u64, merges[nmerge] u32,
  * id[id_len], set[set_len] u32:
  *   u8 kind | u8 flags | u16 pairs_checked | u32 target | f32 jaccard | u32 nkeys |
- *   u32 nmerge | u32 id_len | u32 set_len | u32 set_total | u64 hash.lo | u64 hash.hi
+ *   u32 nmerge | u32 id_len | u32 set_len | u32 set_total | u64 hash.lo | u64 hash.hi |
+ *   u32 matched | u32 0
+ * matched is the verified candidate with the best Jaccard (near duplicates);
  * target is the representative chosen at decision time (the doc itself if kept);
  * merges are the other cluster roots this document joined into target. */
 #define BATCH_HEAD    32
-#define REC_HEAD      48
+#define REC_HEAD      56
 #define FLAG_VERIFIED 1u
 #define FLAG_EXACT_J  2u
 #define MAX_DOCS      (UINT32_MAX - 1)
@@ -36,7 +38,7 @@ typedef struct dd_node {
 typedef struct dd_rec {
     uint8_t kind, flags;
     uint16_t pairs;
-    uint32_t target, nkeys, nmerge, id_len, set_len, set_total;
+    uint32_t target, nkeys, nmerge, id_len, set_len, set_total, matched;
     float jaccard;
     rf_hash128 hash;
 } dd_rec;
@@ -121,6 +123,10 @@ int rf_dd_dup_json(const rf_doc *doc, const rf_dd_result *res, rf_buf *out) {
     rc |= rf_buf_append_json_str(out, kid, strlen(kid));
     rc |= rf_buf_printf(out, ",\"kind\":\"%s\"", rf_dd_kind_name(res->kind));
     if (res->verified) rc |= rf_buf_printf(out, ",\"jaccard\":%.4f", (double)res->jaccard);
+    if (res->matched_id) {
+        rc |= rf_buf_puts(out, ",\"matched_id\":");
+        rc |= rf_buf_append_json_str(out, res->matched_id, strlen(res->matched_id));
+    }
     rc |= rf_buf_printf(out, ",\"cluster\":\"%016llx\"}", (unsigned long long)res->cluster);
     return rc ? RF_ERR_NOMEM : RF_OK;
 }
@@ -165,6 +171,7 @@ static void rec_encode(const dd_rec *r, unsigned char h[REC_HEAD]) {
     memcpy(h + 8, &r->jaccard, 4);
     memcpy(h + 32, &r->hash.lo, 8);
     memcpy(h + 40, &r->hash.hi, 8);
+    memcpy(h + 48, &r->matched, 4);
 }
 
 static void rec_decode(const unsigned char h[REC_HEAD], dd_rec *r) {
@@ -182,6 +189,7 @@ static void rec_decode(const unsigned char h[REC_HEAD], dd_rec *r) {
     memcpy(&r->jaccard, h + 8, 4);
     memcpy(&r->hash.lo, h + 32, 8);
     memcpy(&r->hash.hi, h + 40, 8);
+    memcpy(&r->matched, h + 48, 4);
 }
 
 static uint64_t rec_id_off(const dd_rec *r) {
@@ -230,14 +238,22 @@ static int read_set(rf_dedup *d, uint32_t seq, rf_shset *out) {
     return RF_OK;
 }
 
-/* Representative id and cluster hash for a result. */
-static int fill_target(rf_dedup *d, uint32_t seq, uint32_t target, rf_dd_result *res) {
+/* Fills a result from a decision: representative id, cluster hash, and for
+ * verified near duplicates the id of the best-matching candidate. */
+static int fill_result(rf_dedup *d, uint32_t seq, const dd_rec *r, rf_dd_result *res) {
+    res->kind = (rf_dd_kind)r->kind;
+    res->jaccard = r->jaccard;
+    res->verified = r->flags & FLAG_VERIFIED;
     size_t len;
-    int rc = read_id(d, target, &len);
+    int rc = read_id(d, r->target, &len);
     if (rc) return rc;
     res->cluster = rf_hash64(d->rid, len, 0);
     if (!res->cluster) res->cluster = 1; /* 0 means "no cluster" in rf_doc */
-    if (target != seq && !(res->kept_id = strdup(d->rid))) return RF_ERR_NOMEM;
+    if (r->target != seq && !(res->kept_id = strdup(d->rid))) return RF_ERR_NOMEM;
+    if (res->verified && r->kind == RF_DD_NEAR) {
+        if ((rc = read_id(d, r->matched, &len))) return rc;
+        if (!(res->matched_id = strdup(d->rid))) return RF_ERR_NOMEM;
+    }
     return RF_OK;
 }
 
@@ -320,6 +336,8 @@ static int replay_batch(void *ctx, const unsigned char *p, size_t len, uint64_t 
         else if (r.set_len > (uint32_t)d->o.set_cap || r.set_len > r.set_total ||
                  (!d->o.verify && r.set_len))
             rc = corrupt("bad shingle set size", seq);
+        else if (r.matched >= (r.kind == RF_DD_NEAR && (r.flags & FLAG_VERIFIED) ? seq : 1))
+            rc = corrupt("bad matched document", seq);
         if (rc) break;
         free(keys);
         free(merges);
@@ -495,6 +513,7 @@ static int decide(rf_dedup *d, const rf_doc *doc, dd_prep *p, const uint64_t *ke
                 if ((float)j > best || !(r.flags & FLAG_VERIFIED)) {
                     best = (float)j;
                     best_exact = exact;
+                    r.matched = cand[i];
                 }
                 r.flags |= FLAG_VERIFIED;
             }
@@ -517,10 +536,7 @@ static int decide(rf_dedup *d, const rf_doc *doc, dd_prep *p, const uint64_t *ke
     if ((rc = append_record(d, &r, keys, merges, doc, p->set, &voff)) ||
         (rc = apply(d, voff, &r, keys, merges)))
         return rc;
-    res->kind = (rf_dd_kind)r.kind;
-    res->jaccard = r.jaccard;
-    res->verified = r.flags & FLAG_VERIFIED;
-    return fill_target(d, seq, r.target, res);
+    return fill_result(d, seq, &r, res);
 }
 
 /* A document the index already holds: check it is the same one and read back
@@ -536,11 +552,8 @@ static int replay_doc(rf_dedup *d, uint64_t seq, const rf_doc *doc, rf_dd_result
                        "document %llu has id '%s' but the index recorded '%s' there: the input "
                        "differs from the one this index was built on",
                        (unsigned long long)seq, id, d->rid);
-    res->kind = (rf_dd_kind)r.kind;
-    res->jaccard = r.jaccard;
-    res->verified = r.flags & FLAG_VERIFIED;
     res->replayed = true;
-    return fill_target(d, (uint32_t)seq, r.target, res);
+    return fill_result(d, (uint32_t)seq, &r, res);
 }
 
 int rf_dedup_process(rf_dedup *d, const rf_doc *docs, size_t n, rf_dd_result *res) {

@@ -47,7 +47,8 @@ typedef struct rf_dd_result {
     rf_dd_kind kind;
     uint64_t cluster; /* 64-bit hash of the representative's id */
     char *kept_id;    /* representative's id (malloc'd) for duplicates, else NULL */
-    float jaccard;    /* best verified Jaccard (near duplicates with verify) */
+    char *matched_id; /* verified near duplicates: the candidate of the best Jaccard */
+    float jaccard;    /* that best verified Jaccard */
     bool verified;
     bool replayed; /* decided by an earlier process; read back from the index */
 } rf_dd_result;
@@ -55,8 +56,9 @@ typedef struct rf_dd_result {
 void rf_dd_results_clear(rf_dd_result *res, size_t n);
 
 /* Appends the duplicates-file line for a duplicate (no '\n'):
- *   {"id":"...","kept_id":"...","kind":"near","jaccard":0.8125,"cluster":"..."}
- * jaccard only when verified. */
+ *   {"id":"...","kept_id":"...","kind":"near","jaccard":0.8125,"matched_id":"...","cluster":"..."}
+ * jaccard and matched_id only when verified (matched_id is the document the
+ * Jaccard was measured against; kept_id is its cluster's representative). */
 int rf_dd_dup_json(const rf_doc *doc, const rf_dd_result *res, rf_buf *out);
 
 typedef struct rf_dedup rf_dedup;
