@@ -30,17 +30,43 @@ static int32_t *fx_ints(const rf_st_file *f, const char *name, size_t *n) {
     return o;
 }
 
-/* ||a - b|| / max(||b||, 1e-6): norm-wise relative error. The floor matters
- * only for tensors whose exact value is zero (the key biases' gradient:
- * softmax is invariant to them), where both sides hold round-off noise of
- * order 1e-9 and the error becomes an absolute one. */
-static double rel_err(const float *a, const float *b, size_t n) {
+/* ||a - b|| / max(||b||, floor): norm-wise relative error. */
+static double rel_err_floor(const float *a, const float *b, size_t n, double floor) {
     double d = 0, r = 0;
     for (size_t i = 0; i < n; i++) {
         d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
         r += (double)b[i] * b[i];
     }
-    return sqrt(d) / fmax(sqrt(r), 1e-6);
+    return sqrt(d) / fmax(sqrt(r), floor);
+}
+
+static double rel_err(const float *a, const float *b, size_t n) {
+    return rel_err_floor(a, b, n, 1e-6);
+}
+
+static double norm(const float *a, size_t n) {
+    double r = 0;
+    for (size_t i = 0; i < n; i++)
+        r += (double)a[i] * a[i];
+    return sqrt(r);
+}
+
+/* The gradient of a key bias is exactly zero (softmax is invariant to adding
+ * the same q.b_k to every score), so both sides hold only round-off noise.
+ * Its error is measured against the scale of the same layer's query-bias
+ * gradient instead of its own (noise-sized) norm. */
+static double grad_scale_floor(const rf_st_file *ref, const char *name) {
+    const char *k = strstr(name, "attention.self.key.bias");
+    if (!k) return 1e-6;
+    char q[200];
+    snprintf(q, sizeof q, "%.*sattention.self.query.bias", (int)(k - name), name);
+    const rf_st_tensor *t = rf_st_find(ref, q);
+    if (!t) fail_msg("fixture lacks '%s'", q);
+    float *x = malloc(t->numel * sizeof(float));
+    rf_st_to_f32(t, x);
+    double s = norm(x, t->numel);
+    free(x);
+    return s;
 }
 
 static char *fixture_path(const char *rel) {
