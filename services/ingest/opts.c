@@ -1,4 +1,5 @@
 /* Ingest options: defaults and the `ingest:` spec section. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,6 +81,14 @@ static int name_list(const rf_cfg *sec, const char *key, const char **dst, size_
     return 0;
 }
 
+/* Prefixes the current error detail with the key's path (copying it first:
+ * rf_fail writes the buffer rf_errmsg() reads). */
+static int fail_at(const rf_cfg *sec, const char *key, int rc) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", rf_errmsg());
+    return rf_fail(rc, "%s: %s", rf_cfg_path(rf_cfg_get(sec, key)), msg);
+}
+
 static int opt_string(const rf_cfg *sec, const char *key, const char **v) {
     /* "" or "none" clears an optional field set by a preset. */
     int rc = rf_cfg_str(sec, key, *v, v);
@@ -93,8 +102,7 @@ int rf_ingest_opts_from_cfg(const rf_cfg *sec, rf_ingest_opts *o) {
     if ((rc = rf_cfg_check_keys(sec, rf_ingest_keys))) return rc;
     const char *preset = NULL;
     if ((rc = rf_cfg_str(sec, "preset", NULL, &preset))) return rc;
-    if (preset && (rc = rf_ingest_preset_apply(o, preset)))
-        return rf_fail(rc, "%s: %s", rf_cfg_path(rf_cfg_get(sec, "preset")), rf_errmsg());
+    if (preset && (rc = rf_ingest_preset_apply(o, preset))) return fail_at(sec, "preset", rc);
 
     int fmt = (int)o->format;
     if ((rc = rf_cfg_enum(sec, "format", format_names, fmt, &fmt))) return rc;
@@ -114,7 +122,7 @@ int rf_ingest_opts_from_cfg(const rf_cfg *sec, rf_ingest_opts *o) {
     if (map && (!*map || strcmp(map, "none") == 0)) {
         o->label_map.n = 0;
     } else if (map && (rc = rf_label_map_parse(map, &o->label_map))) {
-        return rf_fail(rc, "%s: %s", rf_cfg_path(rf_cfg_get(sec, "label_map")), rf_errmsg());
+        return fail_at(sec, "label_map", rc);
     }
 
     const char *quote = NULL;

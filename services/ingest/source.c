@@ -33,6 +33,8 @@ struct rf_source {
     rf_csv csv;
     bool need_header;
     uint64_t rec_line, rec_offset; /* first line of the open CSV record */
+    char rec_head[EXCERPT_BYTES];  /* and its first bytes, for rejects */
+    size_t rec_head_len;
     long text_col[RF_INGEST_MAX_TEXT_FIELDS];
     long label_col, id_col;
     size_t want_fields; /* expected field count, 0 = any */
@@ -216,12 +218,11 @@ static int csv_record(rf_source *s, rf_ibatch *b, uint32_t src) {
         }
         return map_columns(s, c->nfields);
     }
-    const char *first = rf_csv_field(c, 0, &len);
     if (s->want_fields && c->nfields != s->want_fields) {
         char detail[64];
         snprintf(detail, sizeof detail, "%zu fields, expected %zu", c->nfields, s->want_fields);
-        return push_reject(b, src, s->rec_line, s->rec_offset, "csv_field_count", first, len,
-                           detail);
+        return push_reject(b, src, s->rec_line, s->rec_offset, "csv_field_count", s->rec_head,
+                           s->rec_head_len, detail);
     }
     const rf_ingest_opts *o = s->o;
     rf_buf_reset(&s->join);
@@ -247,6 +248,8 @@ static int csv_line(rf_source *s, rf_ibatch *b, uint32_t src, const rf_line *ln)
     if (!rf_csv_open(c)) {
         s->rec_line = ln->lineno;
         s->rec_offset = ln->offset;
+        s->rec_head_len = ln->len < EXCERPT_BYTES ? ln->len : EXCERPT_BYTES;
+        memcpy(s->rec_head, ln->data, s->rec_head_len);
     }
     if (ln->too_long) {
         rf_csv_reset(c);
@@ -265,8 +268,8 @@ static int csv_line(rf_source *s, rf_ibatch *b, uint32_t src, const rf_line *ln)
     case RF_CSV_NOMEM:
         return RF_ERR_NOMEM;
     default:
-        return push_reject(b, src, s->rec_line, s->rec_offset, rf_csv_status_name(st), ln->data,
-                           ln->len, NULL);
+        return push_reject(b, src, s->rec_line, s->rec_offset, rf_csv_status_name(st), s->rec_head,
+                           s->rec_head_len, NULL);
     }
 }
 
@@ -320,8 +323,8 @@ static int close_input(rf_source *s, rf_ibatch *b) {
     int rc = 0;
     if (s->fmt == RF_FORMAT_CSV || s->fmt == RF_FORMAT_TSV) {
         if (rf_csv_finish(&s->csv) == RF_CSV_UNTERMINATED)
-            rc = push_reject(b, src, s->rec_line, s->rec_offset, "csv_unterminated_quote", "", 0,
-                             "input ended inside a quoted field");
+            rc = push_reject(b, src, s->rec_line, s->rec_offset, "csv_unterminated_quote",
+                             s->rec_head, s->rec_head_len, "input ended inside a quoted field");
     } else if (s->fmt == RF_FORMAT_TEXT) {
         rc = para_flush(s, b, src);
     }
