@@ -4,6 +4,9 @@
 #
 #   pg.sh start DIR     start it; writes DIR/pg.env (PGHOST, PGPORT, PGUSER,
 #                       PGDATABASE, REFINERY_PG = a libpq connection string)
+#                       and DIR/pg.conninfo (the connection string alone).
+#                       With PG_OWNER_PID set, a watchdog stops the server and
+#                       removes DIR once that process is gone (even if killed).
 #   pg.sh stop DIR      stop it (fast shutdown); DIR stays
 #   pg.sh restart DIR   stop and start again on the same port and data
 #
@@ -38,6 +41,17 @@ PGUSER=postgres
 PGDATABASE=postgres
 REFINERY_PG="host=127.0.0.1 port=$port user=postgres dbname=postgres connect_timeout=5"
 ENV
+    echo "host=127.0.0.1 port=$port user=postgres dbname=postgres connect_timeout=5" >"$dir/pg.conninfo"
+}
+
+watchdog() {
+    local owner=$1 self
+    self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+    (
+        while kill -0 "$owner" 2>/dev/null; do sleep 0.5; done
+        "$self" stop "$dir" || true
+        rm -rf "$dir"
+    ) </dev/null >/dev/null 2>&1 &
 }
 
 case $cmd in
@@ -55,6 +69,7 @@ start)
         if start_on "$port"; then
             echo "$port" >"$dir/pg.port"
             write_env "$port"
+            [ -n "${PG_OWNER_PID:-}" ] && watchdog "$PG_OWNER_PID"
             echo "pg.sh: PostgreSQL on 127.0.0.1:$port (data $dir/data)" >&2
             exit 0
         fi
@@ -68,7 +83,7 @@ stop)
     as_owner "$PG_BIN/pg_ctl" -D "$dir/data" -m fast -w -t 30 stop >/dev/null
     ;;
 restart)
-    as_owner "$PG_BIN/pg_ctl" -D "$dir/data" -m fast -w -t 30 stop >/dev/null || true
+    as_owner "$PG_BIN/pg_ctl" -D "$dir/data" -m fast -w -t 30 stop >/dev/null 2>&1 || true
     start_on "$(cat "$dir/pg.port")"
     ;;
 *)

@@ -1,0 +1,20 @@
+/* Internal to services/store. */
+#ifndef RF_STORE_INTERNAL_H
+#define RF_STORE_INTERNAL_H
+
+#include "store/store.h"
+
+struct rf_store {
+    PGconn *conn;
+    char *conninfo;
+    int attempts;
+    double backoff_s, backoff_max_s;
+    int64_t reconnects;
+};
+
+/* One try on the current connection, no reconnect (inside transactions). */
+int store_exec_once(rf_store *s, const char *sql, int n, const char *const *params, PGresult **res);
+/* Applies missing migrations (store/migrations.h) under the advisory lock. */
+int store_migrate(rf_store *s);
+
+#endif

@@ -1,0 +1,100 @@
+/* PostgreSQL metadata store (libpq).
+ *
+ * rf_store_open connects (retrying with exponential backoff while the server
+ * is not up yet), then applies the embedded migrations that are missing, in
+ * one transaction under a transaction-level advisory lock, so that several
+ * services starting at once migrate exactly once.
+ *
+ * Every statement with values is sent with PQexecParams (no SQL is built from
+ * data). When the connection drops, the next statement reconnects with
+ * backoff and is retried once: every write here is idempotent (keyed inserts
+ * with ON CONFLICT DO NOTHING, or absolute updates), so a retry after an
+ * unknown outcome cannot count anything twice.
+ *
+ * A store handle is used by one thread at a time. */
+#ifndef RF_STORE_H
+#define RF_STORE_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct rf_store rf_store;
+
+typedef struct rf_store_opts {
+    const char *conninfo; /* libpq connection string or URI */
+    int attempts;         /* connection attempts before giving up; 0 means 10 */
+    double backoff_s;     /* first wait between attempts, doubled each time; 0 means 0.1 */
+    double backoff_max_s; /* cap of the wait; 0 means 5 */
+} rf_store_opts;
+
+int rf_store_open(const rf_store_opts *opts, rf_store **out);
+void rf_store_close(rf_store *s);
+
+/* Schema version after open (the highest applied migration). */
+int rf_store_schema_version(rf_store *s, int *version);
+/* Times the handle had to reconnect (for tests and logs). */
+int64_t rf_store_reconnects(const rf_store *s);
+
+/* Runs sql with text parameters $1..$n (NULL = SQL NULL). *res (may be NULL
+ * when not wanted) is the result, to PQclear. Fails with RF_ERR_IO naming the
+ * server's message on a failed statement. */
+int rf_store_exec(rf_store *s, const char *sql, int n, const char *const *params, PGresult **res);
+
+/* --- runs --- */
+
+typedef enum rf_run_state {
+    RF_RUN_PENDING,
+    RF_RUN_RUNNING,
+    RF_RUN_SUCCEEDED,
+    RF_RUN_FAILED,
+    RF_RUN_CANCELLED,
+} rf_run_state;
+
+const char *rf_run_state_name(rf_run_state st);
+
+typedef struct rf_store_run {
+    char id[128];
+    rf_run_state state;
+    char error[256];
+    double created_at; /* unix seconds */
+} rf_store_run;
+
+/* Creates a run; *created = false when the id already existed (untouched). */
+int rf_store_run_create(rf_store *s, const char *run_id, const char *spec, bool *created);
+int rf_store_run_set_state(rf_store *s, const char *run_id, rf_run_state st, const char *error);
+/* RF_ERR_NOT_FOUND for an unknown id. */
+int rf_store_run_get(rf_store *s, const char *run_id, rf_store_run *out);
+
+/* --- stage progress, one row per batch --- */
+
+typedef struct rf_store_counts {
+    int64_t in, out, rejected, duplicate;
+    int64_t batches;
+} rf_store_counts;
+
+/* Records a batch's counts once: *recorded = false when (run, stage, seq) was
+ * already recorded (a replay), and nothing changes. */
+int rf_store_progress_add(rf_store *s, const char *run_id, const char *stage, uint64_t batch_seq,
+                          const rf_store_counts *c, bool *recorded);
+/* Sums over the recorded batches of a stage. */
+int rf_store_progress_total(rf_store *s, const char *run_id, const char *stage,
+                            rf_store_counts *out);
+
+/* --- trainer and evaluator --- */
+
+int rf_store_checkpoint_add(rf_store *s, const char *run_id, int64_t step, const char *path,
+                            double train_loss);
+/* The checkpoint with the highest step: RF_ERR_NOT_FOUND when there is none. */
+int rf_store_checkpoint_latest(rf_store *s, const char *run_id, int64_t *step, char *path,
+                               size_t path_size);
+int rf_store_metric_add(rf_store *s, const char *run_id, int64_t step, const char *name,
+                        double value);
+int rf_store_eval_add(rf_store *s, const char *run_id, int64_t checkpoint_step, const char *metric,
+                      double value);
+/* RF_ERR_NOT_FOUND when that result is not recorded. */
+int rf_store_eval_get(rf_store *s, const char *run_id, int64_t checkpoint_step, const char *metric,
+                      double *value);
+
+#endif

@@ -1,0 +1,288 @@
+/* services/store against a real PostgreSQL: started here with
+ * scripts/test-env/pg.sh in a temporary directory (a watchdog removes it if
+ * this process dies), or the server of $REFINERY_PG when set (then the
+ * restart tests are skipped). */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/error.h"
+#include "common/sys.h"
+#include "store/migrations.h"
+#include "store/store.h"
+
+static char pg_dir[] = "/tmp/rf-store-test-XXXXXX";
+static char conninfo[512];
+static int own_server;
+
+static int pg_cmd(const char *cmd) {
+    const char *root = getenv("REFINERY_ROOT");
+    char line[1024];
+    snprintf(line, sizeof line, "PG_OWNER_PID=%d '%s/scripts/test-env/pg.sh' %s '%s' >&2",
+             (int)getpid(), root ? root : ".", cmd, pg_dir);
+    return system(line) == 0 ? 0 : -1;
+}
+
+static int group_setup(void **state) {
+    const char *env = getenv("REFINERY_PG");
+    if (env && *env) {
+        snprintf(conninfo, sizeof conninfo, "%s", env);
+        return 0;
+    }
+    if (!mkdtemp(pg_dir) || pg_cmd("start") < 0) {
+        fprintf(stderr, "could not start PostgreSQL with scripts/test-env/pg.sh "
+                        "(is REFINERY_ROOT set and postgresql installed?)\n");
+        return -1;
+    }
+    own_server = 1;
+    char path[600], *text;
+    size_t len;
+    snprintf(path, sizeof path, "%s/pg.conninfo", pg_dir);
+    if (rf_read_file(path, 4096, &text, &len) < 0) return -1;
+    text[strcspn(text, "\n")] = 0;
+    snprintf(conninfo, sizeof conninfo, "%s", text);
+    free(text);
+    return 0;
+}
+
+static int group_teardown(void **state) {
+    if (own_server) {
+        pg_cmd("stop");
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", pg_dir);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", pg_dir);
+    }
+    return 0;
+}
+
+static rf_store *open_store(const char *info) {
+    rf_store_opts o = {.conninfo = info, .attempts = 20, .backoff_s = 0.05, .backoff_max_s = 1};
+    rf_store *s = NULL;
+    if (rf_store_open(&o, &s) < 0) fail_msg("open: %s", rf_errmsg());
+    return s;
+}
+
+/* A unique run id per test, so tests do not see each other's rows. */
+static const char *run_id(const char *name) {
+    static char id[128];
+    snprintf(id, sizeof id, "%s-%d-%.0f", name, (int)getpid(), rf_now() * 1e6);
+    return id;
+}
+
+static void test_migrations(void **state) {
+    rf_store *s = open_store(conninfo);
+    int v;
+    assert_int_equal(rf_store_schema_version(s, &v), 0);
+    assert_int_equal(v, rf_store_migrations[rf_store_nmigrations - 1].version);
+    rf_store_close(s);
+    /* Opening again applies nothing twice. */
+    s = open_store(conninfo);
+    PGresult *r;
+    assert_int_equal(rf_store_exec(s, "SELECT count(*) FROM schema_migrations", 0, NULL, &r), 0);
+    assert_int_equal(atoi(PQgetvalue(r, 0, 0)), rf_store_nmigrations);
+    PQclear(r);
+    rf_store_close(s);
+}
+
+/* Several services starting at once on an empty database: the advisory lock
+ * lets exactly one migrate, the others find the schema in place. */
+static char fresh_info[600];
+static void *open_concurrently(void *arg) {
+    rf_store_opts o = {.conninfo = fresh_info, .attempts = 5, .backoff_s = 0.05};
+    rf_store *s;
+    intptr_t rc = rf_store_open(&o, &s);
+    if (rc == 0) rf_store_close(s);
+    return (void *)rc;
+}
+
+static void test_concurrent_migrations(void **state) {
+    rf_store *s = open_store(conninfo);
+    char db[64], sql[128];
+    snprintf(db, sizeof db, "rf_conc_%d_%ld", (int)getpid(), (long)(rf_now() * 1000) % 100000);
+    snprintf(sql, sizeof sql, "CREATE DATABASE %s", db); /* an identifier: not a parameter */
+    assert_int_equal(rf_store_exec(s, sql, 0, NULL, NULL), 0);
+    /* In a libpq connection string the last dbname wins. */
+    snprintf(fresh_info, sizeof fresh_info, "%s dbname=%s", conninfo, db);
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++)
+        pthread_create(&th[i], NULL, open_concurrently, NULL);
+    for (int i = 0; i < 4; i++) {
+        void *rc;
+        pthread_join(th[i], &rc);
+        assert_int_equal((intptr_t)rc, 0);
+    }
+    rf_store *fresh = open_store(fresh_info);
+    PGresult *r;
+    assert_int_equal(rf_store_exec(fresh, "SELECT count(*) FROM schema_migrations", 0, NULL, &r),
+                     0);
+    assert_int_equal(atoi(PQgetvalue(r, 0, 0)), rf_store_nmigrations);
+    PQclear(r);
+    rf_store_close(fresh);
+    snprintf(sql, sizeof sql, "DROP DATABASE %s", db);
+    assert_int_equal(rf_store_exec(s, sql, 0, NULL, NULL), 0);
+    rf_store_close(s);
+}
+
+static void test_runs(void **state) {
+    rf_store *s = open_store(conninfo);
+    const char *id = run_id("runs");
+    bool created;
+    assert_int_equal(rf_store_run_create(s, id, "ingest: {}", &created), 0);
+    assert_true(created);
+    assert_int_equal(rf_store_run_create(s, id, "other spec", &created), 0);
+    assert_false(created);
+    rf_store_run run;
+    assert_int_equal(rf_store_run_get(s, id, &run), 0);
+    assert_string_equal(run.id, id);
+    assert_int_equal(run.state, RF_RUN_PENDING);
+    assert_true(run.created_at > 1.7e9);
+    assert_int_equal(rf_store_run_set_state(s, id, RF_RUN_FAILED, "trainer: out of memory"), 0);
+    assert_int_equal(rf_store_run_get(s, id, &run), 0);
+    assert_int_equal(run.state, RF_RUN_FAILED);
+    assert_string_equal(run.error, "trainer: out of memory");
+    assert_int_equal(rf_store_run_get(s, "no-such-run", &run), RF_ERR_NOT_FOUND);
+    assert_int_equal(rf_store_run_set_state(s, "no-such-run", RF_RUN_RUNNING, NULL),
+                     RF_ERR_NOT_FOUND);
+    /* Values are parameters, never SQL. */
+    const char *evil = "x'); DROP TABLE runs; --";
+    assert_int_equal(rf_store_run_create(s, evil, "spec", &created), 0);
+    assert_int_equal(rf_store_run_get(s, evil, &run), 0);
+    assert_string_equal(run.id, evil);
+    rf_store_close(s);
+}
+
+static void add_batches(rf_store *s, const char *id, uint64_t from, uint64_t to, int *fresh) {
+    for (uint64_t seq = from; seq < to; seq++) {
+        rf_store_counts c = {.in = 100, .out = 90, .rejected = 7, .duplicate = 3};
+        bool recorded;
+        if (rf_store_progress_add(s, id, "dedup", seq, &c, &recorded) < 0)
+            fail_msg("progress %llu: %s", (unsigned long long)seq, rf_errmsg());
+        *fresh += recorded;
+    }
+}
+
+static void test_progress_replay(void **state) {
+    rf_store *s = open_store(conninfo);
+    const char *id = run_id("progress");
+    assert_int_equal(rf_store_run_create(s, id, "{}", NULL), 0);
+    int fresh = 0;
+    add_batches(s, id, 0, 20, &fresh);
+    add_batches(s, id, 5, 25, &fresh); /* 15 replays, 5 new */
+    assert_int_equal(fresh, 25);
+    rf_store_counts t;
+    assert_int_equal(rf_store_progress_total(s, id, "dedup", &t), 0);
+    assert_int_equal(t.batches, 25);
+    assert_int_equal(t.in, 2500);
+    assert_int_equal(t.out, 2250);
+    assert_int_equal(t.rejected, 175);
+    assert_int_equal(t.duplicate, 75);
+    assert_int_equal(rf_store_progress_total(s, id, "tokenizer", &t), 0);
+    assert_int_equal(t.batches, 0);
+    /* Progress for an unknown run is refused by the foreign key. */
+    rf_store_counts c = {1, 1, 0, 0, 0};
+    assert_int_equal(rf_store_progress_add(s, "no-such-run", "dedup", 0, &c, NULL), RF_ERR_IO);
+    assert_non_null(strstr(rf_errmsg(), "foreign key"));
+    c.in = -1;
+    assert_int_equal(rf_store_progress_add(s, id, "dedup", 99, &c, NULL), RF_ERR_RANGE);
+    rf_store_close(s);
+}
+
+static void test_checkpoints_and_results(void **state) {
+    rf_store *s = open_store(conninfo);
+    const char *id = run_id("ckpt");
+    assert_int_equal(rf_store_run_create(s, id, "{}", NULL), 0);
+    int64_t step;
+    char path[256];
+    assert_int_equal(rf_store_checkpoint_latest(s, id, &step, path, sizeof path), RF_ERR_NOT_FOUND);
+    for (int64_t st = 100; st <= 300; st += 100) {
+        char p[64];
+        snprintf(p, sizeof p, "/ckpt/step-%lld.bin", (long long)st);
+        assert_int_equal(rf_store_checkpoint_add(s, id, st, p, 3.0 - st / 100.0), 0);
+        assert_int_equal(rf_store_metric_add(s, id, st, "loss", 3.0 - st / 100.0), 0);
+        assert_int_equal(rf_store_metric_add(s, id, st, "loss", 99), 0); /* replay: ignored */
+    }
+    assert_int_equal(rf_store_checkpoint_latest(s, id, &step, path, sizeof path), 0);
+    assert_int_equal(step, 300);
+    assert_string_equal(path, "/ckpt/step-300.bin");
+    assert_int_equal(rf_store_eval_add(s, id, 200, "accuracy", 0.8125), 0);
+    double v;
+    assert_int_equal(rf_store_eval_get(s, id, 200, "accuracy", &v), 0);
+    assert_true(v == 0.8125);
+    assert_int_equal(rf_store_eval_get(s, id, 300, "accuracy", &v), RF_ERR_NOT_FOUND);
+    /* Results need their checkpoint. */
+    assert_int_equal(rf_store_eval_add(s, id, 250, "accuracy", 0.5), RF_ERR_IO);
+    PGresult *r;
+    const char *p[] = {id};
+    assert_int_equal(rf_store_exec(s,
+                                   "SELECT value FROM training_metrics"
+                                   " WHERE run_id = $1 AND name = 'loss' ORDER BY step",
+                                   1, p, &r),
+                     0);
+    assert_int_equal(PQntuples(r), 3);
+    assert_true(strtod(PQgetvalue(r, 2, 0), NULL) == 0.0);
+    PQclear(r);
+    rf_store_close(s);
+}
+
+/* The server restarts between two statements: the next one reconnects. */
+static void test_server_restart(void **state) {
+    if (!own_server) skip();
+    rf_store *s = open_store(conninfo);
+    const char *id = run_id("restart");
+    assert_int_equal(rf_store_run_create(s, id, "{}", NULL), 0);
+    int fresh = 0;
+    add_batches(s, id, 0, 10, &fresh);
+    assert_int_equal(pg_cmd("restart"), 0);
+    add_batches(s, id, 10, 20, &fresh);
+    assert_int_equal(fresh, 20);
+    assert_int_equal(rf_store_reconnects(s), 1);
+    rf_store_counts t;
+    assert_int_equal(rf_store_progress_total(s, id, "dedup", &t), 0);
+    assert_int_equal(t.batches, 20);
+    assert_int_equal(t.in, 2000);
+    rf_store_close(s);
+}
+
+/* The server comes up while the service is already trying to connect. */
+static void test_connect_backoff(void **state) {
+    if (!own_server) skip();
+    assert_int_equal(pg_cmd("stop"), 0);
+    double t0 = rf_now();
+    rf_store_opts quick = {.conninfo = conninfo, .attempts = 3, .backoff_s = 0.05};
+    rf_store *s;
+    assert_int_equal(rf_store_open(&quick, &s), RF_ERR_IO);
+    assert_non_null(strstr(rf_errmsg(), "after 3 attempts"));
+    assert_true(rf_now() - t0 >= 0.15); /* waited 0.05 + 0.1 between attempts */
+
+    char cmd[1024];
+    const char *root = getenv("REFINERY_ROOT");
+    snprintf(cmd, sizeof cmd, "(sleep 1; '%s/scripts/test-env/pg.sh' restart '%s') >&2 &",
+             root ? root : ".", pg_dir);
+    assert_int_equal(system(cmd), 0);
+    s = open_store(conninfo); /* 20 attempts, backoff up to 1 s */
+    int v;
+    assert_int_equal(rf_store_schema_version(s, &v), 0);
+    assert_true(v >= 1);
+    rf_store_close(s);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_migrations),
+        cmocka_unit_test(test_concurrent_migrations),
+        cmocka_unit_test(test_runs),
+        cmocka_unit_test(test_progress_replay),
+        cmocka_unit_test(test_checkpoints_and_results),
+        cmocka_unit_test(test_server_restart),
+        cmocka_unit_test(test_connect_backoff),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
