@@ -174,3 +174,6 @@ clean:
 	rm -rf build build-asan build-fuzz
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# Keep objects of tests and fuzz targets between builds.
+.SECONDARY:
