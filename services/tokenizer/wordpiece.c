@@ -68,34 +68,40 @@ static int normalize(rf_tok_state *st, const char *text, size_t len) {
             floor = out->n;
             continue;
         }
-        if (t->handle_chinese && (f & RF_CP_CJK)) {
-            if (rf_u32vec_reserve(out, 3)) return RF_ERR_NOMEM;
-            out->v[out->n++] = ' ';
-            out->v[out->n++] = cp;
-            out->v[out->n++] = ' ';
+        /* handle_chinese_chars pads before NFD, which still decomposes the
+         * CJK compatibility ideographs (U+F900 -> U+8C48) */
+        bool cjk = t->handle_chinese && (f & RF_CP_CJK);
+        if (cjk) {
+            if (rf_u32vec_push(out, ' ')) return RF_ERR_NOMEM;
             floor = out->n;
-            continue;
         }
         if (!t->strip_accents) {
             if (rf_u32vec_push(out, cp)) return RF_ERR_NOMEM;
-            continue;
+        } else {
+            utf8proc_int32_t dec[32];
+            int last = 0;
+            utf8proc_ssize_t nd =
+                utf8proc_decompose_char((utf8proc_int32_t)cp, dec, 32, UTF8PROC_DECOMPOSE, &last);
+            if (nd < 0 || nd > 32) return rf_fail(RF_ERR_INTERNAL, "NFD of U+%04X failed", cp);
+            for (utf8proc_ssize_t k = 0; k < nd; k++) {
+                uint32_t d = (uint32_t)dec[k];
+                if (rf_tok_cp_class(d) & RF_CP_MN) continue;
+                if (ccc_of(d) == 0) floor = out->n;
+                if (push_ordered(out, floor, d)) return RF_ERR_NOMEM;
+            }
         }
-        utf8proc_int32_t dec[32];
-        int last = 0;
-        utf8proc_ssize_t nd =
-            utf8proc_decompose_char((utf8proc_int32_t)cp, dec, 32, UTF8PROC_DECOMPOSE, &last);
-        if (nd < 0 || nd > 32) return rf_fail(RF_ERR_INTERNAL, "NFD of U+%04X failed", cp);
-        for (utf8proc_ssize_t k = 0; k < nd; k++) {
-            uint32_t d = (uint32_t)dec[k];
-            if (rf_tok_cp_class(d) & RF_CP_MN) continue;
-            if (ccc_of(d) == 0) floor = out->n;
-            if (push_ordered(out, floor, d)) return RF_ERR_NOMEM;
+        if (cjk) {
+            if (rf_u32vec_push(out, ' ')) return RF_ERR_NOMEM;
+            floor = out->n;
         }
     }
     if (t->has_normalizer && t->lowercase && nonascii) {
         for (size_t i = 0; i < out->n; i++) {
             uint32_t cp = out->v[i], lo[3];
-            if (cp < 0x80) continue;
+            if (cp < 0x80) { /* ASCII letters may come out of NFD (É -> E + U+0301) */
+                if (cp - 'A' < 26u) out->v[i] = cp + 32;
+                continue;
+            }
             int k = rf_tok_lower(cp, lo);
             if (k == 1) {
                 out->v[i] = lo[0];

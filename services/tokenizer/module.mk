@@ -1,0 +1,2 @@
+# tests/tokenizer/ reads the Amazon CSV corpus with the ingest CSV parser.
+DEPS_tokenizer := ingest
