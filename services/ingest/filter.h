@@ -33,6 +33,9 @@ typedef struct rf_quality_opts {
     size_t min_stop_words;    /* stop_words: Gopher's {the be to of and that have with}; 0 = off */
     double max_dup_line_frac; /* dup_lines: duplicate lines / lines; >=1 = off */
     double max_dup_line_char_frac; /* dup_line_chars: chars in duplicate lines / chars; >=1 = off */
+    /* The n-gram rules below skip texts with fewer words (Gopher only ever saw
+     * documents of >= 50 words; in one sentence, repetition is rhetoric). */
+    size_t ngram_min_words;
     /* top_ngram: chars of the most frequent n-gram / chars of all words, n=2..4 */
     double max_top_ngram_frac[RF_QUALITY_NGRAM_MAX - RF_QUALITY_NGRAM_MIN + 1];
     /* dup_ngram: chars covered by repeated n-grams / chars of all words, n=5..10 */
@@ -53,8 +56,10 @@ void rf_quality_opts_gopher(rf_quality_opts *o);
 int rf_quality_opts_from_cfg(const rf_cfg *section, rf_quality_opts *o);
 
 /* Checks text[0..n). Sets *reason to NULL to keep, or to a static reason
- * string (the names in the comments above, e.g. "too_few_words"). Rules are
- * tried in the order of the struct; the first failing one is reported.
+ * string (the names in the comments above, e.g. "too_few_words"). The first
+ * failing rule is reported, in this order: words, mean word length, symbols,
+ * line rules (bullet, ellipsis, dup lines, dup line chars, terminal punct,
+ * short lines), alpha words, stop words, top n-gram, dup n-gram.
  * Returns 0, or RF_ERR_NOMEM (n-gram tables of long documents allocate). */
 int rf_quality_check(const rf_quality_opts *o, const char *text, size_t n, const char **reason);
 

@@ -1,0 +1,433 @@
+/* Quality filters (see filter.h; README-text.md gives each rule's source).
+ *
+ * One pass splits the text into words (runs of non-whitespace) and measures
+ * what the word rules need; line rules walk the lines only when one is on; the
+ * n-gram rules hash words and run only if some 2-gram repeats, since without a
+ * repeated 2-gram no longer n-gram can repeat either. */
+#include "ingest/filter.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+#include "common/error.h"
+#include "common/hash.h"
+#include "common/utf8.h"
+
+#define N_TOP (RF_QUALITY_NGRAM_MAX - RF_QUALITY_NGRAM_MIN + 1)
+#define N_DUP (RF_QUALITY_DUPNGRAM_MAX - RF_QUALITY_DUPNGRAM_MIN + 1)
+
+void rf_quality_opts_gopher(rf_quality_opts *o) {
+    *o = (rf_quality_opts){
+        .min_words = 50,
+        .max_words = 100000,
+        .min_mean_word_len = 3,
+        .max_mean_word_len = 10,
+        .max_symbol_ratio = 0.1,
+        .max_bullet_line_frac = 0.9,
+        .max_ellipsis_line_frac = 0.3,
+        .min_alpha_word_frac = 0.8,
+        .min_stop_words = 2,
+        .max_dup_line_frac = 0.3,
+        .max_dup_line_char_frac = 0.2,
+        .max_top_ngram_frac = {0.20, 0.18, 0.16},
+        .max_dup_ngram_frac = {0.15, 0.14, 0.13, 0.12, 0.11, 0.10},
+        .min_terminal_punct_line_frac = 0.12, /* FineWeb */
+        .max_short_line_frac = 0.67,          /* FineWeb */
+    };
+}
+
+/* Reviews and SST-2 sentences are one line after cleaning and often a few
+ * words ("Great!", "5 stars", "Works...", SST-2's "( allen )"): no minimum
+ * length, Gopher's repetition rules only on texts of Gopher's minimum length
+ * (50 words), relaxed word-shape rules, and no rules about lines, which say
+ * nothing about a single line. README-text.md gives the measured effect. */
+void rf_quality_opts_default(rf_quality_opts *o) {
+    rf_quality_opts_gopher(o);
+    o->min_words = 1;
+    o->min_mean_word_len = 0;
+    o->max_mean_word_len = 25;
+    o->max_symbol_ratio = 1;
+    o->max_bullet_line_frac = 1;
+    o->max_ellipsis_line_frac = 1;
+    o->min_alpha_word_frac = 0.25;
+    o->min_stop_words = 0;
+    o->ngram_min_words = 50;
+    o->min_terminal_punct_line_frac = 0;
+    o->max_short_line_frac = 1;
+}
+
+/* A sequence of reals (one per n) or a single real for all of them. */
+static int cfg_fracs(const rf_cfg *sec, const char *key, double *v, size_t count) {
+    const rf_cfg *n = rf_cfg_get(sec, key);
+    if (!n) return 0;
+    if (rf_cfg_kind_of(n) == RF_CFG_SCALAR) {
+        double x;
+        int rc = rf_cfg_real(sec, key, v[0], 0, 1, &x);
+        for (size_t i = 0; !rc && i < count; i++)
+            v[i] = x;
+        return rc;
+    }
+    if (rf_cfg_kind_of(n) != RF_CFG_SEQ || rf_cfg_len(n) != count)
+        return rf_fail(RF_ERR_INVALID, "%s:%d: %s: expected a number or a list of %zu numbers",
+                       rf_cfg_source(n), rf_cfg_line(n), rf_cfg_path(n), count);
+    for (size_t i = 0; i < count; i++) {
+        const char *s = rf_cfg_scalar(rf_cfg_at(n, i));
+        char *end = NULL;
+        double x = s ? strtod(s, &end) : -1;
+        if (!s || end == s || *end || !(x >= 0 && x <= 1))
+            return rf_fail(RF_ERR_INVALID, "%s:%d: %s[%zu]: expected a number in [0, 1], got '%s'",
+                           rf_cfg_source(n), rf_cfg_line(n), rf_cfg_path(n), i,
+                           s ? s : "(not a scalar)");
+        v[i] = x;
+    }
+    return 0;
+}
+
+int rf_quality_opts_from_cfg(const rf_cfg *sec, rf_quality_opts *o) {
+    static const char *const KEYS[] = {"preset",
+                                       "min_words",
+                                       "max_words",
+                                       "min_mean_word_len",
+                                       "max_mean_word_len",
+                                       "max_symbol_ratio",
+                                       "max_bullet_line_frac",
+                                       "max_ellipsis_line_frac",
+                                       "min_alpha_word_frac",
+                                       "min_stop_words",
+                                       "max_dup_line_frac",
+                                       "max_dup_line_char_frac",
+                                       "ngram_min_words",
+                                       "max_top_ngram_frac",
+                                       "max_dup_ngram_frac",
+                                       "min_terminal_punct_line_frac",
+                                       "max_short_line_frac",
+                                       NULL};
+    static const char *const PRESETS[] = {"default", "gopher", NULL};
+    if (!sec) return 0;
+    int rc = rf_cfg_check_keys(sec, KEYS);
+    if (rc) return rc;
+    if (rf_cfg_get(sec, "preset")) {
+        int p;
+        if ((rc = rf_cfg_enum(sec, "preset", PRESETS, 0, &p))) return rc;
+        (p == 0 ? rf_quality_opts_default : rf_quality_opts_gopher)(o);
+    }
+    int64_t v;
+#define INT_KEY(k, max)                                                                            \
+    if ((rc = rf_cfg_int(sec, #k, (int64_t)o->k, 0, max, &v))) return rc;                          \
+    o->k = (size_t)v;
+#define REAL_KEY(k, max)                                                                           \
+    if ((rc = rf_cfg_real(sec, #k, o->k, 0, max, &o->k))) return rc;
+    INT_KEY(min_words, INT64_C(1) << 40)
+    INT_KEY(max_words, INT64_C(1) << 40)
+    REAL_KEY(min_mean_word_len, 1e6)
+    REAL_KEY(max_mean_word_len, 1e6)
+    REAL_KEY(max_symbol_ratio, 1e6)
+    REAL_KEY(max_bullet_line_frac, 1)
+    REAL_KEY(max_ellipsis_line_frac, 1)
+    REAL_KEY(min_alpha_word_frac, 1)
+    INT_KEY(min_stop_words, INT64_C(1) << 40)
+    INT_KEY(ngram_min_words, INT64_C(1) << 40)
+    REAL_KEY(max_dup_line_frac, 1)
+    REAL_KEY(max_dup_line_char_frac, 1)
+    REAL_KEY(min_terminal_punct_line_frac, 1)
+    REAL_KEY(max_short_line_frac, 1)
+#undef INT_KEY
+#undef REAL_KEY
+    if ((rc = cfg_fracs(sec, "max_top_ngram_frac", o->max_top_ngram_frac, N_TOP))) return rc;
+    return cfg_fracs(sec, "max_dup_ngram_frac", o->max_dup_ngram_frac, N_DUP);
+}
+
+static bool is_space(unsigned char c) {
+    return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+typedef struct word {
+    uint32_t start, len; /* bytes in the text */
+    uint32_t chars;      /* code points */
+    uint64_t hash;
+} word;
+
+/* Words of the text plus the per-word measures; words[] is the caller's small
+ * stack array or a heap array when the text has more words. */
+typedef struct words {
+    word *w;
+    size_t n, cap;
+    word small[256];
+    size_t chars, alpha_words, hashes, ellipses, stop_words;
+} words;
+
+static bool is_alpha_cp(uint32_t cp) {
+    if (cp < 0x80) return ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z');
+    utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
+    return c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO;
+}
+
+static bool is_stop_word(const char *s, size_t n) {
+    static const char *const STOP[] = {"the", "be", "to", "of", "and", "that", "have", "with"};
+    if (n < 2 || n > 4) return false;
+    char low[4];
+    for (size_t i = 0; i < n; i++)
+        low[i] = (char)(s[i] >= 'A' && s[i] <= 'Z' ? s[i] | 0x20 : s[i]);
+    for (size_t i = 0; i < sizeof STOP / sizeof STOP[0]; i++)
+        if (strlen(STOP[i]) == n && memcmp(STOP[i], low, n) == 0) return true;
+    return false;
+}
+
+static int split_words(const char *t, size_t n, bool stops, words *ws) {
+    const unsigned char *u = (const unsigned char *)t;
+    size_t i = 0;
+    while (i < n) {
+        while (i < n && is_space(u[i]))
+            i++;
+        if (i >= n) break;
+        size_t start = i, chars = 0;
+        bool alpha = false;
+        while (i < n && !is_space(u[i])) {
+            uint32_t cp = u[i];
+            int k = 1;
+            if (cp >= 0x80 && (k = rf_utf8_decode(u + i, n - i, &cp)) < 0) {
+                k = -k; /* tolerate invalid bytes: one char each */
+                cp = RF_UTF8_REPLACEMENT;
+            }
+            if (cp == '.' && i + 2 < n && u[i + 1] == '.' && u[i + 2] == '.') {
+                size_t j = i; /* a run of three or more dots is one ellipsis */
+                while (j < n && u[j] == '.')
+                    j++;
+                ws->ellipses++;
+                chars += j - i;
+                i = j;
+                continue;
+            }
+            alpha = alpha || is_alpha_cp(cp);
+            ws->hashes += cp == '#';
+            ws->ellipses += cp == 0x2026;
+            i += (size_t)k;
+            chars++;
+        }
+        if (ws->n == ws->cap) {
+            size_t cap = ws->cap * 2;
+            word *w =
+                ws->w == ws->small ? malloc(cap * sizeof *w) : realloc(ws->w, cap * sizeof *w);
+            if (!w) return RF_ERR_NOMEM;
+            if (ws->w == ws->small) memcpy(w, ws->small, sizeof ws->small);
+            ws->w = w;
+            ws->cap = cap;
+        }
+        if (i - start > UINT32_MAX || start > UINT32_MAX)
+            return rf_fail(RF_ERR_RANGE, "text too long");
+        ws->w[ws->n++] = (word){(uint32_t)start, (uint32_t)(i - start), (uint32_t)chars, 0};
+        ws->chars += chars;
+        ws->alpha_words += alpha;
+        ws->stop_words += stops && is_stop_word(t + start, i - start);
+    }
+    return 0;
+}
+
+/* Open-addressing table of 64-bit keys with a count and a first index. */
+typedef struct slot {
+    uint64_t key; /* 0 = empty */
+    uint32_t count, first;
+} slot;
+
+typedef struct table {
+    slot *s;
+    size_t mask;
+} table;
+
+static int table_init(table *t, size_t items) {
+    size_t cap = 16;
+    while (cap < items * 2)
+        cap *= 2;
+    t->s = calloc(cap, sizeof *t->s);
+    t->mask = cap - 1;
+    return t->s ? 0 : RF_ERR_NOMEM;
+}
+
+static void table_clear(table *t) {
+    memset(t->s, 0, (t->mask + 1) * sizeof *t->s);
+}
+
+/* Counts key; returns its slot. */
+static slot *table_add(table *t, uint64_t key, uint32_t index) {
+    key |= key == 0;
+    size_t i = (size_t)key & t->mask;
+    while (t->s[i].key && t->s[i].key != key)
+        i = (i + 1) & t->mask;
+    if (!t->s[i].key) t->s[i] = (slot){key, 0, index};
+    t->s[i].count++;
+    return &t->s[i];
+}
+
+static uint64_t ngram_hash(const word *w, size_t i, size_t n) {
+    uint64_t h = n;
+    for (size_t k = 0; k < n; k++)
+        h = rf_mix64(h ^ w[i + k].hash);
+    return h;
+}
+
+static size_t ngram_chars(const word *w, size_t i, size_t n) {
+    size_t c = 0;
+    for (size_t k = 0; k < n; k++)
+        c += w[i + k].chars;
+    return c;
+}
+
+/* Gopher repetition rules over words. Sets *reason or leaves it NULL. */
+static int check_ngrams(const rf_quality_opts *o, const char *text, words *ws,
+                        const char **reason) {
+    bool top_on = false, dup_on = false;
+    for (size_t i = 0; i < N_TOP; i++)
+        top_on |= o->max_top_ngram_frac[i] < 1;
+    for (size_t i = 0; i < N_DUP; i++)
+        dup_on |= o->max_dup_ngram_frac[i] < 1;
+    if ((!top_on && !dup_on) || ws->n < 2 || ws->n < o->ngram_min_words || ws->chars == 0) return 0;
+    word *w = ws->w;
+    for (size_t i = 0; i < ws->n; i++)
+        w[i].hash = rf_hash64(text + w[i].start, w[i].len, 0);
+    table t;
+    if (table_init(&t, ws->n)) return RF_ERR_NOMEM;
+    double total = (double)ws->chars;
+    bool repeated = false;
+    /* Most frequent n-gram: chars of all its occurrences / all word chars.
+     * Only a repeated n-gram counts (Gopher's intent; a text of one 2-gram is
+     * not repetitive). */
+    for (size_t g = 0; g < N_TOP && !*reason; g++) {
+        size_t n = RF_QUALITY_NGRAM_MIN + g;
+        if (ws->n < n) break;
+        table_clear(&t);
+        size_t best = 0;
+        for (size_t i = 0; i + n <= ws->n; i++) {
+            slot *s = table_add(&t, ngram_hash(w, i, n), (uint32_t)i);
+            if (s->count >= 2) {
+                size_t c = s->count * ngram_chars(w, s->first, n);
+                if (c > best) best = c;
+            }
+        }
+        if (g == 0 && best == 0) break; /* no repeated 2-gram: nothing longer repeats */
+        repeated = true;
+        if (o->max_top_ngram_frac[g] < 1 && (double)best / total > o->max_top_ngram_frac[g])
+            *reason = "top_ngram";
+    }
+    if (!top_on) { /* the 2-gram probe above did not run */
+        table_clear(&t);
+        for (size_t i = 0; i + 2 <= ws->n && !repeated; i++)
+            repeated = table_add(&t, ngram_hash(w, i, 2), (uint32_t)i)->count >= 2;
+    }
+    /* Duplicated n-grams: scanning left to right, an n-gram seen before covers
+     * its words and the scan jumps past it (as in Gopher and datatrove). */
+    for (size_t g = 0; g < N_DUP && repeated && !*reason; g++) {
+        size_t n = RF_QUALITY_DUPNGRAM_MIN + g;
+        if (ws->n < n + 1 || o->max_dup_ngram_frac[g] >= 1) continue;
+        table_clear(&t);
+        size_t dup = 0;
+        for (size_t i = 0; i + n <= ws->n;) {
+            slot *s = table_add(&t, ngram_hash(w, i, n), (uint32_t)i);
+            if (s->count >= 2) {
+                dup += ngram_chars(w, i, n);
+                i += n;
+            } else {
+                i++;
+            }
+        }
+        if ((double)dup / total > o->max_dup_ngram_frac[g]) *reason = "dup_ngram";
+    }
+    free(t.s);
+    return 0;
+}
+
+/* Line rules; lines that are empty or whitespace are skipped. */
+static int check_lines(const rf_quality_opts *o, const char *t, size_t n, const char **reason) {
+    bool dup_on = o->max_dup_line_frac < 1 || o->max_dup_line_char_frac < 1;
+    if (o->max_bullet_line_frac >= 1 && o->max_ellipsis_line_frac >= 1 && !dup_on &&
+        o->min_terminal_punct_line_frac <= 0 && o->max_short_line_frac >= 1)
+        return 0;
+    size_t lines = 0, bullets = 0, ellipses = 0, punct = 0, shorts = 0, dups = 0;
+    size_t chars = 0, dup_chars = 0;
+    table tab = {NULL, 0};
+    if (dup_on) {
+        size_t nl = 1;
+        for (const char *p = t; (p = memchr(p, '\n', n - (size_t)(p - t))) != NULL; p++)
+            nl++;
+        if (table_init(&tab, nl)) return RF_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < n;) {
+        const char *nlp = memchr(t + i, '\n', n - i);
+        size_t end = nlp ? (size_t)(nlp - t) : n, a = i, b = end;
+        i = end + 1;
+        while (a < b && is_space((unsigned char)t[a]))
+            a++;
+        while (b > a && is_space((unsigned char)t[b - 1]))
+            b--;
+        if (a == b) continue;
+        const char *l = t + a;
+        size_t len = b - a, lchars = rf_utf8_count(l, len);
+        lines++;
+        chars += lchars;
+        bullets += l[0] == '*' || l[0] == '-' ||
+                   (len >= 3 && (memcmp(l, "\xE2\x80\xA2", 3) == 0 || /* • */
+                                 memcmp(l, "\xE2\x97\x8F", 3) == 0 || /* ● */
+                                 memcmp(l, "\xE2\x80\xA3", 3) == 0 || /* ‣ */
+                                 memcmp(l, "\xE2\x97\xA6", 3) == 0)); /* ◦ */
+        bool ell = (len >= 3 && memcmp(l + len - 3, "...", 3) == 0) ||
+                   (len >= 3 && memcmp(l + len - 3, "\xE2\x80\xA6", 3) == 0);
+        ellipses += ell;
+        char last = l[len - 1];
+        punct += !ell && (last == '.' || last == '!' || last == '?' || last == '"' || last == '\'');
+        shorts += lchars < 30;
+        if (dup_on && table_add(&tab, rf_hash64(l, len, 0), 0)->count >= 2) {
+            dups++;
+            dup_chars += lchars;
+        }
+    }
+    free(tab.s);
+    if (lines == 0) return 0;
+    double L = (double)lines;
+    if (bullets / L > o->max_bullet_line_frac)
+        *reason = "bullet_lines";
+    else if (ellipses / L > o->max_ellipsis_line_frac)
+        *reason = "ellipsis_lines";
+    else if (dups / L > o->max_dup_line_frac)
+        *reason = "dup_lines";
+    else if (chars && (double)dup_chars / (double)chars > o->max_dup_line_char_frac)
+        *reason = "dup_line_chars";
+    else if (punct / L < o->min_terminal_punct_line_frac)
+        *reason = "terminal_punct";
+    else if (shorts / L > o->max_short_line_frac)
+        *reason = "short_lines";
+    return 0;
+}
+
+int rf_quality_check(const rf_quality_opts *o, const char *text, size_t n, const char **reason) {
+    *reason = NULL;
+    words ws = {0};
+    ws.w = ws.small;
+    ws.cap = sizeof ws.small / sizeof ws.small[0];
+    int rc = split_words(text, n, o->min_stop_words > 0, &ws);
+    if (rc) goto out;
+    double nw = (double)ws.n, mean = ws.n ? (double)ws.chars / nw : 0;
+    if (ws.n < o->min_words)
+        *reason = "too_few_words";
+    else if (o->max_words && ws.n > o->max_words)
+        *reason = "too_many_words";
+    else if (ws.n && o->min_mean_word_len > 0 && mean < o->min_mean_word_len)
+        *reason = "mean_word_len_low";
+    else if (ws.n && o->max_mean_word_len > 0 && mean > o->max_mean_word_len)
+        *reason = "mean_word_len_high";
+    else if (ws.n && o->max_symbol_ratio >= 0 &&
+             ((double)ws.hashes / nw > o->max_symbol_ratio ||
+              (double)ws.ellipses / nw > o->max_symbol_ratio))
+        *reason = "symbol_ratio";
+    if (*reason) goto out;
+    if ((rc = check_lines(o, text, n, reason)) || *reason) goto out;
+    if (ws.n && (double)ws.alpha_words / nw < o->min_alpha_word_frac)
+        *reason = "alpha_words";
+    else if (ws.stop_words < o->min_stop_words)
+        *reason = "stop_words";
+    if (*reason) goto out;
+    rc = check_ngrams(o, text, &ws, reason);
+out:
+    if (ws.w != ws.small) free(ws.w);
+    return rc;
+}
