@@ -141,7 +141,7 @@ static int finish_record(rf_worker *w, rf_ibatch *b, const rf_rec *r, const char
     size_t n_aug = o->augment.n_aug;
     uint64_t seed = rf_augment_seed(o->augment.seed, idbuf, strlen(idbuf));
     if ((rc = rf_augment(w->aug, ctext, clen, seed, w->augs, n_aug))) return rc;
-    char augid[ID_MAX + 16];
+    char augid[ID_MAX + 32];
     for (size_t k = 0; k < n_aug; k++) {
         snprintf(augid, sizeof augid, "%s#aug%zu", idbuf, k + 1);
         rf_doc a = d;
