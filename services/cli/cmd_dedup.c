@@ -23,6 +23,7 @@
 #include "dedup/index_log.h"
 #include "dedup/minhash.h"
 #include "dedup/normalize.h"
+#include "dedup/planted.h"
 
 #define MAX_LINE (64u << 20)
 #define MAX_WARN 10
@@ -62,19 +63,61 @@ static int parse_int(const char *opt, const char *s, int lo, int hi, int *out) {
     return 0;
 }
 
+static int parse_real(const char *opt, const char *s, double lo, double hi, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (*end || end == s || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "refinery dedup: %s '%s': expected a number in [%g, %g]\n", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Options shared by dedup and dedup-eval (the engine's), as getopt codes. */
+#define ENGINE_LONGOPTS                                                                            \
+    {"ngram", required_argument, NULL, 'n'}, {"char", no_argument, NULL, 'C'},                     \
+        {"bands", required_argument, NULL, 'b'}, {"rows", required_argument, NULL, 'r'},           \
+        {"threshold", required_argument, NULL, 'T'}, {"no-verify", no_argument, NULL, 'V'},        \
+        {"set-cap", required_argument, NULL, 'S'}, {"norm", required_argument, NULL, 'N'}, {       \
+        "threads", required_argument, NULL, 't'                                                    \
+    }
+
+/* 1 if opt was an engine option (0 not one, -1 bad value). */
+static int engine_opt(int opt, const char *arg, rf_dedup_opts *o) {
+    switch (opt) {
+    case 'n':
+        return parse_int("--ngram", arg, 1, 64, &o->ngram) ? -1 : 1;
+    case 'C':
+        o->char_mode = true;
+        return 1;
+    case 'b':
+        return parse_int("--bands", arg, 1, RF_MINHASH_MAX_PERM, &o->bands) ? -1 : 1;
+    case 'r':
+        return parse_int("--rows", arg, 1, RF_MINHASH_MAX_PERM, &o->rows) ? -1 : 1;
+    case 'T':
+        return parse_real("--threshold", arg, 1e-9, 1, &o->threshold) ? -1 : 1;
+    case 'V':
+        o->verify = false;
+        return 1;
+    case 'S':
+        return parse_int("--set-cap", arg, 16, 1 << 20, &o->set_cap) ? -1 : 1;
+    case 't':
+        return parse_int("--threads", arg, 1, 256, &o->threads) ? -1 : 1;
+    case 'N':
+        if (!rf_norm_parse(arg, &o->norm)) return 1;
+        fprintf(stderr, "refinery dedup: --norm: %s\n", rf_errmsg());
+        return -1;
+    default:
+        return 0;
+    }
+}
+
 static int parse_args(int argc, char **argv, dd_cli *c) {
-    static const struct option longopts[] = {{"out", required_argument, NULL, 'o'},
+    static const struct option longopts[] = {ENGINE_LONGOPTS,
+                                             {"out", required_argument, NULL, 'o'},
                                              {"dups", required_argument, NULL, 'd'},
-                                             {"ngram", required_argument, NULL, 'n'},
-                                             {"char", no_argument, NULL, 'C'},
-                                             {"bands", required_argument, NULL, 'b'},
-                                             {"rows", required_argument, NULL, 'r'},
-                                             {"threshold", required_argument, NULL, 'T'},
-                                             {"no-verify", no_argument, NULL, 'V'},
-                                             {"set-cap", required_argument, NULL, 'S'},
-                                             {"norm", required_argument, NULL, 'N'},
                                              {"index", required_argument, NULL, 'i'},
-                                             {"threads", required_argument, NULL, 't'},
                                              {"batch", required_argument, NULL, 'B'},
                                              {"stats", required_argument, NULL, 's'},
                                              {"help", no_argument, NULL, 'h'},
@@ -84,9 +127,13 @@ static int parse_args(int argc, char **argv, dd_cli *c) {
     c->o.threads = rf_ncpu();
     c->batch = 1024;
     int opt, rc = 0;
-    char *end;
     optind = 1;
     while (!rc && (opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        int e = engine_opt(opt, optarg, &c->o);
+        if (e) {
+            rc = e < 0;
+            continue;
+        }
         switch (opt) {
         case 'o':
             c->out = optarg;
@@ -94,43 +141,8 @@ static int parse_args(int argc, char **argv, dd_cli *c) {
         case 'd':
             c->dups = optarg;
             break;
-        case 'n':
-            rc = parse_int("--ngram", optarg, 1, 64, &c->o.ngram);
-            break;
-        case 'C':
-            c->o.char_mode = true;
-            break;
-        case 'b':
-            rc = parse_int("--bands", optarg, 1, RF_MINHASH_MAX_PERM, &c->o.bands);
-            break;
-        case 'r':
-            rc = parse_int("--rows", optarg, 1, RF_MINHASH_MAX_PERM, &c->o.rows);
-            break;
-        case 'T':
-            c->o.threshold = strtod(optarg, &end);
-            if (*end || end == optarg || !(c->o.threshold > 0 && c->o.threshold <= 1)) {
-                fprintf(stderr, "refinery dedup: --threshold '%s': expected a number in (0, 1]\n",
-                        optarg);
-                rc = -1;
-            }
-            break;
-        case 'V':
-            c->o.verify = false;
-            break;
-        case 'S':
-            rc = parse_int("--set-cap", optarg, 16, 1 << 20, &c->o.set_cap);
-            break;
-        case 'N':
-            if (rf_norm_parse(optarg, &c->o.norm)) {
-                fprintf(stderr, "refinery dedup: --norm: %s\n", rf_errmsg());
-                rc = -1;
-            }
-            break;
         case 'i':
             c->index = optarg;
-            break;
-        case 't':
-            rc = parse_int("--threads", optarg, 1, 256, &c->o.threads);
             break;
         case 'B':
             rc = parse_int("--batch", optarg, 1, 1 << 20, &c->batch);
@@ -380,3 +392,144 @@ static int cmd_dedup(int argc, char **argv) {
 static const rf_command dedup_cmd = {
     "dedup", "remove exact and near-duplicate documents (MinHash LSH)", cmd_dedup};
 RF_COMMAND(dedup_cmd)
+
+/* ---- refinery dedup-eval: the planted near-duplicate benchmark ---- */
+
+static void eval_usage(FILE *out) {
+    fprintf(
+        out,
+        "usage: refinery dedup-eval CORPUS.jsonl... [--originals N] [--copies V]\n"
+        "         [--max-rate R] [--min-words W] [--random-pairs N] [--seed S] [engine options]\n"
+        "Plants edited copies (swaps, insertions, deletions, typos, truncation) of real\n"
+        "documents, deduplicates originals and copies as one shuffled stream, and prints\n"
+        "precision/recall/F1 against exact Jaccard >= threshold and the measured LSH\n"
+        "S-curve against 1-(1-s^r)^b, as JSON. Engine options are those of `dedup`.\n");
+}
+
+/* Appends the text of every valid document of path to texts. */
+static int load_texts(const char *path, char ***texts, size_t *n, size_t *cap) {
+    rf_reader *rd;
+    int rc = rf_reader_open(path, MAX_LINE, &rd);
+    if (rc) return rc;
+    rf_json_doc *jd = rf_json_doc_new();
+    rf_line ln;
+    int got;
+    while (!rc && jd && (got = rf_reader_next(rd, &ln)) == 1) {
+        const rf_json *root;
+        rf_doc doc;
+        if (ln.too_long || rf_json_parse(jd, ln.data, ln.len, &root)) continue;
+        if (rf_doc_from_json(root, &doc)) {
+            rf_doc_clear(&doc);
+            continue;
+        }
+        if (*n == *cap) {
+            size_t nc = *cap ? 2 * *cap : 1024;
+            char **t = realloc(*texts, nc * sizeof *t);
+            if (!t) {
+                rf_doc_clear(&doc);
+                rc = RF_ERR_NOMEM;
+                break;
+            }
+            *texts = t;
+            *cap = nc;
+        }
+        (*texts)[(*n)++] = doc.text;
+        doc.text = NULL;
+        rf_doc_clear(&doc);
+    }
+    if (!jd)
+        rc = RF_ERR_NOMEM;
+    else if (!rc && got < 0)
+        rc = got;
+    rf_json_doc_free(jd);
+    rf_reader_close(rd);
+    return rc;
+}
+
+static int cmd_dedup_eval(int argc, char **argv) {
+    static const struct option longopts[] = {ENGINE_LONGOPTS,
+                                             {"originals", required_argument, NULL, 'O'},
+                                             {"copies", required_argument, NULL, 'v'},
+                                             {"max-rate", required_argument, NULL, 'R'},
+                                             {"min-words", required_argument, NULL, 'w'},
+                                             {"random-pairs", required_argument, NULL, 'P'},
+                                             {"seed", required_argument, NULL, 'e'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    rf_dedup_opts o;
+    rf_dedup_opts_default(&o);
+    o.threads = rf_ncpu();
+    rf_planted_opts po;
+    rf_planted_opts_default(&po);
+    int opt, bad = 0, v;
+    optind = 1;
+    while (!bad && (opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        int e = engine_opt(opt, optarg, &o);
+        if (e) {
+            bad = e < 0;
+            continue;
+        }
+        switch (opt) {
+        case 'O':
+            bad = parse_int("--originals", optarg, 2, 1 << 24, &v);
+            po.max_base = (size_t)v;
+            break;
+        case 'v':
+            bad = parse_int("--copies", optarg, 1, 64, &po.variants);
+            break;
+        case 'R':
+            bad = parse_real("--max-rate", optarg, 0, 1, &po.max_rate);
+            break;
+        case 'w':
+            bad = parse_int("--min-words", optarg, 1, 100000, &po.min_words);
+            break;
+        case 'P':
+            bad = parse_int("--random-pairs", optarg, 0, 1 << 26, &v);
+            po.random_pairs = (size_t)v;
+            break;
+        case 'e':
+            bad = parse_int("--seed", optarg, 0, 1 << 30, &v);
+            po.seed = (uint64_t)v;
+            break;
+        case 'h':
+            eval_usage(stdout);
+            return 0;
+        default:
+            bad = 1;
+        }
+    }
+    if (bad || optind >= argc || rf_dedup_opts_check(&o)) {
+        if (!bad && optind < argc) fprintf(stderr, "refinery dedup-eval: %s\n", rf_errmsg());
+        eval_usage(stderr);
+        return 2;
+    }
+    char **texts = NULL;
+    size_t n = 0, cap = 0;
+    int rc = RF_OK;
+    for (int i = optind; i < argc && !rc; i++)
+        rc = load_texts(argv[i], &texts, &n, &cap);
+    char tmp_index[] = "/tmp/refinery-dedup-eval-XXXXXX";
+    rf_planted_report rep;
+    rf_buf out = RF_BUF_INIT;
+    if (!rc && !mkdtemp(tmp_index))
+        rc = rf_fail(RF_ERR_IO, "temporary index: %s", strerror(errno));
+    else if (!rc) {
+        rc = rf_planted_run(&o, &po, texts, n, tmp_index, &rep);
+        remove_index(tmp_index);
+    }
+    if (!rc) rc = rf_planted_json(&rep, &o, &out);
+    if (!rc)
+        printf("%s\n", out.data);
+    else
+        fprintf(stderr, "refinery dedup-eval: %s\n",
+                rf_errmsg()[0] ? rf_errmsg() : rf_err_name(rc));
+    for (size_t i = 0; i < n; i++)
+        free(texts[i]);
+    free(texts);
+    rf_buf_free(&out);
+    return rc ? 1 : 0;
+}
+
+static const rf_command dedup_eval_cmd = {
+    "dedup-eval", "planted near-duplicate benchmark: F1 and the LSH S-curve", cmd_dedup_eval};
+RF_COMMAND(dedup_eval_cmd)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes real corpora from $SHARED as ingest-format JSON Lines (id, text,
-label, source, line, offset) for the dedup tests, using only the standard
-library: Amazon 5-core reviews (.json.gz) and SST-2 (.tsv with a header)."""
+label, source, line, offset) for the dedup tests and benchmarks, using only the
+standard library: Amazon 5-core reviews (.json.gz), SST-2 (.tsv with a header)
+and WikiText raw files (.raw: one document per non-heading paragraph line)."""
 import gzip, json, os, sys
 
 
@@ -24,12 +25,28 @@ def sst2(path):
                    "line": i, "offset": 0}
 
 
+def wikitext(path):
+    name = "wikitext-" + os.path.basename(path).split(".")[1]
+    offset = 0
+    with open(path, "rb") as f:
+        for i, raw in enumerate(f, 1):
+            line = raw.decode("utf-8").strip()
+            if line and not line.startswith("= "):
+                yield {"id": f"{name}:{i}", "text": line, "source": name, "line": i, "offset": offset}
+            offset += len(raw)
+
+
 def main():
     out = sys.stdout
     for path in sys.argv[1:]:
         if not os.path.exists(path):
             sys.exit(f"make_input.py: {path} is missing (is $SHARED set to the shared data folder?)")
-        gen = amazon(path) if path.endswith(".json.gz") else sst2(path)
+        if path.endswith(".json.gz"):
+            gen = amazon(path)
+        elif path.endswith(".raw"):
+            gen = wikitext(path)
+        else:
+            gen = sst2(path)
         for doc in gen:
             out.write(json.dumps(doc, ensure_ascii=False) + "\n")
 
