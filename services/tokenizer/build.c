@@ -11,23 +11,24 @@
 static int ensure_id(rf_tokenizer *t, uint32_t id) {
     if (id >= MAX_ID) return rf_fail(RF_ERR_RANGE, "token id %u is too large", id);
     if (id < t->vocab_size) return 0;
-    size_t n = id + 1, cap = t->vocab_size;
-    /* grow geometrically; vocab_size tracks the real extent */
-    size_t alloc = cap ? cap : 1024;
-    while (alloc < n)
-        alloc *= 2;
-    char **tok = realloc(t->id_tok, alloc * sizeof *tok);
-    if (!tok) return RF_ERR_NOMEM;
-    t->id_tok = tok;
-    uint32_t *len = realloc(t->id_len, alloc * sizeof *len);
-    if (!len) return RF_ERR_NOMEM;
-    t->id_len = len;
-    uint8_t *sp = realloc(t->id_special, alloc);
-    if (!sp) return RF_ERR_NOMEM;
-    t->id_special = sp;
-    for (size_t i = cap; i < alloc; i++)
-        tok[i] = NULL, len[i] = 0, sp[i] = 0;
-    t->vocab_size = (uint32_t)n;
+    if (id >= t->id_cap) {
+        size_t cap = t->id_cap ? t->id_cap : 1024;
+        while (cap <= id)
+            cap *= 2;
+        char **tok = realloc(t->id_tok, cap * sizeof *tok);
+        if (!tok) return RF_ERR_NOMEM;
+        t->id_tok = tok;
+        uint32_t *len = realloc(t->id_len, cap * sizeof *len);
+        if (!len) return RF_ERR_NOMEM;
+        t->id_len = len;
+        uint8_t *sp = realloc(t->id_special, cap);
+        if (!sp) return RF_ERR_NOMEM;
+        t->id_special = sp;
+        for (size_t i = t->id_cap; i < cap; i++)
+            tok[i] = NULL, len[i] = 0, sp[i] = 0;
+        t->id_cap = (uint32_t)cap;
+    }
+    t->vocab_size = id + 1;
     return 0;
 }
 

@@ -58,7 +58,8 @@ struct rf_tokenizer {
     char **id_tok; /* id -> token (NULL for holes), strings owned here */
     uint32_t *id_len;
     uint8_t *id_special;
-    uint32_t vocab_size;
+    uint32_t vocab_size; /* one more than the largest id */
+    uint32_t id_cap;     /* allocated length of the id arrays */
 
     /* BertNormalizer (has_normalizer false = none) */
     bool has_normalizer, clean_text, handle_chinese, strip_accents, lowercase;
