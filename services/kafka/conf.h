@@ -1,0 +1,15 @@
+/* Internal to services/kafka: librdkafka configuration from rf_kafka_opts. */
+#ifndef RF_KAFKA_CONF_H
+#define RF_KAFKA_CONF_H
+
+#include <librdkafka/rdkafka.h>
+
+#include "kafka/kafka.h"
+
+/* A configuration with bootstrap, client id and the extra pairs applied,
+ * then the NULL-terminated pairs of `fixed`. */
+int kafka_conf(const rf_kafka_opts *o, const char *const *fixed, rd_kafka_conf_t **out);
+/* Sets one property, failing with a message naming it. */
+int kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value);
+
+#endif

@@ -1,0 +1,92 @@
+/* Kafka via librdkafka, for at-least-once stages with exact accounting:
+ *
+ *   consume a batch -> process -> produce outputs -> rf_kafka_flush == OK
+ *                   -> rf_kafka_commit_batch
+ *
+ * The producer is idempotent (enable.idempotence: acks=all, retries without
+ * duplicates or reordering per partition), so an output is either durably in
+ * the log or reported failed by the flush. Input offsets are committed only
+ * after that, never automatically: a crash between produce and commit
+ * replays the batch, which downstream recognises by its (run, stage, seq).
+ *
+ * Backpressure: at most max_in_flight produced messages wait for their
+ * delivery; rf_kafka_produce blocks (serving delivery reports) beyond that.
+ *
+ * Configuration: bootstrap is KAFKA_BOOTSTRAP (a mock cluster's or a real
+ * Kafka's "host:port,..."); `extra` passes any further librdkafka property,
+ * e.g. {"security.protocol", "ssl", "ssl.ca.location", "/etc/ca.pem", NULL}. */
+#ifndef RF_KAFKA_H
+#define RF_KAFKA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct rf_kafka_opts {
+    const char *bootstrap;
+    const char *client_id;     /* NULL: "refinery" */
+    int max_in_flight;         /* producer; 0 means 10000 */
+    double delivery_timeout_s; /* producer: give up a message after this; 0 means 30 */
+    const char *const *extra;  /* NULL-terminated name, value pairs; may be NULL */
+} rf_kafka_opts;
+
+/* --- producer --- */
+
+typedef struct rf_kafka_producer rf_kafka_producer;
+
+int rf_kafka_producer_new(const rf_kafka_opts *o, rf_kafka_producer **out);
+/* Flushes (up to delivery_timeout_s) and frees. */
+void rf_kafka_producer_free(rf_kafka_producer *p);
+/* Queues one message (copied). Blocks while max_in_flight are undelivered. */
+int rf_kafka_produce(rf_kafka_producer *p, const char *topic, const void *key, size_t key_len,
+                     const void *value, size_t len);
+/* A rejected record with its reason, as a refinery.v1.Reject protobuf keyed by
+ * the reason, to a rejects topic. */
+int rf_kafka_produce_reject(rf_kafka_producer *p, const char *topic, const char *source,
+                            uint64_t line, uint64_t offset, const char *reason, const void *excerpt,
+                            size_t excerpt_len);
+/* Waits until every queued message is delivered or failed. RF_OK only when
+ * all messages produced since the previous flush were delivered; RF_ERR_IO
+ * (first failure in rf_errmsg) otherwise, and then the inputs of those
+ * messages must not be committed. */
+int rf_kafka_flush(rf_kafka_producer *p, double timeout_s);
+/* Messages queued and not yet delivered or failed. */
+int rf_kafka_in_flight(rf_kafka_producer *p);
+int64_t rf_kafka_delivered(const rf_kafka_producer *p);
+int64_t rf_kafka_failed(const rf_kafka_producer *p);
+
+/* --- consumer (a member of a consumer group) --- */
+
+typedef struct rf_kafka_consumer rf_kafka_consumer;
+
+typedef struct rf_kafka_msg {
+    const char *topic;
+    int32_t partition;
+    int64_t offset;
+    const void *key;
+    size_t key_len;
+    const void *value;
+    size_t len;
+} rf_kafka_msg;
+
+/* Messages of one poll; valid until rf_kafka_batch_release. */
+typedef struct rf_kafka_batch {
+    rf_kafka_msg *msgs;
+    size_t n;
+    void **raw; /* librdkafka messages, owned */
+} rf_kafka_batch;
+
+/* Joins group and subscribes to topics[0..n). A new group starts at the
+ * earliest offset. */
+int rf_kafka_consumer_new(const rf_kafka_opts *o, const char *group, const char *const *topics,
+                          size_t n, rf_kafka_consumer **out);
+/* Leaves the group; what was not committed is delivered again to whoever
+ * takes the partitions. */
+void rf_kafka_consumer_free(rf_kafka_consumer *c);
+/* Up to max messages: waits at most timeout_s for the first, then takes what
+ * has already arrived. 0 messages on timeout. */
+int rf_kafka_poll_batch(rf_kafka_consumer *c, size_t max, double timeout_s, rf_kafka_batch *b);
+/* Synchronously commits the offsets following the batch's messages. */
+int rf_kafka_commit_batch(rf_kafka_consumer *c, const rf_kafka_batch *b);
+void rf_kafka_batch_release(rf_kafka_batch *b);
+
+#endif

@@ -1,0 +1,330 @@
+/* services/kafka against librdkafka's mock cluster (3 brokers, started in
+ * this process), or against $KAFKA_BOOTSTRAP when set: the broker-fault tests
+ * then need $KAFKA_MOCK_CONTROL, the command FIFO of a refinery-kafka-mock
+ * process (tests/services/kafka_mock.test.sh), and are skipped without it.
+ * Round trip, a consumer restart resuming from the
+ * committed offset without loss or duplicates, bounded in-flight, delivery
+ * failure reported by flush, broker down/up mid-stream, the rejects topic. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/error.h"
+#include "common/sys.h"
+#include "kafka/kafka.h"
+#include "kafka/mock.h"
+#include "refinery.pb-c.h"
+
+static rf_kafka_mock *mock;
+static const char *bootstrap;
+static const char *control; /* FIFO of an external refinery-kafka-mock */
+
+static int can_fault(void) {
+    return mock || control;
+}
+
+/* Sends "down N" / "up N" / "topic NAME N" to the in-process or external mock. */
+static int mock_cmd(const char *verb, const char *name, int n) {
+    if (mock) {
+        if (!strcmp(verb, "down")) return rf_kafka_mock_broker_down(mock, n);
+        if (!strcmp(verb, "up")) return rf_kafka_mock_broker_up(mock, n);
+        return rf_kafka_mock_topic(mock, name, n);
+    }
+    if (!control) return 0; /* a real cluster: topics are auto-created */
+    FILE *f = fopen(control, "w");
+    if (!f) return -1;
+    if (name)
+        fprintf(f, "%s %s %d\n", verb, name, n);
+    else
+        fprintf(f, "%s %d\n", verb, n);
+    fclose(f);
+    usleep(200000); /* the helper applies it within its 200 ms poll */
+    return 0;
+}
+
+static int broker_down(int b) {
+    return mock_cmd("down", NULL, b);
+}
+static int broker_up(int b) {
+    return mock_cmd("up", NULL, b);
+}
+
+static int group_setup(void **state) {
+    bootstrap = getenv("KAFKA_BOOTSTRAP");
+    control = getenv("KAFKA_MOCK_CONTROL");
+    if (bootstrap && *bootstrap) return 0;
+    if (rf_kafka_mock_new(3, &mock) < 0) return -1;
+    bootstrap = rf_kafka_mock_bootstrap(mock);
+    return 0;
+}
+
+static int group_teardown(void **state) {
+    rf_kafka_mock_free(mock);
+    return 0;
+}
+
+/* Names unique to this run, so that a real cluster's old data does not count. */
+static const char *unique(const char *base) {
+    static char names[8][96];
+    static int next;
+    char *n = names[next++ % 8];
+    snprintf(n, 96, "%s-%d-%lld", base, (int)getpid(), (long long)(rf_now() * 1e6));
+    return n;
+}
+
+static void make_topic(const char *topic, int partitions) {
+    assert_int_equal(mock_cmd("topic", topic, partitions), 0);
+}
+
+static rf_kafka_producer *producer(int max_in_flight, double timeout_s) {
+    rf_kafka_opts o = {
+        .bootstrap = bootstrap, .max_in_flight = max_in_flight, .delivery_timeout_s = timeout_s};
+    rf_kafka_producer *p;
+    if (rf_kafka_producer_new(&o, &p) < 0) fail_msg("producer: %s", rf_errmsg());
+    return p;
+}
+
+static rf_kafka_consumer *consumer(const char *group, const char *topic) {
+    const char *const extra[] = {"session.timeout.ms", "6000", "heartbeat.interval.ms", "500",
+                                 NULL};
+    rf_kafka_opts o = {.bootstrap = bootstrap, .extra = extra};
+    rf_kafka_consumer *c;
+    if (rf_kafka_consumer_new(&o, group, &topic, 1, &c) < 0) fail_msg("consumer: %s", rf_errmsg());
+    return c;
+}
+
+static void produce_range(rf_kafka_producer *p, const char *topic, int from, int to) {
+    for (int i = from; i < to; i++) {
+        char v[32];
+        int n = snprintf(v, sizeof v, "%d", i);
+        if (rf_kafka_produce(p, topic, v, (size_t)n, v, (size_t)n) < 0)
+            fail_msg("produce %d: %s", i, rf_errmsg());
+    }
+}
+
+/* Consumes until `want` messages arrived in total (or 20 s passed), counting
+ * each value in seen[]; commits after each batch when commit is set. Stops
+ * after `limit` messages (a batch may overshoot) when limit > 0. */
+static int consume(rf_kafka_consumer *c, int *seen, int nseen, int want, int commit) {
+    int got = 0;
+    double end = rf_now() + 20;
+    while (got < want && rf_now() < end) {
+        rf_kafka_batch b;
+        assert_int_equal(rf_kafka_poll_batch(c, 100, 0.5, &b), 0);
+        for (size_t i = 0; i < b.n; i++) {
+            char v[32];
+            size_t n = b.msgs[i].len < sizeof v - 1 ? b.msgs[i].len : sizeof v - 1;
+            memcpy(v, b.msgs[i].value, n);
+            v[n] = 0;
+            int x = atoi(v);
+            assert_true(x >= 0 && x < nseen);
+            seen[x]++;
+        }
+        got += (int)b.n;
+        if (commit) assert_int_equal(rf_kafka_commit_batch(c, &b), 0);
+        rf_kafka_batch_release(&b);
+    }
+    return got;
+}
+
+static void test_round_trip(void **state) {
+    const char *topic = unique("rt");
+    make_topic(topic, 3);
+    rf_kafka_producer *p = producer(0, 10);
+    produce_range(p, topic, 0, 3000);
+    assert_int_equal(rf_kafka_flush(p, 10), 0);
+    assert_int_equal(rf_kafka_delivered(p), 3000);
+    assert_int_equal(rf_kafka_failed(p), 0);
+    rf_kafka_producer_free(p);
+
+    int *seen = calloc(3000, sizeof *seen);
+    rf_kafka_consumer *c = consumer(unique("g"), topic);
+    assert_int_equal(consume(c, seen, 3000, 3000, 1), 3000);
+    for (int i = 0; i < 3000; i++)
+        assert_int_equal(seen[i], 1);
+    rf_kafka_consumer_free(c);
+    free(seen);
+}
+
+/* A consumer commits some batches, processes one more without committing
+ * (as if it crashed before its outputs were flushed), and goes away. Its
+ * successor in the group gets exactly everything not committed. */
+static void test_restart_resumes_from_commit(void **state) {
+    const char *topic = unique("resume");
+    const char *group = unique("g");
+    enum { N = 2000 };
+    make_topic(topic, 3);
+    rf_kafka_producer *p = producer(0, 10);
+    produce_range(p, topic, 0, N);
+    assert_int_equal(rf_kafka_flush(p, 10), 0);
+    rf_kafka_producer_free(p);
+
+    int *committed = calloc(N, sizeof *committed), *uncommitted = calloc(N, sizeof *uncommitted),
+        *later = calloc(N, sizeof *later);
+    rf_kafka_consumer *c = consumer(group, topic);
+    int first = consume(c, committed, N, 700, 1);
+    assert_true(first >= 700 && first < N);
+    rf_kafka_batch b;
+    double end = rf_now() + 10;
+    do {
+        assert_int_equal(rf_kafka_poll_batch(c, 50, 0.5, &b), 0);
+    } while (b.n == 0 && rf_now() < end);
+    assert_true(b.n > 0);
+    for (size_t i = 0; i < b.n; i++)
+        uncommitted[atoi((const char *)b.msgs[i].value)]++;
+    rf_kafka_batch_release(&b); /* not committed */
+    rf_kafka_consumer_free(c);
+
+    c = consumer(group, topic);
+    int second = consume(c, later, N, N - first, 1);
+    assert_int_equal(second, N - first);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(committed[i] + later[i], 1);      /* nothing lost, nothing twice */
+        if (uncommitted[i]) assert_int_equal(later[i], 1); /* redelivered */
+    }
+    /* Nothing more arrives. */
+    assert_int_equal(rf_kafka_poll_batch(c, 10, 1.0, &b), 0);
+    assert_int_equal(b.n, 0);
+    rf_kafka_batch_release(&b);
+    rf_kafka_consumer_free(c);
+    free(committed);
+    free(uncommitted);
+    free(later);
+}
+
+static void test_bounded_in_flight(void **state) {
+    const char *topic = unique("bp");
+    make_topic(topic, 1);
+    rf_kafka_producer *p = producer(20, 10);
+    int peak = 0;
+    for (int i = 0; i < 500; i++) {
+        produce_range(p, topic, i, i + 1);
+        int n = rf_kafka_in_flight(p);
+        if (n > peak) peak = n;
+    }
+    assert_true(peak <= 20);
+    assert_int_equal(rf_kafka_flush(p, 10), 0);
+    assert_int_equal(rf_kafka_delivered(p), 500);
+    rf_kafka_producer_free(p);
+}
+
+/* Every broker down: messages time out, flush says so (the caller must not
+ * commit its inputs); once they are back, new messages go through. */
+static void test_flush_reports_failure(void **state) {
+    if (!can_fault()) skip();
+    const char *topic = unique("fail");
+    make_topic(topic, 1);
+    rf_kafka_producer *p = producer(0, 1.5);
+    produce_range(p, topic, 0, 10);
+    assert_int_equal(rf_kafka_flush(p, 5), 0);
+    for (int b = 1; b <= 3; b++)
+        assert_int_equal(broker_down(b), 0);
+    produce_range(p, topic, 10, 20);
+    assert_int_equal(rf_kafka_flush(p, 5), RF_ERR_IO);
+    assert_non_null(strstr(rf_errmsg(), "not delivered"));
+    assert_int_equal(rf_kafka_failed(p), 10);
+    for (int b = 1; b <= 3; b++)
+        assert_int_equal(broker_up(b), 0);
+    /* The same producer recovers once it has reconnected (its first tries
+     * may still time out while it does). */
+    int ok = 0;
+    for (int attempt = 0; attempt < 10 && !ok; attempt++) {
+        produce_range(p, topic, 20, 30);
+        ok = rf_kafka_flush(p, 10) == 0;
+    }
+    assert_true(ok);
+    rf_kafka_producer_free(p);
+}
+
+/* One broker goes down mid-stream and comes back within the delivery
+ * timeout: retries deliver everything, and idempotence keeps it once. */
+static void test_broker_down_up(void **state) {
+    if (!can_fault()) skip();
+    enum { N = 3000 };
+    const char *topic = unique("downup");
+    make_topic(topic, 3);
+    rf_kafka_producer *p = producer(0, 20);
+    produce_range(p, topic, 0, N / 3);
+    assert_int_equal(broker_down(1), 0);
+    produce_range(p, topic, N / 3, 2 * N / 3);
+    rf_kafka_flush(p, 1); /* partitions led by broker 1 wait */
+    assert_int_equal(broker_up(1), 0);
+    produce_range(p, topic, 2 * N / 3, N);
+    assert_int_equal(rf_kafka_flush(p, 20), 0);
+    assert_int_equal(rf_kafka_delivered(p), N);
+    rf_kafka_producer_free(p);
+
+    int *seen = calloc(N, sizeof *seen);
+    rf_kafka_consumer *c = consumer(unique("g"), topic);
+    assert_int_equal(consume(c, seen, N, N, 1), N);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(seen[i], 1);
+    rf_kafka_batch b;
+    assert_int_equal(rf_kafka_poll_batch(c, 10, 1.0, &b), 0);
+    assert_int_equal(b.n, 0);
+    rf_kafka_batch_release(&b);
+    rf_kafka_consumer_free(c);
+    free(seen);
+}
+
+static void test_rejects_topic(void **state) {
+    const char *topic = unique("rejected");
+    make_topic(topic, 1);
+    rf_kafka_producer *p = producer(0, 10);
+    assert_int_equal(rf_kafka_produce_reject(p, topic, "reviews.jsonl", 17, 4096, "invalid_utf8",
+                                             "\xff\xfe bad", 6),
+                     0);
+    assert_int_equal(rf_kafka_flush(p, 10), 0);
+    rf_kafka_producer_free(p);
+
+    rf_kafka_consumer *c = consumer(unique("g"), topic);
+    rf_kafka_batch b = {0};
+    double end = rf_now() + 20;
+    while (b.n == 0 && rf_now() < end) {
+        rf_kafka_batch_release(&b);
+        assert_int_equal(rf_kafka_poll_batch(c, 10, 0.5, &b), 0);
+    }
+    assert_int_equal(b.n, 1);
+    assert_memory_equal(b.msgs[0].key, "invalid_utf8", 12);
+    Refinery__V1__Reject *r = refinery__v1__reject__unpack(NULL, b.msgs[0].len, b.msgs[0].value);
+    assert_non_null(r);
+    assert_string_equal(r->source, "reviews.jsonl");
+    assert_int_equal(r->line, 17);
+    assert_int_equal(r->offset, 4096);
+    assert_string_equal(r->reason, "invalid_utf8");
+    assert_int_equal(r->excerpt.len, 6);
+    refinery__v1__reject__free_unpacked(r, NULL);
+    rf_kafka_batch_release(&b);
+    rf_kafka_consumer_free(c);
+}
+
+static void test_bad_config(void **state) {
+    rf_kafka_opts o = {.bootstrap = NULL};
+    rf_kafka_producer *p;
+    assert_int_equal(rf_kafka_producer_new(&o, &p), RF_ERR_INVALID);
+    assert_non_null(strstr(rf_errmsg(), "KAFKA_BOOTSTRAP"));
+    const char *const extra[] = {"no.such.property", "1", NULL};
+    o = (rf_kafka_opts){.bootstrap = bootstrap, .extra = extra};
+    assert_int_equal(rf_kafka_producer_new(&o, &p), RF_ERR_INVALID);
+    assert_non_null(strstr(rf_errmsg(), "no.such.property"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_restart_resumes_from_commit),
+        cmocka_unit_test(test_bounded_in_flight),
+        cmocka_unit_test(test_flush_reports_failure),
+        cmocka_unit_test(test_broker_down_up),
+        cmocka_unit_test(test_rejects_topic),
+        cmocka_unit_test(test_bad_config),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
