@@ -153,6 +153,26 @@ static void final_pass(pass *p, const char *s, size_t n) {
     }
 }
 
+/* Drops the characters final_pass would drop as controls, ahead of NFKC: text
+ * on both sides of a removed control must be normalized together (a jamo L,
+ * NUL, jamo V composes once the NUL is gone). */
+static int strip_controls(pass *p, const char *s, size_t n, rf_buf *out) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t done = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp = u[i];
+        int len = cp < 0x80 ? 1 : rf_utf8_decode(u + i, n - i, &cp);
+        if (classify(p, cp) == C_CTRL) {
+            if (rf_buf_append(out, s + done, i - done)) return RF_ERR_NOMEM;
+            p->res->controls_removed++;
+            p->res->nul_bytes += cp == 0;
+            done = i + (size_t)len;
+        }
+        i += (size_t)len;
+    }
+    return rf_buf_append(out, s + done, n - done) ? RF_ERR_NOMEM : 0;
+}
+
 /* Last step: writes s[0..n) into out through final_pass, or as a plain copy when
  * no option of that pass is on. */
 static int finish(const rf_clean_opts *o, const char *s, size_t n, rf_buf *out,
@@ -171,18 +191,26 @@ static int finish(const rf_clean_opts *o, const char *s, size_t n, rf_buf *out,
     return 0;
 }
 
+/* The scratch buffer not holding s, emptied: each step reads one and writes
+ * the other. */
+static rf_buf *scratch(rf_buf stage[2], const char *s) {
+    rf_buf *b = stage[0].data == s ? &stage[1] : &stage[0];
+    rf_buf_reset(b);
+    return b;
+}
+
 int rf_clean_text(const rf_clean_opts *o, const char *in, size_t n, rf_buf *out,
                   rf_clean_result *res) {
     memset(res, 0, sizeof *res);
     rf_buf_reset(out);
-    rf_buf stage[2] = {RF_BUF_INIT, RF_BUF_INIT}; /* scratch, used only when needed */
-    int cur = 0, rc = 0;
-    utf8proc_uint8_t *nfkc = NULL;
-    const char *s = in;
     if (n == 0) {
         res->reject = "empty";
         return rf_buf_reserve(out, 0) ? RF_ERR_NOMEM : 0;
     }
+    rf_buf stage[2] = {RF_BUF_INIT, RF_BUF_INIT}, *b; /* allocated only when a step runs */
+    utf8proc_uint8_t *nfkc = NULL;
+    const char *s = in;
+    int rc = 0;
     bool ascii = is_ascii(in, n);
 
     if (!ascii && !rf_utf8_valid(in, n)) {
@@ -190,26 +218,30 @@ int rf_clean_text(const rf_clean_opts *o, const char *in, size_t n, rf_buf *out,
             res->reject = "invalid_utf8";
             goto done;
         }
-        long r = rf_utf8_repair(in, n, &stage[cur]);
+        long r = rf_utf8_repair(in, n, b = scratch(stage, s));
         if (r < 0) goto nomem;
         res->utf8_repairs = (size_t)r;
-        s = stage[cur].data;
-        n = stage[cur].len;
-        cur ^= 1;
+        s = b->data;
+        n = b->len;
     }
     if (o->strip_tags && memchr(s, '<', n)) {
-        if (rf_html_strip_tags(s, n, &stage[cur], &res->tags_removed)) goto nomem;
-        s = stage[cur].data;
-        n = stage[cur].len;
-        cur ^= 1;
+        if (rf_html_strip_tags(s, n, b = scratch(stage, s), &res->tags_removed)) goto nomem;
+        s = b->data;
+        n = b->len;
     }
     if (o->html_unescape && memchr(s, '&', n)) {
-        if (rf_html_unescape(s, n, &stage[cur], &res->entities_decoded)) goto nomem;
-        s = stage[cur].data;
-        n = stage[cur].len;
+        if (rf_html_unescape(s, n, b = scratch(stage, s), &res->entities_decoded)) goto nomem;
+        s = b->data;
+        n = b->len;
         if (res->entities_decoded) ascii = is_ascii(s, n);
     }
     if (o->nfkc && !ascii && nfkc_needed(s, n)) {
+        if (o->strip_control) {
+            pass p = {o, res, NULL, false, false};
+            if (strip_controls(&p, s, n, b = scratch(stage, s))) goto nomem;
+            s = b->data;
+            n = b->len;
+        }
         utf8proc_ssize_t len = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &nfkc,
                                             UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT);
         if (len < 0) {

@@ -2,13 +2,15 @@
  *
  *   1. UTF-8 validation: repair (each maximal invalid subpart -> U+FFFD) or reject
  *   2. HTML (optional): strip tags/comments/script/style, then unescape entities
- *   3. NFKC normalization (utf8proc), skipped for pure ASCII which it cannot change
- *   4. control characters: C0/C1 and NUL removed; \t \n \r kept (or turned into
+ *   3. control characters: C0/C1 and NUL removed; \t \n \r kept (or turned into
  *      spaces by step 5)
+ *   4. NFKC normalization (utf8proc), skipped for pure ASCII which it cannot change
  *   5. whitespace: runs of Unicode whitespace -> one space, trimmed both ends
  *   6. lowercase (optional, full Unicode case mapping via utf8proc)
  *
- * HTML comes before NFKC so that "&#xFB01;" and a literal U+FB01 normalize alike.
+ * HTML comes before NFKC so that "&#xFB01;" and a literal U+FB01 normalize alike;
+ * controls go before NFKC so that characters they separated compose. Cleaning
+ * without HTML is idempotent (the fuzz target checks it).
  * Pure functions: no global mutable state, safe from any number of threads. */
 #ifndef RF_INGEST_CLEAN_H
 #define RF_INGEST_CLEAN_H

@@ -9,6 +9,7 @@
 
 extern "C" {
 #include "common/error.h"
+#include "common/utf8.h"
 #include "ingest/langid.h"
 }
 
@@ -23,16 +24,20 @@ extern "C" int rf_langid_detect(const char *text, size_t n, rf_langid_result *r)
         while (n > 0 && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80)
             n--;
     }
+    // CLD2's own check (ExtDetectLanguageSummaryCheckUTF8) also refuses valid
+    // text with noncharacters such as U+FDEB; validate with the Unicode
+    // definition instead and give CLD2 the text it then may assume valid.
+    if (!rf_utf8_valid(text, n))
+        return rf_fail(RF_ERR_INVALID, "langid: invalid UTF-8 at byte %zu",
+                       rf_utf8_first_invalid(text, n));
     CLD2::Language lang3[3];
     int percent3[3];
     double score3[3];
-    int text_bytes = 0, valid_prefix = 0;
+    int text_bytes = 0;
     bool reliable = false;
-    CLD2::Language top = CLD2::ExtDetectLanguageSummaryCheckUTF8(
-        text, static_cast<int>(n), true, nullptr, 0, lang3, percent3, score3, nullptr, &text_bytes,
-        &reliable, &valid_prefix);
-    if (static_cast<size_t>(valid_prefix) < n)
-        return rf_fail(RF_ERR_INVALID, "langid: invalid UTF-8 at byte %d", valid_prefix);
+    CLD2::Language top =
+        CLD2::ExtDetectLanguageSummary(text, static_cast<int>(n), true, nullptr, 0, lang3, percent3,
+                                       score3, nullptr, &text_bytes, &reliable);
     std::snprintf(r->code, sizeof r->code, "%s", CLD2::LanguageCode(top));
     r->reliable = reliable;
     for (int i = 0; i < 3; i++) {

@@ -126,6 +126,17 @@ static void test_controls(void **state) {
     expect(&o, "a\x01z", "a\x01z");
 }
 
+/* A removed control must not keep apart what NFKC composes: jamo L, NUL, jamo
+ * V, jamo T is one syllable, and cleaning the result again changes nothing. */
+static void test_controls_before_nfkc(void **state) {
+    rf_clean_opts o;
+    rf_clean_opts_default(&o);
+    const char in[] = "\xE1\x84\x92\0\xE1\x85\xA1\x01\xE1\x86\xAB";
+    expect_n(&o, in, sizeof in - 1, "\xED\x95\x9C");
+    assert_int_equal(last.controls_removed, 2);
+    assert_int_equal(last.nul_bytes, 1);
+}
+
 static void test_whitespace(void **state) {
     rf_clean_opts o;
     rf_clean_opts_default(&o);
@@ -172,6 +183,11 @@ static void test_html(void **state) {
     /* Entities feed NFKC: &#xFB01; becomes "fi", like a literal U+FB01. */
     expect(&o, "&#xFB01;ne", "fine");
     expect(&o, "don&#039;t", "don't");
+    /* Every step in one document: repair, strip, unescape, NFKC. */
+    expect(&o, "<b>x\xFF</b> &amp; \xEF\xAC\x81", "x\xEF\xBF\xBD & fi");
+    assert_int_equal(last.utf8_repairs, 1);
+    assert_int_equal(last.tags_removed, 2);
+    assert_int_equal(last.entities_decoded, 1);
 }
 
 static void test_lowercase(void **state) {
@@ -302,6 +318,7 @@ int main(void) {
         cmocka_unit_test(test_utf8_repair_maximal_subparts),
         cmocka_unit_test(test_utf8_reject),
         cmocka_unit_test(test_controls),
+        cmocka_unit_test(test_controls_before_nfkc),
         cmocka_unit_test(test_whitespace),
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_html),
