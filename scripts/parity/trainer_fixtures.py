@@ -80,6 +80,20 @@ def make_batch(gen, B, T, lens, vocab, labels):
             "labels": torch.tensor(labels)}
 
 
+TINY_WORDS = ("good bad great awful movie film plot actor boring fun love hate the a an is was "
+              "not very really best worst story scene music ending long short funny sad dull "
+              "brilliant terrible nice poor fine , . ! ?").split()
+
+
+def write_tiny_vocab(path):
+    """A 100-token WordPiece vocabulary so that integration tests can feed JSONL
+    text to the tiny model: specials, the words above, then filler tokens."""
+    toks = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + TINY_WORDS
+    toks += ["[unused%d]" % i for i in range(100 - len(toks))]
+    with open(path, "w") as f:
+        f.write("\n".join(toks) + "\n")
+
+
 def tiny():
     torch.manual_seed(1234)
     cfg = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -93,6 +107,7 @@ def tiny():
                 p.add_(0.1 * torch.randn_like(p))
     folder = os.path.join(OUT, "tiny-bert")
     model.save_pretrained(folder, safe_serialization=True)
+    write_tiny_vocab(os.path.join(folder, "vocab.txt"))
     gen = torch.Generator().manual_seed(7)
     batch = make_batch(gen, 3, 8, [8, 5, 2], 100, [2, 0, 1])
     logits, loss, grads, after = run(model, batch)

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "common/sys.h"
+#include "trainer/fail.h"
 
 static const struct {
     const char *name;
@@ -126,7 +127,7 @@ int rf_st_parse(uint8_t *buf, size_t len, rf_st_file **out) {
         goto fail;
     }
     if ((rc = rf_json_parse(doc, (const char *)buf + 8, hlen, &root)) != 0) {
-        rc = rf_fail(RF_ERR_CORRUPT, "safetensors: bad header JSON: %s", rf_errmsg());
+        rc = rf_tr_fail_ctx(RF_ERR_CORRUPT, "safetensors: bad header JSON");
         goto fail;
     }
     if (root->type != RF_JSON_OBJECT) {
@@ -176,9 +177,9 @@ int rf_st_open(const char *path, rf_st_file **out) {
     size_t len;
     *out = NULL;
     int rc = rf_read_file(path, (size_t)16 << 30, &buf, &len);
-    if (rc) return rf_fail(rc, "safetensors: cannot read %s: %s", path, rf_errmsg());
+    if (rc) return rf_tr_fail_ctx(rc, "safetensors: cannot read %s", path);
     rc = rf_st_parse((uint8_t *)buf, len, out);
-    if (rc) return rf_fail(rc, "%s: %s", path, rf_errmsg());
+    if (rc) return rf_tr_fail_ctx(rc, "%s", path);
     return RF_OK;
 }
 
@@ -278,7 +279,7 @@ int rf_st_write(const char *path, const rf_st_out *t, size_t n) {
             p += 4 * numel;
         }
         rc = rf_write_file_atomic(path, file, 8 + hdr.len + off);
-        if (rc) rc = rf_fail(rc, "safetensors: cannot write %s: %s", path, rf_errmsg());
+        if (rc) rc = rf_tr_fail_ctx(rc, "safetensors: cannot write %s", path);
     }
     free(file);
     rf_buf_free(&hdr);

@@ -10,7 +10,7 @@
 #include "trainer/safetensors.h"
 
 /* Fixture tensor as a malloc'd float array (fails the test when absent). */
-static float *fx_get(const rf_st_file *f, const char *name, size_t *n) {
+static inline float *fx_get(const rf_st_file *f, const char *name, size_t *n) {
     const rf_st_tensor *t = rf_st_find(f, name);
     if (!t) fail_msg("fixture lacks '%s'", name);
     float *x = malloc(t->numel * sizeof(float) + 1);
@@ -19,7 +19,7 @@ static float *fx_get(const rf_st_file *f, const char *name, size_t *n) {
     return x;
 }
 
-static int32_t *fx_ints(const rf_st_file *f, const char *name, size_t *n) {
+static inline int32_t *fx_ints(const rf_st_file *f, const char *name, size_t *n) {
     size_t k;
     float *x = fx_get(f, name, &k);
     int32_t *o = malloc(k * sizeof(int32_t) + 1);
@@ -31,7 +31,7 @@ static int32_t *fx_ints(const rf_st_file *f, const char *name, size_t *n) {
 }
 
 /* ||a - b|| / max(||b||, floor): norm-wise relative error. */
-static double rel_err_floor(const float *a, const float *b, size_t n, double floor) {
+static inline double rel_err_floor(const float *a, const float *b, size_t n, double floor) {
     double d = 0, r = 0;
     for (size_t i = 0; i < n; i++) {
         d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
@@ -40,11 +40,11 @@ static double rel_err_floor(const float *a, const float *b, size_t n, double flo
     return sqrt(d) / fmax(sqrt(r), floor);
 }
 
-static double rel_err(const float *a, const float *b, size_t n) {
+static inline double rel_err(const float *a, const float *b, size_t n) {
     return rel_err_floor(a, b, n, 1e-6);
 }
 
-static double norm(const float *a, size_t n) {
+static inline double norm(const float *a, size_t n) {
     double r = 0;
     for (size_t i = 0; i < n; i++)
         r += (double)a[i] * a[i];
@@ -55,7 +55,7 @@ static double norm(const float *a, size_t n) {
  * the same q.b_k to every score), so both sides hold only round-off noise.
  * Its error is measured against the scale of the same layer's query-bias
  * gradient instead of its own (noise-sized) norm. */
-static double grad_scale_floor(const rf_st_file *ref, const char *name) {
+static inline double grad_scale_floor(const rf_st_file *ref, const char *name) {
     const char *k = strstr(name, "attention.self.key.bias");
     if (!k) return 1e-6;
     char q[200];
@@ -69,7 +69,7 @@ static double grad_scale_floor(const rf_st_file *ref, const char *name) {
     return s;
 }
 
-static char *fixture_path(const char *rel) {
+static inline char *fixture_path(const char *rel) {
     const char *root = getenv("REFINERY_ROOT");
     char *p = malloc(4096);
     snprintf(p, 4096, "%s/tests/fixtures/trainer/%s", root ? root : ".", rel);

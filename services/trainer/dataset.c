@@ -1,0 +1,180 @@
+#include "trainer/dataset.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/doc.h"
+#include "common/error.h"
+#include "common/json.h"
+#include "common/reader.h"
+#include "tokenizer/tokenizer.h"
+#include "trainer/fail.h"
+
+void rf_dataset_free(rf_dataset *d) {
+    free(d->tokens);
+    free(d->start);
+    free(d->len);
+    free(d->label);
+    memset(d, 0, sizeof *d);
+}
+
+int rf_dataset_add(rf_dataset *d, const uint32_t *ids, size_t len, int32_t label) {
+    if (d->n == d->cap) {
+        size_t nc = d->cap ? 2 * d->cap : 1024;
+        size_t *s = realloc(d->start, nc * sizeof *s);
+        if (s) d->start = s;
+        uint32_t *l = realloc(d->len, nc * sizeof *l);
+        if (l) d->len = l;
+        int32_t *y = realloc(d->label, nc * sizeof *y);
+        if (y) d->label = y;
+        if (!s || !l || !y) return RF_ERR_NOMEM;
+        d->cap = nc;
+    }
+    if (d->ntokens + len > d->cap_tokens) {
+        size_t nc = d->cap_tokens ? 2 * d->cap_tokens : 65536;
+        while (nc < d->ntokens + len)
+            nc *= 2;
+        uint32_t *t = realloc(d->tokens, nc * sizeof *t);
+        if (!t) return RF_ERR_NOMEM;
+        d->tokens = t;
+        d->cap_tokens = nc;
+    }
+    memcpy(d->tokens + d->ntokens, ids, len * sizeof *ids);
+    d->start[d->n] = d->ntokens;
+    d->len[d->n] = (uint32_t)len;
+    d->label[d->n] = label;
+    d->ntokens += len;
+    d->n++;
+    return RF_OK;
+}
+
+static void skip(rf_dataset *d, rf_stats *stats, const char *prefix, const char *why) {
+    d->skipped++;
+    if (stats) {
+        char name[128];
+        snprintf(name, sizeof name, "%s.skipped.%s", prefix ? prefix : "data", why);
+        rf_stats_add(stats, name, 1);
+    }
+}
+
+int rf_dataset_load_jsonl(rf_dataset *d, const char *path, const char *model_dir, int max_len,
+                          rf_stats *stats, const char *prefix) {
+    rf_tokenizer *tok = NULL;
+    rf_tok_state *st = NULL;
+    rf_reader *r = NULL;
+    rf_json_doc *jd = NULL;
+    rf_tok_encoding enc = {0};
+    rf_doc doc = {0};
+    int rc = rf_tokenizer_load(model_dir, &tok);
+    if (rc) return rf_tr_fail_ctx(rc, "tokenizer of %s", model_dir);
+    rf_tokenizer_set_truncation(tok, (size_t)max_len, RF_TRUNC_LONGEST_FIRST, RF_SIDE_RIGHT);
+    rf_tokenizer_set_padding(tok, false, 0, 0, 0, 0, RF_SIDE_RIGHT);
+    if (!(st = rf_tok_state_new(tok)) || !(jd = rf_json_doc_new())) {
+        rc = RF_ERR_NOMEM;
+        goto out;
+    }
+    if ((rc = rf_reader_open(path, 1 << 24, &r))) {
+        rc = rf_tr_fail_ctx(rc, "cannot read %s", path);
+        goto out;
+    }
+    rf_line line;
+    while ((rc = rf_reader_next(r, &line)) == 1) {
+        const rf_json *root;
+        if (line.len == 0) continue;
+        if (line.too_long || rf_json_parse(jd, line.data, line.len, &root) != 0 ||
+            root->type != RF_JSON_OBJECT || rf_doc_from_json(root, &doc) != 0 || !doc.text) {
+            skip(d, stats, prefix, "bad_record");
+            rf_doc_clear(&doc);
+            continue;
+        }
+        if (doc.label < 0) {
+            skip(d, stats, prefix, "no_label");
+        } else if ((rc = rf_tok_encode(st, doc.text, doc.text_len, true, &enc)) != 0) {
+            rf_doc_clear(&doc);
+            rc = rf_tr_fail_ctx(rc, "%s:%llu: tokenizer", path, (unsigned long long)line.lineno);
+            goto out;
+        } else if ((rc = rf_dataset_add(d, enc.ids, enc.len, doc.label)) != 0) {
+            rf_doc_clear(&doc);
+            goto out;
+        }
+        rf_doc_clear(&doc);
+    }
+    if (rc < 0)
+        rc = rf_tr_fail_ctx(rc, "%s", path);
+    else
+        rc = RF_OK;
+out:
+    rf_tok_encoding_free(&enc);
+    rf_json_doc_free(jd);
+    rf_reader_close(r);
+    rf_tok_state_free(st);
+    rf_tokenizer_free(tok);
+    return rc;
+}
+
+int rf_dataset_load(rf_dataset *d, const char *path, const char *model_dir, int max_len,
+                    rf_stats *stats, const char *prefix) {
+    struct stat st;
+    char idx[4096];
+    if (max_len < 2) return rf_fail(RF_ERR_INVALID, "max_len %d is too small", max_len);
+    bool dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    snprintf(idx, sizeof idx, "%s.idx", path);
+    if (dir || stat(idx, &st) == 0) {
+#ifdef RF_TRAINER_NO_SHARDS
+        return rf_fail(RF_ERR_UNSUPPORTED,
+                       "%s: token shards need the tokenizer's shard reader, not in this build",
+                       path);
+#else
+        return dir ? rf_dataset_load_shard_dir(d, path, max_len)
+                   : rf_dataset_load_shard(d, path, max_len);
+#endif
+    }
+    return rf_dataset_load_jsonl(d, path, model_dir, max_len, stats, prefix);
+}
+
+int rf_batch_collate(rf_batch_buf *bb, const rf_dataset *d, const size_t *idx, int B) {
+    int T = 1;
+    for (int b = 0; b < B; b++)
+        if ((int)d->len[idx[b]] > T) T = (int)d->len[idx[b]];
+    size_t need = (size_t)B * T;
+    if (need > bb->cap || !bb->labels) {
+        free(bb->ids), free(bb->types), free(bb->valid), free(bb->labels);
+        bb->ids = malloc(need * sizeof(int32_t));
+        bb->types = malloc(need * sizeof(int32_t));
+        bb->valid = malloc(need);
+        bb->labels = malloc(((size_t)B > need ? (size_t)B : need) * sizeof(int32_t));
+        bb->cap = need;
+        if (!bb->ids || !bb->types || !bb->valid || !bb->labels) {
+            rf_batch_buf_free(bb);
+            return RF_ERR_NOMEM;
+        }
+    }
+    bb->B = B;
+    bb->T = T;
+    for (int b = 0; b < B; b++) {
+        size_t i = idx[b], L = d->len[i];
+        for (int t = 0; t < T; t++) {
+            size_t o = (size_t)b * T + t;
+            bb->ids[o] = t < (int)L ? (int32_t)d->tokens[d->start[i] + t] : 0;
+            bb->types[o] = 0;
+            bb->valid[o] = t < (int)L;
+        }
+        bb->labels[b] = d->label[i];
+    }
+    return RF_OK;
+}
+
+void rf_batch_buf_free(rf_batch_buf *bb) {
+    free(bb->ids), free(bb->types), free(bb->valid), free(bb->labels);
+    memset(bb, 0, sizeof *bb);
+}
+
+int rf_dataset_num_labels(const rf_dataset *d) {
+    int k = 0;
+    for (size_t i = 0; i < d->n; i++)
+        if (d->label[i] + 1 > k) k = d->label[i] + 1;
+    return k;
+}

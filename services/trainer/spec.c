@@ -1,0 +1,141 @@
+#include "trainer/spec.h"
+
+#include <stdio.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "evaluator/evaluate.h"
+
+const char *const rf_trainer_spec_keys[] = {"model",
+                                            "train",
+                                            "eval",
+                                            "output",
+                                            "export",
+                                            "num_labels",
+                                            "epochs",
+                                            "max_steps",
+                                            "batch_size",
+                                            "grad_accum",
+                                            "max_len",
+                                            "lr",
+                                            "weight_decay",
+                                            "warmup_ratio",
+                                            "warmup_steps",
+                                            "clip_norm",
+                                            "beta1",
+                                            "beta2",
+                                            "eps",
+                                            "seed",
+                                            "dropout",
+                                            "checkpoint_every",
+                                            "log_every",
+                                            "resume",
+                                            "threads",
+                                            "eval_batch_size",
+                                            NULL};
+
+int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
+    int64_t i64;
+    double d;
+    bool b;
+    int rc;
+    *s = (rf_trainer_spec){0};
+    s->opts = rf_train_defaults();
+    rf_train_opts *o = &s->opts;
+    if (!n) return rf_fail(RF_ERR_INVALID, "trainer: missing section");
+    if ((rc = rf_cfg_check_keys(n, rf_trainer_spec_keys))) return rc;
+#define STR(key, dst, def)                                                                         \
+    if ((rc = rf_cfg_str(n, key, def, &dst))) return rc
+#define INT(key, def, lo, hi, dst)                                                                 \
+    do {                                                                                           \
+        if ((rc = rf_cfg_int(n, key, def, lo, hi, &i64))) return rc;                               \
+        dst = i64;                                                                                 \
+    } while (0)
+#define REAL(key, def, lo, hi, dst)                                                                \
+    do {                                                                                           \
+        if ((rc = rf_cfg_real(n, key, def, lo, hi, &d))) return rc;                                \
+        dst = d;                                                                                   \
+    } while (0)
+    STR("model", s->model, NULL);
+    STR("train", s->train, NULL);
+    STR("eval", s->eval, NULL);
+    STR("output", s->output, NULL);
+    STR("export", s->export_dir, NULL);
+    INT("num_labels", 0, 0, 4096, s->num_labels);
+    INT("max_len", 128, 2, 4096, s->max_len);
+    INT("threads", 0, 0, 256, s->threads);
+    INT("eval_batch_size", 64, 1, 4096, s->eval_batch_size);
+    INT("epochs", 1, 1, 1000, o->epochs);
+    INT("max_steps", 0, 0, 1000000000, o->max_steps);
+    INT("batch_size", 32, 1, 65536, o->batch_size);
+    INT("grad_accum", 1, 1, 65536, o->grad_accum);
+    INT("seed", 42, 0, INT64_MAX, o->seed);
+    INT("checkpoint_every", 0, 0, 1000000000, o->checkpoint_every);
+    INT("log_every", 50, 0, 1000000000, o->log_every);
+    INT("warmup_steps", -1, -1, 1000000000, o->optim.warmup_steps);
+    REAL("lr", 5e-5, 0, 10, o->optim.lr);
+    REAL("weight_decay", 0.0, 0, 10, o->optim.weight_decay);
+    REAL("warmup_ratio", 0.0, 0, 1, o->warmup_ratio);
+    REAL("clip_norm", 1.0, 0, 1e9, o->optim.clip_norm);
+    REAL("beta1", 0.9, 0, 0.999999, o->optim.beta1);
+    REAL("beta2", 0.999, 0, 0.999999999, o->optim.beta2);
+    REAL("eps", 1e-8, 0, 1, o->optim.eps);
+    if ((rc = rf_cfg_bool(n, "dropout", true, &b))) return rc;
+    o->dropout = b;
+    if ((rc = rf_cfg_bool(n, "resume", true, &b))) return rc;
+    o->resume = b;
+#undef STR
+#undef INT
+#undef REAL
+    if (!s->model)
+        return rf_fail(RF_ERR_INVALID, "trainer.model: required (a Hugging Face model folder)");
+    return RF_OK;
+}
+
+int rf_trainer_run(const rf_trainer_spec *s, rf_stats *stats, volatile int *cancel,
+                   const char *report_path) {
+    rf_dataset train = {0};
+    rf_bert *m = NULL;
+    int rc;
+    if (!s->train) return rf_fail(RF_ERR_INVALID, "trainer.train: no training data given");
+    if (s->threads > 0) rf_set_threads(s->threads);
+    if ((rc = rf_dataset_load(&train, s->train, s->model, s->max_len, stats, "trainer"))) goto out;
+    int k = s->num_labels ? s->num_labels : rf_dataset_num_labels(&train);
+    if (k < 2) {
+        rc = rf_fail(RF_ERR_INVALID, "trainer: %s has %d label(s); need at least 2 classes",
+                     s->train, k);
+        goto out;
+    }
+    rf_info("trainer", "%zu training sequences (%zu skipped), %d labels", train.n, train.skipped,
+            k);
+    if ((rc = rf_bert_load(s->model, k, s->opts.seed, rf_backend_cpu(), &m))) goto out;
+    rf_train_opts o = s->opts;
+    o.cancel = cancel;
+    rf_train_result res;
+    if ((rc = rf_train(&o, &train, m, &res))) goto out;
+    if (stats) {
+        rf_stats_set(stats, "trainer.steps", res.steps);
+        rf_stats_set(stats, "trainer.sequences", (int64_t)train.n);
+        rf_stats_set(stats, "trainer.tokens", (int64_t)res.tokens);
+        rf_stats_set_real(stats, "trainer.last_loss", res.last_loss);
+        rf_stats_set_real(stats, "trainer.tokens_per_s", res.tokens_per_s);
+    }
+    if (!res.finished) {
+        rf_info("trainer", "stopped at step %ld before the end; rerun to resume", res.steps);
+        goto out;
+    }
+    if ((rc = rf_export_hf(m, s->model, s->export_dir))) goto out;
+    rf_info("trainer", "exported %s (loss %.4f, %.0f tokens/s)", s->export_dir, res.last_loss,
+            res.tokens_per_s);
+    if (s->eval && report_path) {
+        rf_buf json = RF_BUF_INIT;
+        rc = rf_evaluate_path(s->export_dir, s->eval, s->max_len, s->eval_batch_size, report_path,
+                              &json);
+        if (!rc) rf_info("trainer", "eval %s: %.*s", s->eval, (int)json.len - 1, json.data);
+        rf_buf_free(&json);
+    }
+out:
+    rf_bert_free(m);
+    rf_dataset_free(&train);
+    return rc;
+}

@@ -1,0 +1,32 @@
+/* The `trainer:` section of a pipeline spec, shared by `refinery train` and the
+ * embedded stage. Keys (all optional except model):
+ *   model            pretrained Hugging Face folder (config.json + model.safetensors)
+ *   train, eval      data: token shard prefix/directory or JSONL documents
+ *   output           working dir: checkpoint.bin, train.json (CLI default: trainer-out)
+ *   export           HF folder written at the end (CLI default: <output>/model)
+ *   num_labels       0 = largest label in the training data + 1
+ *   epochs max_steps batch_size grad_accum max_len lr weight_decay warmup_ratio
+ *   warmup_steps clip_norm beta1 beta2 eps seed dropout checkpoint_every
+ *   log_every resume threads eval_batch_size */
+#ifndef RF_TR_SPEC_H
+#define RF_TR_SPEC_H
+
+#include "common/config.h"
+#include "trainer/train.h"
+
+typedef struct rf_trainer_spec {
+    const char *model, *train, *eval, *output, *export_dir; /* strings live in the rf_cfg tree */
+    int num_labels, max_len, threads, eval_batch_size;
+    rf_train_opts opts;
+} rf_trainer_spec;
+
+extern const char *const rf_trainer_spec_keys[];
+
+int rf_trainer_spec_parse(const rf_cfg *section, rf_trainer_spec *s);
+
+/* Loads the model and data named by s, trains, exports, and (when s->eval is
+ * set) writes an evaluation report to report_path. */
+int rf_trainer_run(const rf_trainer_spec *s, rf_stats *stats, volatile int *cancel,
+                   const char *report_path);
+
+#endif

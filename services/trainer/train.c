@@ -1,0 +1,217 @@
+#include "trainer/train.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/buf.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/sys.h"
+#include "trainer/checkpoint.h"
+#include "trainer/fail.h"
+
+void rf_set_threads(int n) {
+    if (n < 1) n = 1;
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+}
+
+rf_train_opts rf_train_defaults(void) {
+    rf_train_opts o = {0};
+    o.epochs = 1;
+    o.batch_size = 32;
+    o.grad_accum = 1;
+    o.optim = rf_adamw_defaults();
+    o.optim.warmup_steps = -1;
+    o.warmup_ratio = 0;
+    o.seed = 42;
+    o.dropout = true;
+    o.log_every = 50;
+    return o;
+}
+
+static uint64_t mix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static void epoch_order(size_t *order, size_t n, uint64_t seed, uint64_t epoch) {
+    rf_rng r;
+    rf_rng_seed(&r, mix(seed ^ mix(epoch + 1)));
+    for (size_t i = 0; i < n; i++)
+        order[i] = i;
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)rf_rng_below(&r, i);
+        size_t t = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = t;
+    }
+}
+
+static int write_summary(const char *dir, const rf_train_result *r, const rf_train_opts *o) {
+    char path[4096];
+    rf_buf b = RF_BUF_INIT;
+    snprintf(path, sizeof path, "%s/train.json", dir);
+    int rc = rf_buf_printf(&b,
+                           "{\"steps\":%ld,\"finished\":%s,\"resumed\":%s,\"last_loss\":%.6f,"
+                           "\"seconds\":%.3f,\"tokens\":%llu,\"tokens_per_s\":%.1f,"
+                           "\"epochs\":%d,\"batch_size\":%d,\"grad_accum\":%d,\"lr\":%g,"
+                           "\"seed\":%llu,\"peak_rss_kb\":%lld}\n",
+                           r->steps, r->finished ? "true" : "false", r->resumed ? "true" : "false",
+                           r->last_loss, r->seconds, (unsigned long long)r->tokens, r->tokens_per_s,
+                           o->epochs, o->batch_size, o->grad_accum, o->optim.lr,
+                           (unsigned long long)o->seed, (long long)rf_peak_rss_kb());
+    if (!rc) rc = rf_write_file_atomic(path, b.data, b.len);
+    rf_buf_free(&b);
+    return rc;
+}
+
+int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_train_result *res) {
+    memset(res, 0, sizeof *res);
+    if (data->n == 0) return rf_fail(RF_ERR_INVALID, "train: no training sequences");
+    if (o->batch_size < 1 || o->grad_accum < 1 || o->epochs < 1)
+        return rf_fail(RF_ERR_INVALID, "train: batch_size, grad_accum and epochs must be >= 1");
+    for (size_t i = 0; i < data->n; i++)
+        if (data->label[i] < 0 || data->label[i] >= m->cfg.num_labels)
+            return rf_fail(RF_ERR_INVALID, "train: sequence %zu has label %d outside [0, %d)", i,
+                           data->label[i], m->cfg.num_labels);
+    int rc = rf_bert_enable_training(m);
+    if (rc) return rc;
+    if ((rc = rf_mkdir_p(o->out_dir)))
+        return rf_tr_fail_ctx(rc, "train: cannot create %s", o->out_dir);
+
+    size_t n = data->n, B = (size_t)o->batch_size, accum = (size_t)o->grad_accum;
+    size_t micro_per_epoch = (n + B - 1) / B;
+    long steps_per_epoch = (long)((micro_per_epoch + accum - 1) / accum);
+    long total = o->max_steps > 0 ? o->max_steps : steps_per_epoch * o->epochs;
+    rf_adamw opt = o->optim;
+    opt.total_steps = total;
+    if (opt.warmup_steps < 0) opt.warmup_steps = (long)ceil(o->warmup_ratio * (double)total);
+
+    rf_train_state st = {0};
+    rf_rng_seed(&st.rng, o->seed);
+    char ckpt[4096];
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.bin", o->out_dir);
+    struct stat sb;
+    if (o->resume && stat(ckpt, &sb) == 0) {
+        if ((rc = rf_checkpoint_load(ckpt, m, &st))) return rc;
+        res->resumed = true;
+        rf_info("trainer", "resumed from %s at step %llu (epoch %llu, position %llu)", ckpt,
+                (unsigned long long)st.step, (unsigned long long)st.epoch,
+                (unsigned long long)st.pos);
+    }
+
+    size_t *order = malloc(n * sizeof *order);
+    rf_batch_buf bb = {0};
+    if (!order) return RF_ERR_NOMEM;
+    double t0 = rf_now(), win_loss = 0;
+    long win_n = 0, done_this_run = 0;
+    uint64_t tokens = 0;
+    rf_info("trainer",
+            "training %zu sequences, %d epoch(s), batch %zu x %zu accum, %ld steps, warmup %ld, "
+            "lr %g",
+            n, o->epochs, B, accum, total, opt.warmup_steps, opt.lr);
+    bool stop = false;
+    uint64_t max_epochs = o->max_steps > 0 ? UINT64_MAX : (uint64_t)o->epochs;
+    while (!rc && !stop && (long)st.step < total && st.epoch < max_epochs) {
+        epoch_order(order, n, o->seed, st.epoch);
+        while (!rc && !stop && st.pos < n && (long)st.step < total) {
+            /* one optimizer step: up to accum micro-batches */
+            rf_bert_zero_grad(m);
+            size_t left = n - st.pos, group = (left + B - 1) / B;
+            if (group > accum) group = accum;
+            for (size_t k = 0; k < group && !rc; k++) {
+                size_t nb = n - st.pos < B ? n - st.pos : B;
+                if ((rc = rf_batch_collate(&bb, data, order + st.pos, (int)nb))) break;
+                rf_batch b = {bb.B, bb.T, bb.ids, bb.types, bb.labels, bb.valid};
+                uint64_t dseed = rf_rng_next(&st.rng);
+                if ((rc = rf_bert_forward(m, &b, o->dropout, dseed))) break;
+                rf_bert_backward(m, 1.0f / (float)group);
+                win_loss += m->loss;
+                win_n++;
+                for (size_t i = 0; i < (size_t)bb.B * bb.T; i++)
+                    tokens += bb.valid[i];
+                st.pos += nb;
+                st.micro++;
+            }
+            if (rc) break;
+            float gn = rf_clip_grads(m, opt.clip_norm);
+            float lr = rf_adamw_lr(&opt, (long)st.step);
+            rf_adamw_step(m, &opt, (long)st.step, lr);
+            st.step++;
+            done_this_run++;
+            if (st.pos >= n) {
+                st.epoch++;
+                st.pos = 0;
+            }
+            bool cancel = o->cancel && *o->cancel;
+            bool stop_now = (o->stop_after > 0 && done_this_run >= o->stop_after) || cancel;
+            if (o->log_every > 0 && ((long)st.step % o->log_every == 0 || (long)st.step == total)) {
+                double dt = rf_now() - t0;
+                res->last_loss = win_loss / (double)(win_n ? win_n : 1);
+                rf_info("trainer",
+                        "step %llu/%ld epoch %llu loss %.4f lr %.3g grad_norm %.3f %.0f tokens/s",
+                        (unsigned long long)st.step, total, (unsigned long long)st.epoch,
+                        res->last_loss, lr, gn, dt > 0 ? (double)tokens / dt : 0);
+                win_loss = 0;
+                win_n = 0;
+            }
+            if ((o->checkpoint_every > 0 && (long)st.step % o->checkpoint_every == 0) ||
+                (long)st.step == total || stop_now)
+                rc = rf_checkpoint_save(ckpt, m, &st);
+            if (stop_now) stop = true;
+            if (st.pos == 0) break; /* epoch finished: reshuffle */
+        }
+    }
+    if (win_n) res->last_loss = win_loss / (double)win_n;
+    res->steps = (long)st.step;
+    res->seconds = rf_now() - t0;
+    res->tokens = tokens;
+    res->tokens_per_s = res->seconds > 0 ? (double)tokens / res->seconds : 0;
+    res->finished = !rc && (long)st.step >= total;
+    free(order);
+    rf_batch_buf_free(&bb);
+    if (!rc) rc = write_summary(o->out_dir, res, o);
+    return rc;
+}
+
+static int copy_file(const char *src, const char *dst) {
+    char *data;
+    size_t len;
+    int rc = rf_read_file(src, (size_t)1 << 30, &data, &len);
+    if (rc) return rc;
+    rc = rf_write_file_atomic(dst, data, len);
+    free(data);
+    return rc;
+}
+
+int rf_export_hf(const rf_bert *m, const char *src_dir, const char *dir) {
+    char path[4096], src[4096];
+    int rc = rf_mkdir_p(dir);
+    if (rc) return rf_tr_fail_ctx(rc, "export: cannot create %s", dir);
+    rf_buf cfg = RF_BUF_INIT;
+    if ((rc = rf_bert_config_to_json(&m->cfg, &cfg))) return rc;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    rc = rf_write_file_atomic(path, cfg.data, cfg.len);
+    rf_buf_free(&cfg);
+    if (rc) return rf_tr_fail_ctx(rc, "export: cannot write %s", path);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if ((rc = rf_bert_save_safetensors(m, path))) return rc;
+    static const char *const tok_files[] = {"tokenizer.json", "vocab.txt", "tokenizer_config.json",
+                                            "special_tokens_map.json"};
+    for (size_t i = 0; src_dir && i < sizeof tok_files / sizeof tok_files[0]; i++) {
+        struct stat sb;
+        snprintf(src, sizeof src, "%s/%s", src_dir, tok_files[i]);
+        if (stat(src, &sb) != 0) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, tok_files[i]);
+        if ((rc = copy_file(src, path))) return rf_tr_fail_ctx(rc, "export: cannot copy %s", src);
+    }
+    return RF_OK;
+}

@@ -1,0 +1,56 @@
+/* The fine-tuning loop: shuffled epochs, padded micro-batches, gradient
+ * accumulation, clipping, AdamW with warmup + linear decay, periodic atomic
+ * checkpoints, resume, and the Hugging Face export at the end.
+ *
+ * Determinism: the order of epoch e is a Fisher-Yates shuffle seeded by
+ * (seed, e); each micro-batch's dropout seed is drawn from the state's RNG; all
+ * kernels reduce in a fixed order. The same data, options and thread count
+ * therefore give bitwise-identical weights, also across a kill and resume. */
+#ifndef RF_TR_TRAIN_H
+#define RF_TR_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "trainer/dataset.h"
+#include "trainer/model.h"
+#include "trainer/optim.h"
+
+typedef struct rf_train_opts {
+    const char *out_dir; /* checkpoint.bin and train.json go here (created) */
+    int epochs;          /* >= 1 */
+    long max_steps;      /* > 0: stop (and schedule) at this many optimizer steps */
+    int batch_size;      /* sequences per micro-batch */
+    int grad_accum;      /* micro-batches per optimizer step */
+    rf_adamw optim;      /* total_steps is filled in by rf_train */
+    double warmup_ratio; /* used when optim.warmup_steps < 0 */
+    uint64_t seed;
+    bool dropout;          /* false: dropout off (deterministic parity runs) */
+    long checkpoint_every; /* optimizer steps between checkpoints; 0 = at the end only */
+    long log_every;        /* optimizer steps between log lines; 0 = none */
+    bool resume;           /* continue from out_dir/checkpoint.bin when present */
+    long stop_after;       /* > 0: return after this many steps (tests, time limits) */
+    volatile int *cancel;  /* non-zero: checkpoint and stop */
+} rf_train_opts;
+
+typedef struct rf_train_result {
+    long steps;
+    double last_loss; /* mean training loss over the last log window */
+    double seconds;
+    uint64_t tokens; /* non-padding tokens processed */
+    double tokens_per_s;
+    bool resumed;
+    bool finished; /* false when stopped early (stop_after, cancel) */
+} rf_train_result;
+
+rf_train_opts rf_train_defaults(void);
+int rf_train(const rf_train_opts *o, const rf_dataset *train, rf_bert *m, rf_train_result *res);
+
+/* Writes an HF folder: config.json (BertForSequenceClassification),
+ * model.safetensors, and the tokenizer files found in src_dir (if any). */
+int rf_export_hf(const rf_bert *m, const char *src_dir, const char *dir);
+
+/* Sets the OpenMP and OpenBLAS thread counts. */
+void rf_set_threads(int n);
+
+#endif
