@@ -3,6 +3,7 @@
 #include <grpc/support/time.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "common/error.h"
 #include "rpc/internal.h"
@@ -93,6 +94,19 @@ int rf_rpc_call_done(rf_rpc_call *call) {
         call->closed = ev.type == GRPC_OP_COMPLETE;
     }
     return call->closed;
+}
+
+const char *rf_rpc_metadata(const rf_rpc_call *call, const char *key, char *buf, size_t size) {
+    size_t klen = strlen(key);
+    for (size_t i = 0; i < call->metadata->count; i++) {
+        const grpc_metadata *m = &call->metadata->metadata[i];
+        if (GRPC_SLICE_LENGTH(m->key) != klen || memcmp(GRPC_SLICE_START_PTR(m->key), key, klen))
+            continue;
+        snprintf(buf, size, "%.*s", (int)GRPC_SLICE_LENGTH(m->value),
+                 (const char *)GRPC_SLICE_START_PTR(m->value));
+        return buf;
+    }
+    return NULL;
 }
 
 const char *rf_rpc_method_path(const rf_rpc_call *call) {

@@ -66,9 +66,13 @@ static int batch(rf_rpc_stream *st, const grpc_op *ops, size_t n) {
     return ev.type == GRPC_OP_COMPLETE && ev.success;
 }
 
-int rf_rpc_stream_open(rf_rpc_client *c, const char *method, double timeout_s,
-                       rf_rpc_stream **out) {
+int rf_rpc_stream_open_md(rf_rpc_client *c, const char *method, double timeout_s,
+                          const char *const *metadata, rf_rpc_stream **out) {
     *out = NULL;
+    size_t nmd = 0;
+    while (metadata && metadata[2 * nmd])
+        nmd++;
+    if (nmd > 16) return rf_fail(RF_ERR_RANGE, "rpc: more than 16 metadata entries");
     rf_rpc_stream *st = calloc(1, sizeof *st);
     if (!st) return RF_ERR_NOMEM;
     st->cq = grpc_completion_queue_create_for_pluck(NULL);
@@ -78,10 +82,27 @@ int rf_rpc_stream_open(rf_rpc_client *c, const char *method, double timeout_s,
                                         rf_rpc_deadline_in(timeout_s), NULL);
     grpc_slice_unref(m);
     *out = st;
+    grpc_metadata md[16];
+    for (size_t i = 0; i < nmd; i++) {
+        md[i] = (grpc_metadata){0};
+        md[i].key = grpc_slice_from_copied_string(metadata[2 * i]);
+        md[i].value = grpc_slice_from_copied_string(metadata[2 * i + 1] ? metadata[2 * i + 1] : "");
+    }
     grpc_op op = {.op = GRPC_OP_SEND_INITIAL_METADATA};
+    op.data.send_initial_metadata.count = nmd;
+    op.data.send_initial_metadata.metadata = nmd ? md : NULL;
     /* A failure here (e.g. deadline already past) shows in finish's status. */
     batch(st, &op, 1);
+    for (size_t i = 0; i < nmd; i++) {
+        grpc_slice_unref(md[i].key);
+        grpc_slice_unref(md[i].value);
+    }
     return RF_OK;
+}
+
+int rf_rpc_stream_open(rf_rpc_client *c, const char *method, double timeout_s,
+                       rf_rpc_stream **out) {
+    return rf_rpc_stream_open_md(c, method, timeout_s, NULL, out);
 }
 
 static int send_bb(rf_rpc_stream *st, grpc_byte_buffer *bb) {

@@ -32,6 +32,10 @@ void rf_rpc_client_free(rf_rpc_client *c);
 
 /* timeout_s <= 0: no deadline. */
 int rf_rpc_stream_open(rf_rpc_client *c, const char *method, double timeout_s, rf_rpc_stream **out);
+/* The same with request metadata: NULL-terminated key, value pairs, keys in
+ * lowercase (e.g. {"refinery-run-id", "r1", NULL}); at most 16. */
+int rf_rpc_stream_open_md(rf_rpc_client *c, const char *method, double timeout_s,
+                          const char *const *metadata, rf_rpc_stream **out);
 int rf_rpc_stream_send(rf_rpc_stream *st, const ProtobufCMessage *msg);
 /* Sends bytes as one message as they are (tests send invalid protobuf with it). */
 int rf_rpc_stream_send_raw(rf_rpc_stream *st, const void *data, size_t len);

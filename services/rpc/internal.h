@@ -42,6 +42,7 @@ struct rf_rpc_call {
     grpc_call *grpc;
     grpc_completion_queue *cq;
     const rf_rpc_method *method;
+    const grpc_metadata_array *metadata; /* the client's initial metadata */
     gpr_timespec deadline;
     size_t max_message;
     int initial_md_sent;

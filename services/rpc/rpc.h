@@ -108,6 +108,9 @@ double rf_rpc_time_left(const rf_rpc_call *call);
 /* 1 once the call is over for the client (cancelled, deadline passed): a
  * long-running handler polls this to stop early. */
 int rf_rpc_call_done(rf_rpc_call *call);
+/* The value of the client's metadata key (lowercase, e.g. "refinery-run-id")
+ * copied into buf (truncated to size), or NULL when absent. */
+const char *rf_rpc_metadata(const rf_rpc_call *call, const char *key, char *buf, size_t size);
 const char *rf_rpc_method_path(const rf_rpc_call *call);
 
 /* "OK", "INVALID_ARGUMENT", ... */

@@ -85,13 +85,14 @@ static void count_status(rf_rpc_server *s, const char *path, grpc_status_code co
 }
 
 /* Runs one call to its end: request, handler, status. */
-static void serve_call(rf_rpc_server *s, rpc_worker *w, grpc_call *gc,
-                       const grpc_call_details *det) {
+static void serve_call(rf_rpc_server *s, rpc_worker *w, grpc_call *gc, const grpc_call_details *det,
+                       const grpc_metadata_array *md) {
     rf_rpc_method unknown = {.path = "unknown"};
     const rf_rpc_method *m = find_method(s, det->method);
     rf_rpc_call call = {.grpc = gc,
                         .cq = w->call_cq,
                         .method = m ? m : &unknown,
+                        .metadata = md,
                         .deadline = det->deadline,
                         .max_message = s->max_message,
                         .code = GRPC_STATUS_OK};
@@ -164,7 +165,7 @@ static void *worker_main(void *arg) {
                 grpc_completion_queue_next(w->notify_cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
             got = ev.type == GRPC_OP_COMPLETE && ev.success;
         }
-        if (got) serve_call(w->server, w, gc, &det);
+        if (got) serve_call(w->server, w, gc, &det, &md);
         if (gc) grpc_call_unref(gc);
         grpc_call_details_destroy(&det);
         grpc_metadata_array_destroy(&md);

@@ -41,12 +41,16 @@ static grpc_status_code tokenize(rf_rpc_call *call, const ProtobufCMessage *req,
                 usleep(10000);
             return rf_rpc_fail(call, GRPC_STATUS_DEADLINE_EXCEEDED, "slept past the deadline");
         }
+    /* Sequences carry the "refinery-run-id" metadata as doc_id when given. */
+    char run[64];
+    const char *run_id = rf_rpc_metadata(call, "refinery-run-id", run, sizeof run);
     Refinery__V1__TokenizeResponse resp = REFINERY__V1__TOKENIZE_RESPONSE__INIT;
     Refinery__V1__TokenSequence *seqs = calloc(r->n_texts, sizeof *seqs);
     Refinery__V1__TokenSequence **ptrs = calloc(r->n_texts, sizeof *ptrs);
     uint32_t **ids = calloc(r->n_texts, sizeof *ids);
     for (size_t i = 0; i < r->n_texts; i++) {
         refinery__v1__token_sequence__init(&seqs[i]);
+        if (run_id) seqs[i].doc_id = (char *)run_id;
         size_t n = strlen(r->texts[i]);
         ids[i] = calloc(n + 1, sizeof **ids);
         for (size_t j = 0; j < n; j++)
@@ -195,6 +199,29 @@ static void test_unary(void **state) {
     assert_int_equal(r->seqs[2]->ids[2], 'z');
     protobuf_c_message_free_unpacked(&r->base, NULL);
     assert_int_equal(counter(f->server, "Tokenizer.Tokenize", "OK", 1), 1);
+}
+
+static void test_metadata(void **state) {
+    fixture *f = *state;
+    const char *const md[] = {"refinery-run-id", "run-42", NULL};
+    char *texts[] = {"a"};
+    Refinery__V1__TokenizeRequest req = REFINERY__V1__TOKENIZE_REQUEST__INIT;
+    req.texts = texts;
+    req.n_texts = 1;
+    rf_rpc_stream *st;
+    assert_int_equal(rf_rpc_stream_open_md(f->client, PATH_TOKENIZE, 5, md, &st), 0);
+    assert_int_equal(rf_rpc_stream_send(st, &req.base), 0);
+    assert_int_equal(rf_rpc_stream_close_send(st), 0);
+    ProtobufCMessage *m;
+    assert_int_equal(rf_rpc_stream_recv(st, &refinery__v1__tokenize_response__descriptor, &m), 1);
+    assert_string_equal(((Refinery__V1__TokenizeResponse *)m)->seqs[0]->doc_id, "run-42");
+    protobuf_c_message_free_unpacked(m, NULL);
+    assert_int_equal(rf_rpc_stream_finish(st, NULL), 0);
+    /* Without it, the field stays empty. */
+    Refinery__V1__TokenizeResponse *r;
+    assert_int_equal(call_tokenize(f->client, texts, 1, 5, &r), GRPC_STATUS_OK);
+    assert_string_equal(r->seqs[0]->doc_id, "");
+    protobuf_c_message_free_unpacked(&r->base, NULL);
 }
 
 static void test_client_stream(void **state) {
@@ -446,6 +473,7 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--serve") == 0) return serve(argv[2]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_unary, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_metadata, setup, teardown),
         cmocka_unit_test_setup_teardown(test_client_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(test_health, setup, teardown),
