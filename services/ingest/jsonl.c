@@ -40,20 +40,36 @@ const char *rf_jsonl_extract(rf_json_doc *doc, const char *line, size_t len,
     out->label = RF_LABEL_NONE;
     out->id = NULL;
     out->id_len = 0;
+    out->text_data = NULL;
+    out->text_len = 0;
     rf_buf_reset(out->text);
     if (rf_json_parse(doc, line, len, &root)) return "invalid_json";
     if (root->type != RF_JSON_OBJECT) return "not_an_object";
 
+    /* One present field is used in place; a second one starts a joined copy. */
+    const rf_json *first = NULL;
     size_t present = 0;
     for (size_t i = 0; i < map->n_text_fields; i++) {
         const rf_json *v = lookup(root, map->text_fields[i]);
         if (!v || v->type == RF_JSON_NULL) continue;
         if (v->type != RF_JSON_STRING) return "text_not_string";
-        if (present++ && rf_buf_puts(out->text, map->text_join)) return "out_of_memory";
-        if (rf_buf_append(out->text, v->u.str, v->len)) return "out_of_memory";
+        if (present++ == 0) {
+            first = v;
+            continue;
+        }
+        if (present == 2 && rf_buf_append(out->text, first->u.str, first->len))
+            return "out_of_memory";
+        if (rf_buf_puts(out->text, map->text_join) || rf_buf_append(out->text, v->u.str, v->len))
+            return "out_of_memory";
     }
     if (!present) return "missing_text";
-    if (!out->text->data && rf_buf_reserve(out->text, 0)) return "out_of_memory";
+    if (present == 1) {
+        out->text_data = first->len ? first->u.str : "";
+        out->text_len = first->len;
+    } else {
+        out->text_data = out->text->data ? out->text->data : "";
+        out->text_len = out->text->len;
+    }
 
     if (map->label_field) {
         const rf_json *v = lookup(root, map->label_field);

@@ -22,9 +22,11 @@ typedef struct rf_field_map {
 } rf_field_map;
 
 typedef struct rf_record_fields {
-    rf_buf *text;   /* filled with the joined text (reset first); caller owns */
-    int32_t label;  /* RF_LABEL_NONE without label_field */
-    const char *id; /* into the parse tree or the line; NULL without id_field */
+    rf_buf *text;          /* scratch for joining (reset first); caller owns */
+    const char *text_data; /* the text: into the parse tree if one field was */
+    size_t text_len;       /* present (no copy), else text->data */
+    int32_t label;         /* RF_LABEL_NONE without label_field */
+    const char *id;        /* into the parse tree or the line; NULL without id_field */
     size_t id_len;
 } rf_record_fields;
 

@@ -50,6 +50,16 @@ int rf_label_parse_number(const char *s, size_t n, double *v) {
     while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r'))
         n--;
     if (n == 0 || n >= sizeof(tmp)) return RF_ERR_PARSE;
+    if (n <= 9) { /* fast path: a small non-negative integer, e.g. SST-2's 0/1 */
+        uint32_t x = 0;
+        size_t i = 0;
+        while (i < n && s[i] >= '0' && s[i] <= '9')
+            x = x * 10 + (uint32_t)(s[i++] - '0');
+        if (i == n) {
+            *v = x;
+            return 0;
+        }
+    }
     memcpy(tmp, s, n);
     tmp[n] = '\0';
     char *e;

@@ -95,6 +95,22 @@ static int put_doc(rf_worker *w, rf_ibatch *b, const rf_doc *d) {
     return 0;
 }
 
+/* "<base>:<line>" into out[ID_MAX], without printf (a hot path for short docs). */
+static void format_id(char *out, const char *base, uint64_t line) {
+    size_t n = strnlen(base, ID_MAX - 22);
+    memcpy(out, base, n);
+    out[n++] = ':';
+    char digits[20];
+    size_t k = 0;
+    do {
+        digits[k++] = (char)('0' + line % 10);
+        line /= 10;
+    } while (line);
+    while (k)
+        out[n++] = digits[--k];
+    out[n] = '\0';
+}
+
 /* Clean, filter, write, augment: the part shared by every input format. */
 static int finish_record(rf_worker *w, rf_ibatch *b, const rf_rec *r, const char *text, size_t n,
                          int32_t label, const char *id, size_t id_len) {
@@ -125,7 +141,7 @@ static int finish_record(rf_worker *w, rf_ibatch *b, const rf_rec *r, const char
         memcpy(idbuf, id, k);
         idbuf[k] = '\0';
     } else {
-        snprintf(idbuf, sizeof idbuf, "%s:%" PRIu64, rf_source_base(w->src, r->src), r->line);
+        format_id(idbuf, rf_source_base(w->src, r->src), r->line);
     }
     rf_doc d = {.id = idbuf,
                 .text = (char *)ctext,
@@ -164,7 +180,7 @@ static int json_record(rf_worker *w, rf_ibatch *b, const rf_rec *r) {
         const char *detail = strcmp(why, "invalid_json") == 0 ? rf_errmsg() : NULL;
         return reject(w, b, r, why, line, r->a.len, detail, detail ? strlen(detail) : 0);
     }
-    return finish_record(w, b, r, w->text.data, w->text.len, f.label, f.id, f.id_len);
+    return finish_record(w, b, r, f.text_data, f.text_len, f.label, f.id, f.id_len);
 }
 
 static int fields_record(rf_worker *w, rf_ibatch *b, const rf_rec *r) {

@@ -31,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         rf_record_fields out = {.text = &text};
         const char *why = rf_jsonl_extract(doc, p, n, &fm, &out);
         if (!why) {
-            assert(text.len == 0 || text.data[text.len] == '\0');
+            assert(out.text_data && out.text_data[out.text_len] == '\0');
             assert(!fm.label_field || out.label >= 0);
             assert(!fm.id_field || (out.id && out.id_len > 0));
         }
