@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/command.h"
@@ -24,6 +25,7 @@
 #include "dedup/minhash.h"
 #include "dedup/normalize.h"
 #include "dedup/planted.h"
+#include "dedup/shingle.h"
 
 #define MAX_LINE (64u << 20)
 #define MAX_WARN 10
@@ -533,3 +535,112 @@ static int cmd_dedup_eval(int argc, char **argv) {
 static const rf_command dedup_eval_cmd = {
     "dedup-eval", "planted near-duplicate benchmark: F1 and the LSH S-curve", cmd_dedup_eval};
 RF_COMMAND(dedup_eval_cmd)
+
+/* ---- refinery dedup-speed: signature throughput on one core ---- */
+
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void speed_usage(FILE *out) {
+    fprintf(out, "usage: refinery dedup-speed IN.jsonl... [engine options]\n"
+                 "Times, on one thread, text -> signature (normalize, shingle, MinHash, band\n"
+                 "keys) and MinHash alone on prepared shingles; prints JSON with CPU seconds.\n");
+}
+
+static int cmd_dedup_speed(int argc, char **argv) {
+    static const struct option longopts[] = {
+        ENGINE_LONGOPTS, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    rf_dedup_opts o;
+    rf_dedup_opts_default(&o);
+    int opt, bad = 0;
+    optind = 1;
+    while (!bad && (opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        int e = engine_opt(opt, optarg, &o);
+        if (opt == 'h') {
+            speed_usage(stdout);
+            return 0;
+        }
+        bad = e <= 0;
+    }
+    if (bad || optind >= argc) {
+        speed_usage(stderr);
+        return 2;
+    }
+    char **texts = NULL;
+    size_t n = 0, cap = 0, bytes = 0, nsh = 0;
+    int rc = RF_OK;
+    for (int i = optind; i < argc && !rc; i++)
+        rc = load_texts(argv[i], &texts, &n, &cap);
+    rf_minhash mh;
+    if (!rc) rc = rf_minhash_init(&mh, o.bands, o.rows, o.seed);
+    if (rc) {
+        fprintf(stderr, "refinery dedup-speed: %s\n", rf_errmsg());
+        for (size_t i = 0; i < n; i++)
+            free(texts[i]);
+        free(texts);
+        return 1;
+    }
+    rf_buf norm = RF_BUF_INIT;
+    rf_u64vec sh = {0};
+    rf_u64vec *all = calloc(n ? n : 1, sizeof *all);
+    uint32_t sig[RF_MINHASH_MAX_PERM];
+    uint64_t keys[RF_MINHASH_MAX_PERM], sink = 0;
+    double w0 = rf_now(), c0 = cpu_now();
+    for (size_t i = 0; i < n && !rc; i++) {
+        size_t len = strlen(texts[i]);
+        bytes += len;
+        rc = rf_normalize(texts[i], len, o.norm, &norm);
+        if (!rc) rc = rf_shingle(norm.data, norm.len, o.ngram, o.char_mode, &sh);
+        if (rc) break;
+        rf_minhash_sign(&mh, sh.v, sh.n, sig);
+        rf_minhash_band_keys(&mh, sig, keys);
+        sink ^= keys[0];
+    }
+    double text_cpu = cpu_now() - c0, text_wall = rf_now() - w0;
+    for (size_t i = 0; i < n && !rc && all; i++) {
+        rc = rf_normalize(texts[i], strlen(texts[i]), o.norm, &norm);
+        if (!rc) rc = rf_shingle(norm.data, norm.len, o.ngram, o.char_mode, &all[i]);
+        nsh += all[i].n;
+    }
+    /* MinHash alone is fast: repeat passes for at least half a CPU second. */
+    int passes = 0;
+    w0 = rf_now();
+    c0 = cpu_now();
+    while (!rc && all && (passes == 0 || cpu_now() - c0 < 0.5)) {
+        for (size_t i = 0; i < n; i++) {
+            rf_minhash_sign(&mh, all[i].v, all[i].n, sig);
+            sink ^= sig[0];
+        }
+        passes++;
+    }
+    double sign_cpu = (cpu_now() - c0) / (passes ? passes : 1),
+           sign_wall = (rf_now() - w0) / (passes ? passes : 1);
+    if (!all) rc = RF_ERR_NOMEM;
+    if (!rc)
+        printf("{\"impl\":\"refinery\",\"docs\":%zu,\"bytes\":%zu,\"shingles\":%zu,\"perm\":%d,"
+               "\"text_to_sig\":{\"cpu_seconds\":%.4f,\"wall_seconds\":%.4f,\"docs_per_s\":%.1f,"
+               "\"mb_per_s\":%.2f},\"sign_only\":{\"cpu_seconds\":%.4f,\"wall_seconds\":%.4f,"
+               "\"docs_per_s\":%.1f,\"passes\":%d},\"checksum\":%llu}\n",
+               n, bytes, nsh, mh.nperm, text_cpu, text_wall, (double)n / text_cpu,
+               (double)bytes / 1e6 / text_cpu, sign_cpu, sign_wall, (double)n / sign_cpu, passes,
+               (unsigned long long)(sink & 0xffff));
+    else
+        fprintf(stderr, "refinery dedup-speed: %s\n", rf_errmsg());
+    for (size_t i = 0; i < n; i++) {
+        free(texts[i]);
+        if (all) rf_u64vec_free(&all[i]);
+    }
+    free(all);
+    free(texts);
+    rf_buf_free(&norm);
+    rf_u64vec_free(&sh);
+    rf_minhash_free(&mh);
+    return rc ? 1 : 0;
+}
+
+static const rf_command dedup_speed_cmd = {
+    "dedup-speed", "MinHash signature throughput on one core (for make bench)", cmd_dedup_speed};
+RF_COMMAND(dedup_speed_cmd)

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/hash.h"
+#include "common/sys.h"
 #include "dedup/index_log.h"
 #include "dedup/jaccard.h"
 #include "dedup/minhash.h"
@@ -68,6 +69,7 @@ struct rf_dedup {
     uint64_t kept_bytes, dups_bytes;
     uint64_t count[3];
     uint64_t pairs_checked, confirmed, merges, estimated;
+    double t_prep, t_decide, t_commit; /* seconds spent by this process */
     /* Scratch for the sequential phase. */
     uint32_t *cand_set;
     size_t cand_cap;
@@ -576,7 +578,9 @@ int rf_dedup_process(rf_dedup *d, const rf_doc *docs, size_t n, rf_dd_result *re
         return RF_ERR_NOMEM;
     }
     const long nl = (long)n;
-#pragma omp parallel num_threads(d->o.threads)
+    double t0 = rf_now();
+    /* Small batches are not worth waking a thread team for. */
+#pragma omp parallel num_threads(d->o.threads) if (n >= 64 && d->o.threads > 1)
     {
         dd_scratch s = {RF_BUF_INIT, {0}, malloc(sizeof(uint32_t) * (size_t)d->mh.nperm)};
 #pragma omp for schedule(dynamic, 8)
@@ -604,11 +608,14 @@ int rf_dedup_process(rf_dedup *d, const rf_doc *docs, size_t n, rf_dd_result *re
         rf_u64vec_free(&s.sh);
         free(s.sig);
     }
+    double t1 = rf_now();
     for (size_t k = 0; k < n && !rc; k++) {
         rc = prep[k].rc;
         if (!rc) rc = decide(d, &docs[k], &prep[k], keys + k * (size_t)d->o.bands, &res[k]);
         if (!rc) d->pos++;
     }
+    d->t_prep += t1 - t0;
+    d->t_decide += rf_now() - t1;
     for (size_t k = 0; k < n; k++) {
         free(prep[k].set);
         free(prep[k].norm);
@@ -616,6 +623,10 @@ int rf_dedup_process(rf_dedup *d, const rf_doc *docs, size_t n, rf_dd_result *re
     free(prep);
     free(keys);
     return rc;
+}
+
+uint64_t rf_dedup_pending(const rf_dedup *d) {
+    return d->nnodes - d->committed;
 }
 
 int rf_dedup_commit(rf_dedup *d, uint64_t kept_bytes, uint64_t dups_bytes) {
@@ -627,7 +638,9 @@ int rf_dedup_commit(rf_dedup *d, uint64_t kept_bytes, uint64_t dups_bytes) {
     memcpy(pb->data + 8, &ndocs, 4);
     memcpy(pb->data + 16, &kept_bytes, 8);
     memcpy(pb->data + 24, &dups_bytes, 8);
+    double t0 = rf_now();
     int rc = rf_ddlog_commit(d->log);
+    d->t_commit += rf_now() - t0;
     if (rc) return rc;
     d->committed = d->nnodes;
     d->kept_bytes = kept_bytes;
@@ -682,5 +695,15 @@ int rf_dedup_report(const rf_dedup *d, rf_stats *s, const char *prefix) {
     }
     SET("clusters", clusters);
 #undef SET
+    const struct {
+        const char *key;
+        double v;
+    } times[] = {{"this_run.prepare_seconds", d->t_prep},
+                 {"this_run.decide_seconds", d->t_decide},
+                 {"this_run.commit_seconds", d->t_commit}};
+    for (size_t i = 0; i < sizeof times / sizeof times[0]; i++) {
+        snprintf(name, sizeof name, "%s%s", prefix, times[i].key);
+        if ((rc = rf_stats_set_real(s, name, times[i].v))) return rc;
+    }
     return RF_OK;
 }

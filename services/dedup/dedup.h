@@ -75,6 +75,8 @@ void rf_dedup_out_sizes(const rf_dedup *d, uint64_t *kept_bytes, uint64_t *dups_
  * has already committed are replayed: their id must match the stored one
  * (else RF_ERR_INVALID: a different input) and the stored decision is returned. */
 int rf_dedup_process(rf_dedup *d, const rf_doc *docs, size_t n, rf_dd_result *res);
+/* Documents decided but not yet committed. */
+uint64_t rf_dedup_pending(const rf_dedup *d);
 /* Makes every decision so far durable, with the caller's output sizes. */
 int rf_dedup_commit(rf_dedup *d, uint64_t kept_bytes, uint64_t dups_bytes);
 

@@ -75,29 +75,39 @@ void rf_minhash_sign_scalar(const rf_minhash *mh, const uint64_t *shingles, size
 }
 
 #ifdef __AVX2__
+/* Loop order: for each group of 8 permutations, all shingles. The accumulator
+ * and the group's a/b stay in registers; the folded shingles are prepared once
+ * per chunk. */
+#define FOLD_CHUNK 512
 void rf_minhash_sign(const rf_minhash *mh, const uint64_t *shingles, size_t n, uint32_t *sig) {
     const int nv = mh->npad / 8;
-    __m256i acc[RF_MINHASH_MAX_PERM / 8];
-    for (int v = 0; v < nv; v++)
-        acc[v] = _mm256_set1_epi32(-1);
-    for (size_t j = 0; j < n; j++) {
-        const __m256i x = _mm256_set1_epi32((int)rf_minhash_fold(shingles[j]));
+    uint32_t tmp[RF_MINHASH_MAX_PERM];
+    uint32_t xs[FOLD_CHUNK];
+    for (int i = 0; i < mh->npad; i++)
+        tmp[i] = UINT32_MAX;
+    for (size_t start = 0; start < n; start += FOLD_CHUNK) {
+        size_t m = n - start < FOLD_CHUNK ? n - start : FOLD_CHUNK;
+        for (size_t j = 0; j < m; j++)
+            xs[j] = rf_minhash_fold(shingles[start + j]);
         for (int v = 0; v < nv; v++) {
-            __m256i alo = _mm256_loadu_si256((const __m256i *)(mh->a_lo + 8 * v));
-            __m256i ahi = _mm256_loadu_si256((const __m256i *)(mh->a_hi + 8 * v));
-            __m256i be = _mm256_loadu_si256((const __m256i *)(mh->b_even + 4 * v));
-            __m256i bo = _mm256_loadu_si256((const __m256i *)(mh->b_odd + 4 * v));
-            __m256i te = _mm256_add_epi64(_mm256_mul_epu32(alo, x), be);
-            __m256i to = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(alo, 32), x), bo);
-            /* high 32 bits of each 64-bit sum, back in permutation order */
-            __m256i hi = _mm256_blend_epi32(_mm256_srli_epi64(te, 32), to, 0xaa);
-            __m256i h = _mm256_add_epi32(hi, _mm256_mullo_epi32(ahi, x));
-            acc[v] = _mm256_min_epu32(acc[v], h);
+            const __m256i alo = _mm256_loadu_si256((const __m256i *)(mh->a_lo + 8 * v));
+            const __m256i alo_odd = _mm256_srli_epi64(alo, 32);
+            const __m256i ahi = _mm256_loadu_si256((const __m256i *)(mh->a_hi + 8 * v));
+            const __m256i be = _mm256_loadu_si256((const __m256i *)(mh->b_even + 4 * v));
+            const __m256i bo = _mm256_loadu_si256((const __m256i *)(mh->b_odd + 4 * v));
+            __m256i acc = _mm256_loadu_si256((const __m256i *)(tmp + 8 * v));
+            for (size_t j = 0; j < m; j++) {
+                const __m256i x = _mm256_set1_epi32((int)xs[j]);
+                __m256i te = _mm256_add_epi64(_mm256_mul_epu32(alo, x), be);
+                __m256i to = _mm256_add_epi64(_mm256_mul_epu32(alo_odd, x), bo);
+                /* high 32 bits of each 64-bit sum, back in permutation order */
+                __m256i hi = _mm256_blend_epi32(_mm256_srli_epi64(te, 32), to, 0xaa);
+                __m256i h = _mm256_add_epi32(hi, _mm256_mullo_epi32(ahi, x));
+                acc = _mm256_min_epu32(acc, h);
+            }
+            _mm256_storeu_si256((__m256i *)(tmp + 8 * v), acc);
         }
     }
-    uint32_t tmp[RF_MINHASH_MAX_PERM];
-    for (int v = 0; v < nv; v++)
-        _mm256_storeu_si256((__m256i *)(tmp + 8 * v), acc[v]);
     memcpy(sig, tmp, sizeof(uint32_t) * (size_t)mh->nperm);
 }
 #else

@@ -110,6 +110,11 @@ static int put_cp(rf_buf *out, uint32_t cp, unsigned flags) {
     return rf_buf_append(out, enc, rf_utf8_encode(cp, enc));
 }
 
+/* ASCII classes and their normalized byte, for the fast path. */
+static int ascii_class(unsigned char c) {
+    return (int)classify(c);
+}
+
 int rf_normalize(const char *text, size_t len, unsigned flags, rf_buf *out) {
     rf_buf_reset(out);
     int rc = rf_buf_reserve(out, len);
@@ -118,8 +123,32 @@ int rf_normalize(const char *text, size_t len, unsigned flags, rf_buf *out) {
     int pending_space = 0; /* a collapsed run of spaces waits for the next kept char */
     size_t i = 0;
     while (i < len) {
+        /* ASCII fast path: the output never outgrows the input here, and the
+         * buffer holds len bytes, so bytes are stored directly. */
+        while (i < len && s[i] < 0x80) {
+            unsigned char c = s[i++];
+            int cls = ascii_class(c);
+            if (cls == CLS_PUNCT && (flags & RF_NORM_PUNCT)) continue;
+            if (cls == CLS_SPACE) {
+                if (!(flags & RF_NORM_SPACE))
+                    out->data[out->len++] = ' ';
+                else
+                    pending_space = out->len > 0;
+                continue;
+            }
+            if (pending_space) {
+                out->data[out->len++] = ' ';
+                pending_space = 0;
+            }
+            if (cls == CLS_DIGIT && (flags & RF_NORM_DIGITS))
+                c = '0';
+            else if ((flags & RF_NORM_CASE) && c >= 'A' && c <= 'Z')
+                c = (unsigned char)(c + 32);
+            out->data[out->len++] = (char)c;
+        }
+        if (i == len) break;
         uint32_t cp;
-        int k = s[i] < 0x80 ? (cp = s[i], 1) : rf_utf8_decode(s + i, len - i, &cp);
+        int k = rf_utf8_decode(s + i, len - i, &cp);
         if (k < 0) {
             cp = RF_UTF8_REPLACEMENT;
             k = -k;
@@ -127,22 +156,24 @@ int rf_normalize(const char *text, size_t len, unsigned flags, rf_buf *out) {
         i += (size_t)k;
         enum cls c = classify(cp);
         if (c == CLS_PUNCT && (flags & RF_NORM_PUNCT)) continue;
+        /* Non-ASCII output may be longer than its input (U+FFFD, case folding):
+         * keep room for the rest of the text as the fast path assumes. */
+        if ((rc = rf_buf_reserve(out, len - i + 64))) return rc;
         if (c == CLS_SPACE) {
             if (!(flags & RF_NORM_SPACE))
-                rc = rf_buf_putc(out, ' ');
+                out->data[out->len++] = ' ';
             else
                 pending_space = out->len > 0;
-            if (rc) return rc;
             continue;
         }
         if (pending_space) {
-            if ((rc = rf_buf_putc(out, ' '))) return rc;
+            out->data[out->len++] = ' ';
             pending_space = 0;
         }
         if (c == CLS_DIGIT && (flags & RF_NORM_DIGITS)) cp = '0';
         if ((rc = put_cp(out, cp, flags))) return rc;
+        if ((rc = rf_buf_reserve(out, len - i))) return rc;
     }
-    if (!out->data && (rc = rf_buf_reserve(out, 0))) return rc;
     out->data[out->len] = '\0';
     return RF_OK;
 }
