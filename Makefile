@@ -30,6 +30,8 @@ CXXFLAGS += -std=c++17 $(OPT) -g $(WARN) -pthread -MMD -MP $(SANITIZE)
 LDFLAGS  += -fopenmp -pthread $(SANITIZE)
 LDLIBS   += $(PKG_LIBS) -lcld2 -lstdc++ -lm
 
+.DEFAULT_GOAL := all
+
 # Modules: every services/<m>/ except the CLI.
 MODULES := $(filter-out cli,$(notdir $(patsubst %/,%,$(wildcard services/*/))))
 -include $(wildcard services/*/module.mk)
