@@ -18,6 +18,7 @@
 #ifndef RF_KAFKA_H
 #define RF_KAFKA_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,14 +37,30 @@ typedef struct rf_kafka_producer rf_kafka_producer;
 int rf_kafka_producer_new(const rf_kafka_opts *o, rf_kafka_producer **out);
 /* Flushes (up to delivery_timeout_s) and frees. */
 void rf_kafka_producer_free(rf_kafka_producer *p);
+/* Delivery accounting of one unit of work (a batch, a gRPC stream) among
+ * several that share a producer from different threads, where a
+ * producer-wide flush cannot tell whose message failed. Zero-initialize it;
+ * it must outlive its messages' delivery (rf_kafka_wait). */
+typedef struct rf_kafka_tracker {
+    atomic_llong pending, delivered, failed;
+    atomic_int have_error;
+    char first_error[256];
+} rf_kafka_tracker;
+
 /* Queues one message (copied). Blocks while max_in_flight are undelivered. */
 int rf_kafka_produce(rf_kafka_producer *p, const char *topic, const void *key, size_t key_len,
                      const void *value, size_t len);
+/* The same, accounted in t (may be NULL). */
+int rf_kafka_produce_tracked(rf_kafka_producer *p, rf_kafka_tracker *t, const char *topic,
+                             const void *key, size_t key_len, const void *value, size_t len);
 /* A rejected record with its reason, as a refinery.v1.Reject protobuf keyed by
- * the reason, to a rejects topic. */
-int rf_kafka_produce_reject(rf_kafka_producer *p, const char *topic, const char *source,
-                            uint64_t line, uint64_t offset, const char *reason, const void *excerpt,
-                            size_t excerpt_len);
+ * the reason, to a rejects topic; accounted in t (may be NULL). */
+int rf_kafka_produce_reject(rf_kafka_producer *p, rf_kafka_tracker *t, const char *topic,
+                            const char *source, uint64_t line, uint64_t offset, const char *reason,
+                            const void *excerpt, size_t excerpt_len);
+/* Waits until every message of t is delivered or failed: RF_OK when all were
+ * delivered, RF_ERR_IO (first failure in rf_errmsg) otherwise or on timeout. */
+int rf_kafka_wait(rf_kafka_producer *p, rf_kafka_tracker *t, double timeout_s);
 /* Waits until every queued message is delivered or failed. RF_OK only when
  * all messages produced since the previous flush were delivered; RF_ERR_IO
  * (first failure in rf_errmsg) otherwise, and then the inputs of those

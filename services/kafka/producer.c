@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/sys.h"
 #include "kafka/conf.h"
 #include "kafka/kafka.h"
 #include "refinery.pb-c.h"
@@ -22,6 +23,18 @@ struct rf_kafka_producer {
 /* Runs inside rd_kafka_poll/flush, on the thread that calls them. */
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
     rf_kafka_producer *p = opaque;
+    rf_kafka_tracker *t = m->_private;
+    if (t) {
+        if (m->err) {
+            if (atomic_exchange(&t->have_error, 1) == 0)
+                snprintf(t->first_error, sizeof t->first_error, "%s [%d]: %s",
+                         rd_kafka_topic_name(m->rkt), (int)m->partition, rd_kafka_err2str(m->err));
+            atomic_fetch_add(&t->failed, 1);
+        } else {
+            atomic_fetch_add(&t->delivered, 1);
+        }
+        atomic_fetch_sub(&t->pending, 1); /* last: a waiter then sees the outcome */
+    }
     if (!m->err) {
         atomic_fetch_add(&p->delivered, 1);
         return;
@@ -86,6 +99,11 @@ static int fatal_error(rf_kafka_producer *p) {
 
 int rf_kafka_produce(rf_kafka_producer *p, const char *topic, const void *key, size_t key_len,
                      const void *value, size_t len) {
+    return rf_kafka_produce_tracked(p, NULL, topic, key, key_len, value, len);
+}
+
+int rf_kafka_produce_tracked(rf_kafka_producer *p, rf_kafka_tracker *t, const char *topic,
+                             const void *key, size_t key_len, const void *value, size_t len) {
     for (;;) {
         /* Serve delivery reports first, so that in_flight counts real work. */
         rd_kafka_poll(p->rk, 0);
@@ -95,20 +113,22 @@ int rf_kafka_produce(rf_kafka_producer *p, const char *topic, const void *key, s
             rd_kafka_poll(p->rk, 50);
             continue;
         }
+        if (t) atomic_fetch_add(&t->pending, 1); /* before: delivery may come at once */
         rd_kafka_resp_err_t e = rd_kafka_producev(
             p->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
             RD_KAFKA_V_KEY((void *)key, key_len), RD_KAFKA_V_VALUE((void *)value, len),
-            RD_KAFKA_V_END);
+            RD_KAFKA_V_OPAQUE(t), RD_KAFKA_V_END);
         if (e == RD_KAFKA_RESP_ERR_NO_ERROR) return RF_OK;
+        if (t) atomic_fetch_sub(&t->pending, 1);
         if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL)
             return rf_fail(RF_ERR_IO, "kafka produce to %s: %s", topic, rd_kafka_err2str(e));
         rd_kafka_poll(p->rk, 50);
     }
 }
 
-int rf_kafka_produce_reject(rf_kafka_producer *p, const char *topic, const char *source,
-                            uint64_t line, uint64_t offset, const char *reason, const void *excerpt,
-                            size_t excerpt_len) {
+int rf_kafka_produce_reject(rf_kafka_producer *p, rf_kafka_tracker *t, const char *topic,
+                            const char *source, uint64_t line, uint64_t offset, const char *reason,
+                            const void *excerpt, size_t excerpt_len) {
     Refinery__V1__Reject r = REFINERY__V1__REJECT__INIT;
     r.source = (char *)(source ? source : "");
     r.line = line;
@@ -120,7 +140,7 @@ int rf_kafka_produce_reject(rf_kafka_producer *p, const char *topic, const char 
     uint8_t *buf = malloc(n ? n : 1);
     if (!buf) return RF_ERR_NOMEM;
     refinery__v1__reject__pack(&r, buf);
-    int rc = rf_kafka_produce(p, topic, reason, strlen(reason), buf, n);
+    int rc = rf_kafka_produce_tracked(p, t, topic, reason, strlen(reason), buf, n);
     free(buf);
     return rc;
 }
@@ -139,6 +159,22 @@ int rf_kafka_flush(rf_kafka_producer *p, double timeout_s) {
         rc = RF_ERR_IO;
     p->failed_at_flush = failed;
     return rc;
+}
+
+int rf_kafka_wait(rf_kafka_producer *p, rf_kafka_tracker *t, double timeout_s) {
+    double end = rf_now() + timeout_s;
+    while (atomic_load(&t->pending) > 0) {
+        if (rf_now() > end)
+            return rf_fail(RF_ERR_IO, "kafka: %lld message(s) still undelivered after %.1fs",
+                           (long long)atomic_load(&t->pending), timeout_s);
+        if (fatal_error(p) < 0) return RF_ERR_IO;
+        rd_kafka_poll(p->rk, 20);
+    }
+    long long failed = atomic_load(&t->failed);
+    if (failed)
+        return rf_fail(RF_ERR_IO, "kafka: %lld message(s) not delivered, first: %s", failed,
+                       t->first_error);
+    return RF_OK;
 }
 
 int rf_kafka_in_flight(rf_kafka_producer *p) {

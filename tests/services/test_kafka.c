@@ -226,10 +226,17 @@ static void test_flush_reports_failure(void **state) {
     assert_int_equal(rf_kafka_flush(p, 5), 0);
     for (int b = 1; b <= 3; b++)
         assert_int_equal(broker_down(b), 0);
+    /* One message accounted apart (as one gRPC stream among many would be). */
+    rf_kafka_tracker t = {0};
+    assert_int_equal(rf_kafka_produce_tracked(p, &t, topic, "k", 1, "tracked", 7), 0);
     produce_range(p, topic, 10, 20);
+    assert_int_equal(rf_kafka_wait(p, &t, 5), RF_ERR_IO);
+    assert_int_equal(t.failed, 1);
+    assert_int_equal(t.delivered, 0);
+    assert_non_null(strstr(rf_errmsg(), "timed out"));
     assert_int_equal(rf_kafka_flush(p, 5), RF_ERR_IO);
     assert_non_null(strstr(rf_errmsg(), "not delivered"));
-    assert_int_equal(rf_kafka_failed(p), 10);
+    assert_int_equal(rf_kafka_failed(p), 11);
     for (int b = 1; b <= 3; b++)
         assert_int_equal(broker_up(b), 0);
     /* The same producer recovers once it has reconnected (its first tries
@@ -278,10 +285,12 @@ static void test_rejects_topic(void **state) {
     const char *topic = unique("rejected");
     make_topic(topic, 1);
     rf_kafka_producer *p = producer(0, 10);
-    assert_int_equal(rf_kafka_produce_reject(p, topic, "reviews.jsonl", 17, 4096, "invalid_utf8",
-                                             "\xff\xfe bad", 6),
+    rf_kafka_tracker t = {0};
+    assert_int_equal(rf_kafka_produce_reject(p, &t, topic, "reviews.jsonl", 17, 4096,
+                                             "invalid_utf8", "\xff\xfe bad", 6),
                      0);
-    assert_int_equal(rf_kafka_flush(p, 10), 0);
+    assert_int_equal(rf_kafka_wait(p, &t, 10), 0);
+    assert_int_equal(t.delivered, 1);
     rf_kafka_producer_free(p);
 
     rf_kafka_consumer *c = consumer(unique("g"), topic);
