@@ -11,8 +11,10 @@
 # preset group (amazon, sst2, wikitext), times and bytes summed. Each process
 # is timed whole (start-up included): wall time, and CPU time (user + sys, from
 # wait4) which stays meaningful on a machine shared with other jobs. Best of
-# BENCH_REPS (default 2) by wall time. Peak RSS (VmHWM) is measured on 1x and on
-# REPLICAS x input: a streaming stage must not grow with input size.
+# BENCH_REPS (default 2) by wall time. A last row shows the cost without the
+# quality filters (parse + NFKC + cleanup + JSON out only). Peak RSS (VmHWM) is
+# measured on 1x and on REPLICAS x input: a streaming stage must not grow with
+# input size.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SHARED=${SHARED:-$(cd .. && pwd)/shared}
@@ -65,10 +67,10 @@ def timed(cmd):
         sys.exit(f"bench_ingest: {' '.join(cmd[:4])} ... failed:\n{err.decode(errors='replace')}")
     return wall, ru.ru_utime + ru.ru_stime, hwm, out
 
-def ours(group, threads, n):
+def ours(group, threads, n, extra=()):
     best = None
     for _ in range(reps):
-        cmd = [binary, "ingest", "--preset", group, "--threads", str(threads)] + groups[group] * n + [
+        cmd = [binary, "ingest", "--preset", group, "--threads", str(threads), *extra] + groups[group] * n + [
             "--out", f"{tmp}/o.jsonl", "--rejects", f"{tmp}/r.jsonl", "--stats", f"{tmp}/s.json"]
         wall, cpu, rss, _ = timed(cmd)
         s = json.load(open(f"{tmp}/s.json"))["ingest"]
@@ -95,6 +97,7 @@ py = total([python(g, replicas) for g in groups])
 o1 = total([ours(g, 1, replicas) for g in groups])
 o2 = total([ours(g, 2, replicas) for g in groups])
 m1 = total([ours(g, 1, 1) for g in groups])
+nq = total([ours(g, 1, replicas, ["--no-quality"]) for g in groups])
 assert py[3] == o1[3] == o2[3], f"record counts differ: python {py[3]}, refinery {o1[3]} / {o2[3]}"
 
 mb = o1[4] / 1e6
@@ -111,6 +114,7 @@ def row(name, thr, r, ref=None):
 row("python baseline", 1, py)
 row("refinery ingest", 1, o1, py)
 row("refinery ingest", 2, o2, py)
+row("  --no-quality", 1, nq, py)
 print(f"memory: refinery ingest, 1 thread: peak RSS {m1[2] / 1024:.1f} MB on 1x input "
       f"({m1[4] / 1e6:.1f} MB), {o1[2] / 1024:.1f} MB on {replicas}x input ({mb:.1f} MB)")
 PY
