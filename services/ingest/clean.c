@@ -104,7 +104,7 @@ typedef struct pass {
 } pass;
 
 /* Classifies one code point: C_SPACE/C_CTRL (under the options in force) or C_TEXT. */
-static int classify(const pass *p, uint32_t cp) {
+static inline int classify(const pass *p, uint32_t cp) {
     int cls;
     if (cp < 0x80)
         cls = ASCII_CLASS[cp];
@@ -120,16 +120,66 @@ static int classify(const pass *p, uint32_t cp) {
     return cls;
 }
 
+#define ONES 0x0101010101010101ull
+#define HIGH 0x8080808080808080ull
+
+/* Per-byte flags (0x80 in each byte of w equal to b); exact, for ASCII w. */
+static inline uint64_t bytes_eq(uint64_t w, unsigned char b) {
+    uint64_t v = w ^ (ONES * b);
+    return ~(((v & ~HIGH) + ~HIGH) | v) & HIGH;
+}
+
+/* Per-byte flag of the capitals 'A'..'Z' in ASCII w (bit-twiddling hacks'
+ * hasbetween). */
+static inline uint64_t bytes_upper(uint64_t w) {
+    uint64_t low = w & ~HIGH;
+    return (ONES * (127 + 'Z' + 1) - low) & ~w & (low + ONES * (127 - ('A' - 1))) & HIGH;
+}
+
+/* True if the eight bytes w are printable ASCII and single spaces, the last
+ * not a space (and no capitals when lowering): final_pass copies them as is. */
+static inline bool chunk_plain(uint64_t w, bool lower) {
+    uint64_t sp = bytes_eq(w, ' ');
+    uint64_t bad = (w & HIGH) | ((w - ONES * 0x20) & ~w & HIGH) | bytes_eq(w, 0x7F) |
+                   (sp & (sp << 8)) | (sp & (HIGH << 56));
+    if (lower) bad |= bytes_upper(w);
+    return bad == 0;
+}
+
 /* Controls, whitespace and lowercase over valid UTF-8 s[0..n) into p->w. */
 static void final_pass(pass *p, const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
+    const bool lower = p->o->lowercase;
+    char *w = p->w;
     for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        int len = 1;
-        if (u[i] < 0x80)
-            cp = u[i];
-        else
-            len = rf_utf8_decode(u + i, n - i, &cp); /* valid: len > 0 */
+        /* Fast path: printable ASCII and single spaces, most of review text. */
+        unsigned char c = u[i];
+        if ((unsigned char)(c - 0x21) < 0x5E) {
+            if (p->pending) *w++ = ' ';
+            p->pending = false;
+            p->any = true;
+            for (;;) {
+                uint64_t x;
+                while (i + 8 <= n && (memcpy(&x, u + i, 8), chunk_plain(x, lower))) {
+                    memcpy(w, &x, 8);
+                    w += 8;
+                    i += 8;
+                }
+                while (i < n && (unsigned char)((c = u[i]) - 0x21) < 0x5E) {
+                    *w++ = (char)(lower && (unsigned char)(c - 'A') < 26 ? c | 0x20 : c);
+                    i++;
+                }
+                if (i + 1 < n && u[i] == ' ' && (unsigned char)(u[i + 1] - 0x21) < 0x5E) {
+                    *w++ = ' ';
+                    i++;
+                    continue;
+                }
+                break;
+            }
+            continue;
+        }
+        uint32_t cp = c;
+        int len = c < 0x80 ? 1 : rf_utf8_decode(u + i, n - i, &cp); /* valid: len > 0 */
         int cls = classify(p, cp);
         if (cls == C_SPACE) {
             p->pending = p->any;
@@ -137,20 +187,18 @@ static void final_pass(pass *p, const char *s, size_t n) {
             p->res->controls_removed++;
             p->res->nul_bytes += cp == 0;
         } else {
-            if (p->pending) *p->w++ = ' ';
+            if (p->pending) *w++ = ' ';
             p->pending = false;
             p->any = true;
-            if (!p->o->lowercase) {
-                memcpy(p->w, s + i, (size_t)len);
-                p->w += len;
-            } else if (cp < 0x80) {
-                *p->w++ = (char)(cp >= 'A' && cp <= 'Z' ? cp | 0x20 : cp);
-            } else {
-                p->w += rf_utf8_encode((uint32_t)utf8proc_tolower((utf8proc_int32_t)cp), p->w);
-            }
+            if (lower && cp >= 0x80)
+                w += rf_utf8_encode((uint32_t)utf8proc_tolower((utf8proc_int32_t)cp), w);
+            else
+                for (int k = 0; k < len; k++)
+                    *w++ = s[i + k];
         }
         i += (size_t)len;
     }
+    p->w = w;
 }
 
 /* Drops the characters final_pass would drop as controls, ahead of NFKC: text

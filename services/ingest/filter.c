@@ -6,6 +6,7 @@
  * repeated 2-gram no longer n-gram can repeat either. */
 #include "ingest/filter.h"
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,7 +147,9 @@ static bool is_space(unsigned char c) {
 typedef struct word {
     uint32_t start, len; /* bytes in the text */
     uint32_t chars;      /* code points */
-    uint64_t hash;
+    uint32_t cum;        /* code points of the words before this one */
+    uint64_t hash;       /* of the word */
+    uint64_t gram;       /* of the n-gram starting here, n growing (check_ngrams) */
 } word;
 
 /* Words of the text plus the per-word measures; words[] is the caller's small
@@ -154,8 +157,8 @@ typedef struct word {
 typedef struct words {
     word *w;
     size_t n, cap;
-    word small[256];
     size_t chars, alpha_words, hashes, ellipses, stop_words;
+    word small[256]; /* last: rf_quality_check zeroes what precedes it */
 } words;
 
 static bool is_alpha_cp(uint32_t cp) {
@@ -175,52 +178,88 @@ static bool is_stop_word(const char *s, size_t n) {
     return false;
 }
 
+/* ASCII byte classes for split_words. */
+enum { A_SPACE = 1, A_ALPHA = 2, A_MARK = 4 /* '#' or '.' */ };
+static const unsigned char ASCII_CLASS[128] = {
+    ['\t'] = A_SPACE, ['\n'] = A_SPACE, ['\v'] = A_SPACE, ['\f'] = A_SPACE, ['\r'] = A_SPACE,
+    [' '] = A_SPACE,  ['#'] = A_MARK,   ['.'] = A_MARK,
+#define L(c) [c] = A_ALPHA, [c + 32] = A_ALPHA
+    L('A'),           L('B'),           L('C'),           L('D'),           L('E'),
+    L('F'),           L('G'),           L('H'),           L('I'),           L('J'),
+    L('K'),           L('L'),           L('M'),           L('N'),           L('O'),
+    L('P'),           L('Q'),           L('R'),           L('S'),           L('T'),
+    L('U'),           L('V'),           L('W'),           L('X'),           L('Y'),
+    L('Z'),
+#undef L
+};
+
+static int add_word(words *ws, const char *t, size_t start, size_t end, size_t chars, bool alpha,
+                    bool stops) {
+    if (ws->n == ws->cap) {
+        size_t cap = ws->cap * 2;
+        word *w = ws->w == ws->small ? malloc(cap * sizeof *w) : realloc(ws->w, cap * sizeof *w);
+        if (!w) return RF_ERR_NOMEM;
+        if (ws->w == ws->small) memcpy(w, ws->small, ws->n * sizeof *w);
+        ws->w = w;
+        ws->cap = cap;
+    }
+    if (end > UINT32_MAX) return rf_fail(RF_ERR_RANGE, "quality: text longer than 4 GiB");
+    ws->w[ws->n++] = (word){(uint32_t)start, (uint32_t)(end - start), (uint32_t)chars, 0, 0, 0};
+    ws->chars += chars;
+    ws->alpha_words += alpha;
+    ws->stop_words += stops && is_stop_word(t + start, end - start);
+    return 0;
+}
+
 static int split_words(const char *t, size_t n, bool stops, words *ws) {
     const unsigned char *u = (const unsigned char *)t;
     size_t i = 0;
     while (i < n) {
-        while (i < n && is_space(u[i]))
+        while (i < n && u[i] < 0x80 && (ASCII_CLASS[u[i]] & A_SPACE))
             i++;
         if (i >= n) break;
         size_t start = i, chars = 0;
         bool alpha = false;
-        while (i < n && !is_space(u[i])) {
-            uint32_t cp = u[i];
-            int k = 1;
-            if (cp >= 0x80 && (k = rf_utf8_decode(u + i, n - i, &cp)) < 0) {
-                k = -k; /* tolerate invalid bytes: one char each */
-                cp = RF_UTF8_REPLACEMENT;
+        while (i < n) {
+            /* Plain ASCII run: letters, digits, punctuation other than '#' '.' */
+            size_t run = i;
+            unsigned acc = 0, cls;
+            while (i < n && u[i] < 0x80 && !((cls = ASCII_CLASS[u[i]]) & (A_SPACE | A_MARK))) {
+                acc |= cls;
+                i++;
             }
-            if (cp == '.' && i + 2 < n && u[i + 1] == '.' && u[i + 2] == '.') {
-                size_t j = i; /* a run of three or more dots is one ellipsis */
-                while (j < n && u[j] == '.')
-                    j++;
-                ws->ellipses++;
-                chars += j - i;
-                i = j;
+            alpha |= (acc & A_ALPHA) != 0;
+            chars += i - run;
+            if (i >= n) break;
+            uint32_t cp = u[i];
+            if (cp < 0x80) {
+                if (ASCII_CLASS[cp] & A_SPACE) break;
+                ws->hashes += cp == '#'; /* a mark: '#' or '.' */
+                if (cp == '.' && i + 2 < n && u[i + 1] == '.' && u[i + 2] == '.') {
+                    size_t j = i; /* a run of three or more dots is one ellipsis */
+                    while (j < n && u[j] == '.')
+                        j++;
+                    ws->ellipses++;
+                    chars += j - i;
+                    i = j;
+                    continue;
+                }
+                i++;
+                chars++;
                 continue;
             }
+            int k = rf_utf8_decode(u + i, n - i, &cp);
+            if (k < 0) { /* tolerate invalid bytes: one char each */
+                k = -k;
+                cp = RF_UTF8_REPLACEMENT;
+            }
             alpha = alpha || is_alpha_cp(cp);
-            ws->hashes += cp == '#';
             ws->ellipses += cp == 0x2026;
             i += (size_t)k;
             chars++;
         }
-        if (ws->n == ws->cap) {
-            size_t cap = ws->cap * 2;
-            word *w =
-                ws->w == ws->small ? malloc(cap * sizeof *w) : realloc(ws->w, cap * sizeof *w);
-            if (!w) return RF_ERR_NOMEM;
-            if (ws->w == ws->small) memcpy(w, ws->small, sizeof ws->small);
-            ws->w = w;
-            ws->cap = cap;
-        }
-        if (i - start > UINT32_MAX || start > UINT32_MAX)
-            return rf_fail(RF_ERR_RANGE, "text too long");
-        ws->w[ws->n++] = (word){(uint32_t)start, (uint32_t)(i - start), (uint32_t)chars, 0};
-        ws->chars += chars;
-        ws->alpha_words += alpha;
-        ws->stop_words += stops && is_stop_word(t + start, i - start);
+        int rc = add_word(ws, t, start, i, chars, alpha, stops);
+        if (rc) return rc;
     }
     return 0;
 }
@@ -260,21 +299,15 @@ static slot *table_add(table *t, uint64_t key, uint32_t index) {
     return &t->s[i];
 }
 
-static uint64_t ngram_hash(const word *w, size_t i, size_t n) {
-    uint64_t h = n;
-    for (size_t k = 0; k < n; k++)
-        h = rf_mix64(h ^ w[i + k].hash);
-    return h;
+/* Word chars of words [i, i + n). */
+static size_t span_chars(const words *ws, size_t i, size_t n) {
+    size_t end = i + n < ws->n ? ws->w[i + n].cum : ws->chars;
+    return end - ws->w[i].cum;
 }
 
-static size_t ngram_chars(const word *w, size_t i, size_t n) {
-    size_t c = 0;
-    for (size_t k = 0; k < n; k++)
-        c += w[i + k].chars;
-    return c;
-}
-
-/* Gopher repetition rules over words. Sets *reason or leaves it NULL. */
+/* Gopher repetition rules over words, for n = 2..10 in one sweep: the hash of
+ * the n-gram at i extends that of the (n-1)-gram, and once no n-gram repeats
+ * no longer one can, so the sweep stops there. Sets *reason or leaves it NULL. */
 static int check_ngrams(const rf_quality_opts *o, const char *text, words *ws,
                         const char **reason) {
     bool top_on = false, dup_on = false;
@@ -284,54 +317,52 @@ static int check_ngrams(const rf_quality_opts *o, const char *text, words *ws,
         dup_on |= o->max_dup_ngram_frac[i] < 1;
     if ((!top_on && !dup_on) || ws->n < 2 || ws->n < o->ngram_min_words || ws->chars == 0) return 0;
     word *w = ws->w;
-    for (size_t i = 0; i < ws->n; i++)
+    for (size_t i = 0, cum = 0; i < ws->n; i++) {
         w[i].hash = rf_hash64(text + w[i].start, w[i].len, 0);
+        w[i].gram = rf_mix64(w[i].hash); /* not w[i].hash: "a b" and "b a" must differ */
+        w[i].cum = (uint32_t)cum;
+        cum += w[i].chars;
+    }
     table t;
     if (table_init(&t, ws->n)) return RF_ERR_NOMEM;
     double total = (double)ws->chars;
-    bool repeated = false;
-    /* Most frequent n-gram: chars of all its occurrences / all word chars.
-     * Only a repeated n-gram counts (Gopher's intent; a text of one 2-gram is
-     * not repetitive). */
-    for (size_t g = 0; g < N_TOP && !*reason; g++) {
-        size_t n = RF_QUALITY_NGRAM_MIN + g;
-        if (ws->n < n) break;
+    for (size_t n = RF_QUALITY_NGRAM_MIN; n <= RF_QUALITY_DUPNGRAM_MAX && n <= ws->n; n++) {
+        if (n > RF_QUALITY_NGRAM_MAX && !dup_on) break;
+        for (size_t i = 0; i + n <= ws->n; i++)
+            w[i].gram = rf_mix64(w[i].gram ^ w[i + n - 1].hash);
         table_clear(&t);
-        size_t best = 0;
-        for (size_t i = 0; i + n <= ws->n; i++) {
-            slot *s = table_add(&t, ngram_hash(w, i, n), (uint32_t)i);
-            if (s->count >= 2) {
-                size_t c = s->count * ngram_chars(w, s->first, n);
-                if (c > best) best = c;
+        bool repeated;
+        if (n <= RF_QUALITY_NGRAM_MAX) {
+            /* Most frequent n-gram: chars of all its occurrences / all word
+             * chars. Only a repeated n-gram counts (a text that is one 2-gram
+             * is not repetitive). */
+            size_t best = 0;
+            for (size_t i = 0; i + n <= ws->n; i++) {
+                slot *s = table_add(&t, w[i].gram, (uint32_t)i);
+                if (s->count >= 2 && s->count * span_chars(ws, s->first, n) > best)
+                    best = s->count * span_chars(ws, s->first, n);
             }
-        }
-        if (g == 0 && best == 0) break; /* no repeated 2-gram: nothing longer repeats */
-        repeated = true;
-        if (o->max_top_ngram_frac[g] < 1 && (double)best / total > o->max_top_ngram_frac[g])
-            *reason = "top_ngram";
-    }
-    if (!top_on) { /* the 2-gram probe above did not run */
-        table_clear(&t);
-        for (size_t i = 0; i + 2 <= ws->n && !repeated; i++)
-            repeated = table_add(&t, ngram_hash(w, i, 2), (uint32_t)i)->count >= 2;
-    }
-    /* Duplicated n-grams: scanning left to right, an n-gram seen before covers
-     * its words and the scan jumps past it (as in Gopher and datatrove). */
-    for (size_t g = 0; g < N_DUP && repeated && !*reason; g++) {
-        size_t n = RF_QUALITY_DUPNGRAM_MIN + g;
-        if (ws->n < n + 1 || o->max_dup_ngram_frac[g] >= 1) continue;
-        table_clear(&t);
-        size_t dup = 0;
-        for (size_t i = 0; i + n <= ws->n;) {
-            slot *s = table_add(&t, ngram_hash(w, i, n), (uint32_t)i);
-            if (s->count >= 2) {
-                dup += ngram_chars(w, i, n);
-                i += n;
-            } else {
-                i++;
+            double max = o->max_top_ngram_frac[n - RF_QUALITY_NGRAM_MIN];
+            if (max < 1 && (double)best / total > max) *reason = "top_ngram";
+            repeated = best > 0;
+        } else {
+            /* Duplicated n-grams: scanning left to right, an n-gram seen
+             * before covers its words and the scan jumps past it (as in
+             * Gopher and datatrove). */
+            size_t dup = 0;
+            for (size_t i = 0; i + n <= ws->n;) {
+                if (table_add(&t, w[i].gram, (uint32_t)i)->count >= 2) {
+                    dup += span_chars(ws, i, n);
+                    i += n;
+                } else {
+                    i++;
+                }
             }
+            double max = o->max_dup_ngram_frac[n - RF_QUALITY_DUPNGRAM_MIN];
+            if (max < 1 && (double)dup / total > max) *reason = "dup_ngram";
+            repeated = dup > 0;
         }
-        if ((double)dup / total > o->max_dup_ngram_frac[g]) *reason = "dup_ngram";
+        if (*reason || !repeated) break;
     }
     free(t.s);
     return 0;
@@ -340,9 +371,10 @@ static int check_ngrams(const rf_quality_opts *o, const char *text, words *ws,
 /* Line rules; lines that are empty or whitespace are skipped. */
 static int check_lines(const rf_quality_opts *o, const char *t, size_t n, const char **reason) {
     bool dup_on = o->max_dup_line_frac < 1 || o->max_dup_line_char_frac < 1;
-    if (o->max_bullet_line_frac >= 1 && o->max_ellipsis_line_frac >= 1 && !dup_on &&
-        o->min_terminal_punct_line_frac <= 0 && o->max_short_line_frac >= 1)
-        return 0;
+    bool shape_on = o->max_bullet_line_frac < 1 || o->max_ellipsis_line_frac < 1 ||
+                    o->min_terminal_punct_line_frac > 0 || o->max_short_line_frac < 1;
+    /* One line cannot be a duplicate of another. */
+    if (!shape_on && (!dup_on || !memchr(t, '\n', n))) return 0;
     size_t lines = 0, bullets = 0, ellipses = 0, punct = 0, shorts = 0, dups = 0;
     size_t chars = 0, dup_chars = 0;
     table tab = {NULL, 0};
@@ -401,7 +433,8 @@ static int check_lines(const rf_quality_opts *o, const char *t, size_t n, const 
 
 int rf_quality_check(const rf_quality_opts *o, const char *text, size_t n, const char **reason) {
     *reason = NULL;
-    words ws = {0};
+    words ws; /* not zeroed as a whole: small[] is 10 KiB */
+    memset(&ws, 0, offsetof(words, small));
     ws.w = ws.small;
     ws.cap = sizeof ws.small / sizeof ws.small[0];
     int rc = split_words(text, n, o->min_stop_words > 0, &ws);

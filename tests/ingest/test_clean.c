@@ -156,6 +156,49 @@ static void test_whitespace(void **state) {
     expect(&o, " a  b ", " a  b ");
 }
 
+/* Reference for ASCII with default options (+ lowercase): controls dropped,
+ * whitespace runs (after dropping) collapsed, trimmed. */
+static void reference_ascii(const char *s, size_t n, bool lower, char *out) {
+    size_t k = 0;
+    bool pending = false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == ' ' || (c >= '\t' && c <= '\r')) {
+            pending = k > 0;
+        } else if (c >= 0x20 && c != 0x7F) {
+            if (pending) out[k++] = ' ';
+            pending = false;
+            out[k++] = (char)(lower && c >= 'A' && c <= 'Z' ? c | 0x20 : c);
+        }
+    }
+    out[k] = '\0';
+}
+
+/* Random ASCII over a small alphabet rich in spaces, controls and capitals,
+ * at lengths around the 8-byte blocks of the fast path, against the reference. */
+static void test_ascii_paths_random(void **state) {
+    static const char ALPHA[] = {'a', 'Z', ' ', ' ', ' ', '\t', '\n', 0x01, 0x7F, '.', '@', '['};
+    rf_clean_opts o;
+    rf_clean_opts_default(&o);
+    rf_buf out = RF_BUF_INIT;
+    char in[64], want[64];
+    uint64_t x = 99;
+    for (int t = 0; t < 200000; t++) {
+        size_t n = (size_t)(t % 40) + 1;
+        for (size_t i = 0; i < n; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            /* Mostly letters so that many strings are already clean. */
+            in[i] = (x >> 60) < 9 ? "abcXYZ.-!"[(x >> 40) % 9] : ALPHA[(x >> 33) % sizeof ALPHA];
+        }
+        o.lowercase = t & 1;
+        reference_ascii(in, n, o.lowercase, want);
+        assert_int_equal(rf_clean_text(&o, in, n, &out, &last), 0);
+        if (strcmp(out.data, want) != 0) fail_msg("case %d: got '%s' want '%s'", t, out.data, want);
+        assert_true(last.reject ? want[0] == '\0' : want[0] != '\0');
+    }
+    rf_buf_free(&out);
+}
+
 static void test_empty(void **state) {
     rf_clean_opts o;
     rf_clean_opts_default(&o);
@@ -320,6 +363,7 @@ int main(void) {
         cmocka_unit_test(test_controls),
         cmocka_unit_test(test_controls_before_nfkc),
         cmocka_unit_test(test_whitespace),
+        cmocka_unit_test(test_ascii_paths_random),
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_html),
         cmocka_unit_test(test_lowercase),

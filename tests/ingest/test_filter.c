@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -318,6 +319,60 @@ static void test_defaults_on_sst2(void **state) {
     assert_true(kept_g < n / 10);
 }
 
+static double cpu_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Throughput of cleaning and of cleaning + quality filters (project defaults),
+ * one document per line of SST-2 train and the musical-instrument CSV, in CPU
+ * seconds so that a busy machine does not distort it. Printed, not asserted:
+ * the figure depends on the machine (and on ASan). */
+static void test_throughput_real_data(void **state) {
+    const char *shared = getenv("SHARED");
+    if (!shared) fail_msg("SHARED is not set: run through tests/run.sh (needs ../shared/data)");
+    const char *files[] = {"data/sst2/train.tsv",
+                           "data/amazon/Musical_instruments_reviews.PARTIAL.csv"};
+    rf_buf all = RF_BUF_INIT, out = RF_BUF_INIT;
+    for (size_t f = 0; f < 2; f++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", shared, files[f]);
+        FILE *fp = fopen(path, "rb");
+        if (!fp) fail_msg("cannot open %s (shared data missing?)", path);
+        char chunk[65536];
+        size_t got;
+        while ((got = fread(chunk, 1, sizeof chunk, fp)) > 0)
+            rf_buf_append(&all, chunk, got);
+        fclose(fp);
+    }
+    rf_clean_opts co;
+    rf_clean_opts_default(&co);
+    rf_quality_opts qo;
+    rf_quality_opts_default(&qo);
+    for (int with_quality = 0; with_quality < 2; with_quality++) {
+        double t0 = cpu_seconds();
+        size_t docs = 0, kept = 0;
+        for (const char *p = all.data, *end = all.data + all.len; p < end; docs++) {
+            const char *nl = memchr(p, '\n', (size_t)(end - p));
+            if (!nl) nl = end;
+            rf_clean_result res;
+            assert_int_equal(rf_clean_text(&co, p, (size_t)(nl - p), &out, &res), 0);
+            const char *reason = res.reject;
+            if (!reason && with_quality)
+                assert_int_equal(rf_quality_check(&qo, out.data, out.len, &reason), 0);
+            kept += reason == NULL;
+            p = nl + 1;
+        }
+        double dt = cpu_seconds() - t0;
+        print_message("%-16s %zu docs (%zu kept), %.1f MB: %.0f MB/s, %.0f docs/s per core\n",
+                      with_quality ? "clean+quality" : "clean", docs, kept, (double)all.len / 1e6,
+                      (double)all.len / 1e6 / dt, (double)docs / dt);
+    }
+    rf_buf_free(&all);
+    rf_buf_free(&out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_all_off_keeps_anything),
@@ -335,6 +390,7 @@ int main(void) {
         cmocka_unit_test(test_from_cfg),
         cmocka_unit_test(test_long_document),
         cmocka_unit_test(test_defaults_on_sst2),
+        cmocka_unit_test(test_throughput_real_data),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
