@@ -11,3 +11,10 @@ $(BUILD)/refinery-kafka-mock: $(BUILD)/obj/services/svc/main_kafka_mock.o \
     $(BUILD)/lib/librefinery_svc.a $(BUILD)/lib/librefinery_kafka.a \
     $(BUILD)/lib/librefinery_common.a $(BUILD)/lib/librefinery_proto.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+EXTRA_BINS += $(BUILD)/refinery-ingest
+$(BUILD)/refinery-ingest: $(BUILD)/obj/services/svc/main_ingest.o \
+    $(BUILD)/lib/librefinery_svc.a $(BUILD)/lib/librefinery_ingest.a \
+    $(BUILD)/lib/librefinery_rpc.a $(BUILD)/lib/librefinery_kafka.a \
+    $(BUILD)/lib/librefinery_common.a $(BUILD)/lib/librefinery_proto.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

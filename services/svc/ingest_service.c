@@ -1,0 +1,226 @@
+/* The Ingest.Push handler: clean, filter, batch, produce, account. */
+#include "svc/ingest_service.h"
+
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/buf.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/sys.h"
+#include "refinery.pb-c.h"
+
+struct rf_ingest_service {
+    rf_ingest_service_opts o;
+    rf_stats *stats;
+    atomic_uint_fast64_t next_seq;
+    atomic_uint_fast64_t next_stream;
+};
+
+void rf_ingest_service_opts_default(rf_ingest_service_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->topic_clean = "docs.clean";
+    o->topic_rejected = "docs.rejected";
+    o->batch_docs = 256;
+    o->delivery_timeout_s = 30;
+    rf_clean_opts_default(&o->clean);
+    o->quality_enabled = true;
+    rf_quality_opts_default(&o->quality);
+    rf_langid_opts_default(&o->language);
+}
+
+int rf_ingest_service_new(const rf_ingest_service_opts *o, rf_ingest_service **out) {
+    *out = NULL;
+    if (!o->producer || !o->topic_clean || !o->topic_rejected || o->batch_docs == 0)
+        return rf_fail(RF_ERR_INVALID, "ingest service: producer, topics and batch size needed");
+    rf_ingest_service *svc = calloc(1, sizeof *svc);
+    if (!svc || !(svc->stats = rf_stats_new())) {
+        free(svc);
+        return RF_ERR_NOMEM;
+    }
+    svc->o = *o;
+    svc->o.clean.utf8 = RF_UTF8_REJECT; /* proto3 strings are UTF-8 by contract */
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    atomic_init(&svc->next_seq, (uint64_t)now.tv_sec * 1000000u + (uint64_t)now.tv_nsec / 1000);
+    *out = svc;
+    return RF_OK;
+}
+
+void rf_ingest_service_free(rf_ingest_service *svc) {
+    if (!svc) return;
+    rf_stats_free(svc->stats);
+    free(svc);
+}
+
+rf_stats *rf_ingest_service_stats(rf_ingest_service *svc) {
+    return svc->stats;
+}
+
+/* Kept documents of one stream waiting to fill a DocumentBatch; each owns its
+ * strings. */
+typedef struct pending {
+    Refinery__V1__Document *docs;
+    Refinery__V1__Document **ptrs;
+    size_t n, cap;
+} pending;
+
+static void pending_clear(pending *b) {
+    for (size_t i = 0; i < b->n; i++) {
+        free(b->docs[i].id);
+        free(b->docs[i].text);
+        free(b->docs[i].source);
+    }
+    b->n = 0;
+}
+
+static void pending_free(pending *b) {
+    pending_clear(b);
+    free(b->docs);
+    free(b->ptrs);
+}
+
+typedef struct stream {
+    rf_ingest_service *svc;
+    const char *run_id;
+    uint64_t id; /* for generated document ids */
+    pending batch;
+    rf_kafka_tracker tracker;
+    Refinery__V1__PushSummary sum;
+    rf_buf clean;
+} stream;
+
+static int send_batch(stream *st) {
+    if (st->batch.n == 0) return RF_OK;
+    Refinery__V1__DocumentBatch m = REFINERY__V1__DOCUMENT_BATCH__INIT;
+    m.run_id = (char *)st->run_id;
+    m.seq = atomic_fetch_add(&st->svc->next_seq, 1);
+    for (size_t i = 0; i < st->batch.n; i++)
+        st->batch.ptrs[i] = &st->batch.docs[i];
+    m.docs = st->batch.ptrs;
+    m.n_docs = st->batch.n;
+    size_t len = refinery__v1__document_batch__get_packed_size(&m);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf) return RF_ERR_NOMEM;
+    refinery__v1__document_batch__pack(&m, buf);
+    int rc = rf_kafka_produce_tracked(st->svc->o.producer, &st->tracker, st->svc->o.topic_clean,
+                                      st->run_id, strlen(st->run_id), buf, len);
+    free(buf);
+    pending_clear(&st->batch);
+    if (rc == RF_OK) rf_stats_add(st->svc->stats, "ingest.batches", 1);
+    return rc;
+}
+
+static int keep(stream *st, const Refinery__V1__Document *d, const char *text, size_t len) {
+    pending *b = &st->batch;
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? 2 * b->cap : 64;
+        Refinery__V1__Document *docs = realloc(b->docs, cap * sizeof *docs);
+        if (!docs) return RF_ERR_NOMEM;
+        b->docs = docs;
+        Refinery__V1__Document **ptrs = realloc(b->ptrs, cap * sizeof *ptrs);
+        if (!ptrs) return RF_ERR_NOMEM;
+        b->ptrs = ptrs;
+        b->cap = cap;
+    }
+    Refinery__V1__Document *k = &b->docs[b->n];
+    refinery__v1__document__init(k);
+    char gen[64];
+    if (!d->id[0]) snprintf(gen, sizeof gen, "push-%" PRIu64 "-%" PRIu64, st->id, st->sum.received);
+    k->id = strdup(d->id[0] ? d->id : gen);
+    k->text = strndup(text, len);
+    k->source = strdup(d->source[0] ? d->source : "push");
+    if (!k->id || !k->text || !k->source) {
+        free(k->id);
+        free(k->text);
+        free(k->source);
+        return RF_ERR_NOMEM;
+    }
+    k->label = d->label;
+    k->line = d->line;
+    k->offset = d->offset;
+    b->n++;
+    st->sum.accepted++;
+    rf_stats_add(st->svc->stats, "ingest.kept", 1);
+    return b->n >= st->svc->o.batch_docs ? send_batch(st) : RF_OK;
+}
+
+static int reject(stream *st, const Refinery__V1__Document *d, const char *reason) {
+    char name[96];
+    snprintf(name, sizeof name, "ingest.rejected.%s", reason);
+    rf_stats_add(st->svc->stats, name, 1);
+    st->sum.rejected++;
+    size_t n = strlen(d->text);
+    return rf_kafka_produce_reject(st->svc->o.producer, &st->tracker, st->svc->o.topic_rejected,
+                                   d->source[0] ? d->source : "push", d->line, d->offset, reason,
+                                   d->text, n < 64 ? n : 64);
+}
+
+/* Cleans and filters one document; keeps or rejects it. */
+static int ingest_one(stream *st, const Refinery__V1__Document *d) {
+    const rf_ingest_service_opts *o = &st->svc->o;
+    st->sum.received++;
+    rf_stats_add(st->svc->stats, "ingest.received", 1);
+    rf_clean_result cr;
+    rf_buf_reset(&st->clean);
+    int rc = rf_clean_text(&o->clean, d->text, strlen(d->text), &st->clean, &cr);
+    if (rc < 0) return rc;
+    if (cr.reject) return reject(st, d, cr.reject);
+    const char *text = st->clean.data ? st->clean.data : "";
+    size_t len = st->clean.len;
+    const char *reason = NULL;
+    if (o->quality_enabled && (rc = rf_quality_check(&o->quality, text, len, &reason)) < 0)
+        return rc;
+    if (!reason && (rc = rf_langid_check(&o->language, text, len, &reason, NULL)) < 0) return rc;
+    return reason ? reject(st, d, reason) : keep(st, d, text, len);
+}
+
+static grpc_status_code push(rf_rpc_call *call, const ProtobufCMessage *req, void *user) {
+    rf_ingest_service *svc = user;
+    char run[128];
+    stream st = {.svc = svc, .id = atomic_fetch_add(&svc->next_stream, 1)};
+    st.run_id = rf_rpc_metadata(call, "refinery-run-id", run, sizeof run);
+    if (!st.run_id || !st.run_id[0]) st.run_id = "adhoc";
+    refinery__v1__push_summary__init(&st.sum);
+    grpc_status_code code = GRPC_STATUS_OK;
+    ProtobufCMessage *m;
+    int r;
+    while ((r = rf_rpc_recv(call, &m)) == 1) {
+        int rc = ingest_one(&st, (const Refinery__V1__Document *)m);
+        protobuf_c_message_free_unpacked(m, NULL);
+        if (rc < 0) {
+            code = rf_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "ingest: %s", rf_errmsg());
+            break;
+        }
+    }
+    if (r < 0) code = rf_rpc_call_status(call);
+    if (code == GRPC_STATUS_OK && send_batch(&st) < 0)
+        code = rf_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "ingest: %s", rf_errmsg());
+    /* Whatever happened, wait for what was produced: the tracker lives here. */
+    int delivered = rf_kafka_wait(svc->o.producer, &st.tracker, svc->o.delivery_timeout_s);
+    if (code == GRPC_STATUS_OK && delivered < 0)
+        code = rf_rpc_fail(call, GRPC_STATUS_UNAVAILABLE,
+                           "documents not durably stored, push again: %s", rf_errmsg());
+    if (code == GRPC_STATUS_OK && rf_rpc_send(call, &st.sum.base) < 0)
+        code = rf_rpc_call_status(call);
+    if (code != GRPC_STATUS_OK) rf_stats_add(svc->stats, "ingest.streams_failed", 1);
+    pending_free(&st.batch);
+    rf_buf_free(&st.clean);
+    return code;
+}
+
+int rf_ingest_service_register(rf_ingest_service *svc, rf_rpc_server *s) {
+    rf_rpc_method m = {
+        .path = "/refinery.v1.Ingest/Push",
+        .kind = RF_RPC_CLIENT_STREAM,
+        .request = &refinery__v1__document__descriptor,
+        .handler = push,
+        .user = svc,
+    };
+    int rc = rf_rpc_server_add(s, &m);
+    return rc < 0 ? rc : rf_rpc_server_set_health(s, "refinery.v1.Ingest", 1);
+}
