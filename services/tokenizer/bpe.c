@@ -12,8 +12,8 @@
 #include "tokenizer/unicode_tables.h"
 
 #define CACHE_MAX_KEY   64         /* longer pieces are not cached */
-#define CACHE_SLOTS     (1u << 15) /* per thread */
-#define CACHE_KEY_BYTES (1u << 21) /* cleared when either budget is spent */
+#define CACHE_SLOTS     (1u << 17) /* per thread */
+#define CACHE_KEY_BYTES (1u << 23) /* cleared when either budget is spent */
 
 enum { CL_OTHER = 0, CL_L = 1, CL_N = 2, CL_S = 3 };
 

@@ -117,32 +117,20 @@ static int normalize(rf_tok_state *st, const char *text, size_t len) {
     return 0;
 }
 
-/* WordPiece of the word cps[0..n): greedy longest match, "##" pieces after
- * the first; the whole word becomes [UNK] if it is too long or any part of
- * it has no match. */
-static int wordpiece_word(rf_tok_state *st, const uint32_t *cps, size_t n, rf_u32vec *out) {
-    const rf_tokenizer *t = st->tok;
+/* Greedy longest-match WordPiece over the UTF-8 word w[0..offs[n]) of n
+ * characters, character i starting at byte offs[i] (offs NULL: ASCII, so
+ * character i is byte i); "##" pieces after the first. The whole word becomes
+ * [UNK] if it is too long or any part of it has no match. */
+static int wordpiece_utf8(const rf_tokenizer *t, const char *w, const uint32_t *offs, size_t n,
+                          rf_u32vec *out) {
     if (n > t->max_chars_per_word) goto unk;
-    rf_buf *w = &st->word;
-    rf_u32vec *offs = &st->offs;
-    w->len = 0;
-    offs->n = 0;
-    if (rf_buf_reserve(w, n * 4) || rf_u32vec_reserve(offs, n + 1)) return RF_ERR_NOMEM;
-    for (size_t i = 0; i < n; i++) {
-        offs->v[offs->n++] = (uint32_t)w->len;
-        if (cps[i] < 0x80)
-            w->data[w->len++] = (char)cps[i];
-        else
-            w->len += rf_utf8_encode(cps[i], w->data + w->len);
-    }
-    offs->v[offs->n++] = (uint32_t)w->len;
     size_t mark = out->n;
     for (size_t start = 0; start < n;) {
         const rf_strmap *map = start == 0 ? &t->vocab : &t->cont;
-        size_t end = n;
+        size_t end = n, from = offs ? offs[start] : start;
         int64_t id = -1;
         for (; end > start; end--) {
-            id = rf_strmap_get(map, w->data + offs->v[start], offs->v[end] - offs->v[start]);
+            id = rf_strmap_get(map, w + from, (offs ? offs[end] : end) - from);
             if (id >= 0) break;
         }
         if (id < 0) {
@@ -159,7 +147,74 @@ unk:
     return rf_u32vec_push(out, t->unk_id) ? RF_ERR_NOMEM : 0;
 }
 
+/* WordPiece of the normalized word cps[0..n). */
+static int wordpiece_word(rf_tok_state *st, const uint32_t *cps, size_t n, rf_u32vec *out) {
+    if (n > st->tok->max_chars_per_word) return wordpiece_utf8(st->tok, NULL, NULL, n, out);
+    rf_buf *w = &st->word;
+    rf_u32vec *offs = &st->offs;
+    w->len = 0;
+    offs->n = 0;
+    if (rf_buf_reserve(w, n * 4) || rf_u32vec_reserve(offs, n + 1)) return RF_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        offs->v[offs->n++] = (uint32_t)w->len;
+        if (cps[i] < 0x80)
+            w->data[w->len++] = (char)cps[i];
+        else
+            w->len += rf_utf8_encode(cps[i], w->data + w->len);
+    }
+    offs->v[offs->n++] = (uint32_t)w->len;
+    return wordpiece_utf8(st->tok, w->data, offs->v, n, out);
+}
+
+/* ASCII input (the common case) needs neither code points nor NFD: one pass
+ * over the bytes normalizes, splits and looks words up in place. The classes
+ * are HF's (an ASCII byte is removed, whitespace or punctuation exactly as
+ * the general path decides). */
+static int wordpiece_ascii(rf_tok_state *st, const char *text, size_t len, rf_u32vec *out) {
+    const rf_tokenizer *t = st->tok;
+    rf_buf *w = &st->word;
+    w->len = 0;
+    if (rf_buf_reserve(w, len)) return RF_ERR_NOMEM;
+    char *buf = w->data;
+    size_t n = 0, start = 0;
+    int rc;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char b = (unsigned char)text[i];
+        uint16_t f = rf_tok_cp_class(b);
+        if (t->has_normalizer && t->clean_text) {
+            if (f & RF_CP_REMOVE) continue;
+            if (f & RF_CP_CLEAN_WS) b = ' ', f = rf_tok_cp_class(' ');
+        }
+        if (f & (RF_CP_WS | RF_CP_PUNCT)) {
+            if (n > start && (rc = wordpiece_utf8(t, buf + start, NULL, n - start, out))) return rc;
+            if (f & RF_CP_PUNCT) {
+                buf[n] = (char)b;
+                if ((rc = wordpiece_utf8(t, buf + n, NULL, 1, out))) return rc;
+            }
+            start = n;
+            continue;
+        }
+        if (t->has_normalizer && t->lowercase && (unsigned)(b - 'A') < 26u) b += 32;
+        buf[n++] = (char)b;
+    }
+    if (n > start && (rc = wordpiece_utf8(t, buf + start, NULL, n - start, out))) return rc;
+    return 0;
+}
+
+static bool all_ascii(const char *s, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x;
+        memcpy(&x, s + i, 8);
+        if (x & 0x8080808080808080ull) return false;
+    }
+    for (; i < n; i++)
+        if ((unsigned char)s[i] & 0x80) return false;
+    return true;
+}
+
 int rf_wordpiece_encode(rf_tok_state *st, const char *text, size_t len, rf_u32vec *out) {
+    if (all_ascii(text, len)) return wordpiece_ascii(st, text, len, out);
     int rc = normalize(st, text, len);
     if (rc) return rc;
     /* BertPreTokenizer: split on whitespace, isolate punctuation */
