@@ -112,8 +112,10 @@ const char *rf_dd_kind_name(rf_dd_kind k) {
 }
 
 void rf_dd_results_clear(rf_dd_result *res, size_t n) {
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         free(res[i].kept_id);
+        free(res[i].matched_id);
+    }
     memset(res, 0, n * sizeof *res);
 }
 
