@@ -150,6 +150,7 @@ typedef struct word {
     uint32_t cum;        /* code points of the words before this one */
     uint64_t hash;       /* of the word */
     uint64_t gram;       /* of the n-gram starting here, n growing (check_ngrams) */
+    uint32_t slot;       /* check_ngrams: its n-gram's table slot, or NOT_REPEATED */
 } word;
 
 /* Words of the text plus the per-word measures; words[] is the caller's small
@@ -204,7 +205,7 @@ static int add_word(words *ws, const char *t, size_t start, size_t end, size_t c
         ws->cap = cap;
     }
     if (end > UINT32_MAX) return rf_fail(RF_ERR_RANGE, "quality: text longer than 4 GiB");
-    ws->w[ws->n++] = (word){(uint32_t)start, (uint32_t)(end - start), (uint32_t)chars, 0, 0, 0};
+    ws->w[ws->n++] = (word){(uint32_t)start, (uint32_t)(end - start), (uint32_t)chars, 0, 0, 0, 0};
     ws->chars += chars;
     ws->alpha_words += alpha;
     ws->stop_words += stops && is_stop_word(t + start, end - start);
@@ -265,9 +266,11 @@ static int split_words(const char *t, size_t n, bool stops, words *ws) {
 }
 
 /* Open-addressing table of 64-bit keys with a count and a first index. */
+/* Open-addressing table of 64-bit keys, sized for every word of a text. */
 typedef struct slot {
     uint64_t key; /* 0 = empty */
     uint32_t count, first;
+    uint32_t seen; /* the duplicated-n-gram scan passed it */
 } slot;
 
 typedef struct table {
@@ -284,19 +287,15 @@ static int table_init(table *t, size_t items) {
     return t->s ? 0 : RF_ERR_NOMEM;
 }
 
-static void table_clear(table *t) {
-    memset(t->s, 0, (t->mask + 1) * sizeof *t->s);
-}
-
-/* Counts key; returns its slot. */
-static slot *table_add(table *t, uint64_t key, uint32_t index) {
+/* Counts key; returns its slot's index. */
+static uint32_t table_add(table *t, uint64_t key, uint32_t index) {
     key |= key == 0;
     size_t i = (size_t)key & t->mask;
     while (t->s[i].key && t->s[i].key != key)
         i = (i + 1) & t->mask;
-    if (!t->s[i].key) t->s[i] = (slot){key, 0, index};
+    if (!t->s[i].key) t->s[i] = (slot){key, 0, index, 0};
     t->s[i].count++;
-    return &t->s[i];
+    return (uint32_t)i;
 }
 
 /* Word chars of words [i, i + n). */
@@ -305,9 +304,13 @@ static size_t span_chars(const words *ws, size_t i, size_t n) {
     return end - ws->w[i].cum;
 }
 
-/* Gopher repetition rules over words, for n = 2..10 in one sweep: the hash of
- * the n-gram at i extends that of the (n-1)-gram, and once no n-gram repeats
- * no longer one can, so the sweep stops there. Sets *reason or leaves it NULL. */
+#define NOT_REPEATED UINT32_MAX
+
+/* Gopher repetition rules over words, for n = 2..10 in one sweep. The hash of
+ * the n-gram at i extends that of the (n-1)-gram at i, and an n-gram can only
+ * repeat if its (n-1)-gram prefix did, so each pass looks only at positions
+ * whose previous n-gram repeated and the sweep ends when none is left. Sets
+ * *reason or leaves it NULL. */
 static int check_ngrams(const rf_quality_opts *o, const char *text, words *ws,
                         const char **reason) {
     bool top_on = false, dup_on = false;
@@ -321,6 +324,7 @@ static int check_ngrams(const rf_quality_opts *o, const char *text, words *ws,
         w[i].hash = rf_hash64(text + w[i].start, w[i].len, 0);
         w[i].gram = rf_mix64(w[i].hash); /* not w[i].hash: "a b" and "b a" must differ */
         w[i].cum = (uint32_t)cum;
+        w[i].slot = 0; /* every position is a candidate for 2-grams */
         cum += w[i].chars;
     }
     table t;
@@ -328,41 +332,61 @@ static int check_ngrams(const rf_quality_opts *o, const char *text, words *ws,
     double total = (double)ws->chars;
     for (size_t n = RF_QUALITY_NGRAM_MIN; n <= RF_QUALITY_DUPNGRAM_MAX && n <= ws->n; n++) {
         if (n > RF_QUALITY_NGRAM_MAX && !dup_on) break;
-        for (size_t i = 0; i + n <= ws->n; i++)
+        size_t last = ws->n - n; /* last start position of an n-gram */
+        for (size_t i = 0; i <= last; i++) {
+            if (w[i].slot == NOT_REPEATED) continue;
             w[i].gram = rf_mix64(w[i].gram ^ w[i + n - 1].hash);
-        table_clear(&t);
-        bool repeated;
+            w[i].slot = table_add(&t, w[i].gram, (uint32_t)i);
+        }
         if (n <= RF_QUALITY_NGRAM_MAX) {
             /* Most frequent n-gram: chars of all its occurrences / all word
              * chars. Only a repeated n-gram counts (a text that is one 2-gram
              * is not repetitive). */
             size_t best = 0;
-            for (size_t i = 0; i + n <= ws->n; i++) {
-                slot *s = table_add(&t, w[i].gram, (uint32_t)i);
+            for (size_t i = 0; i <= last; i++) {
+                if (w[i].slot == NOT_REPEATED) continue;
+                const slot *s = &t.s[w[i].slot];
                 if (s->count >= 2 && s->count * span_chars(ws, s->first, n) > best)
                     best = s->count * span_chars(ws, s->first, n);
             }
             double max = o->max_top_ngram_frac[n - RF_QUALITY_NGRAM_MIN];
             if (max < 1 && (double)best / total > max) *reason = "top_ngram";
-            repeated = best > 0;
         } else {
             /* Duplicated n-grams: scanning left to right, an n-gram seen
              * before covers its words and the scan jumps past it (as in
-             * Gopher and datatrove). */
+             * Gopher and datatrove). An n-gram that occurs once is never
+             * seen before, so only repeated ones are tracked. */
             size_t dup = 0;
-            for (size_t i = 0; i + n <= ws->n;) {
-                if (table_add(&t, w[i].gram, (uint32_t)i)->count >= 2) {
+            for (size_t i = 0; i <= last;) {
+                slot *s = w[i].slot == NOT_REPEATED ? NULL : &t.s[w[i].slot];
+                if (s && s->count >= 2 && s->seen) {
                     dup += span_chars(ws, i, n);
                     i += n;
                 } else {
+                    if (s) s->seen = 1;
                     i++;
                 }
             }
             double max = o->max_dup_ngram_frac[n - RF_QUALITY_DUPNGRAM_MIN];
             if (max < 1 && (double)dup / total > max) *reason = "dup_ngram";
-            repeated = dup > 0;
         }
-        if (*reason || !repeated) break;
+        /* Keep the positions whose n-gram repeated, then empty the used
+         * slots (several positions share one: two loops). */
+        bool any = false;
+        for (size_t i = 0; i <= last; i++) {
+            if (w[i].slot == NOT_REPEATED) continue;
+            const slot *s = &t.s[w[i].slot];
+            any |= s->count >= 2;
+            if (s->count < 2) w[i].slot = NOT_REPEATED;
+        }
+        for (size_t i = 0; i < ws->n; i++) {
+            if (w[i].slot == NOT_REPEATED) continue;
+            if (i <= last)
+                t.s[w[i].slot] = (slot){0, 0, 0, 0};
+            else
+                w[i].slot = NOT_REPEATED; /* too near the end for a longer n-gram */
+        }
+        if (*reason || !any) break;
     }
     free(t.s);
     return 0;
@@ -408,7 +432,7 @@ static int check_lines(const rf_quality_opts *o, const char *t, size_t n, const 
         char last = l[len - 1];
         punct += !ell && (last == '.' || last == '!' || last == '?' || last == '"' || last == '\'');
         shorts += lchars < 30;
-        if (dup_on && table_add(&tab, rf_hash64(l, len, 0), 0)->count >= 2) {
+        if (dup_on && tab.s[table_add(&tab, rf_hash64(l, len, 0), 0)].count >= 2) {
             dups++;
             dup_chars += lchars;
         }
