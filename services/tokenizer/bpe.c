@@ -12,65 +12,71 @@
 #include "tokenizer/unicode_tables.h"
 
 #define CACHE_MAX_KEY   64         /* longer pieces are not cached */
-#define CACHE_SLOTS     (1u << 17) /* per thread */
+#define CACHE_SLOTS     (1u << 16) /* per thread */
 #define CACHE_KEY_BYTES (1u << 23) /* cleared when either budget is spent */
 
 enum { CL_OTHER = 0, CL_L = 1, CL_N = 2, CL_S = 3 };
 
-/* Class and byte length of the character at s[i] (valid UTF-8). */
-static inline int class_at(const unsigned char *s, size_t n, size_t i, size_t *clen) {
-    unsigned char b = s[i];
-    uint32_t cp;
-    if (b < 0x80) {
-        *clen = 1;
-        cp = b;
-    } else {
-        int k = rf_utf8_decode(s + i, n - i, &cp);
-        *clen = k > 0 ? (size_t)k : 1;
-        if (k <= 0) return CL_OTHER;
-    }
-    uint16_t f = rf_tok_cp_class(cp);
+static int class_of_flags(uint16_t f) {
     if (f & RF_CP_L) return CL_L;
     if (f & RF_CP_N) return CL_N;
     if (f & RF_CP_S) return CL_S;
     return CL_OTHER;
 }
 
+static __attribute__((noinline)) int class_slow(const unsigned char *s, size_t n, size_t i,
+                                                size_t *clen) {
+    uint32_t cp;
+    int k = rf_utf8_decode(s + i, n - i, &cp);
+    *clen = k > 0 ? (size_t)k : 1;
+    return k > 0 ? class_of_flags(rf_tok_cp_class(cp)) : CL_OTHER;
+}
+
+/* Class and byte length of the character at s[i] (valid UTF-8). */
+static inline int class_at(const uint8_t *ascii, const unsigned char *s, size_t n, size_t i,
+                           size_t *clen) {
+    if (s[i] < 0x80) {
+        *clen = 1;
+        return ascii[s[i]];
+    }
+    return class_slow(s, n, i, clen);
+}
+
 /* End of the run of characters of class cl starting at i. */
-static size_t run_end(const unsigned char *s, size_t n, size_t i, int cl) {
+static size_t run_end(const uint8_t *ascii, const unsigned char *s, size_t n, size_t i, int cl) {
     while (i < n) {
         size_t k;
-        if (class_at(s, n, i, &k) != cl) break;
+        if (class_at(ascii, s, n, i, &k) != cl) break;
         i += k;
     }
     return i;
 }
 
 /* Length of the regex match at s[i] (the whole input is covered by matches). */
-static size_t next_piece(const unsigned char *s, size_t n, size_t i) {
+static size_t next_piece(const uint8_t *ascii, const unsigned char *s, size_t n, size_t i) {
     if (s[i] == '\'' && i + 1 < n) {
         unsigned char a = s[i + 1], b = i + 2 < n ? s[i + 2] : 0;
         if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
         if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
     }
     size_t k;
-    int cl = class_at(s, n, i, &k);
+    int cl = class_at(ascii, s, n, i, &k);
     size_t j = i;
     if (s[i] == ' ' && i + 1 < n) {
         size_t k2;
-        int cl2 = class_at(s, n, i + 1, &k2);
+        int cl2 = class_at(ascii, s, n, i + 1, &k2);
         if (cl2 != CL_S) { /* " ?X+" with the optional space */
             cl = cl2;
             j = i + 1;
         }
     }
-    if (cl != CL_S) return run_end(s, n, j, cl) - i;
+    if (cl != CL_S) return run_end(ascii, s, n, j, cl) - i;
     /* \s+(?!\S) then \s+: a whitespace run stops one character short of a
      * following non-space, which then may take that last space as its prefix */
     size_t end = i, last = i;
     while (end < n) {
         size_t k2;
-        if (class_at(s, n, end, &k2) != CL_S) break;
+        if (class_at(ascii, s, n, end, &k2) != CL_S) break;
         last = end;
         end += k2;
     }
@@ -138,11 +144,12 @@ static int bpe_cached(rf_tok_state *st, const unsigned char *s, size_t n, rf_u32
         if (!st->cache) return RF_ERR_NOMEM;
         st->cache_mask = CACHE_SLOTS - 1;
     }
-    uint64_t h = rf_hash64(s, n, 0) | 1; /* hash 0 marks an empty slot */
+    uint64_t h = rf_hash64(s, n, 0);
+    uint32_t tag = (uint32_t)(h >> 32) | 1;
     size_t j = h & st->cache_mask;
-    for (; st->cache[j].hash; j = (j + 1) & st->cache_mask) {
+    for (; st->cache[j].tag; j = (j + 1) & st->cache_mask) {
         const rf_bpe_cache_slot *c = &st->cache[j];
-        if (c->hash == h && c->key_len == n &&
+        if (c->tag == tag && c->key_len == n &&
             memcmp(st->cache_keys.data + c->key_off, s, n) == 0) {
             if (rf_u32vec_reserve(out, c->val_len)) return RF_ERR_NOMEM;
             memcpy(out->v + out->n, st->cache_ids.v + c->val_off, c->val_len * sizeof *out->v);
@@ -153,13 +160,11 @@ static int bpe_cached(rf_tok_state *st, const unsigned char *s, size_t n, rf_u32
     size_t before = out->n;
     int rc = bpe_word(st, s, n, out);
     if (rc) return rc;
-    size_t nv = out->n - before;
+    size_t nv = out->n - before; /* <= n <= CACHE_MAX_KEY */
     if ((st->cache_count + 1) * 2 > st->cache_mask + 1 ||
         st->cache_keys.len + n > CACHE_KEY_BYTES) {
         cache_clear(st);
         j = h & st->cache_mask;
-        while (st->cache[j].hash)
-            j = (j + 1) & st->cache_mask;
     }
     size_t koff = st->cache_keys.len, voff = st->cache_ids.n;
     if (rf_buf_append(&st->cache_keys, s, n) || rf_u32vec_reserve(&st->cache_ids, nv))
@@ -167,9 +172,14 @@ static int bpe_cached(rf_tok_state *st, const unsigned char *s, size_t n, rf_u32
     memcpy(st->cache_ids.v + voff, out->v + before, nv * sizeof *out->v);
     st->cache_ids.n += nv;
     st->cache[j] =
-        (rf_bpe_cache_slot){h, (uint32_t)koff, (uint32_t)n, (uint32_t)voff, (uint32_t)nv};
+        (rf_bpe_cache_slot){tag, (uint32_t)koff, (uint32_t)voff, (uint16_t)n, (uint16_t)nv};
     st->cache_count++;
     return 0;
+}
+
+void rf_bpe_init_classes(rf_tokenizer *t) {
+    for (int b = 0; b < 128; b++)
+        t->ascii_class[b] = (uint8_t)class_of_flags(rf_tok_cp_class((uint32_t)b));
 }
 
 int rf_bpe_encode(rf_tok_state *st, const char *text, size_t len, rf_u32vec *out) {
@@ -184,7 +194,7 @@ int rf_bpe_encode(rf_tok_state *st, const char *text, size_t len, rf_u32vec *out
         n = w->len;
     }
     for (size_t i = 0; i < n;) {
-        size_t k = next_piece(s, n, i);
+        size_t k = next_piece(st->tok->ascii_class, s, n, i);
         int rc = bpe_cached(st, s + i, k, out);
         if (rc) return rc;
         i += k;

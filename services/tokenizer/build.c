@@ -128,6 +128,7 @@ void rf_tok_init_bytelevel(rf_tokenizer *t) {
 int rf_tok_finish_bpe(rf_tokenizer *t) {
     t->kind = RF_TOK_BPE;
     rf_tok_init_bytelevel(t);
+    rf_bpe_init_classes(t);
     for (int b = 0; b < 256; b++) {
         char u[4];
         uint32_t c = t->byte_char[b];

@@ -75,9 +75,10 @@ struct rf_tokenizer {
     bool add_prefix_space;
     rf_merge_slot *merges;
     size_t merges_mask, merges_count;
-    uint32_t byte_id[256];   /* id of the one-byte token of each byte */
-    uint16_t byte_char[256]; /* GPT-2 bytes_to_unicode */
-    int16_t char_byte[324];  /* inverse (code points < 324), -1 if none */
+    uint32_t byte_id[256];    /* id of the one-byte token of each byte */
+    uint16_t byte_char[256];  /* GPT-2 bytes_to_unicode */
+    int16_t char_byte[324];   /* inverse (code points < 324), -1 if none */
+    uint8_t ascii_class[128]; /* GPT-2 regex class of each ASCII byte (bpe.c) */
 
     /* added tokens, matched leftmost-longest before normalization */
     rf_tok_added *added;
@@ -102,11 +103,13 @@ struct rf_tokenizer {
     bool dec_cleanup;
 };
 
-/* The BPE word cache of one thread: piece bytes -> ids. */
+/* The BPE word cache of one thread: piece bytes -> ids. 16 bytes a slot so
+ * the table stays small enough for the CPU caches. */
 typedef struct rf_bpe_cache_slot {
-    uint64_t hash;
-    uint32_t key_off, key_len; /* in arena */
-    uint32_t val_off, val_len; /* in ids */
+    uint32_t tag;     /* high hash bits | 1; 0 marks an empty slot */
+    uint32_t key_off; /* in cache_keys */
+    uint32_t val_off; /* in cache_ids */
+    uint16_t key_len, val_len;
 } rf_bpe_cache_slot;
 
 struct rf_tok_state {
@@ -127,6 +130,7 @@ struct rf_tok_state {
 /* Model encoders: append ids of a segment with no added tokens in it. */
 int rf_wordpiece_encode(rf_tok_state *st, const char *text, size_t len, rf_u32vec *out);
 int rf_bpe_encode(rf_tok_state *st, const char *text, size_t len, rf_u32vec *out);
+void rf_bpe_init_classes(rf_tokenizer *t);
 
 /* Helpers for the loaders. */
 int rf_tok_set_token(rf_tokenizer *t, const char *s, size_t len, uint32_t id);
