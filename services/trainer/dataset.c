@@ -123,14 +123,8 @@ int rf_dataset_load(rf_dataset *d, const char *path, const char *model_dir, int 
     bool dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
     snprintf(idx, sizeof idx, "%s.idx", path);
     if (dir || stat(idx, &st) == 0) {
-#ifdef RF_TRAINER_NO_SHARDS
-        return rf_fail(RF_ERR_UNSUPPORTED,
-                       "%s: token shards need the tokenizer's shard reader, not in this build",
-                       path);
-#else
         return dir ? rf_dataset_load_shard_dir(d, path, max_len)
                    : rf_dataset_load_shard(d, path, max_len);
-#endif
     }
     return rf_dataset_load_jsonl(d, path, model_dir, max_len, stats, prefix);
 }

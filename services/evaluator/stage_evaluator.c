@@ -1,0 +1,95 @@
+/* The evaluator stage of `refinery run` (order 50). Section `evaluator:`:
+ *   model       default <run_dir>/model (the trainer's export)
+ *   data        default <run_dir>/tokenizer/eval (held-out token shards)
+ *   max_len     default 128
+ *   batch_size  default 64
+ * Writes <run_dir>/evaluator/report.json and sets evaluator.* counters. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/buf.h"
+#include "common/error.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/stage.h"
+#include "common/sys.h"
+#include "evaluator/evaluate.h"
+
+typedef struct eval_stage {
+    rf_run_ctx *ctx;
+    const char *model, *data;
+    char *model_def, *data_def, *dir;
+    int max_len, batch;
+} eval_stage;
+
+static const char *const eval_keys[] = {"model", "data", "max_len", "batch_size", NULL};
+
+static void eval_close(void *state) {
+    eval_stage *e = state;
+    if (!e) return;
+    free(e->model_def);
+    free(e->data_def);
+    free(e->dir);
+    free(e);
+}
+
+static int eval_open(const rf_cfg *sec, rf_run_ctx *ctx, void **state) {
+    eval_stage *e = calloc(1, sizeof *e);
+    int64_t max_len = 128, batch = 64;
+    if (!e) return RF_ERR_NOMEM;
+    e->ctx = ctx;
+    int rc = RF_OK;
+    if (asprintf(&e->model_def, "%s/model", ctx->run_dir) < 0 ||
+        asprintf(&e->data_def, "%s/tokenizer/eval", ctx->run_dir) < 0 ||
+        asprintf(&e->dir, "%s/evaluator", ctx->run_dir) < 0)
+        rc = RF_ERR_NOMEM;
+    if (!rc && sec) rc = rf_cfg_check_keys(sec, eval_keys);
+    if (!rc) rc = rf_cfg_str(sec, "model", e->model_def, &e->model);
+    if (!rc) rc = rf_cfg_str(sec, "data", e->data_def, &e->data);
+    if (!rc) rc = rf_cfg_int(sec, "max_len", 128, 2, 4096, &max_len);
+    if (!rc) rc = rf_cfg_int(sec, "batch_size", 64, 1, 4096, &batch);
+    if (rc) {
+        eval_close(e);
+        return rc;
+    }
+    e->max_len = (int)max_len;
+    e->batch = (int)batch;
+    *state = e;
+    return RF_OK;
+}
+
+static int eval_run(void *state) {
+    eval_stage *e = state;
+    char path[4096];
+    int rc = rf_mkdir_p(e->dir);
+    if (rc) return rc;
+    snprintf(path, sizeof path, "%s/report.json", e->dir);
+    rf_buf json = RF_BUF_INIT;
+    rc = rf_evaluate_path(e->model, e->data, e->max_len, e->batch, path, &json);
+    if (!rc) {
+        rf_json_doc *d = rf_json_doc_new();
+        const rf_json *r;
+        if (d && rf_json_parse(d, json.data, json.len, &r) == 0) {
+            const rf_json *acc = rf_json_get(r, "accuracy"), *mac = rf_json_get(r, "macro");
+            const rf_json *f1 = rf_json_get(mac, "f1"), *n = rf_json_get(r, "examples");
+            if (acc) rf_stats_set_real(e->ctx->stats, "evaluator.accuracy", acc->num);
+            if (f1) rf_stats_set_real(e->ctx->stats, "evaluator.macro_f1", f1->num);
+            if (n) rf_stats_set(e->ctx->stats, "evaluator.examples", (int64_t)n->num);
+            rf_info("evaluator", "%s: accuracy %.4f macro-F1 %.4f on %.0f examples", e->data,
+                    acc ? acc->num : 0, f1 ? f1->num : 0, n ? n->num : 0);
+        }
+        rf_json_doc_free(d);
+    }
+    rf_buf_free(&json);
+    return rc;
+}
+
+static const rf_stage_ops evaluator_ops = {
+    .name = "evaluator",
+    .order = 50,
+    .keys = eval_keys,
+    .open = eval_open,
+    .run = eval_run,
+    .close = eval_close,
+};
+RF_STAGE(evaluator_ops)
