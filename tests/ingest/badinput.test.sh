@@ -39,7 +39,11 @@ accounted() { # STATS DOCS REJECTS
 run() { # NAME ARGS... ; writes $tmp/NAME.{docs,rej,stats}
     local name=$1; shift
     "$bin" ingest "$@" --out "$tmp/$name.docs" --rejects "$tmp/$name.rej" \
-        --stats "$tmp/$name.stats" 2>"$tmp/$name.err" || { cat "$tmp/$name.err"; fail "$name: exit $?"; }
+        --stats "$tmp/$name.stats" 2>"$tmp/$name.err" || {
+        local rc=$?
+        cat "$tmp/$name.err"
+        fail "$name: exit $rc"
+    }
     accounted "$tmp/$name.stats" "$tmp/$name.docs" "$tmp/$name.rej"
 }
 
