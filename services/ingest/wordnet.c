@@ -353,7 +353,7 @@ static int build_synonyms(rf_wordnet *wn, pairs *lw) {
     if (!wn->syn_start || !wn->syn_len || !wn->syns) return RF_ERR_NOMEM;
     for (size_t i = 0; i < ids; i++)
         wn->syn_start[i] = NONE;
-    qsort(lw->p, lw->n, sizeof *lw->p, pair_cmp);
+    if (lw->n) qsort(lw->p, lw->n, sizeof *lw->p, pair_cmp);
     size_t out = 0;
     for (size_t i = 0; i < lw->n;) {
         uint32_t lid = lw->p[i][0];
@@ -380,7 +380,7 @@ static int build_exceptions(rf_wordnet *wn, pairs *exc) {
     if (!wn->exc_start || !wn->exc) return RF_ERR_NOMEM;
     for (size_t i = 0; i < ids; i++)
         wn->exc_start[i] = NONE;
-    qsort(exc->p, exc->n, sizeof *exc->p, pair_cmp);
+    if (exc->n) qsort(exc->p, exc->n, sizeof *exc->p, pair_cmp);
     size_t out = 0;
     for (size_t i = 0; i < exc->n;) {
         uint32_t inf = exc->p[i][0];

@@ -4,8 +4,10 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -85,6 +87,79 @@ static void test_missing_wordnet(void **state) {
     assert_int_equal(rf_augmenter_new(&o, &a), RF_ERR_NOT_FOUND);
     assert_null(a);
     assert_non_null(strstr(rf_errmsg(), "/nonexistent/wordnet"));
+}
+
+/* A two-synset WordNet in a temporary directory; index.noun's second line is
+ * given so tests can corrupt it. */
+static void write_file(const char *dir, const char *name, const char *text) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static int load_mini(const char *index_line, rf_augmenter **a, char *dir) {
+    strcpy(dir, "/tmp/rf_wordnet_XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    static const char *const EMPTY[] = {"data.verb", "data.adj",  "data.adv", "index.verb",
+                                        "index.adj", "index.adv", "noun.exc", "verb.exc",
+                                        "adj.exc",   "adv.exc"};
+    for (size_t i = 0; i < sizeof EMPTY / sizeof EMPTY[0]; i++)
+        write_file(dir, EMPTY[i], "");
+    write_file(dir, "data.noun",
+               "  1 licence header line\n"
+               "00000024 05 n 02 big_cat 0 Lion 0 000 | a large cat\n"
+               "00000078 05 n 02 car 0 auto 0 000 | a motor vehicle\n");
+    char index[256];
+    snprintf(index, sizeof index, "lion n 1 0 1 0 00000024\n%s\n", index_line);
+    write_file(dir, "index.noun", index);
+    rf_augment_opts o;
+    rf_augment_opts_default(&o);
+    o.wordnet_dir = dir;
+    return rf_augmenter_new(&o, a);
+}
+
+static void remove_mini(const char *dir) {
+    static const char *const ALL[] = {"data.noun",  "data.verb",  "data.adj",  "data.adv",
+                                      "index.noun", "index.verb", "index.adj", "index.adv",
+                                      "noun.exc",   "verb.exc",   "adj.exc",   "adv.exc"};
+    char path[512];
+    for (size_t i = 0; i < sizeof ALL / sizeof ALL[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, ALL[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+static void test_wordnet_parser(void **state) {
+    char dir[64];
+    rf_augmenter *a = NULL;
+    /* Valid: synonyms come from the synset, lowercased, '_' as space. */
+    assert_int_equal(load_mini("car n 1 1 @ 1 0 00000078", &a, dir), 0);
+    size_t count;
+    const char *const *s = rf_augmenter_synonyms(a, "lion", 4, &count);
+    assert_non_null(s);
+    assert_int_equal(count, 1); /* "Lion" lowercases to the word itself: dropped */
+    assert_string_equal(s[0], "big cat");
+    assert_null(s[1]);
+    s = rf_augmenter_synonyms(a, "car", 3, &count);
+    assert_int_equal(count, 1);
+    assert_string_equal(s[0], "auto");
+    rf_augmenter_free(a);
+    remove_mini(dir);
+    /* An offset that names no synset, a bad count, a truncated line. */
+    const char *bad[] = {"car n 1 0 1 0 00000099", "car n x 0 1 0 00000078",
+                         "car n 2 0 1 0 00000078"};
+    for (size_t i = 0; i < 3; i++) {
+        a = (rf_augmenter *)dir;
+        assert_int_equal(load_mini(bad[i], &a, dir), RF_ERR_CORRUPT);
+        assert_null(a);
+        if (!strstr(rf_errmsg(), "index.noun line 2"))
+            fail_msg("'%s' should name index.noun line 2", rf_errmsg());
+        remove_mini(dir);
+    }
 }
 
 static void run(const rf_augmenter *a, uint64_t seed, rf_buf *outs, size_t n) {
@@ -292,6 +367,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wordnet),
         cmocka_unit_test(test_missing_wordnet),
+        cmocka_unit_test(test_wordnet_parser),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_synonym_replacement),
         cmocka_unit_test(test_sr_replaces_all_occurrences),
