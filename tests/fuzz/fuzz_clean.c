@@ -1,5 +1,6 @@
 /* libFuzzer target: text cleaning with every option on (HTML included), then
- * the quality filters and language identification on the result. Checks the
+ * the quality filters and language identification on the result; the quality
+ * filters also on the raw bytes (they must tolerate invalid UTF-8). Checks the
  * output invariants: valid UTF-8, no controls, no runs of spaces, trimmed, and
  * (without HTML, which is not idempotent: "&amp;lt;") cleaning is idempotent. */
 #include <stddef.h>
@@ -37,6 +38,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         rf_langid_result lr;
         if (rf_langid_detect(out.data, out.len, &lr) != 0) __builtin_trap();
     }
+    rf_quality_opts raw;
+    rf_quality_opts_gopher(&raw);
+    raw.ngram_min_words = 0;
+    const char *why;
+    if (rf_quality_check(&raw, (const char *)data, size, &why) != 0) __builtin_trap();
     o.html_unescape = o.strip_tags = false;
     if (rf_clean_text(&o, (const char *)data, size, &out, &res) == 0 && !res.reject) {
         check_invariants(&out);
