@@ -60,6 +60,16 @@ static void test_amazon_record(void **state) {
     assert_text(&r, "Smells awful\nSmelled awful.");
     assert_int_equal(r.label, 0);
     assert_null(r.id);
+    /* The 2014 format (McAuley's published example record). */
+    assert_null(extract(f,
+                        "{\"reviewerID\": \"A2SUAM1J3GNN3B\", \"asin\": \"0000013714\", "
+                        "\"reviewerName\": \"J. McDonald\", \"helpful\": [2, 3], "
+                        "\"reviewText\": \"I bought this for my husband who plays the piano.\", "
+                        "\"overall\": 5.0, \"summary\": \"Heavenly Highway Hymns\", "
+                        "\"unixReviewTime\": 1252800000, \"reviewTime\": \"09 13, 2009\"}",
+                        &r));
+    assert_text(&r, "Heavenly Highway Hymns\nI bought this for my husband who plays the piano.");
+    assert_int_equal(r.label, 1);
     assert_null(extract(f, "{\"overall\": 3, \"reviewText\": \"ok\"}", &r));
     assert_text(&r, "ok"); /* summary missing: the rest is kept */
     assert_int_equal(r.label, 1);
