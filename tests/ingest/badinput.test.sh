@@ -76,6 +76,20 @@ run tsv --preset sst2 --no-quality "$dir/bad.tsv"
 check "$tmp/tsv.stats" "s['records_in'] == 6 and s['kept'] == 2 and s['lines_skipped'] == 1"
 check "$tmp/tsv.stats" "r == {'csv_field_count': 2, 'bad_label': 1, 'empty': 1}"
 
+# --- The same run from a --config spec (its ingest: section and inputs), and
+# with --set: identical documents.
+cat >"$tmp/cfg.yaml" <<YAML
+ingest:
+  preset: sst2
+  quality_filter: false
+  inputs: [$dir/bad.tsv]
+YAML
+"$bin" ingest --config "$tmp/cfg.yaml" --out "$tmp/cfg.docs" --rejects "$tmp/cfg.rej" 2>/dev/null ||
+    fail "--config run failed"
+cmp "$tmp/cfg.docs" "$tmp/tsv.docs" && cmp "$tmp/cfg.rej" "$tmp/tsv.rej" || fail "--config differs from flags"
+run set --preset sst2 --set quality_filter=false "$dir/bad.tsv"
+cmp "$tmp/set.docs" "$tmp/tsv.docs" || fail "--set differs from flags"
+
 # --- Text: WikiText headings, blank separators, a raw NUL byte; paragraphs.
 run text --preset wikitext --no-quality "$dir/bad.txt"
 check "$tmp/text.stats" "s['records_in'] == 6 and r == {'heading': 2} and s['clean']['nul_bytes'] == 1"
