@@ -179,17 +179,44 @@ static bool is_stop_word(const char *s, size_t n) {
     return false;
 }
 
-/* ASCII byte classes for split_words. */
-enum { A_SPACE = 1, A_ALPHA = 2, A_MARK = 4 /* '#' or '.' */ };
-static const unsigned char ASCII_CLASS[128] = {
-    ['\t'] = A_SPACE, ['\n'] = A_SPACE, ['\v'] = A_SPACE, ['\f'] = A_SPACE, ['\r'] = A_SPACE,
-    [' '] = A_SPACE,  ['#'] = A_MARK,   ['.'] = A_MARK,
+/* Byte classes for split_words. */
+enum { A_SPACE = 1, A_ALPHA = 2, A_MARK = 4 /* '#' or '.' */, A_HIGH = 8 /* not ASCII */ };
+static const unsigned char BYTE_CLASS[256] = {
+    [0x80 ... 0xFF] = A_HIGH, /* GNU range designator, accepted by gcc and clang */
+    ['\t'] = A_SPACE,
+    ['\n'] = A_SPACE,
+    ['\v'] = A_SPACE,
+    ['\f'] = A_SPACE,
+    ['\r'] = A_SPACE,
+    [' '] = A_SPACE,
+    ['#'] = A_MARK,
+    ['.'] = A_MARK,
 #define L(c) [c] = A_ALPHA, [c + 32] = A_ALPHA
-    L('A'),           L('B'),           L('C'),           L('D'),           L('E'),
-    L('F'),           L('G'),           L('H'),           L('I'),           L('J'),
-    L('K'),           L('L'),           L('M'),           L('N'),           L('O'),
-    L('P'),           L('Q'),           L('R'),           L('S'),           L('T'),
-    L('U'),           L('V'),           L('W'),           L('X'),           L('Y'),
+    L('A'),
+    L('B'),
+    L('C'),
+    L('D'),
+    L('E'),
+    L('F'),
+    L('G'),
+    L('H'),
+    L('I'),
+    L('J'),
+    L('K'),
+    L('L'),
+    L('M'),
+    L('N'),
+    L('O'),
+    L('P'),
+    L('Q'),
+    L('R'),
+    L('S'),
+    L('T'),
+    L('U'),
+    L('V'),
+    L('W'),
+    L('X'),
+    L('Y'),
     L('Z'),
 #undef L
 };
@@ -216,7 +243,7 @@ static int split_words(const char *t, size_t n, bool stops, words *ws) {
     const unsigned char *u = (const unsigned char *)t;
     size_t i = 0;
     while (i < n) {
-        while (i < n && u[i] < 0x80 && (ASCII_CLASS[u[i]] & A_SPACE))
+        while (i < n && (BYTE_CLASS[u[i]] & A_SPACE))
             i++;
         if (i >= n) break;
         size_t start = i, chars = 0;
@@ -225,7 +252,7 @@ static int split_words(const char *t, size_t n, bool stops, words *ws) {
             /* Plain ASCII run: letters, digits, punctuation other than '#' '.' */
             size_t run = i;
             unsigned acc = 0, cls;
-            while (i < n && u[i] < 0x80 && !((cls = ASCII_CLASS[u[i]]) & (A_SPACE | A_MARK))) {
+            while (i < n && !((cls = BYTE_CLASS[u[i]]) & (A_SPACE | A_MARK | A_HIGH))) {
                 acc |= cls;
                 i++;
             }
@@ -234,7 +261,7 @@ static int split_words(const char *t, size_t n, bool stops, words *ws) {
             if (i >= n) break;
             uint32_t cp = u[i];
             if (cp < 0x80) {
-                if (ASCII_CLASS[cp] & A_SPACE) break;
+                if (BYTE_CLASS[cp] & A_SPACE) break;
                 ws->hashes += cp == '#'; /* a mark: '#' or '.' */
                 if (cp == '.' && i + 2 < n && u[i + 1] == '.' && u[i + 2] == '.') {
                     size_t j = i; /* a run of three or more dots is one ellipsis */
