@@ -1,5 +1,7 @@
 #include "dedup/dedup.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -560,6 +562,71 @@ static int replay_doc(rf_dedup *d, uint64_t seq, const rf_doc *doc, rf_dd_result
     return fill_result(d, (uint32_t)seq, &r, res);
 }
 
+/* ---- parallel preparation: plain threads pulling chunks of a batch ----
+ * (created per batch and joined, so no thread spins while decisions run
+ * sequentially or while the machine is busy with other work) */
+
+#define CHUNK 8
+
+typedef struct batch_work {
+    const rf_dedup *d;
+    const rf_doc *docs;
+    dd_prep *prep;
+    uint64_t *keys;
+    size_t n;
+    _Atomic size_t next;
+} batch_work;
+
+static bool next_chunk(batch_work *w, size_t *from, size_t *to) {
+    size_t k = atomic_fetch_add(&w->next, CHUNK);
+    if (k >= w->n) return false;
+    *from = k;
+    *to = k + CHUNK < w->n ? k + CHUNK : w->n;
+    return true;
+}
+
+static void *hash_worker(void *arg) {
+    batch_work *w = arg;
+    rf_buf norm = RF_BUF_INIT;
+    size_t from, to;
+    while (next_chunk(w, &from, &to))
+        for (size_t k = from; k < to; k++)
+            prep_hash(w->d, &w->docs[k], &w->prep[k], &norm);
+    rf_buf_free(&norm);
+    return NULL;
+}
+
+static void *sign_worker(void *arg) {
+    batch_work *w = arg;
+    dd_scratch s = {RF_BUF_INIT, {0}, malloc(sizeof(uint32_t) * (size_t)w->d->mh.nperm)};
+    size_t from, to;
+    while (next_chunk(w, &from, &to))
+        for (size_t k = from; k < to; k++) {
+            dd_prep *p = &w->prep[k];
+            if (p->rc || p->exact_of != RF_TABLE_MISSING) continue;
+            if (!s.sig)
+                p->rc = RF_ERR_NOMEM;
+            else
+                prep_sign(w->d, p, w->keys + k * (size_t)w->d->o.bands, &s);
+        }
+    rf_u64vec_free(&s.sh);
+    free(s.sig);
+    return NULL;
+}
+
+/* Runs fn on the calling thread plus up to threads-1 helpers; small batches
+ * are not worth starting threads for. A helper that cannot start leaves its
+ * share to the others. */
+static void run_workers(batch_work *w, void *(*fn)(void *)) {
+    pthread_t helpers[256];
+    int nh = 0, want = w->n >= 64 ? w->d->o.threads - 1 : 0;
+    while (nh < want && pthread_create(&helpers[nh], NULL, fn, w) == 0)
+        nh++;
+    fn(w);
+    for (int i = 0; i < nh; i++)
+        pthread_join(helpers[i], NULL);
+}
+
 int rf_dedup_process(rf_dedup *d, const rf_doc *docs, size_t n, rf_dd_result *res) {
     memset(res, 0, n * sizeof *res);
     size_t i = 0;
@@ -579,37 +646,19 @@ int rf_dedup_process(rf_dedup *d, const rf_doc *docs, size_t n, rf_dd_result *re
         free(keys);
         return RF_ERR_NOMEM;
     }
-    const long nl = (long)n;
     double t0 = rf_now();
-    /* Small batches are not worth waking a thread team for. */
-#pragma omp parallel num_threads(d->o.threads) if (n >= 64 && d->o.threads > 1)
-    {
-        dd_scratch s = {RF_BUF_INIT, {0}, malloc(sizeof(uint32_t) * (size_t)d->mh.nperm)};
-#pragma omp for schedule(dynamic, 8)
-        for (long k = 0; k < nl; k++)
-            prep_hash(d, &docs[k], &prep[k], &s.norm);
-            /* Exact duplicates (also within this batch) are found in stream order
-             * before signing, so their signatures are never computed. */
-#pragma omp single
-        for (long k = 0; k < nl; k++) {
-            if (prep[k].rc) continue;
-            prep[k].exact_of = rf_exact_table_get(&d->exact, prep[k].hash);
-            if (prep[k].exact_of == RF_TABLE_MISSING)
-                prep[k].rc = rf_exact_table_put_new(&d->exact, prep[k].hash,
-                                                    (uint32_t)(d->nnodes + (size_t)k));
-        }
-#pragma omp for schedule(dynamic, 8)
-        for (long k = 0; k < nl; k++) {
-            if (prep[k].rc || prep[k].exact_of != RF_TABLE_MISSING) continue;
-            if (!s.sig)
-                prep[k].rc = RF_ERR_NOMEM;
-            else
-                prep_sign(d, &prep[k], keys + (size_t)k * (size_t)d->o.bands, &s);
-        }
-        rf_buf_free(&s.norm);
-        rf_u64vec_free(&s.sh);
-        free(s.sig);
+    batch_work w = {d, docs, prep, keys, n, 0};
+    run_workers(&w, hash_worker);
+    /* Exact duplicates (also within this batch) are found in stream order
+     * before signing, so their signatures are never computed. */
+    for (size_t k = 0; k < n; k++) {
+        if (prep[k].rc) continue;
+        prep[k].exact_of = rf_exact_table_get(&d->exact, prep[k].hash);
+        if (prep[k].exact_of == RF_TABLE_MISSING)
+            prep[k].rc = rf_exact_table_put_new(&d->exact, prep[k].hash, (uint32_t)(d->nnodes + k));
     }
+    w.next = 0;
+    run_workers(&w, sign_worker);
     double t1 = rf_now();
     for (size_t k = 0; k < n && !rc; k++) {
         rc = prep[k].rc;
