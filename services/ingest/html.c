@@ -461,19 +461,23 @@ static bool name_is(const char *name, size_t len, const char *lower) {
 
 /* Length of the tag-like construct at s[0..n) (s[0] == '<'), 0 if none (the
  * '<' is then text). *space tells whether it separates words; *raw is set to
- * "script"/"style" when their bodies must be skipped. */
-static size_t tag_len(const char *s, size_t n, bool *space, const char **raw) {
+ * "script"/"style" when their bodies must be skipped; *eof is set when the
+ * construct runs to the end of the input unterminated. */
+static size_t tag_len(const char *s, size_t n, bool *space, const char **raw, bool *eof) {
     *space = false;
     *raw = NULL;
+    *eof = false;
     if (n < 2) return 0;
     if (n >= 4 && memcmp(s, "<!--", 4) == 0) {
         const char *end = n > 4 ? find_ci(s + 4, n - 4, "-->") : NULL;
         *space = true;
+        *eof = !end;
         return end ? (size_t)(end - s) + 3 : 0;
     }
     if (s[1] == '!' || s[1] == '?') { /* doctype, CDATA, processing instruction */
         const char *end = memchr(s, '>', n);
         *space = true;
+        *eof = !end;
         return end ? (size_t)(end - s) + 1 : 0;
     }
     size_t i = 1;
@@ -492,7 +496,10 @@ static size_t tag_len(const char *s, size_t n, bool *space, const char **raw) {
         if (c == '>') break;
         if ((c == '"' || c == '\'') && after_eq) {
             const char *q = memchr(s + i + 1, c, n - i - 1);
-            if (!q) return 0;
+            if (!q) {
+                *eof = true;
+                return 0;
+            }
             i = (size_t)(q - s);
             after_eq = false;
         } else if (c == '=') {
@@ -501,7 +508,10 @@ static size_t tag_len(const char *s, size_t n, bool *space, const char **raw) {
             after_eq = false;
         }
     }
-    if (i >= n) return 0;
+    if (i >= n) {
+        *eof = true;
+        return 0;
+    }
     *space = is_block_tag(s + name, name_len);
     if (!closing && name_is(s + name, name_len, "script")) *raw = "</script";
     if (!closing && name_is(s + name, name_len, "style")) *raw = "</style";
@@ -513,9 +523,10 @@ int rf_html_strip_tags(const char *in, size_t n, rf_buf *out, size_t *tags) {
     const char *lt;
     while (at < n && (lt = memchr(in + at, '<', n - at)) != NULL) {
         size_t pos = (size_t)(lt - in);
-        bool space;
+        bool space, eof;
         const char *raw;
-        size_t len = tag_len(lt, n - pos, &space, &raw);
+        size_t len = tag_len(lt, n - pos, &space, &raw, &eof);
+        if (eof) break; /* unterminated: it and all after it stay text (keeps this linear) */
         if (!len) {
             at = pos + 1;
             continue;

@@ -12,7 +12,9 @@
  * '>'; comments, <!DOCTYPE>, <?...?> and the bodies of <script>/<style> are
  * removed; block-level tags (<br>, <p>, <div>, <li>, <tr>, <h1>...) become one
  * space so words on either side do not merge. A '<' that does not start a tag
- * ("a < b", "<3") is kept. *tags counts removed tags. Returns 0 or RF_ERR_NOMEM. */
+ * ("a < b", "<3") is kept, and so is a construct left open at the end of the
+ * input together with everything after it (one pass, linear time even on
+ * adversarial input). *tags counts removed tags. Returns 0 or RF_ERR_NOMEM. */
 int rf_html_strip_tags(const char *in, size_t n, rf_buf *out, size_t *tags);
 
 /* Appends in[0..n) to out with character references decoded: the HTML4 named

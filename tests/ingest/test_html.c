@@ -3,7 +3,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -113,12 +115,44 @@ static void test_not_tags(void **state) {
     assert_int_equal(count, 0);
 }
 
+/* A construct left open keeps the rest as text, tags included... */
+static void test_unterminated_keeps_rest(void **state) {
+    strip("a <b x=\"open <i>y</i>", "a <b x=\"open <i>y</i>");
+    strip("<i>y</i> then <!-- open <b>z</b>", "y then <!-- open <b>z</b>");
+}
+
+/* ...which keeps stripping linear: 8 MB of openers that never close, in
+ * several shapes, each well under a second (quadratic would take hours). */
+static void test_adversarial_linear(void **state) {
+    const char *units[] = {"<a x=\"", "<!--", "<a ", "<!x", "<a x='>'"};
+    size_t size = 8u << 20;
+    char *in = malloc(size);
+    assert_non_null(in);
+    for (size_t u = 0; u < sizeof units / sizeof units[0]; u++) {
+        size_t k = strlen(units[u]), n = size / k * k;
+        for (size_t i = 0; i < n; i += k)
+            memcpy(in + i, units[u], k);
+        rf_buf out = RF_BUF_INIT;
+        clock_t t0 = clock();
+        assert_int_equal(rf_html_strip_tags(in, n, &out, NULL), 0);
+        double secs = (double)(clock() - t0) / CLOCKS_PER_SEC;
+        if (secs > 5) fail_msg("'%s' x %zu took %.1f s", units[u], n / k, secs);
+        rf_buf_free(&out);
+    }
+    free(in);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_named),    cmocka_unit_test(test_table),
-        cmocka_unit_test(test_numeric),  cmocka_unit_test(test_kept_verbatim),
-        cmocka_unit_test(test_tags),     cmocka_unit_test(test_comments_and_raw_text),
+        cmocka_unit_test(test_named),
+        cmocka_unit_test(test_table),
+        cmocka_unit_test(test_numeric),
+        cmocka_unit_test(test_kept_verbatim),
+        cmocka_unit_test(test_tags),
+        cmocka_unit_test(test_comments_and_raw_text),
         cmocka_unit_test(test_not_tags),
+        cmocka_unit_test(test_unterminated_keeps_rest),
+        cmocka_unit_test(test_adversarial_linear),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
