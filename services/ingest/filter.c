@@ -239,10 +239,12 @@ static int add_word(words *ws, const char *t, size_t start, size_t end, size_t c
     return 0;
 }
 
-static int split_words(const char *t, size_t n, bool stops, words *ws) {
+/* Splits t[0..n) into ws, stopping after max_words words (0 = no limit) so
+ * that a huge text costs no more memory than the word-count rule needs. */
+static int split_words(const char *t, size_t n, bool stops, size_t max_words, words *ws) {
     const unsigned char *u = (const unsigned char *)t;
     size_t i = 0;
-    while (i < n) {
+    while (i < n && (!max_words || ws->n <= max_words)) {
         while (i < n && (BYTE_CLASS[u[i]] & A_SPACE))
             i++;
         if (i >= n) break;
@@ -488,7 +490,7 @@ int rf_quality_check(const rf_quality_opts *o, const char *text, size_t n, const
     memset(&ws, 0, offsetof(words, small));
     ws.w = ws.small;
     ws.cap = sizeof ws.small / sizeof ws.small[0];
-    int rc = split_words(text, n, o->min_stop_words > 0, &ws);
+    int rc = split_words(text, n, o->min_stop_words > 0, o->max_words, &ws);
     if (rc) goto out;
     double nw = (double)ws.n, mean = ws.n ? (double)ws.chars / nw : 0;
     if (ws.n < o->min_words)

@@ -278,6 +278,15 @@ static void test_long_document(void **state) {
         rf_buf_puts(&b, "the same sentence is repeated and repeated here.\n");
     assert_int_equal(rf_quality_check(&o, b.data, b.len, &reason), 0);
     assert_string_equal(reason, "dup_lines");
+    /* 50 MB of one-letter words: rejected by the word count without holding
+     * 25 million words (ASan would report the allocation otherwise). */
+    rf_buf_reset(&b);
+    assert_int_equal(rf_buf_reserve(&b, 50u << 20), 0);
+    for (size_t i = 0; i < (50u << 20); i += 2)
+        memcpy(b.data + i, "a ", 2);
+    b.len = 50u << 20;
+    assert_int_equal(rf_quality_check(&o, b.data, b.len, &reason), 0);
+    assert_string_equal(reason, "too_many_words");
     rf_buf_free(&b);
 }
 
