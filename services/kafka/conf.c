@@ -17,7 +17,8 @@ static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char 
     rf_log(l, "kafka", "%s: %s", fac, buf);
 }
 
-int kafka_conf(const rf_kafka_opts *o, const char *const *fixed, rd_kafka_conf_t **out) {
+int kafka_conf(const rf_kafka_opts *o, const char *const *defaults, const char *const *fixed,
+               rd_kafka_conf_t **out) {
     *out = NULL;
     if (!o->bootstrap || !*o->bootstrap)
         return rf_fail(RF_ERR_INVALID, "kafka: no bootstrap servers (set KAFKA_BOOTSTRAP)");
@@ -26,6 +27,8 @@ int kafka_conf(const rf_kafka_opts *o, const char *const *fixed, rd_kafka_conf_t
     int rc = kafka_conf_set(conf, "bootstrap.servers", o->bootstrap);
     if (rc == RF_OK)
         rc = kafka_conf_set(conf, "client.id", o->client_id ? o->client_id : "refinery");
+    for (const char *const *kv = defaults; rc == RF_OK && kv && kv[0]; kv += 2)
+        rc = kafka_conf_set(conf, kv[0], kv[1]);
     for (const char *const *kv = o->extra; rc == RF_OK && kv && kv[0]; kv += 2) {
         if (!kv[1]) {
             rc = rf_fail(RF_ERR_INVALID, "kafka: property %s has no value", kv[0]);

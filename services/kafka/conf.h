@@ -6,9 +6,11 @@
 
 #include "kafka/kafka.h"
 
-/* A configuration with bootstrap, client id and the extra pairs applied,
- * then the NULL-terminated pairs of `fixed`. */
-int kafka_conf(const rf_kafka_opts *o, const char *const *fixed, rd_kafka_conf_t **out);
+/* A configuration with bootstrap and client id, then the NULL-terminated
+ * pairs of `defaults`, then the caller's extra pairs (which may override
+ * defaults), then the pairs of `fixed` (which the design relies on). */
+int kafka_conf(const rf_kafka_opts *o, const char *const *defaults, const char *const *fixed,
+               rd_kafka_conf_t **out);
 /* Sets one property, failing with a message naming it. */
 int kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value);
 

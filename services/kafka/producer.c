@@ -53,19 +53,17 @@ int rf_kafka_producer_new(const rf_kafka_opts *o, rf_kafka_producer **out) {
     char max_msgs[32], timeout_ms[32];
     snprintf(max_msgs, sizeof max_msgs, "%d", p->max_in_flight);
     snprintf(timeout_ms, sizeof timeout_ms, "%.0f", p->delivery_timeout_s * 1000);
+    const char *const defaults[] = {"linger.ms", "5", NULL};
+    /* clang-format off */
     const char *const fixed[] = {
-        "enable.idempotence",
-        "true", /* acks=all, no duplicates on retry */
-        "queue.buffering.max.messages",
-        max_msgs,
-        "message.timeout.ms",
-        timeout_ms,
-        "linger.ms",
-        "5",
+        "enable.idempotence", "true", /* acks=all, no duplicates on retry */
+        "queue.buffering.max.messages", max_msgs,
+        "message.timeout.ms", timeout_ms,
         NULL,
     };
+    /* clang-format on */
     rd_kafka_conf_t *conf;
-    int rc = kafka_conf(o, fixed, &conf);
+    int rc = kafka_conf(o, defaults, fixed, &conf);
     if (rc < 0) {
         free(p);
         return rc;

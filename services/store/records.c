@@ -114,6 +114,21 @@ int rf_store_progress_add(rf_store *s, const char *run_id, const char *stage, ui
     return RF_OK;
 }
 
+int rf_store_progress_has(rf_store *s, const char *run_id, const char *stage, uint64_t batch_seq,
+                          bool *has) {
+    num seq = u64(batch_seq);
+    const char *p[] = {run_id, stage, seq.s};
+    PGresult *r;
+    int rc = rf_store_exec(s,
+                           "SELECT 1 FROM stage_progress"
+                           " WHERE run_id = $1 AND stage = $2 AND batch_seq = $3",
+                           3, p, &r);
+    if (rc < 0) return rc;
+    *has = PQntuples(r) > 0;
+    PQclear(r);
+    return RF_OK;
+}
+
 int rf_store_progress_total(rf_store *s, const char *run_id, const char *stage,
                             rf_store_counts *out) {
     const char *p[] = {run_id, stage};

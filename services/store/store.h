@@ -78,6 +78,10 @@ typedef struct rf_store_counts {
  * already recorded (a replay), and nothing changes. */
 int rf_store_progress_add(rf_store *s, const char *run_id, const char *stage, uint64_t batch_seq,
                           const rf_store_counts *c, bool *recorded);
+/* Whether (run, stage, seq) is recorded: a consumer skips a batch it already
+ * finished before a crash cost it the offset commit. */
+int rf_store_progress_has(rf_store *s, const char *run_id, const char *stage, uint64_t batch_seq,
+                          bool *has);
 /* Sums over the recorded batches of a stage. */
 int rf_store_progress_total(rf_store *s, const char *run_id, const char *stage,
                             rf_store_counts *out);

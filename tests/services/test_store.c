@@ -177,6 +177,13 @@ static void test_progress_replay(void **state) {
     add_batches(s, id, 0, 20, &fresh);
     add_batches(s, id, 5, 25, &fresh); /* 15 replays, 5 new */
     assert_int_equal(fresh, 25);
+    bool has;
+    assert_int_equal(rf_store_progress_has(s, id, "dedup", 24, &has), 0);
+    assert_true(has);
+    assert_int_equal(rf_store_progress_has(s, id, "dedup", 25, &has), 0);
+    assert_false(has);
+    assert_int_equal(rf_store_progress_has(s, id, "tokenizer", 0, &has), 0);
+    assert_false(has);
     rf_store_counts t;
     assert_int_equal(rf_store_progress_total(s, id, "dedup", &t), 0);
     assert_int_equal(t.batches, 25);
