@@ -7,7 +7,9 @@
 # the Amazon review texts (JSON and CSV), concatenated (about 13 MB of real
 # text), one text per line. Ours is timed end to end (process start, tokenizer
 # load, reading, encoding, writing ids to /dev/null); HF's only around
-# encode_batch. Best of BENCH_REPS runs (default 3) for both.
+# encode_batch. Best of BENCH_REPS runs (default 3) for both. Besides wall-clock
+# MB/s, the CPU seconds of each (user+system) are printed: on a shared, loaded
+# machine the CPU-time ratio is the steadier of the two.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SHARED=${SHARED:-$(cd .. && pwd)/shared}
@@ -45,36 +47,39 @@ PY
 bytes=$(stat -c %s "$corpus")
 lines=$(wc -l < "$corpus")
 printf 'corpus: %s lines, %.1f MB (WikiText-2 valid+test, SST-2 train, Amazon reviews)\n' "$lines" "$(echo "$bytes/1000000" | bc -l)"
-printf '%-10s %3s | %9s %11s %8s | %9s %11s %8s | %6s\n' tokenizer thr "ours MB/s" "ours tok/s" "RSS MB" "HF MB/s" "HF tok/s" "RSS MB" ratio
+printf '%-10s %3s | %9s %11s %6s %6s | %9s %11s %6s %6s | %6s %6s\n' tokenizer thr "ours MB/s" "ours tok/s" "CPU s" "RSS MB" \
+    "HF MB/s" "HF tok/s" "CPU s" "RSS MB" ratio "CPU ratio"
 
-run_ours() { # tokenizer threads -> "seconds rss_kb tokens"
-    local best="" rss=0 t
+run_ours() { # tokenizer threads -> "seconds cpu_seconds rss_kb tokens"
+    local best="" cpu=0 rss=0 t u s r
     for _ in $(seq "$REPS"); do
-        /usr/bin/time -f '%e %M' -o "$tmp/time" "$BIN" tokenize --tokenizer "$1" --input "$corpus" \
-            --threads "$2" > "$tmp/ids"
-        read -r t r < "$tmp/time"
+        /usr/bin/time -f '%e %U %S %M' -o "$tmp/time" "$BIN" tokenize --tokenizer "$1" \
+            --input "$corpus" --threads "$2" > "$tmp/ids"
+        read -r t u s r < "$tmp/time"
         rss=$r
-        if [ -z "$best" ] || (( $(echo "$t < $best" | bc) )); then best=$t; fi
+        if [ -z "$best" ] || (( $(echo "$t < $best" | bc) )); then best=$t; cpu=$(echo "$u + $s" | bc); fi
     done
-    echo "$best $rss $(wc -w < "$tmp/ids")"
+    echo "$best $cpu $rss $(wc -w < "$tmp/ids")"
 }
 
 for spec in minilm:"$SHARED/data/tokenizers/all-MiniLM-L6-v2/tokenizer.json" \
             gpt2:"$SHARED/data/tokenizers/gpt2/vocab.json"; do
     name=${spec%%:*}; path=${spec#*:}
     for thr in 1 2; do
-        read -r ours_s ours_rss ours_tok < <(run_ours "$path" "$thr")
+        read -r ours_s ours_cpu ours_rss ours_tok < <(run_ours "$path" "$thr")
         /usr/bin/time -f '%M' -o "$tmp/hftime" env RAYON_NUM_THREADS=$thr \
             "$py" scripts/bench/bench_tokenizer_hf.py "$path" "$corpus" "$REPS" > "$tmp/hf.json"
         hf_rss=$(cat "$tmp/hftime")
-        read -r hf_s hf_tok < <("$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["seconds"], d["tokens"])' "$tmp/hf.json")
+        read -r hf_s hf_cpu hf_tok < <("$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["seconds"], d["cpu_seconds"], d["tokens"])' "$tmp/hf.json")
         [ "$hf_tok" = "$ours_tok" ] || echo "WARNING: token counts differ (ours $ours_tok, HF $hf_tok)"
-        awk -v n="$name" -v th="$thr" -v b="$bytes" -v os="$ours_s" -v ot="$ours_tok" -v orss="$ours_rss" \
-            -v hs="$hf_s" -v ht="$hf_tok" -v hrss="$hf_rss" 'BEGIN {
+        awk -v n="$name" -v th="$thr" -v b="$bytes" -v os="$ours_s" -v oc="$ours_cpu" -v ot="$ours_tok" \
+            -v orss="$ours_rss" -v hs="$hf_s" -v hc="$hf_cpu" -v ht="$hf_tok" -v hrss="$hf_rss" 'BEGIN {
             if (os <= 0) os = 0.005
-            printf "%-10s %3d | %9.1f %11.0f %8.0f | %9.1f %11.0f %8.0f | %5.1fx\n", n, th,
-                b/os/1e6, ot/os, orss/1024, b/hs/1e6, ht/hs, hrss/1024, hs/os }'
+            if (oc <= 0) oc = 0.005
+            printf "%-10s %3d | %9.1f %11.0f %6.2f %6.0f | %9.1f %11.0f %6.2f %6.0f | %5.1fx %5.1fx\n", n, th,
+                b/os/1e6, ot/os, oc, orss/1024, b/hs/1e6, ht/hs, hc, hrss/1024, hs/os, hc/oc }'
     done
 done
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs"
 echo "ours: $BIN tokenize --tokenizer T --input corpus --threads N > file (whole process, /usr/bin/time)"
 echo "HF:   tokenizers $("$py" -c 'import tokenizers; print(tokenizers.__version__)') Tokenizer.encode_batch (padding off), RAYON_NUM_THREADS=N"
