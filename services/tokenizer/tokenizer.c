@@ -182,16 +182,6 @@ static int encode_seq(rf_tok_state *st, const char *text, size_t len, rf_u32vec 
     return 0;
 }
 
-int rf_tok_encode_ids(rf_tok_state *st, const char *text, size_t len, uint32_t **ids, size_t *n,
-                      size_t *cap) {
-    rf_u32vec v = {*ids, *n, *cap};
-    int rc = encode_seq(st, text, len, &v);
-    *ids = v.v;
-    *n = v.n;
-    *cap = v.cap;
-    return rc;
-}
-
 static size_t template_added(const rf_tok_template *tp) {
     size_t n = 0;
     for (size_t i = 0; i < tp->n; i++)

@@ -90,10 +90,6 @@ int rf_tok_encode_pair(rf_tok_state *st, const char *a, size_t alen, const char 
 /* Pads e to length (no-op when e is already as long) per the padding settings. */
 int rf_tok_pad(const rf_tokenizer *tok, rf_tok_encoding *e, size_t length);
 
-/* Model ids only (no template, truncation or padding), appended to *ids. */
-int rf_tok_encode_ids(rf_tok_state *st, const char *text, size_t len, uint32_t **ids, size_t *n,
-                      size_t *cap);
-
 /* Tokenizer.decode(ids, skip_special_tokens): appends text to out. Ids with no
  * token are skipped, as HF does. */
 int rf_tok_decode(const rf_tokenizer *tok, const uint32_t *ids, size_t n, bool skip_special,
