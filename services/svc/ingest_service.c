@@ -2,6 +2,7 @@
 #include "svc/ingest_service.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 
 struct rf_ingest_service {
     rf_ingest_service_opts o;
+    pthread_mutex_t store_mu;
     rf_stats *stats;
     atomic_uint_fast64_t next_seq;
     atomic_uint_fast64_t next_stream;
@@ -43,6 +45,7 @@ int rf_ingest_service_new(const rf_ingest_service_opts *o, rf_ingest_service **o
         return RF_ERR_NOMEM;
     }
     svc->o = *o;
+    pthread_mutex_init(&svc->store_mu, NULL);
     svc->o.clean.utf8 = RF_UTF8_REJECT; /* proto3 strings are UTF-8 by contract */
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
@@ -53,6 +56,7 @@ int rf_ingest_service_new(const rf_ingest_service_opts *o, rf_ingest_service **o
 
 void rf_ingest_service_free(rf_ingest_service *svc) {
     if (!svc) return;
+    pthread_mutex_destroy(&svc->store_mu);
     rf_stats_free(svc->stats);
     free(svc);
 }
@@ -84,21 +88,45 @@ static void pending_free(pending *b) {
     free(b->ptrs);
 }
 
+/* Counts of one batch, recorded once the stream's messages are delivered. */
+typedef struct progress {
+    uint64_t seq;
+    rf_store_counts counts;
+} progress;
+
 typedef struct stream {
     rf_ingest_service *svc;
     const char *run_id;
     uint64_t id; /* for generated document ids */
     pending batch;
+    rf_store_counts since; /* documents since the last batch was cut */
+    progress *done;
+    size_t ndone, capdone;
     rf_kafka_tracker tracker;
     Refinery__V1__PushSummary sum;
     rf_buf clean;
 } stream;
+
+/* Closes the counts since the last cut under sequence number seq. */
+static int cut(stream *st, uint64_t seq) {
+    if (st->ndone == st->capdone) {
+        size_t cap = st->capdone ? 2 * st->capdone : 16;
+        progress *grown = realloc(st->done, cap * sizeof *grown);
+        if (!grown) return RF_ERR_NOMEM;
+        st->done = grown;
+        st->capdone = cap;
+    }
+    st->done[st->ndone++] = (progress){seq, st->since};
+    memset(&st->since, 0, sizeof st->since);
+    return RF_OK;
+}
 
 static int send_batch(stream *st) {
     if (st->batch.n == 0) return RF_OK;
     Refinery__V1__DocumentBatch m = REFINERY__V1__DOCUMENT_BATCH__INIT;
     m.run_id = (char *)st->run_id;
     m.seq = atomic_fetch_add(&st->svc->next_seq, 1);
+    if (cut(st, m.seq) < 0) return RF_ERR_NOMEM;
     for (size_t i = 0; i < st->batch.n; i++)
         st->batch.ptrs[i] = &st->batch.docs[i];
     m.docs = st->batch.ptrs;
@@ -145,6 +173,8 @@ static int keep(stream *st, const Refinery__V1__Document *d, const char *text, s
     k->offset = d->offset;
     b->n++;
     st->sum.accepted++;
+    st->since.in++;
+    st->since.out++;
     rf_stats_add(st->svc->stats, "ingest.kept", 1);
     return b->n >= st->svc->o.batch_docs ? send_batch(st) : RF_OK;
 }
@@ -154,6 +184,8 @@ static int reject(stream *st, const Refinery__V1__Document *d, const char *reaso
     snprintf(name, sizeof name, "ingest.rejected.%s", reason);
     rf_stats_add(st->svc->stats, name, 1);
     st->sum.rejected++;
+    st->since.in++;
+    st->since.rejected++;
     size_t n = strlen(d->text);
     return rf_kafka_produce_reject(st->svc->o.producer, &st->tracker, st->svc->o.topic_rejected,
                                    d->source[0] ? d->source : "push", d->line, d->offset, reason,
@@ -179,14 +211,47 @@ static int ingest_one(stream *st, const Refinery__V1__Document *d) {
     return reason ? reject(st, d, reason) : keep(st, d, text, len);
 }
 
+/* With a store, the run must exist. */
+static grpc_status_code check_run(rf_rpc_call *call, rf_ingest_service *svc, const char *run_id) {
+    if (!svc->o.store) return GRPC_STATUS_OK;
+    if (!run_id)
+        return rf_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                           "the refinery-run-id request metadata is required");
+    rf_store_run run;
+    pthread_mutex_lock(&svc->store_mu);
+    int rc = rf_store_run_get(svc->o.store, run_id, &run);
+    pthread_mutex_unlock(&svc->store_mu);
+    if (rc == RF_ERR_NOT_FOUND)
+        return rf_rpc_fail(call, GRPC_STATUS_NOT_FOUND, "unknown run '%s'", run_id);
+    if (rc < 0) return rf_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "store: %s", rf_errmsg());
+    return GRPC_STATUS_OK;
+}
+
+static int record_progress(stream *st) {
+    rf_ingest_service *svc = st->svc;
+    if (!svc->o.store) return RF_OK;
+    int rc = RF_OK;
+    pthread_mutex_lock(&svc->store_mu);
+    for (size_t i = 0; i < st->ndone && rc == RF_OK; i++)
+        rc = rf_store_progress_add(svc->o.store, st->run_id, "ingest", st->done[i].seq,
+                                   &st->done[i].counts, NULL);
+    pthread_mutex_unlock(&svc->store_mu);
+    return rc;
+}
+
 static grpc_status_code push(rf_rpc_call *call, const ProtobufCMessage *req, void *user) {
     rf_ingest_service *svc = user;
     char run[128];
     stream st = {.svc = svc, .id = atomic_fetch_add(&svc->next_stream, 1)};
     st.run_id = rf_rpc_metadata(call, "refinery-run-id", run, sizeof run);
-    if (!st.run_id || !st.run_id[0]) st.run_id = "adhoc";
+    if (st.run_id && !st.run_id[0]) st.run_id = NULL;
+    grpc_status_code code = check_run(call, svc, st.run_id);
+    if (code != GRPC_STATUS_OK) {
+        rf_stats_add(svc->stats, "ingest.streams_failed", 1);
+        return code;
+    }
+    if (!st.run_id) st.run_id = "adhoc";
     refinery__v1__push_summary__init(&st.sum);
-    grpc_status_code code = GRPC_STATUS_OK;
     ProtobufCMessage *m;
     int r;
     while ((r = rf_rpc_recv(call, &m)) == 1) {
@@ -200,15 +265,22 @@ static grpc_status_code push(rf_rpc_call *call, const ProtobufCMessage *req, voi
     if (r < 0) code = rf_rpc_call_status(call);
     if (code == GRPC_STATUS_OK && send_batch(&st) < 0)
         code = rf_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "ingest: %s", rf_errmsg());
+    /* Trailing rejects without kept documents still get a progress row. */
+    if (code == GRPC_STATUS_OK && st.since.in > 0 &&
+        cut(&st, atomic_fetch_add(&svc->next_seq, 1)) < 0)
+        code = rf_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "ingest: out of memory");
     /* Whatever happened, wait for what was produced: the tracker lives here. */
     int delivered = rf_kafka_wait(svc->o.producer, &st.tracker, svc->o.delivery_timeout_s);
     if (code == GRPC_STATUS_OK && delivered < 0)
         code = rf_rpc_fail(call, GRPC_STATUS_UNAVAILABLE,
                            "documents not durably stored, push again: %s", rf_errmsg());
+    if (code == GRPC_STATUS_OK && record_progress(&st) < 0)
+        code = rf_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "progress not recorded: %s", rf_errmsg());
     if (code == GRPC_STATUS_OK && rf_rpc_send(call, &st.sum.base) < 0)
         code = rf_rpc_call_status(call);
     if (code != GRPC_STATUS_OK) rf_stats_add(svc->stats, "ingest.streams_failed", 1);
     pending_free(&st.batch);
+    free(st.done);
     rf_buf_free(&st.clean);
     return code;
 }

@@ -10,7 +10,13 @@
  * absent). Batches are numbered from a service-wide counter that starts at
  * the service's start time in microseconds, so numbers do not repeat across
  * restarts. Text must be valid UTF-8 (proto3 strings): a document that is
- * not is rejected with reason invalid_utf8, not repaired. */
+ * not is rejected with reason invalid_utf8, not repaired.
+ *
+ * With a store, the run id is required (INVALID_ARGUMENT without it) and
+ * must exist (NOT_FOUND), and once the stream's messages are delivered each
+ * batch's counts are recorded in stage_progress under stage "ingest" (a
+ * last row without a DocumentBatch holds trailing rejects), so that
+ * sum(docs_in) = sum(docs_out) + sum(rejected) = documents pushed. */
 #ifndef RF_SVC_INGEST_SERVICE_H
 #define RF_SVC_INGEST_SERVICE_H
 
@@ -23,9 +29,11 @@
 #include "ingest/langid.h"
 #include "kafka/kafka.h"
 #include "rpc/rpc.h"
+#include "store/store.h"
 
 typedef struct rf_ingest_service_opts {
     rf_kafka_producer *producer; /* shared by every stream; owned by the caller */
+    rf_store *store;             /* optional; used under the service's lock */
     const char *topic_clean;     /* "docs.clean" */
     const char *topic_rejected;  /* "docs.rejected" */
     size_t batch_docs;           /* kept documents per DocumentBatch */

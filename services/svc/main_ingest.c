@@ -14,12 +14,13 @@
 #include "common/sys.h"
 #include "ingest/ingest.h"
 #include "kafka/kafka.h"
+#include "store/store.h"
 #include "rpc/rpc.h"
 #include "svc/ingest_service.h"
 #include "svc/svc.h"
 
 typedef struct config {
-    const char *listen, *kafka, *topic_clean, *topic_rejected, *spec, *port_file;
+    const char *listen, *kafka, *topic_clean, *topic_rejected, *spec, *port_file, *pg;
     const char *tls_cert, *tls_key, *tls_ca;
     int64_t workers, max_message, batch_docs, max_in_flight;
     double grace_s, delivery_timeout_s;
@@ -57,6 +58,7 @@ static int serve(const config *c) {
                         .max_in_flight = (int)c->max_in_flight,
                         .delivery_timeout_s = c->delivery_timeout_s};
     rf_kafka_producer *producer = NULL;
+    rf_store *store = NULL;
     rf_ingest_service *svc = NULL;
     rf_rpc_server *server = NULL;
     rf_ingest_service_opts so;
@@ -72,6 +74,10 @@ static int serve(const config *c) {
     int rc = c->spec ? apply_spec(c->spec, &so) : RF_OK;
     if (rc == RF_OK && (rc = rf_kafka_producer_new(&ko, &producer)) == RF_OK)
         so.producer = producer;
+    if (rc == RF_OK && c->pg) {
+        rf_store_opts sto = {.conninfo = c->pg};
+        if ((rc = rf_store_open(&sto, &store)) == RF_OK) so.store = store;
+    }
     if (rc < 0 || (rc = rf_ingest_service_new(&so, &svc)) < 0 ||
         (rc = rf_rpc_server_new(&ro, &server)) < 0 ||
         (rc = rf_ingest_service_register(svc, server)) < 0 ||
@@ -98,6 +104,7 @@ static int serve(const config *c) {
         if (rc == RF_OK) rc = RF_ERR_IO;
     }
     rf_kafka_producer_free(producer);
+    rf_store_close(store);
     return rc;
 }
 
@@ -113,6 +120,8 @@ int main(int argc, char **argv) {
          "topic for kept documents (DocumentBatch)"},
         {"topic-rejected", "REFINERY_TOPIC_REJECTED", RF_OPT_STR, &c.topic_rejected,
          "docs.rejected", "topic for rejected documents (Reject)"},
+        {"pg", "REFINERY_PG", RF_OPT_STR, &c.pg, NULL,
+         "PostgreSQL connection string: runs must exist, progress is recorded"},
         {"spec", "REFINERY_SPEC", RF_OPT_STR, &c.spec, NULL,
          "pipeline spec whose ingest: section sets cleaning and filters"},
         {"workers", "REFINERY_WORKERS", RF_OPT_INT, &c.workers, "4", "concurrent gRPC calls"},

@@ -16,5 +16,6 @@ EXTRA_BINS += $(BUILD)/refinery-ingest
 $(BUILD)/refinery-ingest: $(BUILD)/obj/services/svc/main_ingest.o \
     $(BUILD)/lib/librefinery_svc.a $(BUILD)/lib/librefinery_ingest.a \
     $(BUILD)/lib/librefinery_rpc.a $(BUILD)/lib/librefinery_kafka.a \
+    $(BUILD)/lib/librefinery_store.a \
     $(BUILD)/lib/librefinery_common.a $(BUILD)/lib/librefinery_proto.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -1,8 +1,10 @@
 """Pushes the shared Amazon reviews to refinery-ingest through gRPC with a
 client generated from proto/ by grpcio-tools, and prints the PushSummary and
-the number of documents pushed as JSON.
+the number of documents pushed as JSON, or {"error": "<STATUS>"} when the
+call fails.
 
-Usage: push_reviews.py PROTO_DIR PORT RUN_ID REVIEWS.json.gz
+Usage: push_reviews.py PROTO_DIR PORT RUN_ID REVIEWS.json.gz [LIMIT]
+RUN_ID "-" sends no refinery-run-id metadata; LIMIT pushes only that many.
 """
 import gzip
 import json
@@ -16,6 +18,7 @@ from grpc_tools import protoc
 
 def main():
     proto_dir, port, run_id, path = sys.argv[1:5]
+    limit = int(sys.argv[5]) if len(sys.argv) > 5 else None
     out = tempfile.mkdtemp(prefix="rf-pyproto-")
     for name in ("refinery.proto", "health.proto"):
         if protoc.main(["protoc", f"-I{proto_dir}", f"--python_out={out}",
@@ -39,6 +42,8 @@ def main():
         nonlocal pushed
         with gzip.open(path, "rt", encoding="utf-8") as f:
             for line_no, line in enumerate(f, 1):
+                if limit is not None and line_no > limit:
+                    return
                 rec = json.loads(line)
                 pushed += 1
                 yield pb.Document(id=f"{rec.get('asin', '')}:{line_no}",
@@ -46,8 +51,12 @@ def main():
                                   label=1 if rec.get("overall", 0) >= 3 else 0,
                                   source=os.path.basename(path), line=line_no)
 
-    s = pbg.IngestStub(ch).Push(documents(), timeout=120,
-                                 metadata=[("refinery-run-id", run_id)])
+    metadata = [] if run_id == "-" else [("refinery-run-id", run_id)]
+    try:
+        s = pbg.IngestStub(ch).Push(documents(), timeout=120, metadata=metadata)
+    except grpc.RpcError as e:
+        print(json.dumps({"error": e.code().name, "details": e.details()}))
+        return
     print(json.dumps({"pushed": pushed, "received": s.received, "accepted": s.accepted,
                       "rejected": s.rejected}))
 
