@@ -17,7 +17,8 @@
 
 typedef struct input {
     const char *path;
-    const char *base;
+    const char *base; /* id prefix: the file name, unless another input shares it */
+    char *owned;      /* base when it had to be built */
 } input;
 
 struct rf_source {
@@ -49,6 +50,33 @@ static const char *base_name(const char *path) {
     return s ? s + 1 : path;
 }
 
+/* Document ids are "<base>:<line>", so bases must differ between inputs: a
+ * file name shared by several inputs gives way to the path as given, and the
+ * same path given twice gets "@<k>" for its k-th occurrence (k >= 2). */
+static int unique_bases(rf_source *s) {
+    for (size_t i = 0; i < s->n_in; i++) {
+        input *in = &s->in[i];
+        bool shared = false;
+        size_t repeat = 1;
+        for (size_t j = 0; j < s->n_in; j++) {
+            if (j == i || strcmp(base_name(s->in[j].path), base_name(in->path)) != 0) continue;
+            shared = true;
+            repeat += j < i && strcmp(s->in[j].path, in->path) == 0;
+        }
+        if (!shared) continue;
+        if (repeat == 1) {
+            in->base = in->path;
+        } else {
+            if (asprintf(&in->owned, "%s@%zu", in->path, repeat) < 0) {
+                in->owned = NULL;
+                return RF_ERR_NOMEM;
+            }
+            in->base = in->owned;
+        }
+    }
+    return 0;
+}
+
 int rf_source_open(const rf_ingest_opts *o, const char *const *inputs, size_t n, rf_source **out) {
     if (n == 0) return rf_fail(RF_ERR_INVALID, "ingest: no input files");
     for (size_t i = 0; i < n; i++) {
@@ -63,8 +91,12 @@ int rf_source_open(const rf_ingest_opts *o, const char *const *inputs, size_t n,
     s->o = o;
     s->n_in = n;
     for (size_t i = 0; i < n; i++)
-        s->in[i] = (input){inputs[i], base_name(inputs[i])};
+        s->in[i] = (input){inputs[i], base_name(inputs[i]), NULL};
     rf_paragraph_init(&s->para, o->max_record);
+    if (unique_bases(s)) {
+        rf_source_close(s);
+        return RF_ERR_NOMEM;
+    }
     *out = s;
     return 0;
 }
@@ -76,6 +108,8 @@ void rf_source_close(rf_source *s) {
     rf_paragraph_free(&s->para);
     rf_buf_free(&s->names);
     rf_buf_free(&s->join);
+    for (size_t i = 0; s->in && i < s->n_in; i++)
+        free(s->in[i].owned);
     free(s->in);
     free(s);
 }

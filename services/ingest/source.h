@@ -24,8 +24,10 @@ void rf_source_close(rf_source *s);
 int rf_source_fill(rf_source *s, rf_ibatch *b);
 
 const char *rf_source_path(const rf_source *s, uint32_t src); /* as given */
-const char *rf_source_base(const rf_source *s, uint32_t src); /* file name only */
-uint64_t rf_source_bytes(const rf_source *s);                 /* decompressed bytes read */
-uint64_t rf_source_lines_skipped(const rf_source *s);         /* blank lines, CSV headers */
+/* Id prefix: the file name, or the path (plus "@k" for a repeat) when inputs
+ * share a file name. */
+const char *rf_source_base(const rf_source *s, uint32_t src);
+uint64_t rf_source_bytes(const rf_source *s);         /* decompressed bytes read */
+uint64_t rf_source_lines_skipped(const rf_source *s); /* blank lines, CSV headers */
 
 #endif

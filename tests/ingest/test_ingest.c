@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
 #include <zlib.h>
@@ -74,7 +75,7 @@ static void result_free(result *r) {
     rf_stats_free(r->stats);
 }
 
-static int64_t stat(const result *r, const char *name) {
+static int64_t counter(const result *r, const char *name) {
     return rf_stats_get(r->stats, name);
 }
 
@@ -127,15 +128,15 @@ static void test_accounting_and_thread_independence(void **state) {
     o.batch_docs = 37; /* many batches, none aligned with the pattern */
     result ref = run(&o, in, 1);
     assert_int_equal(ref.rc, 0);
-    assert_int_equal(stat(&ref, "ingest.records_in"), 6000);
-    assert_int_equal(stat(&ref, "ingest.lines_skipped"), 1000);
-    assert_int_equal(stat(&ref, "ingest.kept"), 2000);
-    assert_int_equal(stat(&ref, "ingest.rejected.invalid_json"), 1000);
-    assert_int_equal(stat(&ref, "ingest.rejected.missing_text"), 1000);
-    assert_int_equal(stat(&ref, "ingest.rejected.bad_label"), 1000);
-    assert_int_equal(stat(&ref, "ingest.rejected.empty"), 1000);
-    assert_int_equal(stat(&ref, "ingest.rejected_total"), 4000);
-    assert_int_equal(stat(&ref, "ingest.clean.utf8_repairs"), 1000);
+    assert_int_equal(counter(&ref, "ingest.records_in"), 6000);
+    assert_int_equal(counter(&ref, "ingest.lines_skipped"), 1000);
+    assert_int_equal(counter(&ref, "ingest.kept"), 2000);
+    assert_int_equal(counter(&ref, "ingest.rejected.invalid_json"), 1000);
+    assert_int_equal(counter(&ref, "ingest.rejected.missing_text"), 1000);
+    assert_int_equal(counter(&ref, "ingest.rejected.bad_label"), 1000);
+    assert_int_equal(counter(&ref, "ingest.rejected.empty"), 1000);
+    assert_int_equal(counter(&ref, "ingest.rejected_total"), 4000);
+    assert_int_equal(counter(&ref, "ingest.clean.utf8_repairs"), 1000);
     assert_int_equal(count_lines(ref.docs, ref.docs_len), 2000);
     assert_int_equal(count_lines(ref.rejects, ref.rejects_len), 4000);
     assert_non_null(strstr(ref.docs,
@@ -154,7 +155,7 @@ static void test_accounting_and_thread_independence(void **state) {
             assert_memory_equal(r.docs, ref.docs, ref.docs_len);
             assert_int_equal(r.rejects_len, ref.rejects_len);
             assert_memory_equal(r.rejects, ref.rejects, ref.rejects_len);
-            assert_int_equal(stat(&r, "ingest.rejected_total"), 4000);
+            assert_int_equal(counter(&r, "ingest.rejected_total"), 4000);
             result_free(&r);
         }
     }
@@ -232,8 +233,8 @@ static void test_csv_columns(void **state) {
     assert_int_equal(rf_label_map_parse("1-2:0,3-5:1", &o.label_map), 0);
     result r = run(&o, in, 1);
     assert_int_equal(r.rc, 0);
-    assert_int_equal(stat(&r, "ingest.kept"), 2);
-    assert_int_equal(stat(&r, "ingest.lines_skipped"), 1);
+    assert_int_equal(counter(&r, "ingest.kept"), 2);
+    assert_int_equal(counter(&r, "ingest.lines_skipped"), 1);
     assert_non_null(
         strstr(r.docs, "{\"id\":\"a1\",\"text\":\"Nice | Works, mostly\",\"label\":1,"));
     assert_non_null(strstr(r.docs, "{\"id\":\"a2\",\"text\":\"only body\",\"label\":0,"));
@@ -263,10 +264,39 @@ static void test_format_detection(void **state) {
     result r = run(&o, in, 3);
     assert_int_equal(r.rc, 0);
     /* e.log starts with '{', so the whole file is taken as JSON Lines. */
-    assert_int_equal(stat(&r, "ingest.kept"), 2);
-    assert_int_equal(stat(&r, "ingest.rejected.invalid_json"), 2);
+    assert_int_equal(counter(&r, "ingest.kept"), 2);
+    assert_int_equal(counter(&r, "ingest.rejected.invalid_json"), 2);
     assert_non_null(strstr(r.docs, "\"id\":\"d.jsonl.gz:1\",\"text\":\"from a gzip file\""));
     assert_non_null(strstr(r.docs, "\"id\":\"d.data:1\""));
+    result_free(&r);
+}
+
+static void test_ids_unique_across_inputs(void **state) {
+    const char line[] = "{\"text\": \"same name\"}\n";
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/sub", tmpdir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    write_file("x.jsonl", line, sizeof line - 1);
+    write_file("sub/x.jsonl", line, sizeof line - 1);
+    write_file("y.jsonl", line, sizeof line - 1);
+    char a[300], b[300], c[300];
+    snprintf(a, sizeof a, "%s/x.jsonl", tmpdir);
+    snprintf(b, sizeof b, "%s/sub/x.jsonl", tmpdir);
+    snprintf(c, sizeof c, "%s/y.jsonl", tmpdir);
+    const char *in[] = {a, b, a, c};
+    rf_ingest_opts o;
+    opts_plain(&o);
+    result r = run(&o, in, 4);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(counter(&r, "ingest.kept"), 4);
+    char want[400];
+    snprintf(want, sizeof want, "{\"id\":\"%s:1\",", a);
+    assert_non_null(strstr(r.docs, want));
+    snprintf(want, sizeof want, "{\"id\":\"%s:1\",", b);
+    assert_non_null(strstr(r.docs, want));
+    snprintf(want, sizeof want, "{\"id\":\"%s@2:1\",", a);
+    assert_non_null(strstr(r.docs, want));
+    assert_non_null(strstr(r.docs, "{\"id\":\"y.jsonl:1\","));
     result_free(&r);
 }
 
@@ -279,8 +309,8 @@ static void test_paragraphs_lines_offsets(void **state) {
     o.paragraphs = true;
     result r = run(&o, in, 1);
     assert_int_equal(r.rc, 0);
-    assert_int_equal(stat(&r, "ingest.records_in"), 2);
-    assert_int_equal(stat(&r, "ingest.lines_skipped"), 2);
+    assert_int_equal(counter(&r, "ingest.records_in"), 2);
+    assert_int_equal(counter(&r, "ingest.lines_skipped"), 2);
     assert_non_null(strstr(r.docs, "\"text\":\"para one still one\",\"source\":"));
     assert_non_null(strstr(r.docs, "\"id\":\"p.txt:5\",\"text\":\"para two\""));
     assert_non_null(strstr(r.docs, "\"line\":5,\"offset\":25}"));
@@ -295,8 +325,8 @@ static void test_paragraphs_lines_offsets(void **state) {
     const char *in2[] = {path_of("q.txt")};
     r = run(&o, in2, 1);
     assert_int_equal(r.rc, 0);
-    assert_int_equal(stat(&r, "ingest.rejected.line_too_long"), 1);
-    assert_int_equal(stat(&r, "ingest.kept"), 1);
+    assert_int_equal(counter(&r, "ingest.rejected.line_too_long"), 1);
+    assert_int_equal(counter(&r, "ingest.kept"), 1);
     assert_non_null(strstr(r.docs, "\"line\":2,\"offset\":201}"));
     result_free(&r);
 }
@@ -308,6 +338,7 @@ int main(void) {
         cmocka_unit_test(test_cancel_and_missing_input),
         cmocka_unit_test(test_csv_columns),
         cmocka_unit_test(test_format_detection),
+        cmocka_unit_test(test_ids_unique_across_inputs),
         cmocka_unit_test(test_paragraphs_lines_offsets),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
