@@ -12,7 +12,9 @@
  * key, `bands` band keys); shingle sets and ids stay on disk.
  *
  * Usage: open; for each batch, process() then write its results somewhere and
- * commit() with the output sizes the caller wants restored on restart. */
+ * commit() with the output sizes the caller wants restored on restart. After
+ * a failed process() or commit() the engine must only be closed: what was not
+ * committed is decided again by the next process on the same index. */
 #ifndef RF_DEDUP_DEDUP_H
 #define RF_DEDUP_DEDUP_H
 

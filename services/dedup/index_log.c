@@ -265,8 +265,12 @@ int rf_ddlog_commit(rf_ddlog *log) {
     int rc;
     if ((rc = write_full(log->fd, prefix, REC_PREFIX, log->size)) ||
         (rc = write_full(log->fd, log->pending.data, len, log->size + REC_PREFIX)) ||
-        (rc = write_full(log->fd, &sum, 8, log->size + REC_PREFIX + len)))
+        (rc = write_full(log->fd, &sum, 8, log->size + REC_PREFIX + len))) {
+        /* Do not leave a partial record behind a later, shorter one. */
+        if (ftruncate(log->fd, (off_t)log->size) != 0)
+            rf_warn("dedup", "%s: truncate failed", log->path);
         return rc;
+    }
     if (fdatasync(log->fd) != 0)
         return rf_fail(RF_ERR_IO, "%s: fsync: %s", log->path, strerror(errno));
     log->size += REC_PREFIX + len + 8;
