@@ -99,8 +99,9 @@ static inline uint32_t pair_rank(const rf_tokenizer *t, uint32_t a, uint32_t b) 
 }
 
 /* BPE of one pre-token: start from byte ids and apply the lowest-ranked merge
- * (leftmost on ties) until none applies -- the order of HF's merge heap. */
-static int bpe_word(rf_tok_state *st, const unsigned char *s, size_t n, rf_u32vec *out) {
+ * (leftmost on ties) until none applies -- the order of HF's merge heap.
+ * Short words scan their pairs (quadratic, but tiny and cache-friendly). */
+static int bpe_word_short(rf_tok_state *st, const unsigned char *s, size_t n, rf_u32vec *out) {
     const rf_tokenizer *t = st->tok;
     rf_u32vec *sym = &st->sym, *rank = &st->rank;
     sym->n = rank->n = 0;
@@ -127,6 +128,98 @@ static int bpe_word(rf_tok_state *st, const unsigned char *s, size_t n, rf_u32ve
     memcpy(out->v + out->n, sym->v, m * sizeof *sym->v);
     out->n += m;
     return 0;
+}
+
+/* A candidate merge of the symbol at pos with its right neighbour. */
+struct rf_bpe_cand {
+    uint32_t rank, pos, left, right;
+};
+
+static bool cand_before(const struct rf_bpe_cand *a, const struct rf_bpe_cand *b) {
+    return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
+}
+
+static void heap_push(struct rf_bpe_cand *h, size_t *n, struct rf_bpe_cand c) {
+    size_t i = (*n)++;
+    while (i > 0 && cand_before(&c, &h[(i - 1) / 2])) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = c;
+}
+
+static struct rf_bpe_cand heap_pop(struct rf_bpe_cand *h, size_t *n) {
+    struct rf_bpe_cand top = h[0], last = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t l = 2 * i + 1, m = i;
+        const struct rf_bpe_cand *best = &last;
+        if (l < *n && cand_before(&h[l], best)) m = l, best = &h[l];
+        if (l + 1 < *n && cand_before(&h[l + 1], best)) m = l + 1;
+        if (m == i) break;
+        h[i] = h[m];
+        i = m;
+    }
+    if (*n) h[i] = last;
+    return top;
+}
+
+/* Long words (a URL, a base64 blob) merge through a heap of candidate pairs
+ * over a linked list of symbols, O(n log n) like HF's: the minimum (rank,
+ * position) is taken, stale candidates (a side already merged away) skipped. */
+static int bpe_word_long(rf_tok_state *st, const unsigned char *s, size_t n, rf_u32vec *out) {
+    const rf_tokenizer *t = st->tok;
+    rf_u32vec *sym = &st->sym, *link = &st->link;
+    sym->n = link->n = 0;
+    if (rf_u32vec_reserve(sym, n) || rf_u32vec_reserve(link, 2 * n)) return RF_ERR_NOMEM;
+    /* n - 1 initial candidates, and at most two more per merge (n - 1 merges) */
+    if (st->heap_cap < 3 * n) {
+        struct rf_bpe_cand *h = realloc(st->heap, 3 * n * sizeof *h);
+        if (!h) return RF_ERR_NOMEM;
+        st->heap = h;
+        st->heap_cap = 3 * n;
+    }
+    uint32_t *next = link->v, *prev = link->v + n, *id = sym->v;
+    const uint32_t none = UINT32_MAX;
+    size_t hn = 0;
+    for (size_t i = 0; i < n; i++) {
+        id[i] = t->byte_id[s[i]];
+        next[i] = i + 1 < n ? (uint32_t)(i + 1) : none;
+        prev[i] = i ? (uint32_t)(i - 1) : none;
+    }
+    for (size_t i = 0; i + 1 < n; i++) {
+        const rf_merge_slot *m = merge_find(t, id[i], id[i + 1]);
+        if (m)
+            heap_push(st->heap, &hn, (struct rf_bpe_cand){m->rank, (uint32_t)i, id[i], id[i + 1]});
+    }
+    while (hn) {
+        struct rf_bpe_cand c = heap_pop(st->heap, &hn);
+        uint32_t p = c.pos, q = next[p];
+        if (id[p] == none || q == none || id[p] != c.left || id[q] != c.right) continue; /* stale */
+        id[p] = merge_find(t, c.left, c.right)->id;
+        id[q] = none; /* q is gone */
+        next[p] = next[q];
+        if (next[q] != none) prev[next[q]] = p;
+        if (prev[p] != none) {
+            const rf_merge_slot *m = merge_find(t, id[prev[p]], id[p]);
+            if (m)
+                heap_push(st->heap, &hn,
+                          (struct rf_bpe_cand){m->rank, prev[p], id[prev[p]], id[p]});
+        }
+        if (next[p] != none) {
+            const rf_merge_slot *m = merge_find(t, id[p], id[next[p]]);
+            if (m) heap_push(st->heap, &hn, (struct rf_bpe_cand){m->rank, p, id[p], id[next[p]]});
+        }
+    }
+    for (uint32_t p = 0; p != none; p = next[p])
+        if (rf_u32vec_push(out, id[p])) return RF_ERR_NOMEM;
+    return 0;
+}
+
+#define SHORT_WORD 48 /* bytes; the pair scan is faster below this */
+
+static int bpe_word(rf_tok_state *st, const unsigned char *s, size_t n, rf_u32vec *out) {
+    return n <= SHORT_WORD ? bpe_word_short(st, s, n, out) : bpe_word_long(st, s, n, out);
 }
 
 static void cache_clear(rf_tok_state *st) {

@@ -119,7 +119,10 @@ struct rf_tok_state {
     rf_u32vec offs; /* byte offset of each char of a word */
     rf_buf word;    /* UTF-8 of a word */
     rf_u32vec ids_a, ids_b;
-    rf_u32vec sym, rank; /* BPE working arrays */
+    rf_u32vec sym, rank; /* BPE working arrays (short words) */
+    rf_u32vec link;      /* long words: next/prev symbol indices, 2 per byte */
+    struct rf_bpe_cand *heap;
+    size_t heap_cap;
     rf_bpe_cache_slot *cache;
     size_t cache_mask, cache_count;
     rf_buf cache_keys;

@@ -116,6 +116,8 @@ void rf_tok_state_free(rf_tok_state *st) {
     free(st->ids_b.v);
     free(st->sym.v);
     free(st->rank.v);
+    free(st->link.v);
+    free(st->heap);
     free(st->cache);
     free(st->cache_ids.v);
     free(st);

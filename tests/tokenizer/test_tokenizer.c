@@ -225,6 +225,32 @@ static void test_bpe_round_trip(void **state) {
     rf_tokenizer_free(t);
 }
 
+/* A 200 kB word goes through the heap merge (O(n log n)): same result as the
+ * pair scan would give ("ab" merges everywhere) and a lossless round trip. */
+static void test_bpe_long_word(void **state) {
+    rf_tokenizer *t = tiny_bpe();
+    rf_tok_state *st = rf_tok_state_new(t);
+    rf_tok_encoding e = {0};
+    size_t n = 200000;
+    char *s = malloc(n + 1);
+    for (size_t i = 0; i < n; i++)
+        s[i] = "ab"[i & 1];
+    s[n] = 0;
+    assert_int_equal(rf_tok_encode(st, s, n, true, &e), 0);
+    assert_int_equal(e.len, n / 2);
+    for (size_t i = 0; i < e.len; i++)
+        assert_int_equal(e.ids[i], 256);
+    rf_buf out = RF_BUF_INIT;
+    assert_int_equal(rf_tok_decode(t, e.ids, e.len, true, &out), 0);
+    assert_int_equal(out.len, n);
+    assert_memory_equal(out.data, s, n);
+    rf_buf_free(&out);
+    free(s);
+    rf_tok_encoding_free(&e);
+    rf_tok_state_free(st);
+    rf_tokenizer_free(t);
+}
+
 static void test_threads_agree(void **state) {
     rf_tokenizer *t = tiny();
     const char *texts[] = {"the cat sat.", "unable cats", "xyz the", "The Sat. CAT"};
@@ -264,6 +290,7 @@ int main(void) {
         cmocka_unit_test(test_decode),
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_bpe_round_trip),
+        cmocka_unit_test(test_bpe_long_word),
         cmocka_unit_test(test_threads_agree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
