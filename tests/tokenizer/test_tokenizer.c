@@ -188,10 +188,9 @@ static rf_tokenizer *tiny_bpe(void) {
     size_t n = (size_t)sprintf(json, "{\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_"
                                      "space\":false},\"decoder\":{\"type\":\"ByteLevel\"},"
                                      "\"model\":{\"type\":\"BPE\",\"vocab\":{");
-    int id = 0;
+    int id = 0, next = 256;
     for (int b = 0; b < 256; b++) {
         int keep = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-        static int next = 256;
         int cp = keep ? b : next++;
         char u[8];
         int k = cp < 0x80 ? sprintf(u, "%c", cp)
