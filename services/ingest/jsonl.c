@@ -28,12 +28,6 @@ static const rf_json *lookup(const rf_json *obj, const char *name) {
     return NULL;
 }
 
-const char *rf_label_from_text(const rf_label_map *m, const char *s, size_t n, int32_t *label) {
-    double v;
-    if (rf_label_parse_number(s, n, &v)) return "bad_label";
-    return rf_label_apply(m, v, label);
-}
-
 const char *rf_jsonl_extract(rf_json_doc *doc, const char *line, size_t len,
                              const rf_field_map *map, rf_record_fields *out) {
     const rf_json *root;
@@ -79,6 +73,9 @@ const char *rf_jsonl_extract(rf_json_doc *doc, const char *line, size_t len,
             if (r) return r;
         } else if (v->type == RF_JSON_STRING) {
             const char *r = rf_label_from_text(map->label_map, v->u.str, v->len, &out->label);
+            if (r) return r;
+        } else if (v->type == RF_JSON_TRUE || v->type == RF_JSON_FALSE) {
+            const char *r = rf_label_apply(map->label_map, v->type == RF_JSON_TRUE, &out->label);
             if (r) return r;
         } else {
             return "bad_label";

@@ -37,8 +37,4 @@ typedef struct rf_record_fields {
 const char *rf_jsonl_extract(rf_json_doc *doc, const char *line, size_t len,
                              const rf_field_map *map, rf_record_fields *out);
 
-/* Label from a raw value (a number, or a string holding one) per the map.
- * Returns NULL or "bad_label"/"unmapped_label". Shared with CSV. */
-const char *rf_label_from_text(const rf_label_map *m, const char *s, size_t n, int32_t *label);
-
 #endif

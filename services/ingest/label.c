@@ -1,6 +1,7 @@
 /* Label maps: see label.h. */
 #include "ingest/label.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,20 +13,28 @@ int rf_label_map_parse(const char *spec, rf_label_map *m) {
     const char *p = spec;
     while (*p) {
         if (m->n == RF_LABEL_MAP_MAX)
-            return rf_fail(RF_ERR_INVALID, "label map '%s': more than %d ranges", spec,
+            return rf_fail(RF_ERR_INVALID, "label map '%s': more than %d entries", spec,
                            RF_LABEL_MAP_MAX);
         rf_label_range *r = &m->r[m->n];
-        char *e;
-        r->lo = strtod(p, &e);
-        if (e == p) goto bad;
-        r->hi = r->lo;
-        if (*e == '-') {
-            p = e + 1;
-            r->hi = strtod(p, &e);
-            if (e == p) goto bad;
+        const char *colon = strchr(p, ':');
+        size_t klen = colon ? (size_t)(colon - p) : 0;
+        if (klen == 0 || klen >= RF_LABEL_NAME_MAX) goto bad;
+        char key[RF_LABEL_NAME_MAX], *e;
+        memcpy(key, p, klen);
+        key[klen] = '\0';
+        if (isalpha((unsigned char)key[0])) {
+            memcpy(r->name, key, klen + 1);
+        } else {
+            r->lo = r->hi = strtod(key, &e);
+            if (e == key) goto bad;
+            if (*e == '-') {
+                const char *h = e + 1;
+                r->hi = strtod(h, &e);
+                if (e == h) goto bad;
+            }
+            if (*e || !isfinite(r->lo) || !isfinite(r->hi) || r->hi < r->lo) goto bad;
         }
-        if (*e != ':' || !isfinite(r->lo) || !isfinite(r->hi) || r->hi < r->lo) goto bad;
-        p = e + 1;
+        p = colon + 1;
         long label = strtol(p, &e, 10);
         if (e == p || label < 0 || label > INT32_MAX) goto bad;
         r->label = (int32_t)label;
@@ -40,7 +49,9 @@ int rf_label_map_parse(const char *spec, rf_label_map *m) {
     return 0;
 bad:
     return rf_fail(RF_ERR_INVALID,
-                   "label map '%s': expected ranges like '1-2:0,3-5:1' (lo-hi:label)", spec);
+                   "label map '%s': expected entries like '1-2:0,3-5:1' (lo-hi:label) or "
+                   "'neg:0,pos:1' (name:label)",
+                   spec);
 }
 
 int rf_label_parse_number(const char *s, size_t n, double *v) {
@@ -73,7 +84,7 @@ int rf_label_parse_number(const char *s, size_t n, double *v) {
 const char *rf_label_apply(const rf_label_map *m, double v, int32_t *label) {
     if (m->n) {
         for (size_t i = 0; i < m->n; i++) {
-            if (v >= m->r[i].lo && v <= m->r[i].hi) {
+            if (!m->r[i].name[0] && v >= m->r[i].lo && v <= m->r[i].hi) {
                 *label = m->r[i].label;
                 return NULL;
             }
@@ -83,4 +94,20 @@ const char *rf_label_apply(const rf_label_map *m, double v, int32_t *label) {
     if (v != floor(v) || v < 0 || v > INT32_MAX) return "bad_label";
     *label = (int32_t)v;
     return NULL;
+}
+
+const char *rf_label_from_text(const rf_label_map *m, const char *s, size_t n, int32_t *label) {
+    while (n && isspace((unsigned char)*s))
+        s++, n--;
+    while (n && isspace((unsigned char)s[n - 1]))
+        n--;
+    for (size_t i = 0; i < m->n; i++) {
+        if (m->r[i].name[0] && strlen(m->r[i].name) == n && memcmp(m->r[i].name, s, n) == 0) {
+            *label = m->r[i].label;
+            return NULL;
+        }
+    }
+    double v;
+    if (rf_label_parse_number(s, n, &v)) return "bad_label";
+    return rf_label_apply(m, v, label);
 }

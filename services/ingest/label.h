@@ -1,7 +1,9 @@
-/* Labels from raw values: a star rating, a class number, "0"/"1". A label map
- * turns numbers into class labels by inclusive ranges, written "1-2:0,3-5:1"
- * (ratings 1..2 -> 0, 3..5 -> 1, the project's reference task) or "5:1" for a
- * single value. Without a map a value must be an integer and is the label. */
+/* Labels from raw values: a star rating, a class number, "0"/"1", a class
+ * name. A label map turns values into class labels: numbers by inclusive
+ * ranges, "1-2:0,3-5:1" (ratings 1..2 -> 0, 3..5 -> 1, the project's reference
+ * task) or "5:1" for one value; names by exact match, "neg:0,pos:1" (a name
+ * starts with a letter). Without a map a value must be a non-negative integer
+ * and is the label. */
 #ifndef RF_INGEST_LABEL_H
 #define RF_INGEST_LABEL_H
 
@@ -10,8 +12,11 @@
 
 #define RF_LABEL_MAP_MAX 16
 
+#define RF_LABEL_NAME_MAX 32
+
 typedef struct rf_label_range {
-    double lo, hi;
+    double lo, hi;                /* when name is "" */
+    char name[RF_LABEL_NAME_MAX]; /* a class name, or "" */
     int32_t label;
 } rf_label_range;
 
@@ -27,8 +32,12 @@ int rf_label_map_parse(const char *spec, rf_label_map *m);
  * allowed). Returns 0 or RF_ERR_PARSE. */
 int rf_label_parse_number(const char *s, size_t n, double *v);
 
-/* Maps value v to a label. Returns NULL with *label set, or a reject reason:
+/* Maps number v to a label. Returns NULL with *label set, or a reject reason:
  * "unmapped_label" (no range holds v) or "bad_label" (not an integer, no map). */
 const char *rf_label_apply(const rf_label_map *m, double v, int32_t *label);
+
+/* Maps the text s[0..n) (trimmed): a name of the map, else a number as above.
+ * Returns NULL or "bad_label" (neither) / "unmapped_label". */
+const char *rf_label_from_text(const rf_label_map *m, const char *s, size_t n, int32_t *label);
 
 #endif

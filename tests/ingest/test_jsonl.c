@@ -91,6 +91,11 @@ static void test_reasons(void **state) {
     assert_string_equal(extract(f, "{\"overall\": \"five\", \"reviewText\": \"x\"}", &r),
                         "bad_label");
     assert_string_equal(extract(f, "{\"overall\": [5], \"reviewText\": \"x\"}", &r), "bad_label");
+    /* Booleans are 1 and 0, mapped like numbers. */
+    assert_null(extract(f, "{\"overall\": true, \"reviewText\": \"x\"}", &r));
+    assert_int_equal(r.label, 0);
+    assert_string_equal(extract(f, "{\"overall\": false, \"reviewText\": \"x\"}", &r),
+                        "unmapped_label");
     assert_string_equal(extract(f, "{\"overall\": 9, \"reviewText\": \"x\"}", &r),
                         "unmapped_label");
     assert_string_equal(extract(f, "{\"overall\": \"nan\", \"reviewText\": \"x\"}", &r),
@@ -136,6 +141,19 @@ static void test_label_map(void **state) {
     assert_int_equal(rf_label_map_parse("1-2", &m), RF_ERR_INVALID);
     assert_int_equal(rf_label_map_parse("2-1:0", &m), RF_ERR_INVALID);
     assert_int_equal(rf_label_map_parse("1:x", &m), RF_ERR_INVALID);
+
+    /* Class names, mixed with numbers. */
+    assert_int_equal(rf_label_map_parse("neg:0,pos:1,5:2", &m), 0);
+    assert_null(rf_label_from_text(&m, " pos\r", 5, &label));
+    assert_int_equal(label, 1);
+    assert_null(rf_label_from_text(&m, "5.0", 3, &label));
+    assert_int_equal(label, 2);
+    assert_string_equal(rf_label_from_text(&m, "Pos", 3, &label), "bad_label");
+    assert_string_equal(rf_label_from_text(&m, "4", 1, &label), "unmapped_label");
+    assert_string_equal(rf_label_apply(&m, 0, &label),
+                        "unmapped_label"); /* names never match numbers */
+    assert_int_equal(rf_label_map_parse("averyveryveryveryverylongclassname:1", &m),
+                     RF_ERR_INVALID);
 
     rf_label_map none = {0};
     assert_null(rf_label_apply(&none, 7, &label));
