@@ -158,8 +158,12 @@ static void test_decisions(void **state) {
 static void test_threads_and_batches_do_not_matter(void **state) {
     rf_doc *docs = make_stream(NDOCS);
     rf_dd_result *a = full_run(docs, 1, 64);
-    rf_dd_result *b = full_run(docs, 4, 7);
+    rf_dd_result *b = full_run(docs, 4, 100); /* batches >= 64 use the helper threads */
+    rf_dd_result *c = full_run(docs, 3, 7);
     assert_same(a, b, NDOCS);
+    assert_same(a, c, NDOCS);
+    rf_dd_results_clear(c, NDOCS);
+    free(c);
     rf_dd_results_clear(a, NDOCS);
     rf_dd_results_clear(b, NDOCS);
     free(a);
