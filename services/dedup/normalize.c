@@ -110,9 +110,22 @@ static int put_cp(rf_buf *out, uint32_t cp, unsigned flags) {
     return rf_buf_append(out, enc, rf_utf8_encode(cp, enc));
 }
 
-/* ASCII classes and their normalized byte, for the fast path. */
-static int ascii_class(unsigned char c) {
-    return (int)classify(c);
+/* What the fast path does with each ASCII byte under flags: 0 drops it,
+ * 1 is whitespace, anything else is the byte to write. */
+static void ascii_map(unsigned flags, unsigned char map[128]) {
+    for (unsigned c = 0; c < 128; c++) {
+        enum cls k = classify(c);
+        if (k == CLS_SPACE)
+            map[c] = 1;
+        else if (k == CLS_PUNCT && (flags & RF_NORM_PUNCT))
+            map[c] = 0;
+        else if (k == CLS_DIGIT && (flags & RF_NORM_DIGITS))
+            map[c] = '0';
+        else if ((flags & RF_NORM_CASE) && c >= 'A' && c <= 'Z')
+            map[c] = (unsigned char)(c + 32);
+        else
+            map[c] = (unsigned char)c;
+    }
 }
 
 int rf_normalize(const char *text, size_t len, unsigned flags, rf_buf *out) {
@@ -121,30 +134,26 @@ int rf_normalize(const char *text, size_t len, unsigned flags, rf_buf *out) {
     if (rc) return rc;
     const unsigned char *s = (const unsigned char *)text;
     int pending_space = 0; /* a collapsed run of spaces waits for the next kept char */
+    unsigned char map[128];
+    ascii_map(flags, map);
     size_t i = 0;
     while (i < len) {
         /* ASCII fast path: the output never outgrows the input here, and the
          * buffer holds len bytes, so bytes are stored directly. */
         while (i < len && s[i] < 0x80) {
-            unsigned char c = s[i++];
-            int cls = ascii_class(c);
-            if (cls == CLS_PUNCT && (flags & RF_NORM_PUNCT)) continue;
-            if (cls == CLS_SPACE) {
+            unsigned char m = map[s[i++]];
+            if (m > 1) {
+                if (pending_space) {
+                    out->data[out->len++] = ' ';
+                    pending_space = 0;
+                }
+                out->data[out->len++] = (char)m;
+            } else if (m == 1) {
                 if (!(flags & RF_NORM_SPACE))
                     out->data[out->len++] = ' ';
                 else
                     pending_space = out->len > 0;
-                continue;
             }
-            if (pending_space) {
-                out->data[out->len++] = ' ';
-                pending_space = 0;
-            }
-            if (cls == CLS_DIGIT && (flags & RF_NORM_DIGITS))
-                c = '0';
-            else if ((flags & RF_NORM_CASE) && c >= 'A' && c <= 'Z')
-                c = (unsigned char)(c + 32);
-            out->data[out->len++] = (char)c;
         }
         if (i == len) break;
         uint32_t cp;
