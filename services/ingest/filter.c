@@ -232,11 +232,41 @@ static int add_word(words *ws, const char *t, size_t start, size_t end, size_t c
         ws->cap = cap;
     }
     if (end > UINT32_MAX) return rf_fail(RF_ERR_RANGE, "quality: text longer than 4 GiB");
-    ws->w[ws->n++] = (word){(uint32_t)start, (uint32_t)(end - start), (uint32_t)chars, 0, 0, 0, 0};
+    word *w = &ws->w[ws->n++]; /* the n-gram fields are set by check_ngrams */
+    w->start = (uint32_t)start;
+    w->len = (uint32_t)(end - start);
+    w->chars = (uint32_t)chars;
     ws->chars += chars;
     ws->alpha_words += alpha;
     ws->stop_words += stops && is_stop_word(t + start, end - start);
     return 0;
+}
+
+#define ONES 0x0101010101010101ull
+#define HIGH 0x8080808080808080ull
+
+/* Per-byte flag (0x80) of the bytes of x equal to b; exact for any bytes. */
+static inline uint64_t bytes_eq(uint64_t x, unsigned char b) {
+    uint64_t v = x ^ (ONES * b);
+    return ~(((v & ~HIGH) + ~HIGH) | v) & HIGH;
+}
+
+/* Per-byte flag of the ASCII bytes of x in (lo, hi), exclusive (bit-twiddling
+ * hacks' hasbetween; no carries between bytes). */
+static inline uint64_t bytes_between(uint64_t x, unsigned lo, unsigned hi) {
+    uint64_t low = x & ~HIGH;
+    return (ONES * (127 + hi) - low) & ~x & (low + ONES * (127 - lo)) & HIGH;
+}
+
+/* Bytes that end a plain run in split_words: whitespace, '#', '.', non-ASCII. */
+static inline uint64_t stop_bytes(uint64_t x) {
+    return (x & HIGH) | bytes_eq(x, ' ') | bytes_between(x, '\t' - 1, '\r' + 1) | bytes_eq(x, '#') |
+           bytes_eq(x, '.');
+}
+
+/* ASCII letters: x | 0x20 in 'a'..'z'. */
+static inline uint64_t letter_bytes(uint64_t x) {
+    return bytes_between(x | ONES * 0x20, 'a' - 1, 'z' + 1);
 }
 
 /* Splits t[0..n) into ws, stopping after max_words words (0 = no limit) so
@@ -251,8 +281,19 @@ static int split_words(const char *t, size_t n, bool stops, size_t max_words, wo
         size_t start = i, chars = 0;
         bool alpha = false;
         while (i < n) {
-            /* Plain ASCII run: letters, digits, punctuation other than '#' '.' */
+            /* Plain ASCII run: letters, digits, punctuation other than '#' '.'.
+             * Eight bytes at a time, then byte by byte near the end. */
             size_t run = i;
+            while (i + 8 <= n) {
+                uint64_t x;
+                memcpy(&x, u + i, 8);
+                uint64_t stop = stop_bytes(x);
+                size_t k = stop ? (size_t)__builtin_ctzll(stop) >> 3 : 8;
+                uint64_t keep = k == 8 ? ~0ull : (1ull << (8 * k)) - 1;
+                alpha |= (letter_bytes(x) & keep) != 0;
+                i += k;
+                if (k < 8) break;
+            }
             unsigned acc = 0, cls;
             while (i < n && !((cls = BYTE_CLASS[u[i]]) & (A_SPACE | A_MARK | A_HIGH))) {
                 acc |= cls;
@@ -295,16 +336,19 @@ static int split_words(const char *t, size_t n, bool stops, size_t max_words, wo
 }
 
 /* Open-addressing table of 64-bit keys with a count and a first index. */
-/* Open-addressing table of 64-bit keys, sized for every word of a text. */
+/* Open-addressing table of 64-bit keys, sized for every word of a text.
+ * Slots of an older generation are empty, so a new pass costs nothing. */
 typedef struct slot {
-    uint64_t key; /* 0 = empty */
+    uint64_t key;
     uint32_t count, first;
     uint32_t seen; /* the duplicated-n-gram scan passed it */
+    uint32_t gen;
 } slot;
 
 typedef struct table {
     slot *s;
     size_t mask;
+    uint32_t gen; /* current generation; calloc's 0 is never current */
 } table;
 
 static int table_init(table *t, size_t items) {
@@ -313,18 +357,33 @@ static int table_init(table *t, size_t items) {
         cap *= 2;
     t->s = calloc(cap, sizeof *t->s);
     t->mask = cap - 1;
+    t->gen = 1;
     return t->s ? 0 : RF_ERR_NOMEM;
 }
 
 /* Counts key; returns its slot's index. */
 static uint32_t table_add(table *t, uint64_t key, uint32_t index) {
-    key |= key == 0;
     size_t i = (size_t)key & t->mask;
-    while (t->s[i].key && t->s[i].key != key)
+    while (t->s[i].gen == t->gen && t->s[i].key != key)
         i = (i + 1) & t->mask;
-    if (!t->s[i].key) t->s[i] = (slot){key, 0, index, 0};
+    if (t->s[i].gen != t->gen) t->s[i] = (slot){key, 0, index, 0, t->gen};
     t->s[i].count++;
     return (uint32_t)i;
+}
+
+/* A cheap 64-bit hash of a word (mostly a few bytes): eight bytes per
+ * splitmix step. */
+static uint64_t word_hash(const char *s, size_t n) {
+    uint64_t h = rf_mix64(n);
+    for (; n >= 8; s += 8, n -= 8) {
+        uint64_t x;
+        memcpy(&x, s, 8);
+        h = rf_mix64(h ^ x);
+    }
+    uint64_t x = 0;
+    for (size_t i = 0; i < n; i++)
+        x |= (uint64_t)(unsigned char)s[i] << (8 * i);
+    return rf_mix64(h ^ x);
 }
 
 /* Word chars of words [i, i + n). */
@@ -350,7 +409,7 @@ static int check_ngrams(const rf_quality_opts *o, const char *text, words *ws,
     if ((!top_on && !dup_on) || ws->n < 2 || ws->n < o->ngram_min_words || ws->chars == 0) return 0;
     word *w = ws->w;
     for (size_t i = 0, cum = 0; i < ws->n; i++) {
-        w[i].hash = rf_hash64(text + w[i].start, w[i].len, 0);
+        w[i].hash = word_hash(text + w[i].start, w[i].len);
         w[i].gram = rf_mix64(w[i].hash); /* not w[i].hash: "a b" and "b a" must differ */
         w[i].cum = (uint32_t)cum;
         w[i].slot = 0; /* every position is a candidate for 2-grams */
@@ -362,22 +421,34 @@ static int check_ngrams(const rf_quality_opts *o, const char *text, words *ws,
     for (size_t n = RF_QUALITY_NGRAM_MIN; n <= RF_QUALITY_DUPNGRAM_MAX && n <= ws->n; n++) {
         if (n > RF_QUALITY_NGRAM_MAX && !dup_on) break;
         size_t last = ws->n - n; /* last start position of an n-gram */
+        if (n > RF_QUALITY_NGRAM_MIN) {
+            /* Keep the positions whose (n-1)-gram repeated (slots of the
+             * previous pass), then start a new generation. */
+            bool any = false;
+            for (size_t i = 0; i < ws->n; i++) {
+                if (w[i].slot == NOT_REPEATED) continue;
+                if (i <= last && t.s[w[i].slot].count >= 2)
+                    any = true;
+                else
+                    w[i].slot = NOT_REPEATED;
+            }
+            if (!any) break;
+            t.gen++;
+        }
+        /* Most frequent n-gram: chars of all its occurrences / all word chars;
+         * only a repeated n-gram counts (a text that is one 2-gram is not
+         * repetitive). Counts only rise, so the best seen along the way is the
+         * best at the end. */
+        size_t best = 0;
         for (size_t i = 0; i <= last; i++) {
             if (w[i].slot == NOT_REPEATED) continue;
             w[i].gram = rf_mix64(w[i].gram ^ w[i + n - 1].hash);
             w[i].slot = table_add(&t, w[i].gram, (uint32_t)i);
+            const slot *s = &t.s[w[i].slot];
+            if (s->count >= 2 && s->count * span_chars(ws, s->first, n) > best)
+                best = s->count * span_chars(ws, s->first, n);
         }
         if (n <= RF_QUALITY_NGRAM_MAX) {
-            /* Most frequent n-gram: chars of all its occurrences / all word
-             * chars. Only a repeated n-gram counts (a text that is one 2-gram
-             * is not repetitive). */
-            size_t best = 0;
-            for (size_t i = 0; i <= last; i++) {
-                if (w[i].slot == NOT_REPEATED) continue;
-                const slot *s = &t.s[w[i].slot];
-                if (s->count >= 2 && s->count * span_chars(ws, s->first, n) > best)
-                    best = s->count * span_chars(ws, s->first, n);
-            }
             double max = o->max_top_ngram_frac[n - RF_QUALITY_NGRAM_MIN];
             if (max < 1 && (double)best / total > max) *reason = "top_ngram";
         } else {
@@ -399,23 +470,7 @@ static int check_ngrams(const rf_quality_opts *o, const char *text, words *ws,
             double max = o->max_dup_ngram_frac[n - RF_QUALITY_DUPNGRAM_MIN];
             if (max < 1 && (double)dup / total > max) *reason = "dup_ngram";
         }
-        /* Keep the positions whose n-gram repeated, then empty the used
-         * slots (several positions share one: two loops). */
-        bool any = false;
-        for (size_t i = 0; i <= last; i++) {
-            if (w[i].slot == NOT_REPEATED) continue;
-            const slot *s = &t.s[w[i].slot];
-            any |= s->count >= 2;
-            if (s->count < 2) w[i].slot = NOT_REPEATED;
-        }
-        for (size_t i = 0; i < ws->n; i++) {
-            if (w[i].slot == NOT_REPEATED) continue;
-            if (i <= last)
-                t.s[w[i].slot] = (slot){0, 0, 0, 0};
-            else
-                w[i].slot = NOT_REPEATED; /* too near the end for a longer n-gram */
-        }
-        if (*reason || !any) break;
+        if (*reason) break;
     }
     free(t.s);
     return 0;
@@ -430,7 +485,7 @@ static int check_lines(const rf_quality_opts *o, const char *t, size_t n, const 
     if (!shape_on && (!dup_on || !memchr(t, '\n', n))) return 0;
     size_t lines = 0, bullets = 0, ellipses = 0, punct = 0, shorts = 0, dups = 0;
     size_t chars = 0, dup_chars = 0;
-    table tab = {NULL, 0};
+    table tab = {NULL, 0, 0};
     if (dup_on) {
         size_t nl = 1;
         for (const char *p = t; (p = memchr(p, '\n', n - (size_t)(p - t))) != NULL; p++)

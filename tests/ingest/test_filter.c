@@ -328,6 +328,112 @@ static void test_defaults_on_sst2(void **state) {
     assert_true(kept_g < n / 10);
 }
 
+/* The repetition rules written plainly (quadratic, string comparisons), to
+ * check the hashed, pruned sweep of filter.c against. */
+typedef struct rword {
+    const char *s;
+    size_t len, chars;
+} rword;
+
+static bool same_gram(const rword *w, size_t a, size_t b, size_t n) {
+    for (size_t k = 0; k < n; k++)
+        if (w[a + k].len != w[b + k].len || memcmp(w[a + k].s, w[b + k].s, w[a + k].len) != 0)
+            return false;
+    return true;
+}
+
+static size_t gram_chars(const rword *w, size_t i, size_t n) {
+    size_t c = 0;
+    for (size_t k = 0; k < n; k++)
+        c += w[i + k].chars;
+    return c;
+}
+
+static const char *reference_ngrams(const rf_quality_opts *o, const rword *w, size_t nw) {
+    size_t total = 0;
+    for (size_t i = 0; i < nw; i++)
+        total += w[i].chars;
+    if (nw < 2 || total == 0) return NULL;
+    for (size_t n = 2; n <= 4 && n <= nw; n++) {
+        size_t best = 0;
+        for (size_t i = 0; i + n <= nw; i++) {
+            size_t count = 0;
+            for (size_t j = 0; j + n <= nw; j++)
+                count += same_gram(w, i, j, n);
+            if (count >= 2 && count * gram_chars(w, i, n) > best)
+                best = count * gram_chars(w, i, n);
+        }
+        if ((double)best / (double)total > o->max_top_ngram_frac[n - 2]) return "top_ngram";
+    }
+    for (size_t n = 5; n <= 10 && n <= nw; n++) {
+        size_t seen[4096], nseen = 0, dup = 0;
+        for (size_t i = 0; i + n <= nw;) {
+            bool found = false;
+            for (size_t k = 0; k < nseen && !found; k++)
+                found = same_gram(w, seen[k], i, n);
+            if (found) {
+                dup += gram_chars(w, i, n);
+                i += n;
+            } else {
+                assert_true(nseen < 4096);
+                seen[nseen++] = i;
+                i++;
+            }
+        }
+        if ((double)dup / (double)total > o->max_dup_ngram_frac[n - 5]) return "dup_ngram";
+    }
+    return NULL;
+}
+
+/* Every line of WikiText-2 valid, with only the repetition rules on at three
+ * threshold scales: same verdict as the plain reference. */
+static void test_ngrams_match_reference(void **state) {
+    const char *shared = getenv("SHARED");
+    if (!shared) fail_msg("SHARED is not set: run through tests/run.sh (needs ../shared/data)");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/data/wikitext2/wiki.valid.raw", shared);
+    FILE *fp = fopen(path, "rb");
+    if (!fp) fail_msg("cannot open %s (shared data missing?)", path);
+    static rword w[4096];
+    char *line = NULL;
+    size_t cap = 0, lines = 0, rejects[3] = {0};
+    ssize_t len;
+    const double scale[3] = {0.3, 1, 2};
+    while ((len = getline(&line, &cap, fp)) > 0) {
+        size_t nw = 0;
+        for (size_t i = 0; i < (size_t)len && nw < 4096;) {
+            while (i < (size_t)len && (line[i] == ' ' || (line[i] >= '\t' && line[i] <= '\r')))
+                i++;
+            size_t start = i, chars = 0;
+            for (; i < (size_t)len && !(line[i] == ' ' || (line[i] >= '\t' && line[i] <= '\r'));
+                 i++)
+                chars += ((unsigned char)line[i] & 0xC0) != 0x80;
+            if (i > start) w[nw++] = (rword){line + start, i - start, chars};
+        }
+        for (size_t k = 0; k < 3; k++) {
+            rf_quality_opts o = none();
+            rf_quality_opts g;
+            rf_quality_opts_gopher(&g);
+            for (size_t i = 0; i < 3; i++)
+                o.max_top_ngram_frac[i] = g.max_top_ngram_frac[i] * scale[k];
+            for (size_t i = 0; i < 6; i++)
+                o.max_dup_ngram_frac[i] = g.max_dup_ngram_frac[i] * scale[k];
+            const char *got, *want = reference_ngrams(&o, w, nw);
+            assert_int_equal(rf_quality_check(&o, line, (size_t)len, &got), 0);
+            if ((got == NULL) != (want == NULL) || (got && strcmp(got, want) != 0))
+                fail_msg("line %zu, scale %.1f: got %s, reference %s", lines + 1, scale[k],
+                         got ? got : "keep", want ? want : "keep");
+            rejects[k] += got != NULL;
+        }
+        lines++;
+    }
+    free(line);
+    fclose(fp);
+    print_message("wikitext valid: %zu lines, rejected %zu / %zu / %zu\n", lines, rejects[0],
+                  rejects[1], rejects[2]);
+    assert_true(rejects[0] > 100 && rejects[2] > 10);
+}
+
 static double cpu_seconds(void) {
     struct timespec t;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
@@ -399,6 +505,7 @@ int main(void) {
         cmocka_unit_test(test_from_cfg),
         cmocka_unit_test(test_long_document),
         cmocka_unit_test(test_defaults_on_sst2),
+        cmocka_unit_test(test_ngrams_match_reference),
         cmocka_unit_test(test_throughput_real_data),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
