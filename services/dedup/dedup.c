@@ -168,12 +168,12 @@ static int add_node(rf_dedup *d, uint64_t voff, uint32_t parent) {
 /* ---- doc records ---- */
 
 static void rec_encode(const dd_rec *r, unsigned char h[REC_HEAD]) {
+    const uint32_t f[7] = {r->target, 0, r->nkeys, r->nmerge, r->id_len, r->set_len, r->set_total};
     memset(h, 0, REC_HEAD);
     h[0] = r->kind;
     h[1] = r->flags;
     memcpy(h + 2, &r->pairs, 2);
-    uint32_t f[7] = {r->target, 0, r->nkeys, r->nmerge, r->id_len, r->set_len, r->set_total};
-    memcpy(h + 4, f, sizeof f);
+    memcpy(h + 4, f, sizeof f); /* f[1] is the jaccard slot, written next */
     memcpy(h + 8, &r->jaccard, 4);
     memcpy(h + 32, &r->hash.lo, 8);
     memcpy(h + 40, &r->hash.hi, 8);
@@ -182,17 +182,17 @@ static void rec_encode(const dd_rec *r, unsigned char h[REC_HEAD]) {
 
 static void rec_decode(const unsigned char h[REC_HEAD], dd_rec *r) {
     uint32_t f[7];
+    memcpy(f, h + 4, sizeof f);
     r->kind = h[0];
     r->flags = h[1];
     memcpy(&r->pairs, h + 2, 2);
-    memcpy(f, h + 4, sizeof f);
     r->target = f[0];
+    memcpy(&r->jaccard, h + 8, 4);
     r->nkeys = f[2];
     r->nmerge = f[3];
     r->id_len = f[4];
     r->set_len = f[5];
     r->set_total = f[6];
-    memcpy(&r->jaccard, h + 8, 4);
     memcpy(&r->hash.lo, h + 32, 8);
     memcpy(&r->hash.hi, h + 40, 8);
     memcpy(&r->matched, h + 48, 4);
