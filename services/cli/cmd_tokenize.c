@@ -90,8 +90,10 @@ static int encode_range(job *j, int tid, const chunk *c, size_t lo, size_t hi) {
         int rc = rf_tok_encode(j->states[tid], c->text.data + c->off[i], c->off[i + 1] - c->off[i],
                                j->add_special, e);
         if (rc) {
-            snprintf(j->err, sizeof j->err, "line %llu: %s",
-                     (unsigned long long)(c->first_lineno + i), rf_errmsg());
+#pragma omp critical(tokenize_err)
+            if (!j->err[0])
+                snprintf(j->err, sizeof j->err, "line %llu: %s",
+                         (unsigned long long)(c->first_lineno + i), rf_errmsg());
             return rc;
         }
         if (j->jsonl) {

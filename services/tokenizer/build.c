@@ -158,8 +158,8 @@ int rf_tok_finish_wordpiece(rf_tokenizer *t) {
     return 0;
 }
 
-static int template_piece(rf_tok_template *tp, int seq, uint32_t type_id, const uint32_t *ids,
-                          size_t n) {
+int rf_tok_template_add(rf_tok_template *tp, int seq, uint32_t type_id, const uint32_t *ids,
+                        size_t n) {
     rf_tok_piece *p = realloc(tp->pieces, (tp->n + 1) * sizeof *p);
     if (!p) return RF_ERR_NOMEM;
     tp->pieces = p;
@@ -173,22 +173,17 @@ static int template_piece(rf_tok_template *tp, int seq, uint32_t type_id, const 
     return 0;
 }
 
-int rf_tok_template_add(rf_tok_template *tp, int seq, uint32_t type_id, const uint32_t *ids,
-                        size_t n) {
-    return template_piece(tp, seq, type_id, ids, n);
-}
-
 /* [CLS] A [SEP] and [CLS] A [SEP] B:1 [SEP]:1, as BertProcessing builds. */
 int rf_tok_bert_template(rf_tokenizer *t, uint32_t cls, uint32_t sep) {
     int rc = 0;
-    rc = rc ? rc : template_piece(&t->single, -1, 0, &cls, 1);
-    rc = rc ? rc : template_piece(&t->single, 0, 0, NULL, 0);
-    rc = rc ? rc : template_piece(&t->single, -1, 0, &sep, 1);
-    rc = rc ? rc : template_piece(&t->pair, -1, 0, &cls, 1);
-    rc = rc ? rc : template_piece(&t->pair, 0, 0, NULL, 0);
-    rc = rc ? rc : template_piece(&t->pair, -1, 0, &sep, 1);
-    rc = rc ? rc : template_piece(&t->pair, 1, 1, NULL, 0);
-    rc = rc ? rc : template_piece(&t->pair, -1, 1, &sep, 1);
+    rc = rc ? rc : rf_tok_template_add(&t->single, -1, 0, &cls, 1);
+    rc = rc ? rc : rf_tok_template_add(&t->single, 0, 0, NULL, 0);
+    rc = rc ? rc : rf_tok_template_add(&t->single, -1, 0, &sep, 1);
+    rc = rc ? rc : rf_tok_template_add(&t->pair, -1, 0, &cls, 1);
+    rc = rc ? rc : rf_tok_template_add(&t->pair, 0, 0, NULL, 0);
+    rc = rc ? rc : rf_tok_template_add(&t->pair, -1, 0, &sep, 1);
+    rc = rc ? rc : rf_tok_template_add(&t->pair, 1, 1, NULL, 0);
+    rc = rc ? rc : rf_tok_template_add(&t->pair, -1, 1, &sep, 1);
     if (!rc) t->has_template = true;
     return rc;
 }

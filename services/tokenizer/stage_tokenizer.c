@@ -173,17 +173,20 @@ static int stage_process(void *state, rf_doc_batch *in, rf_emit_fn emit, void *e
             s->n_encs = in->n;
         }
     }
-    int failed = 0;
+    char err[256] = "";
     if (!rc) {
-#pragma omp parallel for num_threads(s->threads) schedule(dynamic, 16) reduction(| : failed)
+#pragma omp parallel for num_threads(s->threads) schedule(dynamic, 16)
         for (size_t i = 0; i < in->n; i++) {
             const rf_doc *d = &in->docs[i];
             rf_tok_state *st = s->states[omp_get_thread_num()];
             s->encs[i].len = 0;
-            if (d->text && rf_tok_encode(st, d->text, d->text_len, s->add_special, &s->encs[i]))
-                failed |= 1;
+            if (d->text && rf_tok_encode(st, d->text, d->text_len, s->add_special, &s->encs[i])) {
+#pragma omp critical(tokenizer_stage_err)
+                if (!err[0])
+                    snprintf(err, sizeof err, "document %s: %s", d->id ? d->id : "?", rf_errmsg());
+            }
         }
-        if (failed) rc = rf_fail(RF_ERR_INTERNAL, "tokenizer: encoding failed: %s", rf_errmsg());
+        if (err[0]) rc = rf_fail(RF_ERR_INVALID, "tokenizer: %s", err);
     }
     /* written in stream order, so shards are deterministic whatever the threads */
     for (size_t i = 0; i < in->n && !rc; i++) {
