@@ -135,6 +135,7 @@ static int run_threaded(pipeline *p) {
     rf_ibatch **pending = calloc(n, sizeof(*pending));
     pthread_t reader, *tids = calloc(nw, sizeof(*tids));
     worker_arg *args = calloc(nw, sizeof(*args));
+    void *item;
     int rc = 0;
     if (!p->pool || !p->work || !p->done || !pending || !tids || !args) {
         rc = RF_ERR_NOMEM;
@@ -160,7 +161,6 @@ static int run_threaded(pipeline *p) {
     /* Writer: restore sequence order. At most n batches exist, so the ones in
      * flight have distinct seq modulo n. */
     uint64_t next = 0;
-    void *item;
     while (rf_queue_pop(p->done, &item) == 1) {
         rf_ibatch *b = item;
         pending[b->seq % n] = b;
@@ -184,13 +184,14 @@ static int run_threaded(pipeline *p) {
         pthread_join(tids[i], NULL);
     if (!rc && p->read_rc) rc = rf_fail(p->read_rc, "%s", p->read_msg);
 
-out:
-    for (rf_queue *q[] = {p->pool, p->work, p->done}, **qq = q; qq < q + 3; qq++) {
-        if (!*qq) continue;
-        rf_queue_close(*qq);
-        while (rf_queue_pop(*qq, &item) == 1) {
+out:; /* the batches stay owned by p->batches: just empty the queues */
+    rf_queue *queues[] = {p->pool, p->work, p->done};
+    for (size_t i = 0; i < 3; i++) {
+        if (!queues[i]) continue;
+        rf_queue_close(queues[i]);
+        while (rf_queue_pop(queues[i], &item) == 1) {
         }
-        rf_queue_free(*qq);
+        rf_queue_free(queues[i]);
     }
     free(pending);
     free(tids);
