@@ -137,9 +137,14 @@ static inline uint64_t mix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
+/* One splitmix round over a scrambled counter: enough to decorrelate masks. */
+static inline int keep(uint64_t seed, uint64_t i, float p) {
+    uint64_t h = mix64(seed + i * 0xd1342543de82ef95ull);
+    return (float)(h >> 40) * (1.0f / 16777216.0f) >= p;
+}
+
 int rf_op_dropout_keep(uint64_t seed, uint64_t i, float p) {
-    uint64_t h = mix64(seed ^ mix64(i));
-    return (float)((double)(h >> 40) * (1.0 / 16777216.0)) >= p;
+    return keep(seed, i, p);
 }
 
 void rf_op_attention_fwd(float *out, float *att, const float *qkv, const uint8_t *valid, int B,
@@ -160,6 +165,7 @@ void rf_op_attention_fwd(float *out, float *att, const float *qkv, const uint8_t
                     if (!vmask[tk]) continue;
                     const float *k = base + tk * C3 + C;
                     float s = 0;
+#pragma omp simd reduction(+ : s)
                     for (int i = 0; i < hs; i++)
                         s += q[i] * k[i];
                     a[tk] = s * scale;
@@ -179,9 +185,9 @@ void rf_op_attention_fwd(float *out, float *att, const float *qkv, const uint8_t
                 for (int tk = 0; tk < T; tk++) {
                     float p = a[tk];
                     if (p == 0.0f) continue;
-                    if (pdrop > 0)
-                        p = rf_op_dropout_keep(seed, idx0 + tk, pdrop) ? p * keep_scale : 0;
+                    if (pdrop > 0) p = keep(seed, idx0 + tk, pdrop) ? p * keep_scale : 0;
                     const float *v = base + tk * C3 + 2 * C;
+#pragma omp simd
                     for (int i = 0; i < hs; i++)
                         o[i] += p * v[i];
                 }
@@ -215,16 +221,17 @@ void rf_op_attention_bwd(float *dqkv, const float *dout, const float *qkv, const
                         datt[tk] = 0;
                         if (!vmask[tk]) continue;
                         float m = 1.0f;
-                        if (pdrop > 0)
-                            m = rf_op_dropout_keep(seed, idx0 + tk, pdrop) ? keep_scale : 0.0f;
+                        if (pdrop > 0) m = keep(seed, idx0 + tk, pdrop) ? keep_scale : 0.0f;
                         if (m == 0.0f) continue;
                         const float *v = base + tk * C3 + 2 * C;
                         float *dv = dbase + tk * C3 + 2 * C;
                         float s = 0, pm = a[tk] * m;
-                        for (int i = 0; i < hs; i++) {
+#pragma omp simd reduction(+ : s)
+                        for (int i = 0; i < hs; i++)
                             s += d[i] * v[i];
+#pragma omp simd
+                        for (int i = 0; i < hs; i++)
                             dv[i] += pm * d[i];
-                        }
                         datt[tk] = s * m;
                         dot += a[tk] * datt[tk];
                     }
@@ -233,6 +240,7 @@ void rf_op_attention_bwd(float *dqkv, const float *dout, const float *qkv, const
                         float dpre = a[tk] * (datt[tk] - dot) * scale;
                         const float *k = base + tk * C3 + C;
                         float *dk = dbase + tk * C3 + C;
+#pragma omp simd
                         for (int i = 0; i < hs; i++) {
                             dq[i] += dpre * k[i];
                             dk[i] += dpre * q[i];
@@ -279,14 +287,14 @@ void rf_op_dropout_fwd(float *out, const float *inp, size_t n, float p, uint64_t
     float s = 1.0f / (1.0f - p);
 #pragma omp parallel for schedule(static) if (n > OMP_MIN)
     for (size_t i = 0; i < n; i++)
-        out[i] = rf_op_dropout_keep(seed, i, p) ? inp[i] * s : 0.0f;
+        out[i] = keep(seed, i, p) ? inp[i] * s : 0.0f;
 }
 
 void rf_op_dropout_bwd(float *dinp, const float *dout, size_t n, float p, uint64_t seed) {
     float s = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
 #pragma omp parallel for schedule(static) if (n > OMP_MIN)
     for (size_t i = 0; i < n; i++)
-        if (p <= 0 || rf_op_dropout_keep(seed, i, p)) dinp[i] += dout[i] * s;
+        if (p <= 0 || keep(seed, i, p)) dinp[i] += dout[i] * s;
 }
 
 void rf_op_residual_fwd(float *out, const float *a, const float *b, size_t n) {

@@ -82,6 +82,8 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
     REAL("eps", 1e-8, 0, 1, o->optim.eps);
     if ((rc = rf_cfg_bool(n, "dropout", true, &b))) return rc;
     o->dropout = b;
+    if ((rc = rf_cfg_bool(n, "shuffle", true, &b))) return rc;
+    o->shuffle = b;
     if ((rc = rf_cfg_bool(n, "resume", true, &b))) return rc;
     o->resume = b;
 #undef STR

@@ -30,6 +30,7 @@ rf_train_opts rf_train_defaults(void) {
     o.optim.warmup_steps = -1;
     o.warmup_ratio = 0;
     o.seed = 42;
+    o.shuffle = true;
     o.dropout = true;
     o.log_every = 50;
     return o;
@@ -42,11 +43,12 @@ static uint64_t mix(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-static void epoch_order(size_t *order, size_t n, uint64_t seed, uint64_t epoch) {
+static void epoch_order(size_t *order, size_t n, bool shuffle, uint64_t seed, uint64_t epoch) {
     rf_rng r;
     rf_rng_seed(&r, mix(seed ^ mix(epoch + 1)));
     for (size_t i = 0; i < n; i++)
         order[i] = i;
+    if (!shuffle) return;
     for (size_t i = n; i > 1; i--) {
         size_t j = (size_t)rf_rng_below(&r, i);
         size_t t = order[i - 1];
@@ -121,7 +123,7 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
     bool stop = false;
     uint64_t max_epochs = o->max_steps > 0 ? UINT64_MAX : (uint64_t)o->epochs;
     while (!rc && !stop && (long)st.step < total && st.epoch < max_epochs) {
-        epoch_order(order, n, o->seed, st.epoch);
+        epoch_order(order, n, o->shuffle, o->seed, st.epoch);
         while (!rc && !stop && st.pos < n && (long)st.step < total) {
             /* one optimizer step: up to accum micro-batches */
             rf_bert_zero_grad(m);

@@ -25,6 +25,7 @@ typedef struct rf_train_opts {
     rf_adamw optim;      /* total_steps is filled in by rf_train */
     double warmup_ratio; /* used when optim.warmup_steps < 0 */
     uint64_t seed;
+    bool shuffle;          /* false: every epoch in data order (side-by-side runs) */
     bool dropout;          /* false: dropout off (deterministic parity runs) */
     long checkpoint_every; /* optimizer steps between checkpoints; 0 = at the end only */
     long log_every;        /* optimizer steps between log lines; 0 = none */
