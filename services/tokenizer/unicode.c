@@ -1,22 +1,15 @@
 /* Builds the per-code-point flag table from the generated range tables. */
 #include <pthread.h>
-#include <stdlib.h>
 
 #include "tokenizer/unicode_tables.h"
 
 const uint16_t *rf_tok_cp_flags;
-static uint16_t *flags_table;
+/* Static storage (zero pages until written), so no allocation can fail and
+ * nothing needs freeing at exit. */
+static uint16_t flags_table[0x110000];
 static pthread_once_t flags_once = PTHREAD_ONCE_INIT;
 
-/* Freed at exit so leak checkers see a clean process. */
-static void free_flags(void) {
-    free(flags_table);
-    flags_table = NULL;
-}
-
 static void build_flags(void) {
-    flags_table = calloc(0x110000, sizeof *flags_table);
-    if (!flags_table) abort(); /* 2 MiB at startup: nothing sensible to do without it */
     for (size_t t = 0; t < rf_tok_class_table_count; t++) {
         const rf_cp_class_table *ct = &rf_tok_class_tables[t];
         for (size_t i = 0; i < ct->n; i++)
@@ -28,7 +21,6 @@ static void build_flags(void) {
     for (size_t i = 0; i < rf_tok_lower_multi_count; i++)
         flags_table[rf_tok_lower_multi[i].cp] |= RF_CP_HAS_LOWER;
     rf_tok_cp_flags = flags_table;
-    atexit(free_flags);
 }
 
 void rf_tok_unicode_init(void) {
