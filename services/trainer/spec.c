@@ -6,33 +6,20 @@
 #include "common/log.h"
 #include "evaluator/evaluate.h"
 
-const char *const rf_trainer_spec_keys[] = {"model",
-                                            "train",
-                                            "eval",
-                                            "output",
-                                            "export",
-                                            "num_labels",
-                                            "epochs",
-                                            "max_steps",
-                                            "batch_size",
-                                            "grad_accum",
-                                            "max_len",
-                                            "lr",
-                                            "weight_decay",
-                                            "warmup_ratio",
-                                            "warmup_steps",
-                                            "clip_norm",
-                                            "beta1",
-                                            "beta2",
-                                            "eps",
-                                            "seed",
-                                            "dropout",
-                                            "checkpoint_every",
-                                            "log_every",
-                                            "resume",
-                                            "threads",
-                                            "eval_batch_size",
-                                            NULL};
+const char *const rf_trainer_spec_keys[] = {"model",        "train",
+                                            "eval",         "output",
+                                            "export",       "num_labels",
+                                            "epochs",       "max_steps",
+                                            "batch_size",   "grad_accum",
+                                            "max_len",      "lr",
+                                            "weight_decay", "warmup_ratio",
+                                            "warmup_steps", "clip_norm",
+                                            "beta1",        "beta2",
+                                            "eps",          "seed",
+                                            "dropout",      "checkpoint_every",
+                                            "log_every",    "resume",
+                                            "threads",      "eval_batch_size",
+                                            "shuffle",      NULL};
 
 int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
     int64_t i64;
