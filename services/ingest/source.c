@@ -259,13 +259,24 @@ static int csv_record(rf_source *s, rf_ibatch *b, uint32_t src) {
                            s->rec_head_len, detail);
     }
     const rf_ingest_opts *o = s->o;
+    /* One present text field is pushed as it is; more are joined in s->join. */
+    const char *text = "";
+    size_t text_len = 0, present = 0;
     rf_buf_reset(&s->join);
-    for (size_t i = 0, present = 0; i < o->n_text_fields; i++) {
+    for (size_t i = 0; i < o->n_text_fields; i++) {
         if ((size_t)s->text_col[i] >= c->nfields) continue;
         const char *f = rf_csv_field(c, (size_t)s->text_col[i], &len);
         if (len == 0) continue;
-        if (present++ && rf_buf_puts(&s->join, o->text_join)) return RF_ERR_NOMEM;
-        if (rf_buf_append(&s->join, f, len)) return RF_ERR_NOMEM;
+        if (++present == 2 && rf_buf_append(&s->join, text, text_len)) return RF_ERR_NOMEM;
+        if (present >= 2 &&
+            (rf_buf_puts(&s->join, o->text_join) || rf_buf_append(&s->join, f, len)))
+            return RF_ERR_NOMEM;
+        text = f;
+        text_len = len;
+    }
+    if (present >= 2) {
+        text = s->join.data;
+        text_len = s->join.len;
     }
     const char *label = NULL, *id = NULL;
     size_t label_len = 0, id_len = 0;
@@ -273,8 +284,8 @@ static int csv_record(rf_source *s, rf_ibatch *b, uint32_t src) {
         label = rf_csv_field(c, (size_t)s->label_col, &label_len);
     if (s->id_col >= 0 && (size_t)s->id_col < c->nfields)
         id = rf_csv_field(c, (size_t)s->id_col, &id_len);
-    return push_fields(b, src, s->rec_line, s->rec_offset, s->join.data ? s->join.data : "",
-                       s->join.len, label, label_len, id, id_len);
+    return push_fields(b, src, s->rec_line, s->rec_offset, text, text_len, label, label_len, id,
+                       id_len);
 }
 
 static int csv_line(rf_source *s, rf_ibatch *b, uint32_t src, const rf_line *ln) {
