@@ -19,6 +19,7 @@
 #include "tokenizer/tokenizer.h"
 
 #define CHUNK_BYTES (4u << 20) /* input bytes encoded per parallel round */
+#define PARTS       64         /* pieces of a round, taken by threads as they free up */
 #define MAX_LINE    (256u << 20)
 
 typedef struct chunk {
@@ -76,15 +77,15 @@ typedef struct job {
     bool add_special, jsonl;
     rf_tok_state **states;
     rf_tok_encoding *encs;
-    rf_buf *outs;
+    rf_buf outs[PARTS]; /* output of each piece, written in order */
     int threads;
     int rc;
     char err[256];
 } job;
 
-/* Encodes lines [lo, hi) of c into out, one output line each. */
-static int encode_range(job *j, int tid, const chunk *c, size_t lo, size_t hi) {
-    rf_buf *out = &j->outs[tid];
+/* Encodes lines [lo, hi) of c into out, one output line each, with the state
+ * of thread tid. */
+static int encode_range(job *j, int tid, const chunk *c, size_t lo, size_t hi, rf_buf *out) {
     rf_tok_encoding *e = &j->encs[tid];
     for (size_t i = lo; i < hi; i++) {
         int rc = rf_tok_encode(j->states[tid], c->text.data + c->off[i], c->off[i + 1] - c->off[i],
@@ -109,29 +110,29 @@ static int encode_range(job *j, int tid, const chunk *c, size_t lo, size_t hi) {
     return 0;
 }
 
-/* Splits the chunk into one contiguous range per thread, balanced by bytes,
- * encodes them in parallel and writes the outputs in order. */
+/* Splits the chunk into PARTS contiguous pieces of about equal bytes, encodes
+ * them on the threads (a thread takes the next piece when it is done, so an
+ * expensive piece does not hold the others up) and writes them in order. */
 static int run_chunk(job *j, const chunk *c, FILE *out) {
-    int T = j->threads;
-    size_t bounds[65];
+    size_t bounds[PARTS + 1];
     bounds[0] = 0;
-    for (int t = 1; t < T; t++) {
-        size_t target = c->text.len / (size_t)T * (size_t)t, i = bounds[t - 1];
+    for (int p = 1; p < PARTS; p++) {
+        size_t target = c->text.len / PARTS * (size_t)p, i = bounds[p - 1];
         while (i < c->n && c->off[i] < target)
             i++;
-        bounds[t] = i;
+        bounds[p] = i;
     }
-    bounds[T] = c->n;
+    bounds[PARTS] = c->n;
     int rc = 0;
-#pragma omp parallel for num_threads(T) schedule(static, 1) reduction(| : rc)
-    for (int t = 0; t < T; t++) {
-        j->outs[t].len = 0;
-        int r = encode_range(j, t, c, bounds[t], bounds[t + 1]);
-        if (r) rc |= 1;
+#pragma omp parallel for num_threads(j->threads) schedule(dynamic, 1) reduction(| : rc)
+    for (int p = 0; p < PARTS; p++) {
+        j->outs[p].len = 0;
+        if (encode_range(j, omp_get_thread_num(), c, bounds[p], bounds[p + 1], &j->outs[p]))
+            rc |= 1;
     }
     if (rc) return RF_ERR_INVALID;
-    for (int t = 0; t < T; t++)
-        if (j->outs[t].len && fwrite(j->outs[t].data, 1, j->outs[t].len, out) != j->outs[t].len)
+    for (int p = 0; p < PARTS; p++)
+        if (j->outs[p].len && fwrite(j->outs[p].data, 1, j->outs[p].len, out) != j->outs[p].len)
             return rf_fail(RF_ERR_IO, "write failed");
     return 0;
 }
@@ -211,8 +212,7 @@ static int cmd_tokenize(int argc, char **argv) {
              .threads = (int)threads};
     j.states = calloc((size_t)threads, sizeof *j.states);
     j.encs = calloc((size_t)threads, sizeof *j.encs);
-    j.outs = calloc((size_t)threads, sizeof *j.outs);
-    int rc = !j.states || !j.encs || !j.outs ? RF_ERR_NOMEM : 0;
+    int rc = !j.states || !j.encs ? RF_ERR_NOMEM : 0;
     for (int t = 0; t < threads && !rc; t++)
         if (!(j.states[t] = rf_tok_state_new(tok))) rc = RF_ERR_NOMEM;
     static char obuf[1 << 16];
@@ -242,7 +242,6 @@ static int cmd_tokenize(int argc, char **argv) {
         if (j.states[t]) repaired += rf_tok_state_repaired(j.states[t]);
         rf_tok_state_free(j.states[t]);
         rf_tok_encoding_free(&j.encs[t]);
-        rf_buf_free(&j.outs[t]);
     }
     if (repaired)
         fprintf(stderr, "tokenize: %llu lines had invalid UTF-8 (replaced by U+FFFD)\n",
@@ -250,7 +249,8 @@ static int cmd_tokenize(int argc, char **argv) {
     if (rc) fprintf(stderr, "tokenize: %s\n", j.err[0] ? j.err : rf_errmsg());
     free(j.states);
     free(j.encs);
-    free(j.outs);
+    for (int p = 0; p < PARTS; p++)
+        rf_buf_free(&j.outs[p]);
     free(c.off);
     rf_buf_free(&c.text);
     rf_reader_close(r);
