@@ -123,7 +123,7 @@ static inline int classify(const pass *p, uint32_t cp) {
 #define ONES 0x0101010101010101ull
 #define HIGH 0x8080808080808080ull
 
-/* Per-byte flags (0x80 in each byte of w equal to b); exact, for ASCII w. */
+/* Per-byte flags (0x80 in each byte of w equal to b); exact for any bytes. */
 static inline uint64_t bytes_eq(uint64_t w, unsigned char b) {
     uint64_t v = w ^ (ONES * b);
     return ~(((v & ~HIGH) + ~HIGH) | v) & HIGH;
