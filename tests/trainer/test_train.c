@@ -99,7 +99,7 @@ static void test_resume_bitwise(void **state) {
     full.checkpoint_every = 0;
     float *want = train_once(&full, &r);
     size_t np = tiny_nparams();
-    for (long k = 1; k < 15; k += 4) {
+    for (long k = 1; k < 15; k += 5) {
         char sub[64];
         snprintf(sub, sizeof sub, "resume_%ld", k);
         rf_train_opts o = opts(sub);
