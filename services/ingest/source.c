@@ -389,9 +389,9 @@ int rf_source_fill(rf_source *s, rf_ibatch *b) {
             if (rc) return rc;
         }
         rf_line ln;
-        int rc = rf_reader_next(s->r, &ln);
-        if (rc < 0) return rc;
-        if (rc == 0) {
+        int got = rf_reader_next(s->r, &ln), rc = 0;
+        if (got < 0) return got;
+        if (got == 0) {
             if ((rc = close_input(s, b))) return rc;
             continue;
         }

@@ -164,6 +164,7 @@ static void test_accounting_and_thread_independence(void **state) {
 
 typedef struct collected {
     uint64_t next_seq;
+    size_t batches;
     size_t docs;
     uint64_t last_line;
     int in_order;
@@ -178,6 +179,7 @@ static int collect(void *ctx, rf_doc_batch *b) {
         if (!b->docs[i].text || strlen(b->docs[i].text) != b->docs[i].text_len) c->in_order = 0;
     }
     c->docs += b->n;
+    c->batches++;
     rf_doc_batch_free(b);
     return 0;
 }
@@ -195,7 +197,8 @@ static void test_emit_in_order(void **state) {
     assert_int_equal(rf_ingest_run(&o, in, 1, &sink, st, NULL), 0);
     assert_true(c.in_order);
     assert_int_equal(c.docs, (size_t)rf_stats_get(st, "ingest.kept"));
-    assert_int_equal(c.docs, 300); /* without a label field, bad labels do not count */
+    assert_int_equal(c.docs, 300);   /* without a label field, bad labels do not count */
+    assert_int_equal(c.batches, 60); /* 600 records in full batches of 10 */
     rf_stats_free(st);
 }
 
