@@ -42,6 +42,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SHARED = os.environ.get("SHARED", os.path.join(os.path.dirname(ROOT), "shared"))
 OUT = os.path.join(ROOT, "tests", "fixtures", "tokenizer")
 SAMPLE_EVERY = 1999
+DECODE_CORPORA = ("sst2_dev", "wikitext_valid", "adversarial", "codepoints_spaced")
 
 
 def lines_of(path):
@@ -223,6 +224,14 @@ def main():
                 f.write(f"# texts={len(tx)} text_digest={text_digest(tx):016x} "
                         f"tokenizers={tokenizers.__version__}\n".encode())
                 f.write("".join(f"{ids_hash(e.ids):08x}\n" for e in encs).encode())
+            if cname in DECODE_CORPORA:
+                decoded = tok.decode_batch([e.ids for e in encs])
+                path = os.path.join(OUT, f"{tname}.{cname}.decode.gz")
+                with gzip.GzipFile(path, "wb", mtime=0) as f:
+                    f.write(f"# texts={len(tx)} text_digest={text_digest(tx):016x} "
+                            f"tokenizers={tokenizers.__version__}\n".encode())
+                    f.write("".join(f"{xxhash.xxh3_64_intdigest(d.encode('utf-8')) & 0xFFFFFFFF:08x}\n"
+                                    for d in decoded).encode())
             for i in list(range(min(3, len(tx)))) + list(range(3, len(tx), SAMPLE_EVERY)):
                 ids = encs[i].ids
                 samples.append({"corpus": cname, "index": i, "ids": ids,

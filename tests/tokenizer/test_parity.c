@@ -186,11 +186,12 @@ static rf_tokenizer *load_tok(size_t t) {
     return tok;
 }
 
-/* Compares one tokenizer x corpus; returns mismatches (-1 if no fixture). */
+/* Compares one tokenizer x corpus with its fixture: the ids' hash, or with
+ * decode set the hash of decode(ids). Returns mismatches (-1 if no fixture). */
 static long compare(rf_tokenizer *tok, rf_tok_state *st, const char *tname, const char *cname,
-                    const tcorpus *c) {
+                    const tcorpus *c, bool decode) {
     char p[4096];
-    snprintf(p, sizeof p, "%s/%s.%s.hashes.gz", fixtures, tname, cname);
+    snprintf(p, sizeof p, "%s/%s.%s.%s.gz", fixtures, tname, cname, decode ? "decode" : "hashes");
     rf_reader *r = NULL;
     if (rf_reader_open(p, 4096, &r)) return -1;
     rf_line l;
@@ -202,26 +203,32 @@ static long compare(rf_tokenizer *tok, rf_tok_state *st, const char *tname, cons
                  "fixture has %llu): check the corpus definitions",
                  cname, c->n, want_n);
     rf_tok_encoding e = {0};
+    rf_buf dec = RF_BUF_INIT;
     long bad = 0;
     for (size_t i = 0; i < c->n; i++) {
         assert_int_equal(rf_reader_next(r, &l), 1);
-        size_t len;
+        size_t len = c->off[i + 1] - c->off[i];
         const char *s = c->text.data + c->off[i];
-        len = c->off[i + 1] - c->off[i];
         if (rf_tok_encode(st, s, len, true, &e)) fail_msg("%s #%zu: %s", cname, i, rf_errmsg());
+        uint32_t h = ids_hash(e.ids, e.len);
+        if (decode) {
+            dec.len = 0;
+            assert_int_equal(rf_tok_decode(tok, e.ids, e.len, true, &dec), 0);
+            h = (uint32_t)rf_hash64(dec.data ? dec.data : "", dec.len, 0);
+        }
         char got[16];
-        snprintf(got, sizeof got, "%08x", ids_hash(e.ids, e.len));
+        snprintf(got, sizeof got, "%08x", h);
         if (l.len != 8 || memcmp(got, l.data, 8) != 0) {
             if (bad < 5)
-                printf("  MISMATCH %s.%s #%zu: %.*s\n", tname, cname, i, (int)(len < 60 ? len : 60),
-                       s);
+                printf("  MISMATCH %s.%s%s #%zu: %.*s\n", tname, cname, decode ? " (decode)" : "",
+                       i, (int)(len < 60 ? len : 60), s);
             bad++;
         }
     }
     assert_int_equal(rf_reader_next(r, &l), 0);
+    rf_buf_free(&dec);
     rf_tok_encoding_free(&e);
     rf_reader_close(r);
-    (void)tok;
     return bad;
 }
 
@@ -229,26 +236,34 @@ static void test_corpora(void **state) {
     tcorpus cs[sizeof corpora / sizeof *corpora];
     for (size_t k = 0; k < sizeof corpora / sizeof *corpora; k++)
         load_corpus(&cs[k], corpora[k]);
-    long total_bad = 0, total = 0;
+    long total_bad = 0, total = 0, dec_total = 0;
     for (size_t t = 0; t < sizeof toks / sizeof *toks; t++) {
         rf_tokenizer *tok = load_tok(t);
         rf_tok_state *st = rf_tok_state_new(tok);
         assert_non_null(st);
-        int fixtures_found = 0;
+        int fixtures_found = 0, decodes = 0;
         for (size_t k = 0; k < sizeof corpora / sizeof *corpora; k++) {
-            long bad = compare(tok, st, toks[t].name, corpora[k], &cs[k]);
+            long bad = compare(tok, st, toks[t].name, corpora[k], &cs[k], false);
             if (bad < 0) continue;
             fixtures_found++;
             printf("parity %-10s %-18s texts=%-6zu mismatches=%ld\n", toks[t].name, corpora[k],
                    cs[k].n, bad);
             total += (long)cs[k].n;
             total_bad += bad;
+            bad = compare(tok, st, toks[t].name, corpora[k], &cs[k], true);
+            if (bad < 0) continue;
+            decodes++;
+            printf("parity %-10s %-18s texts=%-6zu decode mismatches=%ld\n", toks[t].name,
+                   corpora[k], cs[k].n, bad);
+            dec_total += (long)cs[k].n;
+            total_bad += bad;
         }
-        assert_true(fixtures_found >= 5);
+        assert_true(fixtures_found >= 5 && decodes >= 4);
         rf_tok_state_free(st);
         rf_tokenizer_free(tok);
     }
-    printf("parity total: %ld texts, %ld mismatches\n", total, total_bad);
+    printf("parity total: %ld encodings and %ld decodings compared, %ld mismatches\n", total,
+           dec_total, total_bad);
     for (size_t k = 0; k < sizeof corpora / sizeof *corpora; k++)
         corpus_free(&cs[k]);
     assert_int_equal(total_bad, 0);
