@@ -60,6 +60,89 @@ static void skip(rf_dataset *d, rf_stats *stats, const char *prefix, const char 
     }
 }
 
+/* Splits a TSV line in place into at most max fields; returns the count. */
+static int split_tabs(char *line, char **f, int max) {
+    int n = 0;
+    f[n++] = line;
+    for (char *p = line; *p && n < max; p++)
+        if (*p == '\t') {
+            *p = 0;
+            f[n++] = p + 1;
+        }
+    return n;
+}
+
+int rf_dataset_load_tsv(rf_dataset *d, const char *path, const char *model_dir, int max_len,
+                        rf_stats *stats, const char *prefix) {
+    rf_tokenizer *tok = NULL;
+    rf_tok_state *st = NULL;
+    rf_reader *r = NULL;
+    rf_tok_encoding enc = {0};
+    char *buf = NULL;
+    int rc = rf_tokenizer_load(model_dir, &tok), text_col = -1, label_col = -1;
+    if (rc) return rf_tr_fail_ctx(rc, "tokenizer of %s", model_dir);
+    rf_tokenizer_set_truncation(tok, (size_t)max_len, RF_TRUNC_LONGEST_FIRST, RF_SIDE_RIGHT);
+    rf_tokenizer_set_padding(tok, false, 0, 0, 0, 0, RF_SIDE_RIGHT);
+    if (!(st = rf_tok_state_new(tok))) {
+        rc = RF_ERR_NOMEM;
+        goto out;
+    }
+    if ((rc = rf_reader_open(path, 1 << 24, &r))) {
+        rc = rf_tr_fail_ctx(rc, "cannot read %s", path);
+        goto out;
+    }
+    rf_line line;
+    while ((rc = rf_reader_next(r, &line)) == 1) {
+        free(buf);
+        if (!(buf = malloc(line.len + 1))) {
+            rc = RF_ERR_NOMEM;
+            goto out;
+        }
+        memcpy(buf, line.data, line.len);
+        buf[line.len] = 0;
+        if (line.len && buf[line.len - 1] == '\r') buf[line.len - 1] = 0;
+        char *f[16];
+        int nf = split_tabs(buf, f, 16);
+        if (text_col < 0) { /* the header names the columns */
+            for (int i = 0; i < nf; i++) {
+                if (!strcmp(f[i], "sentence") || !strcmp(f[i], "text")) text_col = i;
+                if (!strcmp(f[i], "label")) label_col = i;
+            }
+            if (text_col < 0 || label_col < 0) {
+                rc = rf_fail(RF_ERR_PARSE, "%s: header needs 'sentence' (or 'text') and 'label'",
+                             path);
+                goto out;
+            }
+            continue;
+        }
+        char *end;
+        long label = nf > label_col ? strtol(f[label_col], &end, 10) : -1;
+        if (nf <= text_col || nf <= label_col || *f[label_col] == 0 || *end || label < 0 ||
+            label > 1 << 20) {
+            skip(d, stats, prefix, "bad_record");
+            continue;
+        }
+        if ((rc = rf_tok_encode(st, f[text_col], strlen(f[text_col]), true, &enc)) != 0) {
+            rc = rf_tr_fail_ctx(rc, "%s:%llu: tokenizer", path, (unsigned long long)line.lineno);
+            goto out;
+        }
+        if ((rc = rf_dataset_add(d, enc.ids, enc.len, (int32_t)label))) goto out;
+    }
+    if (rc < 0)
+        rc = rf_tr_fail_ctx(rc, "%s", path);
+    else if (text_col < 0)
+        rc = rf_fail(RF_ERR_PARSE, "%s: empty TSV file", path);
+    else
+        rc = RF_OK;
+out:
+    free(buf);
+    rf_tok_encoding_free(&enc);
+    rf_reader_close(r);
+    rf_tok_state_free(st);
+    rf_tokenizer_free(tok);
+    return rc;
+}
+
 int rf_dataset_load_jsonl(rf_dataset *d, const char *path, const char *model_dir, int max_len,
                           rf_stats *stats, const char *prefix) {
     rf_tokenizer *tok = NULL;
@@ -126,6 +209,9 @@ int rf_dataset_load(rf_dataset *d, const char *path, const char *model_dir, int 
         return dir ? rf_dataset_load_shard_dir(d, path, max_len)
                    : rf_dataset_load_shard(d, path, max_len);
     }
+    size_t L = strlen(path);
+    if (L > 4 && !strcmp(path + L - 4, ".tsv"))
+        return rf_dataset_load_tsv(d, path, model_dir, max_len, stats, prefix);
     return rf_dataset_load_jsonl(d, path, model_dir, max_len, stats, prefix);
 }
 

@@ -1,7 +1,7 @@
 /* Labelled token sequences in memory, and padded batches drawn from them.
- * Sources: token shards of the tokenizer stage (tokenizer/shard.h) or JSON
- * Lines documents ({"text":...,"label":N}, common/doc.h) tokenized here with
- * the model folder's tokenizer. Sequences longer than max_len are truncated
+ * Sources: token shards of the tokenizer stage (tokenizer/shard.h), JSON Lines
+ * documents ({"text":...,"label":N}, common/doc.h) or GLUE-style TSV, the last
+ * two tokenized here with the model folder's tokenizer. Sequences longer than max_len are truncated
  * (keeping the final token, [SEP], when the sequence came from a shard). */
 #ifndef RF_TR_DATASET_H
 #define RF_TR_DATASET_H
@@ -30,12 +30,18 @@ int rf_dataset_add(rf_dataset *d, const uint32_t *ids, size_t len, int32_t label
  * d->skipped (and in stats "<prefix>.skipped.*" when stats is given). */
 int rf_dataset_load_jsonl(rf_dataset *d, const char *path, const char *model_dir, int max_len,
                           rf_stats *stats, const char *prefix);
+/* Tokenizes a TSV file with a header row naming a 'sentence' (or 'text') and a
+ * 'label' column (the GLUE layout, e.g. SST-2's dev.tsv). Rows without an
+ * integer label are skipped and counted. */
+int rf_dataset_load_tsv(rf_dataset *d, const char *path, const char *model_dir, int max_len,
+                        rf_stats *stats, const char *prefix);
 /* Appends every sequence of the shard PREFIX(.bin/.idx). */
 int rf_dataset_load_shard(rf_dataset *d, const char *prefix, int max_len);
 /* Appends every shard (*.idx) of a directory, in name order. */
 int rf_dataset_load_shard_dir(rf_dataset *d, const char *dir, int max_len);
-/* Loads path as a shard prefix when PREFIX.idx exists, else as JSONL; path may
- * also be a directory, whose *.idx shards are loaded in name order. */
+/* Loads path as a shard prefix when PREFIX.idx exists, as TSV when it ends in
+ * .tsv, else as JSONL; path may also be a directory, whose *.idx shards are
+ * loaded in name order. */
 int rf_dataset_load(rf_dataset *d, const char *path, const char *model_dir, int max_len,
                     rf_stats *stats, const char *prefix);
 

@@ -79,6 +79,32 @@ static void test_shards(void **state) {
     rf_dataset_free(&d);
 }
 
+/* GLUE-style TSV through the tiny fixture's WordPiece vocabulary. */
+static void test_tsv(void **state) {
+    char path[300], model[4096];
+    snprintf(path, sizeof path, "%s/dev.tsv", tmpdir);
+    snprintf(model, sizeof model, "%s/tests/fixtures/trainer/tiny-bert",
+             getenv("REFINERY_ROOT") ? getenv("REFINERY_ROOT") : ".");
+    const char *tsv = "sentence\tlabel\r\na good movie\t1\r\nbad plot\t0\r\nno label\t\r\n"
+                      "dull\tx\r\n";
+    assert_int_equal(rf_write_file_atomic(path, tsv, strlen(tsv)), 0);
+    rf_dataset d = {0};
+    if (rf_dataset_load(&d, path, model, 16, NULL, NULL)) fail_msg("%s", rf_errmsg());
+    assert_int_equal(d.n, 2);
+    assert_int_equal(d.skipped, 2);
+    /* [CLS] a good movie [SEP] with the fixture vocabulary: 2 18 5 9 3 */
+    uint32_t want[5] = {2, 18, 5, 9, 3};
+    assert_int_equal(d.len[0], 5);
+    assert_memory_equal(d.tokens + d.start[0], want, sizeof want);
+    assert_int_equal(d.label[0], 1);
+    assert_int_equal(d.label[1], 0);
+    rf_dataset_free(&d);
+    assert_int_equal(rf_write_file_atomic(path, "text\tscore\n", 11), 0);
+    assert_int_equal(rf_dataset_load(&d, path, model, 16, NULL, NULL), RF_ERR_PARSE);
+    assert_non_null(strstr(rf_errmsg(), "label"));
+    rf_dataset_free(&d);
+}
+
 static int setup(void **state) {
     return mkdtemp(tmpdir) ? 0 : -1;
 }
@@ -90,6 +116,6 @@ static int teardown(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_shards)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_shards), cmocka_unit_test(test_tsv)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }
