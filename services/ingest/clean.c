@@ -56,8 +56,31 @@ static bool is_ascii(const char *s, size_t n) {
     return true;
 }
 
-/* True if NFKC may change valid UTF-8 s[0..n): some code point decomposes,
- * combines, or is a Hangul jamo (composed algorithmically). */
+/* True if NFKC leaves cp unchanged wherever it stands: a starter that is not
+ * the second half of any composition and is its own NFKC (no decomposition,
+ * or a canonical one that composes back, like U+00E9). Hangul jamo compose
+ * algorithmically and are never inert. Checked against utf8proc's NFKC for
+ * every code point between 384 composition starters on each side (the inert
+ * ones with a decomposition) or 7 common neighbours (the others).
+ * utf8proc 2.6 marks second halves with comb_index >= 0x8000; test_clean's
+ * random parity test would catch a change of that encoding. */
+static bool nfkc_inert(uint32_t cp) {
+    const utf8proc_property_t *prop = utf8proc_get_property((utf8proc_int32_t)cp);
+    if (prop->combining_class != 0 ||
+        (prop->comb_index != UINT16_MAX && prop->comb_index >= 0x8000) ||
+        (cp >= 0x1100 && cp <= 0x11FF))
+        return false;
+    if (prop->decomp_seqindex == UINT16_MAX) return true;
+    utf8proc_int32_t d[32];
+    int boundclass = 0;
+    utf8proc_ssize_t k = utf8proc_decompose_char((utf8proc_int32_t)cp, d, 32,
+                                                 UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT, &boundclass);
+    if (k < 1 || k > 32) return false;
+    k = utf8proc_normalize_utf32(d, k, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    return k == 1 && (uint32_t)d[0] == cp;
+}
+
+/* True if NFKC may change valid UTF-8 s[0..n). */
 static bool nfkc_needed(const char *s, size_t n) {
     const unsigned char *p = (const unsigned char *)s;
     for (size_t i = 0; i < n;) {
@@ -69,10 +92,7 @@ static bool nfkc_needed(const char *s, size_t n) {
         int k = rf_utf8_decode(p + i, n - i, &cp);
         if (k < 0) return true; /* cannot happen on valid input; let utf8proc judge */
         i += (size_t)k;
-        const utf8proc_property_t *prop = utf8proc_get_property((utf8proc_int32_t)cp);
-        if (prop->decomp_seqindex != UINT16_MAX || prop->combining_class != 0 ||
-            prop->comb_index != UINT16_MAX || (cp >= 0x1100 && cp <= 0x11FF))
-            return true;
+        if (!nfkc_inert(cp)) return true;
     }
     return false;
 }

@@ -353,6 +353,54 @@ static void test_nfkc_parity_random(void **state) {
     rf_buf_free(&out);
 }
 
+static bool clean_matches_nfkc(const rf_clean_opts *o, const uint32_t *cps, size_t n, rf_buf *in,
+                               rf_buf *out) {
+    rf_buf_reset(in);
+    char enc[4];
+    for (size_t i = 0; i < n; i++)
+        rf_buf_append(in, enc, rf_utf8_encode(cps[i], enc));
+    assert_int_equal(rf_clean_text(o, in->data, in->len, out, &last), 0);
+    char *ref = reference_nfkc(in->data, in->len);
+    bool same = strcmp(out->data, ref) == 0;
+    free(ref);
+    return same;
+}
+
+/* Every code point between two letters; then every code point that has a
+ * decomposition but is its own NFKC, after every composition starter (where
+ * the fast path could miss a composition with the preceding character). */
+static void test_nfkc_parity_all_code_points(void **state) {
+    rf_clean_opts o = {.utf8 = RF_UTF8_REPAIR, .nfkc = true};
+    rf_buf in = RF_BUF_INIT, out = RF_BUF_INIT;
+    uint32_t starters[512], self[2048];
+    size_t n_starters = 0, n_self = 0;
+    for (uint32_t cp = 0x80; cp <= 0x10FFFF; cp++) {
+        if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+        uint32_t t[3] = {'a', cp, 'a'};
+        if (!clean_matches_nfkc(&o, t, 3, &in, &out)) fail_msg("U+%04X between letters", cp);
+        const utf8proc_property_t *p = utf8proc_get_property((utf8proc_int32_t)cp);
+        if (p->comb_index != UINT16_MAX && p->comb_index < 0x8000 && n_starters < 512)
+            starters[n_starters++] = cp;
+        if (p->decomp_seqindex != UINT16_MAX && p->combining_class == 0 && n_self < 2048) {
+            char enc[4];
+            size_t len = rf_utf8_encode(cp, enc);
+            char *ref = reference_nfkc(enc, len);
+            if (strlen(ref) == len && memcmp(ref, enc, len) == 0) self[n_self++] = cp;
+            free(ref);
+        }
+    }
+    assert_true(n_starters > 300 && n_starters < 512);
+    assert_true(n_self > 900 && n_self < 2048);
+    for (size_t i = 0; i < n_self; i++)
+        for (size_t k = 0; k < n_starters; k++) {
+            uint32_t t[2] = {starters[k], self[i]};
+            if (!clean_matches_nfkc(&o, t, 2, &in, &out))
+                fail_msg("U+%04X after U+%04X", self[i], starters[k]);
+        }
+    rf_buf_free(&in);
+    rf_buf_free(&out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
@@ -370,6 +418,7 @@ int main(void) {
         cmocka_unit_test(test_from_cfg),
         cmocka_unit_test(test_nfkc_parity_real_data),
         cmocka_unit_test(test_nfkc_parity_random),
+        cmocka_unit_test(test_nfkc_parity_all_code_points),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
