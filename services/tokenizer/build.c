@@ -48,7 +48,7 @@ static int set_id_string(rf_tokenizer *t, const char *s, size_t len, uint32_t id
 int rf_tok_set_token(rf_tokenizer *t, const char *s, size_t len, uint32_t id) {
     int rc = set_id_string(t, s, len, id);
     if (rc) return rc;
-    return rf_strmap_put(&t->vocab, s, len, id, NULL);
+    return rf_strmap_put(&t->vocab, s, len, id);
 }
 
 int rf_tok_add_added(rf_tokenizer *t, const char *s, size_t len, uint32_t id, bool special) {
@@ -151,7 +151,7 @@ int rf_tok_finish_wordpiece(rf_tokenizer *t) {
         const char *s = t->id_tok[id];
         if (!s || rf_strmap_get(&t->vocab, s, t->id_len[id]) != (int64_t)id) continue;
         if (t->id_len[id] > pl && memcmp(s, pre, pl) == 0) {
-            int rc = rf_strmap_put(&t->cont, s + pl, t->id_len[id] - pl, id, NULL);
+            int rc = rf_strmap_put(&t->cont, s + pl, t->id_len[id] - pl, id);
             if (rc) return rc;
         }
     }

@@ -33,8 +33,7 @@ static int grow(rf_strmap *m) {
     return RF_OK;
 }
 
-int rf_strmap_put(rf_strmap *m, const char *key, size_t len, uint32_t value, int *existed) {
-    if (existed) *existed = 0;
+int rf_strmap_put(rf_strmap *m, const char *key, size_t len, uint32_t value) {
     if (len > UINT32_MAX / 2) return rf_fail(RF_ERR_RANGE, "vocabulary entry too long");
     /* keep the load factor under 1/2 so lookups of absent keys stay short */
     if (!m->slots || (m->count + 1) * 2 > m->mask + 1) {
@@ -46,7 +45,7 @@ int rf_strmap_put(rf_strmap *m, const char *key, size_t len, uint32_t value, int
     for (; m->slots[j].used; j = (j + 1) & m->mask) {
         const rf_strmap_slot *s = &m->slots[j];
         if (s->hash == h && s->key_len == len && memcmp(m->arena + s->key_off, key, len) == 0) {
-            if (existed) *existed = 1;
+            m->slots[j].value = value;
             return RF_OK;
         }
     }

@@ -25,9 +25,9 @@ typedef struct rf_strmap {
 
 void rf_strmap_init(rf_strmap *m);
 void rf_strmap_free(rf_strmap *m);
-/* Inserts or, if the key exists, keeps the first value (returns 0 either way;
- * *existed tells which when non-NULL). */
-int rf_strmap_put(rf_strmap *m, const char *key, size_t len, uint32_t value, int *existed);
+/* Inserts key, or gives an existing key the new value (the last one wins, as
+ * in HF's vocabulary maps). */
+int rf_strmap_put(rf_strmap *m, const char *key, size_t len, uint32_t value);
 /* Value for key, or -1. */
 int64_t rf_strmap_get(const rf_strmap *m, const char *key, size_t len);
 
