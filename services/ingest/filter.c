@@ -150,7 +150,7 @@ typedef struct word {
     uint32_t cum;        /* code points of the words before this one */
     uint64_t hash;       /* of the word */
     uint64_t gram;       /* of the n-gram starting here, n growing (check_ngrams) */
-    uint32_t slot;       /* check_ngrams: its n-gram's table slot, or NOT_REPEATED */
+    uint32_t slot;       /* check_ngrams: its n-gram's table slot */
 } word;
 
 /* Words of the text plus the per-word measures; words[] is the caller's small
@@ -392,11 +392,9 @@ static size_t span_chars(const words *ws, size_t i, size_t n) {
     return end - ws->w[i].cum;
 }
 
-#define NOT_REPEATED UINT32_MAX
-
 /* Gopher repetition rules over words, for n = 2..10 in one sweep. The hash of
  * the n-gram at i extends that of the (n-1)-gram at i, and an n-gram can only
- * repeat if its (n-1)-gram prefix did, so each pass looks only at positions
+ * repeat if its (n-1)-gram prefix did, so each pass visits only the positions
  * whose previous n-gram repeated and the sweep ends when none is left. Sets
  * *reason or leaves it NULL. */
 static int check_ngrams(const rf_quality_opts *o, const char *text, words *ws,
@@ -408,15 +406,21 @@ static int check_ngrams(const rf_quality_opts *o, const char *text, words *ws,
         dup_on |= o->max_dup_ngram_frac[i] < 1;
     if ((!top_on && !dup_on) || ws->n < 2 || ws->n < o->ngram_min_words || ws->chars == 0) return 0;
     word *w = ws->w;
+    /* cand[0..m): the positions, ascending, whose (n-1)-gram repeated. */
+    uint32_t *cand = malloc(ws->n * sizeof *cand);
+    table t;
+    if (!cand || table_init(&t, ws->n)) {
+        free(cand);
+        return RF_ERR_NOMEM;
+    }
+    size_t m = 0;
     for (size_t i = 0, cum = 0; i < ws->n; i++) {
         w[i].hash = word_hash(text + w[i].start, w[i].len);
         w[i].gram = rf_mix64(w[i].hash); /* not w[i].hash: "a b" and "b a" must differ */
         w[i].cum = (uint32_t)cum;
-        w[i].slot = 0; /* every position is a candidate for 2-grams */
         cum += w[i].chars;
+        cand[m++] = (uint32_t)i;
     }
-    table t;
-    if (table_init(&t, ws->n)) return RF_ERR_NOMEM;
     double total = (double)ws->chars;
     for (size_t n = RF_QUALITY_NGRAM_MIN; n <= RF_QUALITY_DUPNGRAM_MAX && n <= ws->n; n++) {
         if (n > RF_QUALITY_NGRAM_MAX && !dup_on) break;
@@ -424,15 +428,11 @@ static int check_ngrams(const rf_quality_opts *o, const char *text, words *ws,
         if (n > RF_QUALITY_NGRAM_MIN) {
             /* Keep the positions whose (n-1)-gram repeated (slots of the
              * previous pass), then start a new generation. */
-            bool any = false;
-            for (size_t i = 0; i < ws->n; i++) {
-                if (w[i].slot == NOT_REPEATED) continue;
-                if (i <= last && t.s[w[i].slot].count >= 2)
-                    any = true;
-                else
-                    w[i].slot = NOT_REPEATED;
-            }
-            if (!any) break;
+            size_t kept = 0;
+            for (size_t k = 0; k < m; k++)
+                if (cand[k] <= last && t.s[w[cand[k]].slot].count >= 2) cand[kept++] = cand[k];
+            m = kept;
+            if (m == 0) break;
             t.gen++;
         }
         /* Most frequent n-gram: chars of all its occurrences / all word chars;
@@ -440,8 +440,8 @@ static int check_ngrams(const rf_quality_opts *o, const char *text, words *ws,
          * repetitive). Counts only rise, so the best seen along the way is the
          * best at the end. */
         size_t best = 0;
-        for (size_t i = 0; i <= last; i++) {
-            if (w[i].slot == NOT_REPEATED) continue;
+        for (size_t k = 0; k < m && cand[k] <= last; k++) {
+            size_t i = cand[k];
             w[i].gram = rf_mix64(w[i].gram ^ w[i + n - 1].hash);
             w[i].slot = table_add(&t, w[i].gram, (uint32_t)i);
             const slot *s = &t.s[w[i].slot];
@@ -455,16 +455,18 @@ static int check_ngrams(const rf_quality_opts *o, const char *text, words *ws,
             /* Duplicated n-grams: scanning left to right, an n-gram seen
              * before covers its words and the scan jumps past it (as in
              * Gopher and datatrove). An n-gram that occurs once is never
-             * seen before, so only repeated ones are tracked. */
-            size_t dup = 0;
-            for (size_t i = 0; i <= last;) {
-                slot *s = w[i].slot == NOT_REPEATED ? NULL : &t.s[w[i].slot];
-                if (s && s->count >= 2 && s->seen) {
+             * seen before, so only the candidates matter; `next` is where
+             * the scan stands after its last jump. */
+            size_t dup = 0, next = 0;
+            for (size_t k = 0; k < m && cand[k] <= last; k++) {
+                size_t i = cand[k];
+                if (i < next) continue;
+                slot *s = &t.s[w[i].slot];
+                if (s->count >= 2 && s->seen) {
                     dup += span_chars(ws, i, n);
-                    i += n;
+                    next = i + n;
                 } else {
-                    if (s) s->seen = 1;
-                    i++;
+                    s->seen = 1;
                 }
             }
             double max = o->max_dup_ngram_frac[n - RF_QUALITY_DUPNGRAM_MIN];
@@ -472,6 +474,7 @@ static int check_ngrams(const rf_quality_opts *o, const char *text, words *ws,
         }
         if (*reason) break;
     }
+    free(cand);
     free(t.s);
     return 0;
 }
