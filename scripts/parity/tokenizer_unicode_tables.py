@@ -14,6 +14,8 @@ all-code-point parity fixture checks that it agrees.
 Run: $(scripts/pyenv.sh parity)/bin/python scripts/parity/tokenizer_unicode_tables.py
 """
 import os
+import shutil
+import subprocess
 import sys
 
 import tokenizers
@@ -116,6 +118,9 @@ def main():
     lines.append(f"const size_t rf_tok_lower_multi_count = {len(multi)};")
     with open(OUT, "w") as f:
         f.write("\n".join(lines) + "\n")
+    # the repository's style (make check-format), so regenerating gives no diff
+    if shutil.which("clang-format"):
+        subprocess.run(["clang-format", "-i", OUT], check=True, cwd=ROOT)
     print(f"wrote {OUT}: " + ", ".join(f"{k}={len(ranges(v))} ranges" for k, v in classes.items())
           + f", lower={len(single)}+{len(multi)}")
 
