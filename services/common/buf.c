@@ -58,6 +58,42 @@ int rf_buf_printf(rf_buf *b, const char *fmt, ...) {
     return RF_OK;
 }
 
+int rf_buf_put_u64(rf_buf *b, uint64_t v) {
+    char t[20];
+    size_t k = 0;
+    do {
+        t[k++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    if (rf_buf_reserve(b, k)) return RF_ERR_NOMEM;
+    while (k) b->data[b->len++] = t[--k];
+    b->data[b->len] = 0;
+    return RF_OK;
+}
+
+int rf_buf_put_i64(rf_buf *b, int64_t v) {
+    if (v >= 0) return rf_buf_put_u64(b, (uint64_t)v);
+    if (rf_buf_putc(b, '-')) return RF_ERR_NOMEM;
+    return rf_buf_put_u64(b, 0 - (uint64_t)v);
+}
+
+/* Length of the leading run of bytes that JSON copies verbatim: printable
+ * ASCII other than '"' and '\'. Eight bytes at a time (SWAR). */
+static size_t plain_ascii_run(const unsigned char *p, size_t n) {
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        uint64_t ctl = (w - ones * 0x20) & ~w;               /* bytes < 0x20 */
+        uint64_t q = w ^ (ones * '"'), bs = w ^ (ones * '\\');
+        uint64_t hit = ctl | ((q - ones) & ~q) | ((bs - ones) & ~bs) | w;
+        if (hit & highs) break;
+    }
+    while (i < n && p[i] >= 0x20 && p[i] < 0x80 && p[i] != '"' && p[i] != '\\') i++;
+    return i;
+}
+
 int rf_buf_append_json_str(rf_buf *b, const char *s, size_t n) {
     static const char hex[] = "0123456789abcdef";
     /* Worst case: every byte becomes \u00XX (6) or U+FFFD (3). */
@@ -66,11 +102,13 @@ int rf_buf_append_json_str(rf_buf *b, const char *s, size_t n) {
     *o++ = '"';
     const unsigned char *p = (const unsigned char *)s, *end = p + n;
     while (p < end) {
+        size_t run = plain_ascii_run(p, (size_t)(end - p));
+        memcpy(o, p, run);
+        o += run;
+        p += run;
+        if (p == end) break;
         unsigned char c = *p;
-        if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
-            *o++ = (char)c;
-            p++;
-        } else if (c < 0x80) {
+        if (c < 0x80) {
             *o++ = '\\';
             switch (c) {
             case '"': *o++ = '"'; break;

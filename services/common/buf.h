@@ -4,6 +4,7 @@
 #define RF_BUF_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct rf_buf {
     char *data;
@@ -18,6 +19,9 @@ int rf_buf_append(rf_buf *b, const void *p, size_t n);
 int rf_buf_puts(rf_buf *b, const char *s);
 int rf_buf_putc(rf_buf *b, char c);
 int rf_buf_printf(rf_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Decimal integers without printf (hot in JSON Lines output). */
+int rf_buf_put_u64(rf_buf *b, uint64_t v);
+int rf_buf_put_i64(rf_buf *b, int64_t v);
 /* Appends s[0..n) as a quoted JSON string. Bytes that are not valid UTF-8 are
  * written as U+FFFD so the output is always valid JSON. */
 int rf_buf_append_json_str(rf_buf *b, const char *s, size_t n);

@@ -20,12 +20,18 @@ int rf_doc_to_json(const rf_doc *d, rf_buf *out) {
     rc |= rf_buf_append_json_str(out, d->id ? d->id : "", d->id ? strlen(d->id) : 0);
     rc |= rf_buf_puts(out, ",\"text\":");
     rc |= rf_buf_append_json_str(out, d->text ? d->text : "", d->text ? d->text_len : 0);
-    if (d->label != RF_LABEL_NONE) rc |= rf_buf_printf(out, ",\"label\":%d", (int)d->label);
+    if (d->label != RF_LABEL_NONE) {
+        rc |= rf_buf_puts(out, ",\"label\":");
+        rc |= rf_buf_put_i64(out, d->label);
+    }
     if (d->source) {
         rc |= rf_buf_puts(out, ",\"source\":");
         rc |= rf_buf_append_json_str(out, d->source, strlen(d->source));
     }
-    rc |= rf_buf_printf(out, ",\"line\":%" PRIu64 ",\"offset\":%" PRIu64, d->line, d->offset);
+    rc |= rf_buf_puts(out, ",\"line\":");
+    rc |= rf_buf_put_u64(out, d->line);
+    rc |= rf_buf_puts(out, ",\"offset\":");
+    rc |= rf_buf_put_u64(out, d->offset);
     if (d->cluster) rc |= rf_buf_printf(out, ",\"cluster\":\"%016" PRIx64 "\"", d->cluster);
     if (d->aug_of) {
         rc |= rf_buf_puts(out, ",\"aug_of\":");

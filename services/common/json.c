@@ -2,6 +2,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "common/error.h"
 #include "common/utf8.h"
@@ -97,11 +100,30 @@ static int hex4(const char *p, uint32_t *out) {
     return 0;
 }
 
+/* First byte in [p, end) that ends a plain string run: '"', '\\' or a control
+ * byte. Sixteen bytes at a time where SSE2 exists (every x86-64). */
+static const char *string_run_end(const char *p, const char *end) {
+#ifdef __SSE2__
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\');
+    const __m128i bias = _mm_set1_epi8((char)0x80), ctl = _mm_set1_epi8((char)(0x20 ^ 0x80));
+    while (end - p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)p);
+        /* unsigned v < 0x20 as a signed compare of v^0x80 < 0x20^0x80 */
+        __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
+                                   _mm_cmplt_epi8(_mm_xor_si128(v, bias), ctl));
+        int mask = _mm_movemask_epi8(hit);
+        if (mask) return p + __builtin_ctz((unsigned)mask);
+        p += 16;
+    }
+#endif
+    while (p < end && *p != '"' && *p != '\\' && (unsigned char)*p >= 0x20) p++;
+    return p;
+}
+
 /* Parses a string at d->p (which points at the opening quote). */
 static int parse_string(rf_json_doc *d, const char **out, size_t *outlen) {
     const char *p = d->p + 1, *end = d->end;
-    const char *q = p;
-    while (q < end && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20) q++;
+    const char *q = string_run_end(p, end);
     if (q >= end) {
         d->p = q;
         return fail_at(d, "unterminated string");

@@ -20,7 +20,18 @@ double rf_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* VmHWM from /proc: getrusage's ru_maxrss can report the parent's peak when a
+ * large process forked us (it survives exec). */
 int64_t rf_peak_rss_kb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f) {
+        char line[256];
+        long long kb = -1;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
+        fclose(f);
+        if (kb >= 0) return kb;
+    }
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru)) return -1;
     return (int64_t)ru.ru_maxrss;

@@ -113,11 +113,53 @@ static void test_reuse_many_parses(void **state) {
     rf_json_doc_free(d);
 }
 
+/* A special byte at every position of a long string, so the 16-byte scan sees
+ * it in every lane and in the tail. */
+static void test_special_byte_at_every_position(void **state) {
+    rf_json_doc *d = rf_json_doc_new();
+    char text[80], want[80];
+    for (int pos = 0; pos < 40; pos++) {
+        for (int kind = 0; kind < 3; kind++) {
+            size_t n = 0, w = 0;
+            text[n++] = '"';
+            for (int i = 0; i < 40; i++) {
+                if (i == pos && kind == 0) { /* escaped quote */
+                    text[n++] = '\\';
+                    text[n++] = '"';
+                    want[w++] = '"';
+                } else if (i == pos && kind == 1) { /* escaped backslash */
+                    text[n++] = '\\';
+                    text[n++] = '\\';
+                    want[w++] = '\\';
+                } else if (i == pos && kind == 2) { /* high byte, passed through */
+                    text[n++] = (char)0xC3;
+                    text[n++] = (char)0xA9;
+                    want[w++] = (char)0xC3;
+                    want[w++] = (char)0xA9;
+                } else {
+                    text[n++] = (char)('a' + i % 26);
+                    want[w++] = (char)('a' + i % 26);
+                }
+            }
+            text[n++] = '"';
+            const rf_json *r;
+            assert_int_equal(rf_json_parse(d, text, n, &r), 0);
+            assert_int_equal(r->len, w);
+            assert_memory_equal(r->u.str, want, w);
+            /* A raw control byte at the same place is refused. */
+            text[1 + pos] = '\n';
+            assert_int_equal(rf_json_parse(d, text, n, &r), RF_ERR_PARSE);
+        }
+    }
+    rf_json_doc_free(d);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_objects_and_arrays), cmocka_unit_test(test_string_escapes),
         cmocka_unit_test(test_rejects_malformed),  cmocka_unit_test(test_depth_limit),
         cmocka_unit_test(test_int64_bounds),       cmocka_unit_test(test_reuse_many_parses),
+        cmocka_unit_test(test_special_byte_at_every_position),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -75,6 +75,52 @@ static void test_json_string_output_is_valid(void **state) {
     rf_buf_free(&b);
 }
 
+/* Escaping agrees with a byte-at-a-time reference for a special byte at every
+ * position (the 8-byte fast path must stop at each). */
+static void test_json_escape_every_position(void **state) {
+    static const char specials[] = {'"', '\\', '\n', 0x01, 0x1f, 0x7f, ' ', '~'};
+    for (size_t k = 0; k < sizeof specials; k++) {
+        for (int pos = 0; pos < 24; pos++) {
+            char in[24];
+            for (int i = 0; i < 24; i++) in[i] = (char)('A' + i);
+            in[pos] = specials[k];
+            rf_buf got = RF_BUF_INIT, want = RF_BUF_INIT;
+            assert_int_equal(rf_buf_append_json_str(&got, in, sizeof in), 0);
+            rf_buf_putc(&want, '"');
+            for (int i = 0; i < 24; i++) {
+                unsigned char c = (unsigned char)in[i];
+                if (c == '"' || c == '\\') {
+                    rf_buf_putc(&want, '\\');
+                    rf_buf_putc(&want, (char)c);
+                } else if (c == '\n') {
+                    rf_buf_puts(&want, "\\n");
+                } else if (c < 0x20) {
+                    rf_buf_printf(&want, "\\u%04x", c);
+                } else {
+                    rf_buf_putc(&want, (char)c);
+                }
+            }
+            rf_buf_putc(&want, '"');
+            assert_string_equal(got.data, want.data);
+            rf_buf_free(&got);
+            rf_buf_free(&want);
+        }
+    }
+}
+
+static void test_put_integers(void **state) {
+    rf_buf b = RF_BUF_INIT;
+    rf_buf_put_u64(&b, 0);
+    rf_buf_putc(&b, ' ');
+    rf_buf_put_u64(&b, UINT64_MAX);
+    rf_buf_putc(&b, ' ');
+    rf_buf_put_i64(&b, INT64_MIN);
+    rf_buf_putc(&b, ' ');
+    rf_buf_put_i64(&b, -1);
+    assert_string_equal(b.data, "0 18446744073709551615 -9223372036854775808 -1");
+    rf_buf_free(&b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_valid),
@@ -83,6 +129,8 @@ int main(void) {
         cmocka_unit_test(test_valid_and_first_invalid),
         cmocka_unit_test(test_encode_roundtrip),
         cmocka_unit_test(test_json_string_output_is_valid),
+        cmocka_unit_test(test_json_escape_every_position),
+        cmocka_unit_test(test_put_integers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
