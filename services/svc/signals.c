@@ -49,6 +49,13 @@ void rf_svc_request_stop(void) {
     atomic_store(&stop_flag, true);
 }
 
+/* Also takes a pending termination signal, so that a loop that only polls
+ * this (no thread in rf_svc_wait_signal) still stops on SIGTERM. */
 bool rf_svc_stopping(void) {
+    if (atomic_load(&stop_flag)) return true;
+    sigset_t set;
+    term_set(&set);
+    struct timespec zero = {0, 0};
+    if (sigtimedwait(&set, NULL, &zero) > 0) rf_svc_request_stop();
     return atomic_load(&stop_flag);
 }

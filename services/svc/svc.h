@@ -36,7 +36,8 @@ int rf_svc_signals_init(void);
 /* The signal received, or 0 when timeout_s passed (timeout_s < 0: wait forever). */
 int rf_svc_wait_signal(double timeout_s);
 
-/* A process-wide stop flag for loops in other threads. */
+/* A process-wide stop flag for loops; rf_svc_stopping() also takes a pending
+ * termination signal (they are blocked after rf_svc_signals_init). */
 void rf_svc_request_stop(void);
 bool rf_svc_stopping(void);
 

@@ -6,6 +6,7 @@
  * duplicate included; a message that is not a batch is counted and skipped. */
 #include <ctype.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -262,7 +263,11 @@ static void test_identify(void **state) {
 }
 
 static void test_stop_flag(void **state) {
-    rf_svc_request_stop();
+    /* A SIGTERM pending on a loop that nobody waits for still stops it. */
+    assert_int_equal(rf_svc_signals_init(), 0);
+    assert_false(rf_svc_stopping());
+    raise(SIGTERM);
+    assert_true(rf_svc_stopping());
     rf_stage_loop l = {.stage = "never"}; /* run returns before touching anything */
     assert_int_equal(rf_stage_loop_run(&l), 0);
 }
