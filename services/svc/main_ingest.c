@@ -20,6 +20,7 @@
 #include "svc/svc.h"
 
 typedef struct config {
+    const char *kafka_props;
     const char *listen, *kafka, *topic_clean, *topic_rejected, *spec, *port_file, *pg;
     const char *tls_cert, *tls_key, *tls_ca;
     int64_t workers, max_message, batch_docs, max_in_flight;
@@ -53,6 +54,8 @@ static int write_port(const char *path, int port) {
 }
 
 static int serve(const config *c) {
+    char *props_storage = NULL;
+    const char **props = NULL;
     rf_kafka_opts ko = {.bootstrap = c->kafka,
                         .client_id = "refinery-ingest",
                         .max_in_flight = (int)c->max_in_flight,
@@ -72,6 +75,8 @@ static int serve(const config *c) {
                              .max_message = (size_t)c->max_message,
                              .tls = {c->tls_cert, c->tls_key, c->tls_ca, NULL}};
     int rc = c->spec ? apply_spec(c->spec, &so) : RF_OK;
+    if (rc == RF_OK && (rc = rf_svc_split_props(c->kafka_props, &props_storage, &props)) == RF_OK)
+        ko.extra = props;
     if (rc == RF_OK && (rc = rf_kafka_producer_new(&ko, &producer)) == RF_OK)
         so.producer = producer;
     if (rc == RF_OK && c->pg) {
@@ -105,6 +110,8 @@ static int serve(const config *c) {
     }
     rf_kafka_producer_free(producer);
     rf_store_close(store);
+    free(props);
+    free(props_storage);
     return rc;
 }
 
@@ -116,6 +123,8 @@ int main(int argc, char **argv) {
          "gRPC address (port 0 picks a free one)"},
         {"kafka", "KAFKA_BOOTSTRAP", RF_OPT_STR, &c.kafka, NULL,
          "Kafka bootstrap servers host:port,... (required)"},
+        {"kafka-props", "KAFKA_PROPERTIES", RF_OPT_STR, &c.kafka_props, NULL,
+         "more librdkafka properties: name=value;name=value (SASL, TLS to brokers)"},
         {"topic-clean", "REFINERY_TOPIC_CLEAN", RF_OPT_STR, &c.topic_clean, "docs.clean",
          "topic for kept documents (DocumentBatch)"},
         {"topic-rejected", "REFINERY_TOPIC_REJECTED", RF_OPT_STR, &c.topic_rejected,

@@ -103,3 +103,35 @@ int rf_svc_parse(const char *prog, const char *summary, const rf_opt *opts, size
     free(seen);
     return rc;
 }
+
+int rf_svc_split_props(const char *spec, char **storage, const char ***out) {
+    *storage = strdup(spec ? spec : "");
+    size_t n = 1;
+    for (const char *p = spec ? spec : ""; *p; p++)
+        n += *p == ';';
+    *out = calloc(2 * n + 1, sizeof **out);
+    if (!*storage || !*out) {
+        free(*storage);
+        free(*out);
+        *storage = NULL;
+        *out = NULL;
+        return RF_ERR_NOMEM;
+    }
+    size_t k = 0;
+    char *save = NULL;
+    for (char *e = strtok_r(*storage, ";", &save); e; e = strtok_r(NULL, ";", &save)) {
+        char *eq = strchr(e, '=');
+        if (!eq || eq == e) {
+            int rc = rf_fail(RF_ERR_INVALID, "Kafka property '%s' is not name=value", e);
+            free(*storage);
+            free(*out);
+            *storage = NULL;
+            *out = NULL;
+            return rc;
+        }
+        *eq = 0;
+        (*out)[k++] = e;
+        (*out)[k++] = eq + 1;
+    }
+    return RF_OK;
+}

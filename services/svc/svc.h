@@ -32,6 +32,12 @@ typedef struct rf_opt {
 int rf_svc_parse(const char *prog, const char *summary, const rf_opt *opts, size_t n, int argc,
                  char **argv);
 
+/* Splits "name=value;name=value" (librdkafka properties from --kafka-props /
+ * KAFKA_PROPERTIES) into a NULL-terminated name, value array for
+ * rf_kafka_opts.extra. *out points into *storage; the caller frees both.
+ * RF_ERR_INVALID names an entry without '='. NULL or "" gives an empty list. */
+int rf_svc_split_props(const char *spec, char **storage, const char ***out);
+
 int rf_svc_signals_init(void);
 /* The signal received, or 0 when timeout_s passed (timeout_s < 0: wait forever). */
 int rf_svc_wait_signal(double timeout_s);
