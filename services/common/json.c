@@ -139,9 +139,14 @@ static int parse_string(rf_json_doc *d, const char **out, size_t *outlen) {
         d->p = q + 1;
         return RF_OK;
     }
-    /* Escapes never lengthen the text, so the raw span bounds the output. */
+    /* Escapes never lengthen the text, so the raw span bounds the output.
+     * The span ends at the first quote not escaped: skip plain runs, and
+     * the byte after each backslash. */
     const char *close = q;
-    while (close < end && *close != '"') close += (*close == '\\') ? 2 : 1;
+    while (close < end && *close != '"') {
+        close += (*close == '\\') ? 2 : 1;
+        if (close < end) close = string_run_end(close, end);
+    }
     if (close >= end) {
         d->p = end;
         return fail_at(d, "unterminated string");
@@ -149,16 +154,16 @@ static int parse_string(rf_json_doc *d, const char **out, size_t *outlen) {
     char *s = arena_alloc(d, (size_t)(close - p) + 1), *o = s;
     if (!s) return RF_ERR_NOMEM;
     while (p < end) {
+        const char *run = string_run_end(p, end); /* copy plain runs whole */
+        memcpy(o, p, (size_t)(run - p));
+        o += run - p;
+        p = run;
+        if (p >= end) break;
         unsigned char c = (unsigned char)*p;
         if (c == '"') break;
         if (c < 0x20) {
             d->p = p;
             return fail_at(d, "control character in string");
-        }
-        if (c != '\\') {
-            *o++ = (char)c;
-            p++;
-            continue;
         }
         if (p + 1 >= end) {
             d->p = p;

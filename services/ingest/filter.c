@@ -335,7 +335,6 @@ static int split_words(const char *t, size_t n, bool stops, size_t max_words, wo
     return 0;
 }
 
-/* Open-addressing table of 64-bit keys with a count and a first index. */
 /* Open-addressing table of 64-bit keys, sized for every word of a text.
  * Slots of an older generation are empty, so a new pass costs nothing. */
 typedef struct slot {
@@ -361,6 +360,52 @@ static int table_init(table *t, size_t items) {
     return t->s ? 0 : RF_ERR_NOMEM;
 }
 
+struct rf_quality_scratch {
+    slot *slots; /* n_slots, a power of two; tables use a prefix of it */
+    size_t n_slots;
+    uint32_t gen; /* last generation used in slots */
+    uint32_t *cand;
+    size_t cand_cap;
+};
+
+rf_quality_scratch *rf_quality_scratch_new(void) {
+    return calloc(1, sizeof(rf_quality_scratch));
+}
+
+static void scratch_release(rf_quality_scratch *sc) {
+    free(sc->slots);
+    free(sc->cand);
+}
+
+void rf_quality_scratch_free(rf_quality_scratch *s) {
+    if (!s) return;
+    scratch_release(s);
+    free(s);
+}
+
+/* A table for items keys on the scratch slots, in a new generation; the
+ * caller stores t->gen back into sc->gen when done. */
+static int scratch_table(rf_quality_scratch *sc, size_t items, table *t) {
+    size_t cap = 16;
+    while (cap < items * 2)
+        cap *= 2;
+    if (cap > sc->n_slots) {
+        free(sc->slots);
+        sc->n_slots = 0;
+        if (!(sc->slots = calloc(cap, sizeof *sc->slots))) return RF_ERR_NOMEM;
+        sc->n_slots = cap;
+        sc->gen = 0;
+    }
+    if (sc->gen > UINT32_MAX - 64) { /* a pass per n per text: wrap long before */
+        memset(sc->slots, 0, sc->n_slots * sizeof *sc->slots);
+        sc->gen = 0;
+    }
+    t->s = sc->slots;
+    t->mask = cap - 1;
+    t->gen = sc->gen + 1;
+    return 0;
+}
+
 /* Counts key; returns its slot's index. */
 static uint32_t table_add(table *t, uint64_t key, uint32_t index) {
     size_t i = (size_t)key & t->mask;
@@ -371,19 +416,31 @@ static uint32_t table_add(table *t, uint64_t key, uint32_t index) {
     return (uint32_t)i;
 }
 
-/* A cheap 64-bit hash of a word (mostly a few bytes): eight bytes per
- * splitmix step. */
-static uint64_t word_hash(const char *s, size_t n) {
+/* The last n (1..8) bytes before end as a little-endian word, zero-padded;
+ * one load when eight bytes are readable from s (avail), else byte by byte. */
+static inline uint64_t tail_bytes(const char *s, size_t n, size_t avail) {
+    uint64_t x = 0;
+    if (avail >= 8) {
+        memcpy(&x, s, 8);
+        return n == 8 ? x : x & ((1ull << (8 * n)) - 1);
+    }
+    for (size_t i = 0; i < n; i++)
+        x |= (uint64_t)(unsigned char)s[i] << (8 * i);
+    return x;
+}
+
+/* A cheap 64-bit hash of the word s[0..n), avail bytes readable from s: one
+ * splitmix step for a word of up to eight bytes (most words), one more per
+ * eight bytes beyond. Only equality of hashes matters. */
+static inline uint64_t word_hash(const char *s, size_t n, size_t avail) {
+    if (n <= 8) return rf_mix64(tail_bytes(s, n, avail) ^ (n * 0x9e3779b97f4a7c15ull));
     uint64_t h = rf_mix64(n);
-    for (; n >= 8; s += 8, n -= 8) {
+    for (; n > 8; s += 8, n -= 8, avail -= 8) {
         uint64_t x;
         memcpy(&x, s, 8);
         h = rf_mix64(h ^ x);
     }
-    uint64_t x = 0;
-    for (size_t i = 0; i < n; i++)
-        x |= (uint64_t)(unsigned char)s[i] << (8 * i);
-    return rf_mix64(h ^ x);
+    return rf_mix64(h ^ tail_bytes(s, n, avail));
 }
 
 /* Word chars of words [i, i + n). */
@@ -397,8 +454,8 @@ static size_t span_chars(const words *ws, size_t i, size_t n) {
  * repeat if its (n-1)-gram prefix did, so each pass visits only the positions
  * whose previous n-gram repeated and the sweep ends when none is left. Sets
  * *reason or leaves it NULL. */
-static int check_ngrams(const rf_quality_opts *o, const char *text, words *ws,
-                        const char **reason) {
+static int check_ngrams(const rf_quality_opts *o, rf_quality_scratch *sc, const char *text,
+                        size_t len, words *ws, const char **reason) {
     bool top_on = false, dup_on = false;
     for (size_t i = 0; i < N_TOP; i++)
         top_on |= o->max_top_ngram_frac[i] < 1;
@@ -407,15 +464,23 @@ static int check_ngrams(const rf_quality_opts *o, const char *text, words *ws,
     if ((!top_on && !dup_on) || ws->n < 2 || ws->n < o->ngram_min_words || ws->chars == 0) return 0;
     word *w = ws->w;
     /* cand[0..m): the positions, ascending, whose (n-1)-gram repeated. */
-    uint32_t *cand = malloc(ws->n * sizeof *cand);
-    table t;
-    if (!cand || table_init(&t, ws->n)) {
-        free(cand);
-        return RF_ERR_NOMEM;
+    if (ws->n > sc->cand_cap) {
+        free(sc->cand);
+        sc->cand_cap = 0;
+        if (!(sc->cand = malloc(ws->n * sizeof *sc->cand))) return RF_ERR_NOMEM;
+        sc->cand_cap = ws->n;
     }
+    uint32_t *cand = sc->cand;
+    table t;
+    int rc = scratch_table(sc, ws->n, &t);
+    if (rc) return rc;
+    /* Below this fraction of word chars, no dup_ngram rule can fire. */
+    double dup_floor = 1;
+    for (size_t i = 0; i < N_DUP; i++)
+        if (o->max_dup_ngram_frac[i] < dup_floor) dup_floor = o->max_dup_ngram_frac[i];
     size_t m = 0;
     for (size_t i = 0, cum = 0; i < ws->n; i++) {
-        w[i].hash = word_hash(text + w[i].start, w[i].len);
+        w[i].hash = word_hash(text + w[i].start, w[i].len, len - w[i].start);
         w[i].gram = rf_mix64(w[i].hash); /* not w[i].hash: "a b" and "b a" must differ */
         w[i].cum = (uint32_t)cum;
         cum += w[i].chars;
@@ -427,12 +492,24 @@ static int check_ngrams(const rf_quality_opts *o, const char *text, words *ws,
         size_t last = ws->n - n; /* last start position of an n-gram */
         if (n > RF_QUALITY_NGRAM_MIN) {
             /* Keep the positions whose (n-1)-gram repeated (slots of the
-             * previous pass), then start a new generation. */
-            size_t kept = 0;
-            for (size_t k = 0; k < m; k++)
-                if (cand[k] <= last && t.s[w[cand[k]].slot].count >= 2) cand[kept++] = cand[k];
+             * previous pass), then start a new generation. Along the way,
+             * cover = word chars covered by those repeated (n-1)-grams. A
+             * repeated n-gram at i has repeated (n-1)-grams at i and i + 1,
+             * so the chars of repeated n-grams (and those of every longer n)
+             * are within cover: once cover is under every dup_ngram
+             * threshold, no later pass can reject. */
+            size_t kept = 0, cover = 0, covered_to = 0;
+            for (size_t k = 0; k < m && cand[k] <= last + 1; k++) {
+                size_t i = cand[k];
+                if (t.s[w[i].slot].count < 2) continue;
+                size_t a = i > covered_to ? i : covered_to;
+                covered_to = i + n - 1;
+                if (covered_to > a) cover += span_chars(ws, a, covered_to - a);
+                if (i <= last) cand[kept++] = (uint32_t)i;
+            }
             m = kept;
             if (m == 0) break;
+            if (n > RF_QUALITY_NGRAM_MAX && (double)cover / total <= dup_floor) break;
             t.gen++;
         }
         /* Most frequent n-gram: chars of all its occurrences / all word chars;
@@ -474,8 +551,7 @@ static int check_ngrams(const rf_quality_opts *o, const char *text, words *ws,
         }
         if (*reason) break;
     }
-    free(cand);
-    free(t.s);
+    sc->gen = t.gen;
     return 0;
 }
 
@@ -543,6 +619,11 @@ static int check_lines(const rf_quality_opts *o, const char *t, size_t n, const 
 }
 
 int rf_quality_check(const rf_quality_opts *o, const char *text, size_t n, const char **reason) {
+    return rf_quality_check_with(o, NULL, text, n, reason);
+}
+
+int rf_quality_check_with(const rf_quality_opts *o, rf_quality_scratch *sc, const char *text,
+                          size_t n, const char **reason) {
     *reason = NULL;
     words ws; /* not zeroed as a whole: small[] is 10 KiB */
     memset(&ws, 0, offsetof(words, small));
@@ -570,7 +651,13 @@ int rf_quality_check(const rf_quality_opts *o, const char *text, size_t n, const
     else if (ws.stop_words < o->min_stop_words)
         *reason = "stop_words";
     if (*reason) goto out;
-    rc = check_ngrams(o, text, &ws, reason);
+    if (sc) {
+        rc = check_ngrams(o, sc, text, n, &ws, reason);
+    } else {
+        rf_quality_scratch local = {0};
+        rc = check_ngrams(o, &local, text, n, &ws, reason);
+        scratch_release(&local);
+    }
 out:
     if (ws.w != ws.small) free(ws.w);
     return rc;

@@ -63,4 +63,15 @@ int rf_quality_opts_from_cfg(const rf_cfg *section, rf_quality_opts *o);
  * Returns 0, or RF_ERR_NOMEM (n-gram tables of long documents allocate). */
 int rf_quality_check(const rf_quality_opts *o, const char *text, size_t n, const char **reason);
 
+/* Memory that rf_quality_check_with reuses from one text to the next (the
+ * n-gram table and its position lists), so that a worker checking many short
+ * texts allocates only when a text is longer than any before. One per thread. */
+typedef struct rf_quality_scratch rf_quality_scratch;
+
+rf_quality_scratch *rf_quality_scratch_new(void); /* NULL on OOM */
+void rf_quality_scratch_free(rf_quality_scratch *s);
+/* rf_quality_check with scratch memory s (NULL: allocate per call). Same result. */
+int rf_quality_check_with(const rf_quality_opts *o, rf_quality_scratch *s, const char *text,
+                          size_t n, const char **reason);
+
 #endif

@@ -18,9 +18,10 @@ struct rf_worker {
     bool want_docs;
     rf_field_map map;
     rf_json_doc *json;
-    rf_buf text;  /* joined text of a JSON record */
-    rf_buf clean; /* cleaned text */
-    rf_buf *augs; /* o->augment.n_aug augmented copies */
+    rf_quality_scratch *quality; /* reused n-gram tables */
+    rf_buf text;                 /* joined text of a JSON record */
+    rf_buf clean;                /* cleaned text */
+    rf_buf *augs;                /* o->augment.n_aug augmented copies */
 };
 
 int rf_worker_new(const rf_ingest_opts *o, const rf_augmenter *aug, const rf_source *src,
@@ -31,9 +32,10 @@ int rf_worker_new(const rf_ingest_opts *o, const rf_augmenter *aug, const rf_sou
     w->map = (rf_field_map){o->text_fields, o->n_text_fields, o->text_join,
                             o->label_field, o->id_field,      &o->label_map};
     w->json = rf_json_doc_new();
+    w->quality = rf_quality_scratch_new();
     size_t n_aug = aug ? o->augment.n_aug : 0;
     w->augs = n_aug ? calloc(n_aug, sizeof(rf_buf)) : NULL;
-    if (!w->json || (n_aug && !w->augs)) {
+    if (!w->json || !w->quality || (n_aug && !w->augs)) {
         rf_worker_free(w);
         return RF_ERR_NOMEM;
     }
@@ -44,6 +46,7 @@ int rf_worker_new(const rf_ingest_opts *o, const rf_augmenter *aug, const rf_sou
 void rf_worker_free(rf_worker *w) {
     if (!w) return;
     rf_json_doc_free(w->json);
+    rf_quality_scratch_free(w->quality);
     rf_buf_free(&w->text);
     rf_buf_free(&w->clean);
     if (w->augs)
@@ -128,7 +131,9 @@ static int finish_record(rf_worker *w, rf_ibatch *b, const rf_rec *r, const char
     const char *ctext = w->clean.data;
     size_t clen = w->clean.len;
     const char *why = NULL;
-    if (o->quality_enabled && (rc = rf_quality_check(&o->quality, ctext, clen, &why))) return rc;
+    if (o->quality_enabled &&
+        (rc = rf_quality_check_with(&o->quality, w->quality, ctext, clen, &why)))
+        return rc;
     if (!why && o->language.n_expected &&
         (rc = rf_langid_check(&o->language, ctext, clen, &why, NULL)))
         return rc;

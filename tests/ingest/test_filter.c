@@ -399,6 +399,8 @@ static void test_ngrams_match_reference(void **state) {
     size_t cap = 0, lines = 0, rejects[3] = {0};
     ssize_t len;
     const double scale[3] = {0.3, 1, 2};
+    rf_quality_scratch *scratch = rf_quality_scratch_new();
+    assert_non_null(scratch);
     while ((len = getline(&line, &cap, fp)) > 0) {
         size_t nw = 0;
         for (size_t i = 0; i < (size_t)len && nw < 4096;) {
@@ -423,10 +425,15 @@ static void test_ngrams_match_reference(void **state) {
             if ((got == NULL) != (want == NULL) || (got && strcmp(got, want) != 0))
                 fail_msg("line %zu, scale %.1f: got %s, reference %s", lines + 1, scale[k],
                          got ? got : "keep", want ? want : "keep");
+            /* Scratch memory reused across lines of every length: same answer. */
+            const char *again;
+            assert_int_equal(rf_quality_check_with(&o, scratch, line, (size_t)len, &again), 0);
+            if (again != got) fail_msg("line %zu: scratch changed the result", lines + 1);
             rejects[k] += got != NULL;
         }
         lines++;
     }
+    rf_quality_scratch_free(scratch);
     free(line);
     fclose(fp);
     print_message("wikitext valid: %zu lines, rejected %zu / %zu / %zu\n", lines, rejects[0],
