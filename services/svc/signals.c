@@ -1,4 +1,8 @@
-/* Termination signals, taken synchronously by the main thread. */
+/* Termination signals. They are blocked in the thread that calls
+ * rf_svc_signals_init (and so in the threads it starts afterwards) and taken
+ * synchronously with sigtimedwait; a handler also catches them in any thread
+ * that did not inherit the mask (one started earlier, e.g. by a library
+ * constructor), so that no thread dies of the default action. */
 #include <math.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -8,6 +12,7 @@
 #include "svc/svc.h"
 
 static atomic_bool stop_flag;
+static volatile sig_atomic_t caught; /* the signal the handler took, if any */
 
 static void term_set(sigset_t *set) {
     sigemptyset(set);
@@ -16,7 +21,18 @@ static void term_set(sigset_t *set) {
     sigaddset(set, SIGHUP);
 }
 
+static void on_term(int sig) {
+    caught = sig;
+    atomic_store(&stop_flag, true);
+}
+
 int rf_svc_signals_init(void) {
+    struct sigaction sa = {0};
+    sa.sa_handler = on_term;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGTERM, &sa, NULL) < 0 || sigaction(SIGINT, &sa, NULL) < 0 ||
+        sigaction(SIGHUP, &sa, NULL) < 0)
+        return rf_fail(RF_ERR_INTERNAL, "cannot install signal handlers");
     sigset_t set;
     term_set(&set);
     if (pthread_sigmask(SIG_BLOCK, &set, NULL) != 0)
@@ -26,22 +42,30 @@ int rf_svc_signals_init(void) {
     return RF_OK;
 }
 
-int rf_svc_wait_signal(double timeout_s) {
+/* Takes a pending termination signal within wait_s seconds: its number or 0. */
+static int take(double wait_s) {
     sigset_t set;
     term_set(&set);
+    struct timespec ts = {(time_t)wait_s, (long)((wait_s - floor(wait_s)) * 1e9)};
+    int sig = sigtimedwait(&set, NULL, &ts);
+    if (sig > 0) {
+        rf_svc_request_stop();
+        return sig;
+    }
+    return 0;
+}
+
+int rf_svc_wait_signal(double timeout_s) {
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
     for (;;) {
-        int sig;
-        if (timeout_s < 0) {
-            sig = sigwaitinfo(&set, NULL);
-        } else {
-            struct timespec ts = {(time_t)timeout_s, (long)((timeout_s - floor(timeout_s)) * 1e9)};
-            sig = sigtimedwait(&set, NULL, &ts);
-        }
-        if (sig > 0) {
-            rf_svc_request_stop();
-            return sig;
-        }
-        if (timeout_s >= 0) return 0; /* timed out (or interrupted: the caller loops) */
+        if (atomic_load(&stop_flag)) return caught ? caught : SIGTERM;
+        int sig = take(0.1);
+        if (sig > 0) return sig;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double waited = (double)(now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) * 1e-9;
+        if (timeout_s >= 0 && waited >= timeout_s) return 0;
     }
 }
 
@@ -53,9 +77,6 @@ void rf_svc_request_stop(void) {
  * this (no thread in rf_svc_wait_signal) still stops on SIGTERM. */
 bool rf_svc_stopping(void) {
     if (atomic_load(&stop_flag)) return true;
-    sigset_t set;
-    term_set(&set);
-    struct timespec zero = {0, 0};
-    if (sigtimedwait(&set, NULL, &zero) > 0) rf_svc_request_stop();
+    take(0);
     return atomic_load(&stop_flag);
 }

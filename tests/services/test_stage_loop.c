@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "common/buf.h"
 #include "common/error.h"
 #include "common/sys.h"
 #include "kafka/kafka.h"
@@ -272,7 +273,134 @@ static void test_stop_flag(void **state) {
     assert_int_equal(rf_stage_loop_run(&l), 0);
 }
 
-int main(void) {
+/* --- process modes for tests/services/stage_kill.test.sh --- */
+
+static int tool_fail(const char *what) {
+    fprintf(stderr, "test_stage_loop: %s: %s\n", what, rf_errmsg());
+    return 1;
+}
+
+/* --run PG RUN: applies the schema and creates the run. */
+static int tool_run(const char *pg, const char *run) {
+    rf_store_opts so = {.conninfo = pg};
+    rf_store *st;
+    if (rf_store_open(&so, &st) < 0) return tool_fail("store");
+    int rc = rf_store_run_create(st, run, "{}", NULL);
+    rf_store_close(st);
+    return rc < 0 ? tool_fail("run") : 0;
+}
+
+/* --produce BOOTSTRAP RUN N: N input batches of 10 documents to "in". */
+static int tool_produce(const char *bs, const char *run, int n) {
+    rf_kafka_opts po = {.bootstrap = bs};
+    rf_kafka_producer *p;
+    if (rf_kafka_producer_new(&po, &p) < 0) return tool_fail("producer");
+    for (int seq = 0; seq < n; seq++) {
+        Refinery__V1__Document docs[10], *ptrs[10];
+        char texts[10][48], ids[10][32];
+        for (int i = 0; i < 10; i++) {
+            refinery__v1__document__init(&docs[i]);
+            snprintf(ids[i], sizeof ids[i], "b%d-d%d", seq, i);
+            snprintf(texts[i], sizeof texts[i], "text %d of batch %d", i, seq);
+            docs[i].id = ids[i];
+            docs[i].text = texts[i];
+            ptrs[i] = &docs[i];
+        }
+        Refinery__V1__DocumentBatch b = REFINERY__V1__DOCUMENT_BATCH__INIT;
+        b.run_id = (char *)run;
+        b.seq = (uint64_t)seq;
+        b.docs = ptrs;
+        b.n_docs = 10;
+        uint8_t buf[4096];
+        size_t len = refinery__v1__document_batch__pack(&b, buf);
+        if (rf_kafka_produce(p, "in", run, strlen(run), buf, len) < 0) return tool_fail("produce");
+    }
+    int rc = rf_kafka_flush(p, 30);
+    rf_kafka_producer_free(p);
+    return rc < 0 ? tool_fail("flush") : 0;
+}
+
+/* Each batch takes ~20 ms in the service mode, so that a SIGKILL lands
+ * mid-stream. */
+static int slow_process(void *user, const rf_kafka_msg *m, const rf_stage_batch_id *id,
+                        rf_kafka_tracker *t, rf_store_counts *c) {
+    usleep(20000);
+    return toy_process(user, m, id, t, c);
+}
+
+/* --stage BOOTSTRAP PG: the toy stage as a service, until SIGTERM. */
+static int tool_stage(const char *bs, const char *pg) {
+    if (rf_svc_signals_init() < 0) return tool_fail("signals");
+    rf_store_opts so = {.conninfo = pg};
+    rf_store *st;
+    if (rf_store_open(&so, &st) < 0) return tool_fail("store");
+    rf_kafka_opts po = {.bootstrap = bs};
+    rf_kafka_producer *p;
+    if (rf_kafka_producer_new(&po, &p) < 0) return tool_fail("producer");
+    toy ty = {.producer = p, .out_topic = "out", .fail_seq = UINT64_MAX};
+    rf_stats *stats = rf_stats_new();
+    const char *in = "in";
+    rf_kafka_opts co = {.bootstrap = bs};
+    rf_stage_loop l = {.stage = "upper",
+                       .producer = p,
+                       .store = st,
+                       .max_messages = 8,
+                       .identify = rf_stage_identify_batch,
+                       .process = slow_process,
+                       .user = &ty,
+                       .stats = stats};
+    if (rf_kafka_consumer_new(&co, "upper", &in, 1, &l.consumer) < 0) return tool_fail("consumer");
+    int rc = rf_stage_loop_run(&l);
+    rf_buf b = RF_BUF_INIT;
+    rf_stats_to_json(stats, &b);
+    printf("%s\n", b.data ? b.data : "{}");
+    rf_buf_free(&b);
+    rf_kafka_consumer_free(l.consumer);
+    rf_stats_free(stats);
+    rf_kafka_producer_free(p);
+    rf_store_close(st);
+    return rc < 0 ? 1 : 0;
+}
+
+/* --check BOOTSTRAP RUN N: "out" holds every batch 0..N-1 of RUN (repeats
+ * allowed), each with 8 documents; prints how many messages were repeats. */
+static int tool_check(const char *bs, const char *run, int n) {
+    int *seen = calloc((size_t)n + 1, sizeof *seen), distinct = 0, repeats = 0, bad = 0;
+    const char *out = "out";
+    rf_kafka_opts co = {.bootstrap = bs};
+    rf_kafka_consumer *c;
+    if (!seen || rf_kafka_consumer_new(&co, "check", &out, 1, &c) < 0) return tool_fail("consumer");
+    double end = rf_now() + 60;
+    while (distinct < n && rf_now() < end && !bad) {
+        rf_kafka_batch b;
+        if (rf_kafka_poll_batch(c, 100, 0.5, &b) < 0) return tool_fail("poll");
+        for (size_t i = 0; i < b.n && !bad; i++) {
+            Refinery__V1__DocumentBatch *db =
+                refinery__v1__document_batch__unpack(NULL, b.msgs[i].len, b.msgs[i].value);
+            bad = !db || strcmp(db->run_id, run) != 0 || db->seq >= (uint64_t)n || db->n_docs != 8;
+            if (!bad) {
+                if (seen[db->seq]++)
+                    repeats++;
+                else
+                    distinct++;
+            }
+            if (db) refinery__v1__document_batch__free_unpacked(db, NULL);
+        }
+        rf_kafka_batch_release(&b);
+    }
+    rf_kafka_consumer_free(c);
+    free(seen);
+    printf("distinct=%d repeats=%d\n", distinct, repeats);
+    return !bad && distinct == n ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 4 && !strcmp(argv[1], "--run")) return tool_run(argv[2], argv[3]);
+    if (argc == 5 && !strcmp(argv[1], "--produce"))
+        return tool_produce(argv[2], argv[3], atoi(argv[4]));
+    if (argc == 4 && !strcmp(argv[1], "--stage")) return tool_stage(argv[2], argv[3]);
+    if (argc == 5 && !strcmp(argv[1], "--check"))
+        return tool_check(argv[2], argv[3], atoi(argv[4]));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identify), cmocka_unit_test(test_crash_and_replay),
         cmocka_unit_test(test_stop_flag), /* last: the stop flag is process-wide */
