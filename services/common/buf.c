@@ -66,8 +66,10 @@ int rf_buf_put_u64(rf_buf *b, uint64_t v) {
         v /= 10;
     } while (v);
     if (rf_buf_reserve(b, k)) return RF_ERR_NOMEM;
-    while (k) b->data[b->len++] = t[--k];
-    b->data[b->len] = 0;
+    char *o = b->data + b->len; /* a local pointer: stores through b->data may alias b */
+    for (size_t j = 0; j < k; j++) o[j] = t[k - 1 - j];
+    o[k] = 0;
+    b->len += k;
     return RF_OK;
 }
 

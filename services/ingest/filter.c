@@ -339,10 +339,13 @@ static int split_words(const char *t, size_t n, bool stops, size_t max_words, wo
  * Slots of an older generation are empty, so a new pass costs nothing. */
 typedef struct slot {
     uint64_t key;
-    uint32_t count, first;
-    uint32_t seen; /* the duplicated-n-gram scan passed it */
+    uint32_t count; /* occurrences, | SEEN once the dup-n-gram scan passed one */
     uint32_t gen;
 } slot;
+
+/* A count never reaches it (a text of 4 GiB has fewer words), and a count
+ * of 2 or more stays so with it set. */
+#define SEEN 0x80000000u
 
 typedef struct table {
     slot *s;
@@ -407,11 +410,11 @@ static int scratch_table(rf_quality_scratch *sc, size_t items, table *t) {
 }
 
 /* Counts key; returns its slot's index. */
-static uint32_t table_add(table *t, uint64_t key, uint32_t index) {
+static uint32_t table_add(table *t, uint64_t key) {
     size_t i = (size_t)key & t->mask;
     while (t->s[i].gen == t->gen && t->s[i].key != key)
         i = (i + 1) & t->mask;
-    if (t->s[i].gen != t->gen) t->s[i] = (slot){key, 0, index, 0, t->gen};
+    if (t->s[i].gen != t->gen) t->s[i] = (slot){key, 0, t->gen};
     t->s[i].count++;
     return (uint32_t)i;
 }
@@ -520,10 +523,10 @@ static int check_ngrams(const rf_quality_opts *o, rf_quality_scratch *sc, const 
         for (size_t k = 0; k < m && cand[k] <= last; k++) {
             size_t i = cand[k];
             w[i].gram = rf_mix64(w[i].gram ^ w[i + n - 1].hash);
-            w[i].slot = table_add(&t, w[i].gram, (uint32_t)i);
-            const slot *s = &t.s[w[i].slot];
-            if (s->count >= 2 && s->count * span_chars(ws, s->first, n) > best)
-                best = s->count * span_chars(ws, s->first, n);
+            w[i].slot = table_add(&t, w[i].gram);
+            /* Its chars: those of this occurrence (the same words). */
+            size_t c = t.s[w[i].slot].count, v = c >= 2 ? c * span_chars(ws, i, n) : 0;
+            best = v > best ? v : best;
         }
         if (n <= RF_QUALITY_NGRAM_MAX) {
             double max = o->max_top_ngram_frac[n - RF_QUALITY_NGRAM_MIN];
@@ -539,11 +542,12 @@ static int check_ngrams(const rf_quality_opts *o, rf_quality_scratch *sc, const 
                 size_t i = cand[k];
                 if (i < next) continue;
                 slot *s = &t.s[w[i].slot];
-                if (s->count >= 2 && s->seen) {
+                if (s->count < 2) continue;
+                if (s->count & SEEN) {
                     dup += span_chars(ws, i, n);
                     next = i + n;
                 } else {
-                    s->seen = 1;
+                    s->count |= SEEN;
                 }
             }
             double max = o->max_dup_ngram_frac[n - RF_QUALITY_DUPNGRAM_MIN];
@@ -595,7 +599,7 @@ static int check_lines(const rf_quality_opts *o, const char *t, size_t n, const 
         char last = l[len - 1];
         punct += !ell && (last == '.' || last == '!' || last == '?' || last == '"' || last == '\'');
         shorts += lchars < 30;
-        if (dup_on && tab.s[table_add(&tab, rf_hash64(l, len, 0), 0)].count >= 2) {
+        if (dup_on && tab.s[table_add(&tab, rf_hash64(l, len, 0))].count >= 2) {
             dups++;
             dup_chars += lchars;
         }
