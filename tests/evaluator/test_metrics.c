@@ -16,7 +16,8 @@ static void test_three_classes(void **state) {
     int truth[] = {0, 0, 0, 1, 1, 2}, pred[] = {0, 1, 0, 1, 2, 2};
     rf_metrics m;
     assert_int_equal(rf_metrics_init(&m, 3), 0);
-    for (int i = 0; i < 6; i++) rf_metrics_add(&m, truth[i], pred[i], 0.5 * i);
+    for (int i = 0; i < 6; i++)
+        rf_metrics_add(&m, truth[i], pred[i], 0.5 * i);
     assert_float_equal(rf_metrics_accuracy(&m), 4.0 / 6, 1e-12);
     assert_float_equal(rf_metrics_loss(&m), 7.5 / 6, 1e-12);
     rf_class_scores c0 = rf_metrics_class(&m, 0), c1 = rf_metrics_class(&m, 1),
@@ -53,7 +54,8 @@ static void test_three_classes(void **state) {
 static void test_never_predicted(void **state) {
     rf_metrics m;
     assert_int_equal(rf_metrics_init(&m, 2), 0);
-    for (int i = 0; i < 5; i++) rf_metrics_add(&m, i < 4 ? 0 : 1, 0, 0);
+    for (int i = 0; i < 5; i++)
+        rf_metrics_add(&m, i < 4 ? 0 : 1, 0, 0);
     rf_class_scores c1 = rf_metrics_class(&m, 1);
     assert_true(c1.precision == 0 && c1.recall == 0 && c1.f1 == 0);
     assert_int_equal(c1.support, 1);
