@@ -19,3 +19,10 @@ $(BUILD)/refinery-ingest: $(BUILD)/obj/services/svc/main_ingest.o \
     $(BUILD)/lib/librefinery_store.a \
     $(BUILD)/lib/librefinery_common.a $(BUILD)/lib/librefinery_proto.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+EXTRA_BINS += $(BUILD)/refinery-dedup
+$(BUILD)/refinery-dedup: $(BUILD)/obj/services/svc/main_dedup.o \
+    $(BUILD)/lib/librefinery_svc.a $(BUILD)/lib/librefinery_dedup.a \
+    $(BUILD)/lib/librefinery_kafka.a $(BUILD)/lib/librefinery_store.a \
+    $(BUILD)/lib/librefinery_common.a $(BUILD)/lib/librefinery_proto.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

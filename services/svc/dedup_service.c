@@ -1,0 +1,235 @@
+#include "svc/dedup_service.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/hash.h"
+#include "common/log.h"
+#include "common/sys.h"
+#include "refinery.pb-c.h"
+#include "svc/dedup_journal.h"
+
+/* The decisions of one batch, kept for the life of the process so that a
+ * redelivered batch gets them back: per document, kept or not, and its
+ * cluster. About 9 bytes per document decided by this index. */
+typedef struct decided {
+    char *run_id; /* NULL: empty slot */
+    uint64_t seq;
+    size_t n;
+    uint64_t *cluster;
+    unsigned char *kept;
+} decided;
+
+struct rf_dedup_service {
+    rf_dedup_service_opts o;
+    rf_dedup *engine;
+    rf_dedup_journal *journal;
+    decided *slots; /* open addressing on hash(run_id, seq) */
+    size_t nslots, nused;
+    rf_dd_result *res;
+    size_t res_cap;
+};
+
+static uint64_t batch_hash(const char *run_id, uint64_t seq) {
+    return rf_hash64(run_id, strlen(run_id), seq);
+}
+
+static decided *find_slot(decided *slots, size_t nslots, const char *run_id, uint64_t seq) {
+    size_t i = (size_t)(batch_hash(run_id, seq) & (nslots - 1));
+    while (slots[i].run_id && (slots[i].seq != seq || strcmp(slots[i].run_id, run_id)))
+        i = (i + 1) & (nslots - 1);
+    return &slots[i];
+}
+
+static int grow(rf_dedup_service *s) {
+    size_t n = s->nslots ? s->nslots * 2 : 1024;
+    decided *slots = calloc(n, sizeof *slots);
+    if (!slots) return RF_ERR_NOMEM;
+    for (size_t i = 0; i < s->nslots; i++)
+        if (s->slots[i].run_id)
+            *find_slot(slots, n, s->slots[i].run_id, s->slots[i].seq) = s->slots[i];
+    free(s->slots);
+    s->slots = slots;
+    s->nslots = n;
+    return RF_OK;
+}
+
+static const decided *lookup(const rf_dedup_service *s, const char *run_id, uint64_t seq) {
+    if (!s->nslots) return NULL;
+    const decided *d = find_slot(s->slots, s->nslots, run_id, seq);
+    return d->run_id ? d : NULL;
+}
+
+/* Remembers res[0..n) as the decisions of (run_id, seq). */
+static int remember(rf_dedup_service *s, const char *run_id, uint64_t seq, const rf_dd_result *res,
+                    size_t n) {
+    if ((s->nused + 1) * 2 > s->nslots && grow(s)) return RF_ERR_NOMEM;
+    decided *d = find_slot(s->slots, s->nslots, run_id, seq);
+    if (d->run_id)
+        return rf_fail(RF_ERR_INTERNAL, "dedup: batch %s/%llu decided twice", run_id,
+                       (unsigned long long)seq);
+    decided nd = {strdup(run_id), seq, n, malloc(n * sizeof(uint64_t) + 1), malloc(n + 1)};
+    if (!nd.run_id || !nd.cluster || !nd.kept) {
+        free(nd.run_id);
+        free(nd.cluster);
+        free(nd.kept);
+        return RF_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        nd.cluster[i] = res[i].cluster;
+        nd.kept[i] = res[i].kind == RF_DD_KEPT;
+    }
+    *d = nd;
+    s->nused++;
+    return RF_OK;
+}
+
+static int reserve_results(rf_dedup_service *s, size_t n) {
+    if (n <= s->res_cap) return RF_OK;
+    rf_dd_result *r = realloc(s->res, n * sizeof *r);
+    if (!r) return RF_ERR_NOMEM;
+    memset(r + s->res_cap, 0, (n - s->res_cap) * sizeof *r);
+    s->res = r;
+    s->res_cap = n;
+    return RF_OK;
+}
+
+/* Decides docs through the engine (replayed or new) and remembers them. */
+static int decide(rf_dedup_service *s, const char *run_id, uint64_t seq, const rf_doc *docs,
+                  size_t n) {
+    int rc = reserve_results(s, n);
+    if (!rc) rc = rf_dedup_process(s->engine, docs, n, s->res);
+    if (!rc) rc = remember(s, run_id, seq, s->res, n);
+    rf_dd_results_clear(s->res, n);
+    return rc;
+}
+
+static int replay_one(void *user, const char *run_id, uint64_t seq, const rf_doc *docs, size_t n) {
+    return decide(user, run_id, seq, docs, n);
+}
+
+int rf_dedup_service_open(const rf_dedup_service_opts *o, rf_dedup_service **out) {
+    rf_dedup_service *s = calloc(1, sizeof *s);
+    if (!s) return RF_ERR_NOMEM;
+    s->o = *o;
+    char path[4096];
+    uint64_t journal_size, unused;
+    int rc = rf_mkdir_p(o->index_dir);
+    if (!rc) rc = rf_dedup_open(&o->engine, o->index_dir, &s->engine);
+    if (!rc) {
+        rf_dedup_out_sizes(s->engine, &journal_size, &unused);
+        snprintf(path, sizeof path, "%s/batches.log", o->index_dir);
+        rc = rf_dedup_journal_open(path, journal_size, &s->journal);
+    }
+    if (!rc) rc = rf_dedup_journal_replay(s->journal, replay_one, s);
+    if (!rc && rf_dedup_pending(s->engine) != 0)
+        rc = rf_fail(RF_ERR_CORRUPT, "dedup: the journal holds more documents than the index");
+    if (!rc && rf_dedup_committed(s->engine))
+        rf_info("dedup", "%s: continuing after %zu batches, %llu documents", o->index_dir, s->nused,
+                (unsigned long long)rf_dedup_committed(s->engine));
+    if (rc) {
+        rf_dedup_service_close(s);
+        return rc;
+    }
+    *out = s;
+    return RF_OK;
+}
+
+void rf_dedup_service_close(rf_dedup_service *s) {
+    if (!s) return;
+    for (size_t i = 0; i < s->nslots; i++) {
+        free(s->slots[i].run_id);
+        free(s->slots[i].cluster);
+        free(s->slots[i].kept);
+    }
+    free(s->slots);
+    free(s->res);
+    rf_dedup_journal_close(s->journal);
+    rf_dedup_close(s->engine);
+    free(s);
+}
+
+/* A new batch: decide, journal, commit, in that order (see dedup_journal.h). */
+static int decide_new(rf_dedup_service *s, const char *run_id, uint64_t seq, const rf_doc *docs,
+                      size_t n) {
+    uint64_t size;
+    int rc = decide(s, run_id, seq, docs, n);
+    if (!rc && n) rc = rf_dedup_journal_append(s->journal, run_id, seq, docs, n, &size);
+    if (!rc && n) rc = rf_dedup_commit(s->engine, size, 0);
+    return rc;
+}
+
+/* Packs docs whose kept flag equals want as a DocumentBatch and produces it. */
+static int produce_part(rf_dedup_service *s, rf_kafka_tracker *t, const char *topic,
+                        const Refinery__V1__DocumentBatch *in, const decided *d, int want,
+                        int64_t *count) {
+    Refinery__V1__Document **ptrs = malloc((in->n_docs + 1) * sizeof *ptrs);
+    if (!ptrs) return RF_ERR_NOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < in->n_docs; i++)
+        if (d->kept[i] == want) {
+            in->docs[i]->cluster = d->cluster[i];
+            ptrs[k++] = in->docs[i];
+        }
+    *count = (int64_t)k;
+    int rc = RF_OK;
+    if (k || want) {
+        Refinery__V1__DocumentBatch b = REFINERY__V1__DOCUMENT_BATCH__INIT;
+        b.run_id = in->run_id;
+        b.seq = in->seq;
+        b.docs = ptrs;
+        b.n_docs = k;
+        size_t len = refinery__v1__document_batch__get_packed_size(&b);
+        uint8_t *buf = malloc(len + 1);
+        if (!buf) rc = RF_ERR_NOMEM;
+        if (!rc) {
+            refinery__v1__document_batch__pack(&b, buf);
+            rc = rf_kafka_produce_tracked(s->o.producer, t, topic, in->run_id, strlen(in->run_id),
+                                          buf, len);
+        }
+        free(buf);
+    }
+    free(ptrs);
+    return rc;
+}
+
+int rf_dedup_service_process(void *user, const rf_kafka_msg *m, const rf_stage_batch_id *id,
+                             rf_kafka_tracker *t, rf_store_counts *counts) {
+    rf_dedup_service *s = user;
+    Refinery__V1__DocumentBatch *in =
+        refinery__v1__document_batch__unpack(NULL, m->len, (const uint8_t *)m->value);
+    if (!in)
+        return rf_fail(RF_ERR_PARSE, "dedup: batch %s/%llu is not a DocumentBatch", id->run_id,
+                       (unsigned long long)id->seq);
+    int rc = RF_OK;
+    const decided *d = lookup(s, in->run_id, in->seq);
+    if (!d) {
+        rf_doc *docs = calloc(in->n_docs + 1, sizeof *docs);
+        if (!docs) rc = RF_ERR_NOMEM;
+        for (size_t i = 0; !rc && i < in->n_docs; i++) /* borrowed, never freed */
+            docs[i] = (rf_doc){.id = in->docs[i]->id,
+                               .text = in->docs[i]->text,
+                               .text_len = strlen(in->docs[i]->text),
+                               .label = in->docs[i]->label,
+                               .source = in->docs[i]->source};
+        if (!rc) rc = decide_new(s, in->run_id, in->seq, docs, in->n_docs);
+        free(docs);
+        if (!rc) d = lookup(s, in->run_id, in->seq);
+    } else if (d->n != in->n_docs) {
+        rc = rf_fail(RF_ERR_INVALID,
+                     "dedup: batch %s/%llu came with %zu documents, decided before with %zu",
+                     in->run_id, (unsigned long long)in->seq, in->n_docs, d->n);
+    }
+    int64_t kept = 0, dups = 0;
+    if (!rc) rc = produce_part(s, t, s->o.topic_unique, in, d, 1, &kept);
+    if (!rc) rc = produce_part(s, t, s->o.topic_dups, in, d, 0, &dups);
+    if (!rc) *counts = (rf_store_counts){.in = (int64_t)in->n_docs, .out = kept, .duplicate = dups};
+    refinery__v1__document_batch__free_unpacked(in, NULL);
+    return rc;
+}
+
+int rf_dedup_service_report(rf_dedup_service *s, rf_stats *stats) {
+    return rf_dedup_report(s->engine, stats, "dedup.");
+}

@@ -1,0 +1,119 @@
+/* refinery-dedup: the dedup service. Kafka docs.clean (DocumentBatch) ->
+ * the dedup engine, whose index lives in --index and survives restarts ->
+ * docs.unique (kept documents) and docs.duplicates (the others), per-batch
+ * counts in PostgreSQL, input offsets committed once all that is durable.
+ * SIGTERM: finish and commit the poll in progress, exit 0. See
+ * services/svc/README.md and dedup_service.h. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/buf.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "kafka/kafka.h"
+#include "store/store.h"
+#include "svc/dedup_service.h"
+#include "svc/stage_loop.h"
+#include "svc/svc.h"
+
+typedef struct config {
+    const char *kafka, *kafka_props, *pg, *index, *group;
+    const char *topic_in, *topic_unique, *topic_dups;
+    int64_t threads, max_messages;
+    double delivery_timeout_s;
+} config;
+
+static int run(const config *c) {
+    char *props_storage = NULL;
+    const char **props = NULL;
+    rf_kafka_opts ko = {.bootstrap = c->kafka,
+                        .client_id = "refinery-dedup",
+                        .delivery_timeout_s = c->delivery_timeout_s};
+    rf_kafka_producer *producer = NULL;
+    rf_store *store = NULL;
+    rf_dedup_service *svc = NULL;
+    rf_stats *stats = rf_stats_new();
+    rf_dedup_service_opts so = {
+        .index_dir = c->index, .topic_unique = c->topic_unique, .topic_dups = c->topic_dups};
+    rf_dedup_opts_default(&so.engine);
+    so.engine.threads = (int)c->threads;
+    rf_stage_loop l = {.stage = "dedup",
+                       .max_messages = (size_t)c->max_messages,
+                       .delivery_timeout_s = c->delivery_timeout_s,
+                       .identify = rf_stage_identify_batch,
+                       .process = rf_dedup_service_process,
+                       .stats = stats};
+    int rc = stats ? RF_OK : RF_ERR_NOMEM;
+    if (!rc && !(rc = rf_svc_split_props(c->kafka_props, &props_storage, &props))) ko.extra = props;
+    if (!rc && !(rc = rf_kafka_producer_new(&ko, &producer))) so.producer = l.producer = producer;
+    if (!rc) {
+        rf_store_opts sto = {.conninfo = c->pg};
+        if (!(rc = rf_store_open(&sto, &store))) l.store = store;
+    }
+    if (!rc && !(rc = rf_dedup_service_open(&so, &svc))) l.user = svc;
+    if (!rc) rc = rf_kafka_consumer_new(&ko, c->group, &c->topic_in, 1, &l.consumer);
+    if (rc) {
+        rf_error("dedup", "cannot start: %s", rf_errmsg());
+    } else {
+        rf_info("dedup", "%s -> %s / %s at %s, index %s", c->topic_in, c->topic_unique,
+                c->topic_dups, c->kafka, c->index);
+        rc = rf_stage_loop_run(&l);
+        if (rc) rf_error("dedup", "stopped on error: %s", rf_errmsg());
+        rf_buf b = RF_BUF_INIT;
+        rf_dedup_service_report(svc, stats);
+        rf_stats_to_json(stats, &b);
+        rf_info("dedup", "stopped: %s", b.data ? b.data : "{}");
+        rf_buf_free(&b);
+    }
+    rf_kafka_consumer_free(l.consumer);
+    rf_dedup_service_close(svc);
+    rf_kafka_producer_free(producer);
+    rf_store_close(store);
+    rf_stats_free(stats);
+    free(props);
+    free(props_storage);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    rf_log_init_from_env();
+    config c;
+    const rf_opt opts[] = {
+        {"kafka", "KAFKA_BOOTSTRAP", RF_OPT_STR, &c.kafka, NULL,
+         "Kafka bootstrap servers host:port,... (required)"},
+        {"kafka-props", "KAFKA_PROPERTIES", RF_OPT_STR, &c.kafka_props, NULL,
+         "more librdkafka properties: name=value;name=value (SASL, TLS to brokers)"},
+        {"pg", "REFINERY_PG", RF_OPT_STR, &c.pg, NULL,
+         "PostgreSQL connection string (required): per-batch progress, replay detection"},
+        {"index", "REFINERY_DEDUP_INDEX", RF_OPT_STR, &c.index, NULL,
+         "dedup index directory (required); a restart on it continues its decisions"},
+        {"group", "REFINERY_DEDUP_GROUP", RF_OPT_STR, &c.group, "refinery-dedup",
+         "Kafka consumer group"},
+        {"topic-in", "REFINERY_TOPIC_CLEAN", RF_OPT_STR, &c.topic_in, "docs.clean",
+         "input topic (DocumentBatch)"},
+        {"topic-unique", "REFINERY_TOPIC_UNIQUE", RF_OPT_STR, &c.topic_unique, "docs.unique",
+         "topic for kept documents (DocumentBatch, cluster set)"},
+        {"topic-duplicates", "REFINERY_TOPIC_DUPLICATES", RF_OPT_STR, &c.topic_dups,
+         "docs.duplicates", "topic for duplicate documents (DocumentBatch, cluster set)"},
+        {"threads", "REFINERY_THREADS", RF_OPT_INT, &c.threads, "1",
+         "threads hashing and signing a batch (decisions do not depend on it)"},
+        {"max-messages", "REFINERY_MAX_MESSAGES", RF_OPT_INT, &c.max_messages, "16",
+         "input batches per poll (committed together)"},
+        {"delivery-timeout", "REFINERY_KAFKA_DELIVERY_TIMEOUT", RF_OPT_REAL, &c.delivery_timeout_s,
+         "30", "seconds a message may take to reach Kafka"},
+    };
+    int rc = rf_svc_parse("refinery-dedup", "Dedup service: docs.clean -> docs.unique.", opts,
+                          sizeof opts / sizeof opts[0], argc, argv);
+    if (rc == 1) return 0;
+    if (rc == RF_OK && (!c.kafka || !c.pg || !c.index))
+        rc = rf_fail(RF_ERR_INVALID, "--kafka, --pg and --index (or their variables) are required");
+    if (rc == RF_OK && (c.threads < 1 || c.threads > 256 || c.max_messages < 1 ||
+                        c.max_messages > 100000 || c.delivery_timeout_s <= 0))
+        rc = rf_fail(RF_ERR_INVALID, "a numeric option is out of range (see --help)");
+    if (rc < 0) {
+        fprintf(stderr, "refinery-dedup: %s\n", rf_errmsg());
+        return 2;
+    }
+    if (rf_svc_signals_init() < 0) return 1;
+    return run(&c) == RF_OK ? 0 : 1;
+}
