@@ -26,3 +26,11 @@ $(BUILD)/refinery-dedup: $(BUILD)/obj/services/svc/main_dedup.o \
     $(BUILD)/lib/librefinery_kafka.a $(BUILD)/lib/librefinery_store.a \
     $(BUILD)/lib/librefinery_common.a $(BUILD)/lib/librefinery_proto.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+EXTRA_BINS += $(BUILD)/refinery-tokenizer
+$(BUILD)/refinery-tokenizer: $(BUILD)/obj/services/svc/main_tokenizer.o \
+    $(BUILD)/lib/librefinery_svc.a $(BUILD)/lib/librefinery_tokenizer.a \
+    $(BUILD)/lib/librefinery_rpc.a $(BUILD)/lib/librefinery_kafka.a \
+    $(BUILD)/lib/librefinery_store.a \
+    $(BUILD)/lib/librefinery_common.a $(BUILD)/lib/librefinery_proto.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
