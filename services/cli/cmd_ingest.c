@@ -37,6 +37,7 @@ static void usage(FILE *out) {
         "\n"
         "mapping:   --text-field A[,B]  --label-field F  --id-field F  --label-map 1-2:0,3-5:1\n"
         "           --header | --no-header  --columns A,B,C  --quote CHAR|none  --paragraphs\n"
+        "           --[no-]join-skip-contained (drop a text field contained in another)\n"
         "cleaning:  --lowercase  --html  --utf8 repair|reject\n"
         "filters:   --min-words N  --max-words N  --no-quality  --lang en[,de]\n"
         "           --lang-min-percent N\n"
@@ -53,6 +54,8 @@ enum {
     OPT_PRESET,
     OPT_FORMAT,
     OPT_TEXT,
+    OPT_SKIP_CONTAINED,
+    OPT_NO_SKIP_CONTAINED,
     OPT_LABEL,
     OPT_ID,
     OPT_LABEL_MAP,
@@ -85,6 +88,8 @@ static const struct option long_opts[] = {
     {"preset", required_argument, 0, OPT_PRESET},
     {"format", required_argument, 0, OPT_FORMAT},
     {"text-field", required_argument, 0, OPT_TEXT},
+    {"join-skip-contained", no_argument, 0, OPT_SKIP_CONTAINED},
+    {"no-join-skip-contained", no_argument, 0, OPT_NO_SKIP_CONTAINED},
     {"label-field", required_argument, 0, OPT_LABEL},
     {"id-field", required_argument, 0, OPT_ID},
     {"label-map", required_argument, 0, OPT_LABEL_MAP},
@@ -120,6 +125,8 @@ static const struct {
     {OPT_PRESET, "preset", NULL},
     {OPT_FORMAT, "format", NULL},
     {OPT_TEXT, "text_fields", NULL},
+    {OPT_SKIP_CONTAINED, "text_join_skip_contained", "true"},
+    {OPT_NO_SKIP_CONTAINED, "text_join_skip_contained", "false"},
     {OPT_LABEL, "label_field", NULL},
     {OPT_ID, "id_field", NULL},
     {OPT_LABEL_MAP, "label_map", NULL},

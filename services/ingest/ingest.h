@@ -51,6 +51,9 @@ typedef struct rf_ingest_opts {
     const char *text_fields[RF_INGEST_MAX_TEXT_FIELDS];
     size_t n_text_fields;
     const char *text_join;
+    /* Leave out a text field whose whitespace-normalized text is contained in
+     * another present one (Amazon summaries cut from the review). */
+    bool text_join_skip_contained;
     const char *label_field; /* NULL: no label */
     const char *id_field;    /* NULL: id is "<basename>:<line>" */
     rf_label_map label_map;  /* empty: the label must be an integer */

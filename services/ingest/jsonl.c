@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common/doc.h"
+#include "ingest/join.h"
 
 /* Member by name; a dotted name walks nested objects when no key matches whole. */
 static const rf_json *lookup(const rf_json *obj, const char *name) {
@@ -43,10 +44,15 @@ const char *rf_jsonl_extract(rf_json_doc *doc, const char *line, size_t len,
     /* One present field is used in place; a second one starts a joined copy. */
     const rf_json *first = NULL;
     size_t present = 0;
+    rf_text_part parts[RF_TEXT_JOIN_MAX];
     for (size_t i = 0; i < map->n_text_fields; i++) {
         const rf_json *v = lookup(root, map->text_fields[i]);
         if (!v || v->type == RF_JSON_NULL) continue;
         if (v->type != RF_JSON_STRING) return "text_not_string";
+        if (map->skip_contained) { /* joined below */
+            if (i < RF_TEXT_JOIN_MAX) parts[present++] = (rf_text_part){v->u.str, v->len};
+            continue;
+        }
         if (present++ == 0) {
             first = v;
             continue;
@@ -57,7 +63,11 @@ const char *rf_jsonl_extract(rf_json_doc *doc, const char *line, size_t len,
             return "out_of_memory";
     }
     if (!present) return "missing_text";
-    if (present == 1) {
+    if (map->skip_contained) {
+        if (rf_text_join(parts, present, map->text_join, true, out->text, out->norm,
+                         &out->text_data, &out->text_len))
+            return "out_of_memory";
+    } else if (present == 1) {
         out->text_data = first->len ? first->u.str : "";
         out->text_len = first->len;
     } else {

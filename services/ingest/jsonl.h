@@ -5,6 +5,7 @@
 #ifndef RF_INGEST_JSONL_H
 #define RF_INGEST_JSONL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,10 +20,12 @@ typedef struct rf_field_map {
     const char *label_field; /* NULL: no label */
     const char *id_field;    /* NULL: no id */
     const rf_label_map *label_map;
+    bool skip_contained; /* drop a text field contained in another (join.h) */
 } rf_field_map;
 
 typedef struct rf_record_fields {
     rf_buf *text;          /* scratch for joining (reset first); caller owns */
+    rf_buf *norm;          /* scratch for skip_contained; caller owns */
     const char *text_data; /* the text: into the parse tree if one field was */
     size_t text_len;       /* present (no copy), else text->data */
     int32_t label;         /* RF_LABEL_NONE without label_field */

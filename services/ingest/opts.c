@@ -8,10 +8,14 @@
 #include "ingest/preset.h"
 
 const char *const rf_ingest_keys[] = {
-    "inputs",        "preset",         "format",     "text_fields", "text_join",  "label_field",
-    "id_field",      "label_map",      "header",     "columns",     "quote",      "paragraphs",
-    "skip_headings", "max_line",       "max_record", "threads",     "batch_docs", "clean",
-    "quality",       "quality_filter", "language",   "augment",     NULL,
+    "inputs",      "preset",        "format",
+    "text_fields", "text_join",     "text_join_skip_contained",
+    "label_field", "id_field",      "label_map",
+    "header",      "columns",       "quote",
+    "paragraphs",  "skip_headings", "max_line",
+    "max_record",  "threads",       "batch_docs",
+    "clean",       "quality",       "quality_filter",
+    "language",    "augment",       NULL,
 };
 
 static const char *const format_names[] = {"auto", "jsonl", "csv", "tsv", "text", NULL};
@@ -113,6 +117,8 @@ int rf_ingest_opts_from_cfg(const rf_cfg *sec, rf_ingest_opts *o) {
                         &o->owned[1])))
         return rc;
     if ((rc = rf_cfg_str(sec, "text_join", o->text_join, &o->text_join)) ||
+        (rc = rf_cfg_bool(sec, "text_join_skip_contained", o->text_join_skip_contained,
+                          &o->text_join_skip_contained)) ||
         (rc = opt_string(sec, "label_field", &o->label_field)) ||
         (rc = opt_string(sec, "id_field", &o->id_field)))
         return rc;

@@ -21,6 +21,7 @@ static int amazon(rf_ingest_opts *o) {
     o->format = RF_FORMAT_AUTO;
     set_text(o, text, 2);
     o->text_join = "\n";
+    o->text_join_skip_contained = true; /* summaries cut from the review text */
     o->label_field = "overall";
     o->id_field = NULL;
     o->header = false;

@@ -20,6 +20,7 @@ struct rf_worker {
     rf_json_doc *json;
     rf_quality_scratch *quality; /* reused n-gram tables */
     rf_buf text;                 /* joined text of a JSON record */
+    rf_buf norm;                 /* scratch of text_join_skip_contained */
     rf_buf clean;                /* cleaned text */
     rf_buf *augs;                /* o->augment.n_aug augmented copies */
 };
@@ -29,8 +30,9 @@ int rf_worker_new(const rf_ingest_opts *o, const rf_augmenter *aug, const rf_sou
     rf_worker *w = calloc(1, sizeof(*w));
     if (!w) return RF_ERR_NOMEM;
     *w = (rf_worker){.o = o, .aug = aug, .src = src, .want_docs = want_docs};
-    w->map = (rf_field_map){o->text_fields, o->n_text_fields, o->text_join,
-                            o->label_field, o->id_field,      &o->label_map};
+    w->map = (rf_field_map){
+        o->text_fields, o->n_text_fields,           o->text_join, o->label_field, o->id_field,
+        &o->label_map,  o->text_join_skip_contained};
     w->json = rf_json_doc_new();
     w->quality = rf_quality_scratch_new();
     size_t n_aug = aug ? o->augment.n_aug : 0;
@@ -48,6 +50,7 @@ void rf_worker_free(rf_worker *w) {
     rf_json_doc_free(w->json);
     rf_quality_scratch_free(w->quality);
     rf_buf_free(&w->text);
+    rf_buf_free(&w->norm);
     rf_buf_free(&w->clean);
     if (w->augs)
         for (size_t i = 0; i < w->o->augment.n_aug; i++)
@@ -178,7 +181,7 @@ static int finish_record(rf_worker *w, rf_ibatch *b, const rf_rec *r, const char
 
 static int json_record(rf_worker *w, rf_ibatch *b, const rf_rec *r) {
     const char *line = b->arena.data + r->a.off;
-    rf_record_fields f = {.text = &w->text};
+    rf_record_fields f = {.text = &w->text, .norm = &w->norm};
     const char *why = rf_jsonl_extract(w->json, line, r->a.len, &w->map, &f);
     if (why) {
         if (strcmp(why, "out_of_memory") == 0) return RF_ERR_NOMEM;

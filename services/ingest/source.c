@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/reader.h"
 #include "ingest/csv.h"
+#include "ingest/join.h"
 #include "ingest/text.h"
 
 #define EXCERPT_BYTES   80
@@ -43,6 +44,7 @@ struct rf_source {
     /* Text state */
     rf_paragraph para;
     rf_buf join; /* scratch for joined CSV text */
+    rf_buf norm; /* scratch for text_join_skip_contained */
 };
 
 static const char *base_name(const char *path) {
@@ -108,6 +110,7 @@ void rf_source_close(rf_source *s) {
     rf_paragraph_free(&s->para);
     rf_buf_free(&s->names);
     rf_buf_free(&s->join);
+    rf_buf_free(&s->norm);
     for (size_t i = 0; s->in && i < s->n_in; i++)
         free(s->in[i].owned);
     free(s->in);
@@ -262,11 +265,16 @@ static int csv_record(rf_source *s, rf_ibatch *b, uint32_t src) {
     /* One present text field is pushed as it is; more are joined in s->join. */
     const char *text = "";
     size_t text_len = 0, present = 0;
+    rf_text_part parts[RF_TEXT_JOIN_MAX];
     rf_buf_reset(&s->join);
     for (size_t i = 0; i < o->n_text_fields; i++) {
         if ((size_t)s->text_col[i] >= c->nfields) continue;
         const char *f = rf_csv_field(c, (size_t)s->text_col[i], &len);
         if (len == 0) continue;
+        if (o->text_join_skip_contained) { /* joined below */
+            parts[present++] = (rf_text_part){f, len};
+            continue;
+        }
         if (++present == 2 && rf_buf_append(&s->join, text, text_len)) return RF_ERR_NOMEM;
         if (present >= 2 &&
             (rf_buf_puts(&s->join, o->text_join) || rf_buf_append(&s->join, f, len)))
@@ -274,7 +282,10 @@ static int csv_record(rf_source *s, rf_ibatch *b, uint32_t src) {
         text = f;
         text_len = len;
     }
-    if (present >= 2) {
+    if (o->text_join_skip_contained && present &&
+        rf_text_join(parts, present, o->text_join, true, &s->join, &s->norm, &text, &text_len))
+        return RF_ERR_NOMEM;
+    if (!o->text_join_skip_contained && present >= 2) {
         text = s->join.data;
         text_len = s->join.len;
     }

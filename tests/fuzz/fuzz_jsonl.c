@@ -20,15 +20,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const char *const fields[] = {"summary", "reviewText", "a.b.c", "text"};
     static const rf_label_map none = {0};
     uint8_t mode = data[0];
-    rf_field_map fm = {
-        fields + (mode & 1),           1 + (mode >> 1 & 3) % 3,   "\n",
-        (mode & 8) ? "overall" : NULL, (mode & 16) ? "id" : NULL, (mode & 32) ? &map : &none};
-    rf_buf text = RF_BUF_INIT;
+    rf_field_map fm = {fields + (mode & 1),
+                       1 + (mode >> 1 & 3) % 3,
+                       "\n",
+                       (mode & 8) ? "overall" : NULL,
+                       (mode & 16) ? "id" : NULL,
+                       (mode & 32) ? &map : &none,
+                       (mode & 64) != 0};
+    rf_buf text = RF_BUF_INIT, norm = RF_BUF_INIT;
     const char *p = (const char *)data + 1, *end = (const char *)data + size;
     while (p <= end) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
-        rf_record_fields out = {.text = &text};
+        rf_record_fields out = {.text = &text, .norm = &norm};
         const char *why = rf_jsonl_extract(doc, p, n, &fm, &out);
         if (!why) {
             assert(out.text_data && out.text_data[out.text_len] == '\0');
@@ -39,5 +43,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         p = nl + 1;
     }
     rf_buf_free(&text);
+    rf_buf_free(&norm);
     return 0;
 }

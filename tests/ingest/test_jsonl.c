@@ -26,7 +26,7 @@ static int setup(void **state) {
     fixture *f = calloc(1, sizeof(*f));
     f->doc = rf_json_doc_new();
     assert_int_equal(rf_label_map_parse("1-2:0,3-5:1", &f->map), 0);
-    f->fm = (rf_field_map){amazon_text, 2, "\n", "overall", NULL, &f->map};
+    f->fm = (rf_field_map){amazon_text, 2, "\n", "overall", NULL, &f->map, false};
     *state = f;
     return 0;
 }
@@ -48,6 +48,44 @@ static void assert_text(const rf_record_fields *r, const char *want) {
 static const char *extract(fixture *f, const char *line, rf_record_fields *out) {
     *out = (rf_record_fields){.text = &f->text};
     return rf_jsonl_extract(f->doc, line, strlen(line), &f->fm, out);
+}
+
+/* text_join_skip_contained: a summary cut out of the review is left out. */
+static void test_skip_contained(void **state) {
+    fixture *f = *state;
+    f->fm.skip_contained = true;
+    rf_buf norm = RF_BUF_INIT;
+    rf_record_fields r;
+    static const struct {
+        const char *line, *want;
+    } cases[] = {
+        /* contained, modulo whitespace and the ellipsis marking the cut */
+        {"{\"overall\": 5, \"summary\": \"Works  great. ...\", \"reviewText\": \"Works\\ngreat. "
+         "Would buy again.\"}",
+         "Works\ngreat. Would buy again."},
+        {"{\"overall\": 5, \"summary\": \"\\u2026 buy again\", \"reviewText\": \"Would buy "
+         "again.\"}",
+         "Would buy again."},
+        /* not contained (case differs, or new words): both joined */
+        {"{\"overall\": 5, \"summary\": \"would buy\", \"reviewText\": \"Would buy again.\"}",
+         "would buy\nWould buy again."},
+        {"{\"overall\": 5, \"summary\": \"Five Stars\", \"reviewText\": \"Nice.\"}",
+         "Five Stars\nNice."},
+        /* the review inside the summary: the review is left out */
+        {"{\"overall\": 5, \"summary\": \"Nice. Really.\", \"reviewText\": \"Nice.\"}",
+         "Nice. Really."},
+        /* equal: the first stays; an empty field is contained in any other */
+        {"{\"overall\": 5, \"summary\": \"Same\", \"reviewText\": \" Same \"}", "Same"},
+        {"{\"overall\": 5, \"summary\": \"\", \"reviewText\": \"Text\"}", "Text"},
+        {"{\"overall\": 5, \"summary\": \"Alone\"}", "Alone"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        r = (rf_record_fields){.text = &f->text, .norm = &norm};
+        assert_null(rf_jsonl_extract(f->doc, cases[i].line, strlen(cases[i].line), &f->fm, &r));
+        assert_int_equal(r.text_len, strlen(cases[i].want));
+        assert_memory_equal(r.text_data, cases[i].want, r.text_len);
+    }
+    rf_buf_free(&norm);
 }
 
 static void test_amazon_record(void **state) {
@@ -109,7 +147,7 @@ static void test_reasons(void **state) {
 static void test_ids_nested_and_unlabeled(void **state) {
     fixture *f = *state;
     static const char *const text[] = {"meta.title", "body"};
-    f->fm = (rf_field_map){text, 2, " | ", NULL, "uid", &f->map};
+    f->fm = (rf_field_map){text, 2, " | ", NULL, "uid", &f->map, false};
     rf_record_fields r;
     assert_null(
         extract(f, "{\"uid\": \"u-1\", \"meta\": {\"title\": \"T\"}, \"body\": \"B\"}", &r));
@@ -174,6 +212,7 @@ static void test_label_map(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_amazon_record, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_skip_contained, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reasons, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ids_nested_and_unlabeled, setup, teardown),
         cmocka_unit_test(test_label_map),
