@@ -1,5 +1,6 @@
 #include "svc/dedup_service.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,10 +23,18 @@ typedef struct decided {
     unsigned char *kept;
 } decided;
 
-struct rf_dedup_service {
-    rf_dedup_service_opts o;
+/* The dedup state of one run: its own engine and journal in
+ * INDEX/<run dir>/, so that runs never remove each other's documents. */
+typedef struct run_index {
+    char *run_id;
     rf_dedup *engine;
     rf_dedup_journal *journal;
+} run_index;
+
+struct rf_dedup_service {
+    rf_dedup_service_opts o;
+    run_index *runs; /* opened on a run's first batch */
+    size_t nruns, runs_cap;
     decided *slots; /* open addressing on hash(run_id, seq) */
     size_t nslots, nused;
     rf_dd_result *res;
@@ -96,41 +105,99 @@ static int reserve_results(rf_dedup_service *s, size_t n) {
     return RF_OK;
 }
 
-/* Decides docs through the engine (replayed or new) and remembers them. */
-static int decide(rf_dedup_service *s, const char *run_id, uint64_t seq, const rf_doc *docs,
-                  size_t n) {
+/* Decides docs through the run's engine (replayed or new) and remembers them. */
+static int decide(rf_dedup_service *s, run_index *ri, uint64_t seq, const rf_doc *docs, size_t n) {
     int rc = reserve_results(s, n);
-    if (!rc) rc = rf_dedup_process(s->engine, docs, n, s->res);
-    if (!rc) rc = remember(s, run_id, seq, s->res, n);
+    if (!rc) rc = rf_dedup_process(ri->engine, docs, n, s->res);
+    if (!rc) rc = remember(s, ri->run_id, seq, s->res, n);
     rf_dd_results_clear(s->res, n);
     return rc;
 }
 
+typedef struct replay_ctx {
+    rf_dedup_service *s;
+    run_index *ri;
+} replay_ctx;
+
 static int replay_one(void *user, const char *run_id, uint64_t seq, const rf_doc *docs, size_t n) {
-    return decide(user, run_id, seq, docs, n);
+    replay_ctx *c = user;
+    if (strcmp(run_id, c->ri->run_id))
+        return rf_fail(RF_ERR_CORRUPT, "dedup: run %s's journal holds a batch of run %s",
+                       c->ri->run_id, run_id);
+    return decide(c->s, c->ri, seq, docs, n);
+}
+
+/* The run's directory under the index: the run id itself when it is made of
+ * [A-Za-z0-9._-] (and does not start with '.'), else "run-" and a hash. */
+static void run_dir(const char *index_dir, const char *run_id, char *out, size_t size) {
+    size_t len = strlen(run_id), i = 0;
+    while (i < len && (isalnum((unsigned char)run_id[i]) || strchr("._-", run_id[i])))
+        i++;
+    if (len && i == len && len <= 128 && run_id[0] != '.')
+        snprintf(out, size, "%s/%s", index_dir, run_id);
+    else
+        snprintf(out, size, "%s/run-%016llx", index_dir,
+                 (unsigned long long)rf_hash64(run_id, len, 0));
+}
+
+static void run_close(run_index *ri) {
+    rf_dedup_journal_close(ri->journal);
+    rf_dedup_close(ri->engine);
+    free(ri->run_id);
+}
+
+/* Opens (creating) the run's index and replays its journal. */
+static int run_open(rf_dedup_service *s, const char *run_id, run_index *ri) {
+    char dir[4096], path[4200];
+    uint64_t journal_size, unused;
+    size_t before = s->nused;
+    *ri = (run_index){strdup(run_id), NULL, NULL};
+    run_dir(s->o.index_dir, run_id, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/batches.log", dir);
+    int rc = ri->run_id ? rf_mkdir_p(dir) : RF_ERR_NOMEM;
+    if (!rc) rc = rf_dedup_open(&s->o.engine, dir, &ri->engine);
+    if (!rc) {
+        rf_dedup_out_sizes(ri->engine, &journal_size, &unused);
+        rc = rf_dedup_journal_open(path, journal_size, &ri->journal);
+    }
+    replay_ctx ctx = {s, ri};
+    if (!rc) rc = rf_dedup_journal_replay(ri->journal, replay_one, &ctx);
+    if (!rc && rf_dedup_pending(ri->engine) != 0)
+        rc = rf_fail(RF_ERR_CORRUPT, "dedup: %s: the journal holds more documents than the index",
+                     dir);
+    if (!rc && rf_dedup_committed(ri->engine))
+        rf_info("dedup", "%s: continuing after %zu batches, %llu documents", dir, s->nused - before,
+                (unsigned long long)rf_dedup_committed(ri->engine));
+    if (rc) run_close(ri);
+    return rc;
+}
+
+static int run_get(rf_dedup_service *s, const char *run_id, run_index **out) {
+    for (size_t i = 0; i < s->nruns; i++)
+        if (!strcmp(s->runs[i].run_id, run_id)) {
+            *out = &s->runs[i];
+            return RF_OK;
+        }
+    if (s->nruns == s->runs_cap) {
+        size_t cap = s->runs_cap ? 2 * s->runs_cap : 8;
+        run_index *r = realloc(s->runs, cap * sizeof *r);
+        if (!r) return RF_ERR_NOMEM;
+        s->runs = r;
+        s->runs_cap = cap;
+    }
+    int rc = run_open(s, run_id, &s->runs[s->nruns]);
+    if (!rc) *out = &s->runs[s->nruns++];
+    return rc;
 }
 
 int rf_dedup_service_open(const rf_dedup_service_opts *o, rf_dedup_service **out) {
+    int rc = rf_dedup_opts_check(&o->engine);
+    if (rc) return rc;
     rf_dedup_service *s = calloc(1, sizeof *s);
     if (!s) return RF_ERR_NOMEM;
     s->o = *o;
-    char path[4096];
-    uint64_t journal_size, unused;
-    int rc = rf_mkdir_p(o->index_dir);
-    if (!rc) rc = rf_dedup_open(&o->engine, o->index_dir, &s->engine);
-    if (!rc) {
-        rf_dedup_out_sizes(s->engine, &journal_size, &unused);
-        snprintf(path, sizeof path, "%s/batches.log", o->index_dir);
-        rc = rf_dedup_journal_open(path, journal_size, &s->journal);
-    }
-    if (!rc) rc = rf_dedup_journal_replay(s->journal, replay_one, s);
-    if (!rc && rf_dedup_pending(s->engine) != 0)
-        rc = rf_fail(RF_ERR_CORRUPT, "dedup: the journal holds more documents than the index");
-    if (!rc && rf_dedup_committed(s->engine))
-        rf_info("dedup", "%s: continuing after %zu batches, %llu documents", o->index_dir, s->nused,
-                (unsigned long long)rf_dedup_committed(s->engine));
-    if (rc) {
-        rf_dedup_service_close(s);
+    if ((rc = rf_mkdir_p(o->index_dir))) {
+        free(s);
         return rc;
     }
     *out = s;
@@ -144,20 +211,21 @@ void rf_dedup_service_close(rf_dedup_service *s) {
         free(s->slots[i].cluster);
         free(s->slots[i].kept);
     }
+    for (size_t i = 0; i < s->nruns; i++)
+        run_close(&s->runs[i]);
+    free(s->runs);
     free(s->slots);
     free(s->res);
-    rf_dedup_journal_close(s->journal);
-    rf_dedup_close(s->engine);
     free(s);
 }
 
 /* A new batch: decide, journal, commit, in that order (see dedup_journal.h). */
-static int decide_new(rf_dedup_service *s, const char *run_id, uint64_t seq, const rf_doc *docs,
+static int decide_new(rf_dedup_service *s, run_index *ri, uint64_t seq, const rf_doc *docs,
                       size_t n) {
     uint64_t size;
-    int rc = decide(s, run_id, seq, docs, n);
-    if (!rc && n) rc = rf_dedup_journal_append(s->journal, run_id, seq, docs, n, &size);
-    if (!rc && n) rc = rf_dedup_commit(s->engine, size, 0);
+    int rc = decide(s, ri, seq, docs, n);
+    if (!rc && n) rc = rf_dedup_journal_append(ri->journal, ri->run_id, seq, docs, n, &size);
+    if (!rc && n) rc = rf_dedup_commit(ri->engine, size, 0);
     return rc;
 }
 
@@ -203,9 +271,10 @@ int rf_dedup_service_process(void *user, const rf_kafka_msg *m, const rf_stage_b
     if (!in)
         return rf_fail(RF_ERR_PARSE, "dedup: batch %s/%llu is not a DocumentBatch", id->run_id,
                        (unsigned long long)id->seq);
-    int rc = RF_OK;
-    const decided *d = lookup(s, in->run_id, in->seq);
-    if (!d) {
+    run_index *ri = NULL;
+    int rc = run_get(s, in->run_id, &ri); /* first: replays the run's journal */
+    const decided *d = rc ? NULL : lookup(s, in->run_id, in->seq);
+    if (!rc && !d) {
         rf_doc *docs = calloc(in->n_docs + 1, sizeof *docs);
         if (!docs) rc = RF_ERR_NOMEM;
         for (size_t i = 0; !rc && i < in->n_docs; i++) /* borrowed, never freed */
@@ -214,10 +283,10 @@ int rf_dedup_service_process(void *user, const rf_kafka_msg *m, const rf_stage_b
                                .text_len = strlen(in->docs[i]->text),
                                .label = in->docs[i]->label,
                                .source = in->docs[i]->source};
-        if (!rc) rc = decide_new(s, in->run_id, in->seq, docs, in->n_docs);
+        if (!rc) rc = decide_new(s, ri, in->seq, docs, in->n_docs);
         free(docs);
         if (!rc) d = lookup(s, in->run_id, in->seq);
-    } else if (d->n != in->n_docs) {
+    } else if (!rc && d->n != in->n_docs) {
         rc = rf_fail(RF_ERR_INVALID,
                      "dedup: batch %s/%llu came with %zu documents, decided before with %zu",
                      in->run_id, (unsigned long long)in->seq, in->n_docs, d->n);
@@ -231,5 +300,13 @@ int rf_dedup_service_process(void *user, const rf_kafka_msg *m, const rf_stage_b
 }
 
 int rf_dedup_service_report(rf_dedup_service *s, rf_stats *stats) {
-    return rf_dedup_report(s->engine, stats, "dedup.");
+    rf_buf prefix = RF_BUF_INIT;
+    int rc = RF_OK;
+    for (size_t i = 0; i < s->nruns && !rc; i++) {
+        rf_buf_reset(&prefix);
+        rc = rf_buf_printf(&prefix, "dedup.%s.", s->runs[i].run_id);
+        if (!rc) rc = rf_dedup_report(s->runs[i].engine, stats, prefix.data);
+    }
+    rf_buf_free(&prefix);
+    return rc;
 }

@@ -5,6 +5,11 @@
  * batch gets a docs.unique message, empty when all its documents were
  * duplicates; docs.duplicates only gets batches that had some.
  *
+ * Each run is deduplicated on its own: its engine and journal live in
+ * INDEX/<run_id>/ (a hash-named directory for run ids that are not plain
+ * [A-Za-z0-9._-]), opened at the run's first batch, so documents of one run
+ * never make those of another duplicates.
+ *
  * Decisions are durable before outputs are produced (engine commit with its
  * batch journal, dedup_journal.h), and a batch decided before is answered
  * from those decisions, never decided again: a batch redelivered after a
@@ -27,8 +32,8 @@ typedef struct rf_dedup_service_opts {
 
 typedef struct rf_dedup_service rf_dedup_service;
 
-/* Opens the index and replays its journal (logged: how many batches and
- * documents were decided before). */
+/* Creates the index directory; runs' indexes open (and replay their
+ * journals, logging how much was decided before) at their first batch. */
 int rf_dedup_service_open(const rf_dedup_service_opts *o, rf_dedup_service **out);
 void rf_dedup_service_close(rf_dedup_service *s);
 
@@ -37,7 +42,7 @@ void rf_dedup_service_close(rf_dedup_service *s);
 int rf_dedup_service_process(void *user, const rf_kafka_msg *m, const rf_stage_batch_id *id,
                              rf_kafka_tracker *t, rf_store_counts *counts);
 
-/* Engine counters under "dedup." (docs, kept, exact, near, ...). */
+/* Engine counters per open run under "dedup.<run_id>." (docs, kept, exact, near, ...). */
 int rf_dedup_service_report(rf_dedup_service *s, rf_stats *stats);
 
 #endif

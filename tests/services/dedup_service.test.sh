@@ -5,7 +5,8 @@
 # same index, and then: stage_progress counts every document exactly once
 # (kept + duplicate = in), docs.unique and docs.duplicates deduplicated by
 # (run, seq) hold every document once, and the kept ids are exactly those of
-# `refinery dedup` on the same input in the same order.
+# `refinery dedup` on the same input in the same order. A second run with the
+# same documents is deduplicated on its own (per-run index): same kept ids.
 . "$REFINERY_ROOT/tests/services/lib.sh"
 tool=$REFINERY_BUILD/tests/services/test_dedup_service
 svc=$REFINERY_BUILD/refinery-dedup
@@ -18,15 +19,15 @@ done
 ndocs=$(python3 tests/services/dedup_docs.py "$TEST_DIR" 2000)
 nbatch=$(((ndocs + BATCH - 1) / BATCH))
 
-progress() {
+progress() { # [RUN]
     psql "$REFINERY_PG" -Atc "SELECT count(*), coalesce(sum(docs_in), 0),
         coalesce(sum(docs_out), 0), coalesce(sum(duplicate), 0)
-        FROM stage_progress WHERE run_id = 'run-dd' AND stage = 'dedup'"
+        FROM stage_progress WHERE run_id = '${1:-run-dd}' AND stage = 'dedup'"
 }
-wait_batches() { # MIN SECONDS
+wait_batches() { # MIN SECONDS [RUN]
     local n=0
     for _ in $(seq $(($2 * 10))); do
-        n=$(progress 2>/dev/null | cut -d'|' -f1)
+        n=$(progress "${3:-}" 2>/dev/null | cut -d'|' -f1)
         [ "${n:-0}" -ge "$1" ] && return 0
         sleep 0.1
     done
@@ -54,6 +55,10 @@ echo "killed at $(progress)"
 second=$!
 env_track_pid $second
 wait_batches $nbatch 120
+# A second run with the same documents, while the first is in the index.
+psql "$REFINERY_PG" -qc "INSERT INTO runs (id, spec) VALUES ('run-dd2', '{}')"
+"$tool" --produce "$KAFKA_BOOTSTRAP" run-dd2 "$TEST_DIR/docs.tsv" $BATCH
+wait_batches $nbatch 120 run-dd2
 kill -TERM $second
 wait $second # exit 0
 grep -o 'continuing after.*' "$TEST_DIR/dedup2.log" || true
@@ -73,4 +78,8 @@ python3 -c 'import json,sys; [print(json.loads(l)["id"]) for l in open(sys.argv[
 sort -o "$TEST_DIR/kept.ids" "$TEST_DIR/kept.ids"
 sort -o "$TEST_DIR/ref.ids" "$TEST_DIR/ref.ids"
 cmp "$TEST_DIR/kept.ids" "$TEST_DIR/ref.ids"
-echo "dedup service kill/restart: $ndocs docs, $kept kept, $dup duplicates, same kept ids as refinery dedup: ok"
+[ "$(progress run-dd2)" = "$row" ]
+"$tool" --collect "$KAFKA_BOOTSTRAP" run-dd2 $nbatch $ndocs "$TEST_DIR/kept2.ids"
+sort -o "$TEST_DIR/kept2.ids" "$TEST_DIR/kept2.ids"
+cmp "$TEST_DIR/kept2.ids" "$TEST_DIR/ref.ids"
+echo "dedup service kill/restart: $ndocs docs, $kept kept, $dup duplicates, same kept ids as refinery dedup, also for a second run: ok"

@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "common/sys.h"
+#include "dedup/dedup.h"
 #include "kafka/kafka.h"
 #include "refinery.pb-c.h"
 #include "svc/dedup_journal.h"
@@ -84,6 +85,67 @@ static void test_journal(void **state) {
     rf_dedup_journal_close(j);
     unlink(path);
     rmdir(dir);
+}
+
+/* The service's premise: an engine reopened on its index and fed the
+ * committed documents' ids only (no text, as the journal replays them) gives
+ * back every decision, cluster included. */
+static void test_replay_by_ids(void **state) {
+    enum { N = 400, B = 10 };
+    static char texts[N][160], ids[N][16];
+    rf_doc docs[N];
+    rf_dd_result first[N], again[N];
+    uint64_t x = 7;
+    for (int i = 0; i < N; i++) {
+        int src = i >= 40 && i % 3 == 0 ? i / 3 : i; /* copies of earlier documents */
+        size_t len = 0;
+        for (int w = 0; w < 20; w++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            uint64_t word = src == i ? (x >> 33) % 5000 : 0;
+            len += (size_t)snprintf(texts[i] + len, sizeof texts[i] - len, "%s%c%c%c", w ? " " : "",
+                                    'a' + (int)(word % 26), 'a' + (int)(word / 26 % 26),
+                                    'a' + (int)(word / 676 % 26));
+        }
+        if (src != i) {
+            memcpy(texts[i], texts[src], sizeof texts[i]);
+            if (i % 2) texts[i][0] = 'z'; /* a near copy */
+        }
+        snprintf(ids[i], sizeof ids[i], "d%d", i);
+        docs[i] = (rf_doc){.id = ids[i], .text = texts[i], .text_len = strlen(texts[i])};
+    }
+    char dir[] = "/tmp/rf-ddr-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    rf_dedup_opts o;
+    rf_dedup_opts_default(&o);
+    rf_dedup *d;
+    assert_int_equal(rf_dedup_open(&o, dir, &d), RF_OK);
+    for (int i = 0; i < N; i += B) {
+        assert_int_equal(rf_dedup_process(d, docs + i, B, first + i), RF_OK);
+        assert_int_equal(rf_dedup_commit(d, 0, 0), RF_OK);
+    }
+    rf_dedup_close(d);
+    assert_int_equal(rf_dedup_open(&o, dir, &d), RF_OK);
+    int dups = 0;
+    for (int i = 0; i < N; i += B) {
+        rf_doc only_ids[B];
+        for (int k = 0; k < B; k++)
+            only_ids[k] = (rf_doc){.id = ids[i + k], .text = ""};
+        assert_int_equal(rf_dedup_process(d, only_ids, B, again + i), RF_OK);
+    }
+    for (int i = 0; i < N; i++) {
+        assert_true(again[i].replayed);
+        assert_int_equal(again[i].kind, first[i].kind);
+        assert_true(again[i].cluster == first[i].cluster);
+        assert_true(first[i].cluster != 0);
+        dups += first[i].kind != RF_DD_KEPT;
+    }
+    assert_true(dups > 50);
+    rf_dd_results_clear(first, N);
+    rf_dd_results_clear(again, N);
+    rf_dedup_close(d);
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
 }
 
 static int tool_fail(const char *what) {
@@ -168,7 +230,10 @@ static int tool_collect(const char *bs, const char *run, int nbatch, long ndocs,
             int t = strcmp(b.msgs[i].topic, "docs.unique") != 0;
             Refinery__V1__DocumentBatch *db =
                 refinery__v1__document_batch__unpack(NULL, b.msgs[i].len, b.msgs[i].value);
-            if (!db || strcmp(db->run_id, run) || db->seq >= (uint64_t)nbatch) {
+            if (db && strcmp(db->run_id, run)) {
+                /* another run's */
+            } else if (!db || db->seq >= (uint64_t)nbatch) {
+                fprintf(stderr, "%s: not a batch of %s below %d\n", b.msgs[i].topic, run, nbatch);
                 bad++;
             } else if (got[t][db->seq]++) {
                 repeats++;
@@ -176,7 +241,11 @@ static int tool_collect(const char *bs, const char *run, int nbatch, long ndocs,
                 docs[t] += (long)db->n_docs;
                 unique_batches += !t;
                 for (size_t k = 0; k < db->n_docs; k++) {
-                    bad += db->docs[k]->cluster == 0;
+                    if (db->docs[k]->cluster == 0) {
+                        fprintf(stderr, "%s: %s/%llu: %s has no cluster\n", b.msgs[i].topic, run,
+                                (unsigned long long)db->seq, db->docs[k]->id);
+                        bad++;
+                    }
                     if (!t) fprintf(f, "%s\n", db->docs[k]->id);
                 }
             }
@@ -198,6 +267,7 @@ int main(int argc, char **argv) {
         return tool_produce(argv[2], argv[3], argv[4], (size_t)atoi(argv[5]));
     if (argc == 7 && !strcmp(argv[1], "--collect"))
         return tool_collect(argv[2], argv[3], atoi(argv[4]), atol(argv[5]), argv[6]);
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_journal)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_journal),
+                                       cmocka_unit_test(test_replay_by_ids)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
