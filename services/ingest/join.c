@@ -2,6 +2,9 @@
 #include "ingest/join.h"
 
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "common/error.h"
 
@@ -9,18 +12,53 @@ static bool is_space(unsigned char c) {
     return c == ' ' || (c >= '\t' && c <= '\r');
 }
 
-/* Appends p[0..n) to b with whitespace runs as one space, ends trimmed. */
+/* Appends p[0..n) to b with whitespace runs as one space, ends trimmed. A
+ * 16-byte block whose inner whitespace is single spaces is copied whole (its
+ * first and last byte may be whitespace: they only make a pending space);
+ * other blocks and the tail go byte by byte. */
 static int normalize(rf_buf *b, const char *p, size_t n) {
-    size_t start = b->len;
-    bool gap = false;
-    for (size_t i = 0; i < n; i++) {
-        if (is_space((unsigned char)p[i])) {
-            gap = b->len > start;
+    if (rf_buf_reserve(b, n)) return RF_ERR_NOMEM; /* the output is never longer */
+    char *start = b->data + b->len, *o = start;
+    bool pend = false; /* whitespace since the last byte written (o > start) */
+    size_t i = 0;
+#ifdef __SSE2__
+    const __m128i blank = _mm_set1_epi8(' '), tab = _mm_set1_epi8('\t' - 1),
+                  cr = _mm_set1_epi8('\r' + 1);
+    for (; i + 16 <= n; i += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
+        unsigned sp = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, blank));
+        unsigned ws = sp | (unsigned)_mm_movemask_epi8(
+                               _mm_and_si128(_mm_cmpgt_epi8(v, tab), _mm_cmplt_epi8(v, cr)));
+        if ((ws & (ws >> 1)) || (ws & ~sp & 0x7FFEu)) { /* a run, or \t..\r inside */
+            for (size_t k = i; k < i + 16; k++) {
+                if (is_space((unsigned char)p[k])) {
+                    pend = o > start;
+                    continue;
+                }
+                if (pend) *o++ = ' ';
+                *o++ = p[k];
+                pend = false;
+            }
             continue;
         }
-        if ((gap && rf_buf_putc(b, ' ')) || rf_buf_putc(b, p[i])) return RF_ERR_NOMEM;
-        gap = false;
+        size_t first = ws & 1u, last = 16 - (ws >> 15);
+        if ((pend || first) && o > start) *o++ = ' ';
+        memcpy(o, p + i + first, last - first);
+        o += last - first;
+        pend = last < 16;
     }
+#endif
+    for (; i < n; i++) {
+        if (is_space((unsigned char)p[i])) {
+            pend = o > start;
+            continue;
+        }
+        if (pend) *o++ = ' ';
+        *o++ = p[i];
+        pend = false;
+    }
+    *o = '\0';
+    b->len = (size_t)(o - b->data);
     return 0;
 }
 

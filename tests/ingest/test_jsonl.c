@@ -10,6 +10,7 @@
 
 #include "common/doc.h"
 #include "common/error.h"
+#include "ingest/join.h"
 #include "ingest/jsonl.h"
 #include "ingest/label.h"
 
@@ -85,6 +86,55 @@ static void test_skip_contained(void **state) {
         assert_int_equal(r.text_len, strlen(cases[i].want));
         assert_memory_equal(r.text_data, cases[i].want, r.text_len);
     }
+    rf_buf_free(&norm);
+}
+
+/* Whitespace normalization, byte by byte, for checking the block-wise one. */
+static size_t ref_normalize(const char *p, size_t n, char *out) {
+    size_t k = 0;
+    bool gap = false;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] == ' ' || (p[i] >= '\t' && p[i] <= '\r')) {
+            gap = k > 0;
+        } else {
+            if (gap) out[k++] = ' ';
+            out[k++] = p[i];
+            gap = false;
+        }
+    }
+    return k;
+}
+
+/* Random texts of letters and whitespace: a text equals its normalized form
+ * (so the first of the two stays alone) and is contained in it plus a word. */
+static void test_join_normalize_random(void **state) {
+    (void)state;
+    /* Whitespace-heavy, and mostly words (so most 16-byte blocks take the
+     * block path). */
+    static const char *const alphabets[2] = {"ab  \n\t\r.", "abcdefghijklmnopqrstu .\n"};
+    rf_buf out = RF_BUF_INIT, norm = RF_BUF_INIT;
+    uint64_t x = 88172645463325252ull;
+    for (int round = 0; round < 20000; round++) {
+        char t[96], want[100];
+        size_t n = (size_t)(round % 96);
+        for (size_t i = 0; i < n; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            const char *alphabet = alphabets[round & 1];
+            t[i] = alphabet[x % strlen(alphabet)];
+        }
+        size_t k = ref_normalize(t, n, want);
+        const char *text;
+        size_t len;
+        rf_text_part eq[2] = {{want, k}, {t, n}};
+        assert_int_equal(rf_text_join(eq, 2, "|", true, &out, &norm, &text, &len), 0);
+        if (len != k || memcmp(text, want, k) != 0)
+            fail_msg("round %d: '%.*s' not equal to its normalized form", round, (int)n, t);
+        memcpy(want + k, " zz", 3);
+        rf_text_part in[2] = {{t, n}, {want, k + 3}};
+        assert_int_equal(rf_text_join(in, 2, "|", true, &out, &norm, &text, &len), 0);
+        assert_true(text == want && len == k + 3);
+    }
+    rf_buf_free(&out);
     rf_buf_free(&norm);
 }
 
@@ -213,6 +263,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_amazon_record, setup, teardown),
         cmocka_unit_test_setup_teardown(test_skip_contained, setup, teardown),
+        cmocka_unit_test(test_join_normalize_random),
         cmocka_unit_test_setup_teardown(test_reasons, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ids_nested_and_unlabeled, setup, teardown),
         cmocka_unit_test(test_label_map),
