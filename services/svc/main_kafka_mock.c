@@ -132,6 +132,12 @@ int main(int argc, char **argv) {
         free(list);
     }
     const char *bs = rf_kafka_mock_bootstrap(mock);
+    /* The line goes out before the file appears: scripts wait for the file and
+     * then read command answers from stdout, which must not be this line. */
+    if (status == 0) {
+        printf("bootstrap=%s\n", bs);
+        fflush(stdout);
+    }
     if (status == 0 && bootstrap_file && rf_write_file_atomic(bootstrap_file, bs, strlen(bs)) < 0) {
         fprintf(stderr, "refinery-kafka-mock: %s\n", rf_errmsg());
         status = 1;
@@ -139,8 +145,6 @@ int main(int argc, char **argv) {
     pthread_t th;
     int have_thread = 0;
     if (status == 0) {
-        printf("bootstrap=%s\n", bs);
-        fflush(stdout);
         rf_info("kafka-mock", "%d brokers at %s", (int)brokers, bs);
         have_thread = pthread_create(&th, NULL, control_main, &c) == 0;
         int sig = rf_svc_wait_signal(-1);
