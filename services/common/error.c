@@ -2,6 +2,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char last_msg[1024];
 
@@ -23,10 +24,14 @@ const char *rf_err_name(int err) {
 }
 
 int rf_fail(int err, const char *fmt, ...) {
+    /* Format into a scratch buffer first: callers may pass rf_errmsg() as an
+     * argument to add context to the previous message. */
+    char msg[sizeof last_msg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_msg, sizeof last_msg, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(last_msg, msg, sizeof msg);
     return err;
 }
 

@@ -22,7 +22,8 @@ typedef enum rf_err {
 const char *rf_err_name(int err);
 
 /* Records a formatted detail for this thread and returns err, so that a caller
- * can write `return rf_fail(RF_ERR_PARSE, "line %zu: ...", n);`. */
+ * can write `return rf_fail(RF_ERR_PARSE, "line %zu: ...", n);`. The arguments
+ * may include rf_errmsg() itself, to prefix context to the previous detail. */
 int rf_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The detail of the last rf_fail() on this thread ("" if none). */

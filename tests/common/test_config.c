@@ -101,12 +101,19 @@ static void test_bad_yaml(void **state) {
     assert_int_equal(rf_cfg_load_file("/nonexistent.yaml", &c), RF_ERR_NOT_FOUND);
 }
 
+static void test_fail_can_prefix_its_own_message(void **state) {
+    rf_fail(RF_ERR_PARSE, "inner %d", 42);
+    assert_int_equal(rf_fail(RF_ERR_INVALID, "outer: %s (%s)", rf_errmsg(), "x"), RF_ERR_INVALID);
+    assert_string_equal(rf_errmsg(), "outer: inner 42 (x)");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_typed_getters),
         cmocka_unit_test(test_errors_name_the_key_and_line),
         cmocka_unit_test(test_env_override),
         cmocka_unit_test(test_bad_yaml),
+        cmocka_unit_test(test_fail_can_prefix_its_own_message),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
