@@ -72,8 +72,11 @@ all: $(BUILD)/refinery $(EXTRA_BINS)
 deps:
 	@scripts/install-deps.sh
 
-# The main job on the embedded default: raw Amazon reviews to an evaluated model.
+# The main job on the embedded default: raw Amazon reviews to an evaluated model,
+# in a fresh runs/demo/ (the pretrained MiniLM-L6 is fetched once).
 demo: deps all
+	@scripts/fetch-minilm.sh >/dev/null
+	rm -rf runs/demo
 	$(BUILD)/refinery run examples/amazon.yaml --out runs/demo
 
 define MODULE_RULE
