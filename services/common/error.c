@@ -35,6 +35,15 @@ int rf_fail(int err, const char *fmt, ...) {
     return err;
 }
 
+int rf_fail_ctx(int err, const char *fmt, ...) {
+    char ctx[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx, sizeof ctx, fmt, ap);
+    va_end(ap);
+    return rf_fail(err, "%s: %s", ctx, last_msg);
+}
+
 const char *rf_errmsg(void) {
     return last_msg;
 }

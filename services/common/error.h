@@ -26,6 +26,9 @@ const char *rf_err_name(int err);
  * may include rf_errmsg() itself, to prefix context to the previous detail. */
 int rf_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Prefixes context to the current detail: "<formatted>: <previous detail>". */
+int rf_fail_ctx(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* The detail of the last rf_fail() on this thread ("" if none). */
 const char *rf_errmsg(void);
 

@@ -5,7 +5,6 @@
 
 #include "common/error.h"
 #include "common/sys.h"
-#include "trainer/fail.h"
 
 int rf_evaluate(rf_bert *m, const rf_dataset *d, int batch_size, rf_metrics *out) {
     int K = m->cfg.num_labels, rc = rf_metrics_init(out, K);
@@ -74,7 +73,7 @@ int rf_evaluate_path(const char *model_dir, const char *data, int max_len, int b
     }
     if (!rc && report_path) {
         rc = rf_write_file_atomic(report_path, b.data, b.len);
-        if (rc) rc = rf_tr_fail_ctx(rc, "eval: cannot write %s", report_path);
+        if (rc) rc = rf_fail_ctx(rc, "eval: cannot write %s", report_path);
     }
     if (!rc && json) rc = rf_buf_append(json, b.data, b.len);
     rf_buf_free(&b);

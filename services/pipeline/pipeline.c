@@ -44,12 +44,10 @@ typedef struct run {
     int queue_depth;
 } run;
 
-/* Prefixes this thread's error detail with the stage name (copying first:
- * rf_fail writes the buffer rf_errmsg reads). */
+/* This thread's error detail, prefixed with the stage name. */
 static int stage_error(int rc, const char *stage) {
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", rf_errmsg()[0] ? rf_errmsg() : rf_err_name(rc));
-    return rf_fail(rc, "stage %s: %s", stage, msg);
+    if (!rf_errmsg()[0]) return rf_fail(rc, "stage %s: %s", stage, rf_err_name(rc));
+    return rf_fail_ctx(rc, "stage %s", stage);
 }
 
 static int emit_batch(void *emit_ctx, rf_doc_batch *b) {

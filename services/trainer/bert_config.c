@@ -7,7 +7,6 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "common/sys.h"
-#include "trainer/fail.h"
 
 static int get_int(const rf_json *root, const char *key, int def, int min, int max, int *out) {
     const rf_json *v = rf_json_get(root, key);
@@ -54,7 +53,7 @@ int rf_bert_config_parse(const char *text, size_t len, int default_labels, rf_be
     const rf_json *r;
     int rc = rf_json_parse(doc, text, len, &r);
     if (rc) {
-        rc = rf_tr_fail_ctx(RF_ERR_PARSE, "config.json");
+        rc = rf_fail_ctx(RF_ERR_PARSE, "config.json");
         goto out;
     }
     if (r->type != RF_JSON_OBJECT) {
@@ -103,10 +102,10 @@ int rf_bert_config_load(const char *path, int default_labels, rf_bert_config *cf
     char *text;
     size_t len;
     int rc = rf_read_file(path, 1 << 20, &text, &len);
-    if (rc) return rf_tr_fail_ctx(rc, "cannot read %s", path);
+    if (rc) return rf_fail_ctx(rc, "cannot read %s", path);
     rc = rf_bert_config_parse(text, len, default_labels, cfg);
     free(text);
-    if (rc) return rf_tr_fail_ctx(rc, "%s", path);
+    if (rc) return rf_fail_ctx(rc, "%s", path);
     return RF_OK;
 }
 

@@ -6,7 +6,6 @@
 #include "common/error.h"
 #include "common/hash.h"
 #include "common/sys.h"
-#include "trainer/fail.h"
 
 #define MAGIC        "RFCKPT01"
 #define HEADER_WORDS 9 /* nparams step epoch pos rng[4] micro */
@@ -30,7 +29,7 @@ int rf_checkpoint_save(const char *path, const rf_bert *m, const rf_train_state 
     memcpy(p, &h, 8);
     int rc = rf_write_file_atomic(path, buf, len);
     free(buf);
-    if (rc) return rf_tr_fail_ctx(rc, "checkpoint: cannot write %s", path);
+    if (rc) return rf_fail_ctx(rc, "checkpoint: cannot write %s", path);
     return RF_OK;
 }
 
@@ -38,7 +37,7 @@ int rf_checkpoint_load(const char *path, rf_bert *m, rf_train_state *s) {
     char *buf;
     size_t len, np = m->nparams;
     int rc = rf_read_file(path, (size_t)64 << 30, &buf, &len);
-    if (rc) return rf_tr_fail_ctx(rc, "checkpoint: cannot read %s", path);
+    if (rc) return rf_fail_ctx(rc, "checkpoint: cannot read %s", path);
     size_t want = 8 + 8 * HEADER_WORDS + 3 * np * sizeof(float) + 8;
     uint64_t hdr[HEADER_WORDS], h;
     if (len < 8 + sizeof hdr || memcmp(buf, MAGIC, 8) != 0) {

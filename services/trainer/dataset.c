@@ -11,7 +11,6 @@
 #include "common/json.h"
 #include "common/reader.h"
 #include "tokenizer/tokenizer.h"
-#include "trainer/fail.h"
 
 void rf_dataset_free(rf_dataset *d) {
     free(d->tokens);
@@ -80,7 +79,7 @@ int rf_dataset_load_tsv(rf_dataset *d, const char *path, const char *model_dir, 
     rf_tok_encoding enc = {0};
     char *buf = NULL;
     int rc = rf_tokenizer_load(model_dir, &tok), text_col = -1, label_col = -1;
-    if (rc) return rf_tr_fail_ctx(rc, "tokenizer of %s", model_dir);
+    if (rc) return rf_fail_ctx(rc, "tokenizer of %s", model_dir);
     rf_tokenizer_set_truncation(tok, (size_t)max_len, RF_TRUNC_LONGEST_FIRST, RF_SIDE_RIGHT);
     rf_tokenizer_set_padding(tok, false, 0, 0, 0, 0, RF_SIDE_RIGHT);
     if (!(st = rf_tok_state_new(tok))) {
@@ -88,7 +87,7 @@ int rf_dataset_load_tsv(rf_dataset *d, const char *path, const char *model_dir, 
         goto out;
     }
     if ((rc = rf_reader_open(path, 1 << 24, &r))) {
-        rc = rf_tr_fail_ctx(rc, "cannot read %s", path);
+        rc = rf_fail_ctx(rc, "cannot read %s", path);
         goto out;
     }
     rf_line line;
@@ -123,13 +122,13 @@ int rf_dataset_load_tsv(rf_dataset *d, const char *path, const char *model_dir, 
             continue;
         }
         if ((rc = rf_tok_encode(st, f[text_col], strlen(f[text_col]), true, &enc)) != 0) {
-            rc = rf_tr_fail_ctx(rc, "%s:%llu: tokenizer", path, (unsigned long long)line.lineno);
+            rc = rf_fail_ctx(rc, "%s:%llu: tokenizer", path, (unsigned long long)line.lineno);
             goto out;
         }
         if ((rc = rf_dataset_add(d, enc.ids, enc.len, (int32_t)label))) goto out;
     }
     if (rc < 0)
-        rc = rf_tr_fail_ctx(rc, "%s", path);
+        rc = rf_fail_ctx(rc, "%s", path);
     else if (text_col < 0)
         rc = rf_fail(RF_ERR_PARSE, "%s: empty TSV file", path);
     else
@@ -152,7 +151,7 @@ int rf_dataset_load_jsonl(rf_dataset *d, const char *path, const char *model_dir
     rf_tok_encoding enc = {0};
     rf_doc doc = {0};
     int rc = rf_tokenizer_load(model_dir, &tok);
-    if (rc) return rf_tr_fail_ctx(rc, "tokenizer of %s", model_dir);
+    if (rc) return rf_fail_ctx(rc, "tokenizer of %s", model_dir);
     rf_tokenizer_set_truncation(tok, (size_t)max_len, RF_TRUNC_LONGEST_FIRST, RF_SIDE_RIGHT);
     rf_tokenizer_set_padding(tok, false, 0, 0, 0, 0, RF_SIDE_RIGHT);
     if (!(st = rf_tok_state_new(tok)) || !(jd = rf_json_doc_new())) {
@@ -160,7 +159,7 @@ int rf_dataset_load_jsonl(rf_dataset *d, const char *path, const char *model_dir
         goto out;
     }
     if ((rc = rf_reader_open(path, 1 << 24, &r))) {
-        rc = rf_tr_fail_ctx(rc, "cannot read %s", path);
+        rc = rf_fail_ctx(rc, "cannot read %s", path);
         goto out;
     }
     rf_line line;
@@ -177,7 +176,7 @@ int rf_dataset_load_jsonl(rf_dataset *d, const char *path, const char *model_dir
             skip(d, stats, prefix, "no_label");
         } else if ((rc = rf_tok_encode(st, doc.text, doc.text_len, true, &enc)) != 0) {
             rf_doc_clear(&doc);
-            rc = rf_tr_fail_ctx(rc, "%s:%llu: tokenizer", path, (unsigned long long)line.lineno);
+            rc = rf_fail_ctx(rc, "%s:%llu: tokenizer", path, (unsigned long long)line.lineno);
             goto out;
         } else if ((rc = rf_dataset_add(d, enc.ids, enc.len, doc.label)) != 0) {
             rf_doc_clear(&doc);
@@ -186,7 +185,7 @@ int rf_dataset_load_jsonl(rf_dataset *d, const char *path, const char *model_dir
         rf_doc_clear(&doc);
     }
     if (rc < 0)
-        rc = rf_tr_fail_ctx(rc, "%s", path);
+        rc = rf_fail_ctx(rc, "%s", path);
     else
         rc = RF_OK;
 out:

@@ -10,7 +10,6 @@
 #include "common/log.h"
 #include "common/rng.h"
 #include "trainer/safetensors.h"
-#include "trainer/fail.h"
 
 /* Activation views for one batch capacity; the same layout serves gradients. */
 typedef struct layer_acts {
@@ -298,7 +297,7 @@ int rf_bert_load(const char *dir, int num_labels, uint64_t seed, const rf_backen
                 break;
             }
             if ((rc = rf_st_to_f32(s, host))) {
-                rc = rf_tr_fail_ctx(rc, "%s", path);
+                rc = rf_fail_ctx(rc, "%s", path);
                 break;
             }
         }

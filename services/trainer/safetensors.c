@@ -9,7 +9,6 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "common/sys.h"
-#include "trainer/fail.h"
 
 static const struct {
     const char *name;
@@ -127,7 +126,7 @@ int rf_st_parse(uint8_t *buf, size_t len, rf_st_file **out) {
         goto fail;
     }
     if ((rc = rf_json_parse(doc, (const char *)buf + 8, hlen, &root)) != 0) {
-        rc = rf_tr_fail_ctx(RF_ERR_CORRUPT, "safetensors: bad header JSON");
+        rc = rf_fail_ctx(RF_ERR_CORRUPT, "safetensors: bad header JSON");
         goto fail;
     }
     if (root->type != RF_JSON_OBJECT) {
@@ -177,9 +176,9 @@ int rf_st_open(const char *path, rf_st_file **out) {
     size_t len;
     *out = NULL;
     int rc = rf_read_file(path, (size_t)16 << 30, &buf, &len);
-    if (rc) return rf_tr_fail_ctx(rc, "safetensors: cannot read %s", path);
+    if (rc) return rf_fail_ctx(rc, "safetensors: cannot read %s", path);
     rc = rf_st_parse((uint8_t *)buf, len, out);
-    if (rc) return rf_tr_fail_ctx(rc, "%s", path);
+    if (rc) return rf_fail_ctx(rc, "%s", path);
     return RF_OK;
 }
 
@@ -279,7 +278,7 @@ int rf_st_write(const char *path, const rf_st_out *t, size_t n) {
             p += 4 * numel;
         }
         rc = rf_write_file_atomic(path, file, 8 + hdr.len + off);
-        if (rc) rc = rf_tr_fail_ctx(rc, "safetensors: cannot write %s", path);
+        if (rc) rc = rf_fail_ctx(rc, "safetensors: cannot write %s", path);
     }
     free(file);
     rf_buf_free(&hdr);

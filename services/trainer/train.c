@@ -13,7 +13,6 @@
 #include "common/log.h"
 #include "common/sys.h"
 #include "trainer/checkpoint.h"
-#include "trainer/fail.h"
 
 void rf_set_threads(int n) {
     if (n < 1) n = 1;
@@ -87,7 +86,7 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
     int rc = rf_bert_enable_training(m);
     if (rc) return rc;
     if ((rc = rf_mkdir_p(o->out_dir)))
-        return rf_tr_fail_ctx(rc, "train: cannot create %s", o->out_dir);
+        return rf_fail_ctx(rc, "train: cannot create %s", o->out_dir);
 
     size_t n = data->n, B = (size_t)o->batch_size, accum = (size_t)o->grad_accum;
     size_t micro_per_epoch = (n + B - 1) / B;
@@ -197,13 +196,13 @@ static int copy_file(const char *src, const char *dst) {
 int rf_export_hf(const rf_bert *m, const char *src_dir, const char *dir) {
     char path[4096], src[4096];
     int rc = rf_mkdir_p(dir);
-    if (rc) return rf_tr_fail_ctx(rc, "export: cannot create %s", dir);
+    if (rc) return rf_fail_ctx(rc, "export: cannot create %s", dir);
     rf_buf cfg = RF_BUF_INIT;
     if ((rc = rf_bert_config_to_json(&m->cfg, &cfg))) return rc;
     snprintf(path, sizeof path, "%s/config.json", dir);
     rc = rf_write_file_atomic(path, cfg.data, cfg.len);
     rf_buf_free(&cfg);
-    if (rc) return rf_tr_fail_ctx(rc, "export: cannot write %s", path);
+    if (rc) return rf_fail_ctx(rc, "export: cannot write %s", path);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if ((rc = rf_bert_save_safetensors(m, path))) return rc;
     static const char *const tok_files[] = {"tokenizer.json", "vocab.txt", "tokenizer_config.json",
@@ -213,7 +212,7 @@ int rf_export_hf(const rf_bert *m, const char *src_dir, const char *dir) {
         snprintf(src, sizeof src, "%s/%s", src_dir, tok_files[i]);
         if (stat(src, &sb) != 0) continue;
         snprintf(path, sizeof path, "%s/%s", dir, tok_files[i]);
-        if ((rc = copy_file(src, path))) return rf_tr_fail_ctx(rc, "export: cannot copy %s", src);
+        if ((rc = copy_file(src, path))) return rf_fail_ctx(rc, "export: cannot copy %s", src);
     }
     return RF_OK;
 }

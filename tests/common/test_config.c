@@ -105,6 +105,8 @@ static void test_fail_can_prefix_its_own_message(void **state) {
     rf_fail(RF_ERR_PARSE, "inner %d", 42);
     assert_int_equal(rf_fail(RF_ERR_INVALID, "outer: %s (%s)", rf_errmsg(), "x"), RF_ERR_INVALID);
     assert_string_equal(rf_errmsg(), "outer: inner 42 (x)");
+    assert_int_equal(rf_fail_ctx(RF_ERR_IO, "reading %s", "a.json"), RF_ERR_IO);
+    assert_string_equal(rf_errmsg(), "reading a.json: outer: inner 42 (x)");
 }
 
 int main(void) {
