@@ -10,7 +10,8 @@ EXTRA_BINS += $(BUILD)/refinery-kafka-mock
 $(BUILD)/refinery-kafka-mock: $(BUILD)/obj/services/svc/main_kafka_mock.o \
     $(BUILD)/lib/librefinery_svc.a $(BUILD)/lib/librefinery_kafka.a \
     $(BUILD)/lib/librefinery_common.a $(BUILD)/lib/librefinery_proto.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	@echo '  LD     $@'
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 EXTRA_BINS += $(BUILD)/refinery-ingest
 $(BUILD)/refinery-ingest: $(BUILD)/obj/services/svc/main_ingest.o \
@@ -18,14 +19,16 @@ $(BUILD)/refinery-ingest: $(BUILD)/obj/services/svc/main_ingest.o \
     $(BUILD)/lib/librefinery_rpc.a $(BUILD)/lib/librefinery_kafka.a \
     $(BUILD)/lib/librefinery_store.a \
     $(BUILD)/lib/librefinery_common.a $(BUILD)/lib/librefinery_proto.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	@echo '  LD     $@'
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 EXTRA_BINS += $(BUILD)/refinery-dedup
 $(BUILD)/refinery-dedup: $(BUILD)/obj/services/svc/main_dedup.o \
     $(BUILD)/lib/librefinery_svc.a $(BUILD)/lib/librefinery_dedup.a \
     $(BUILD)/lib/librefinery_kafka.a $(BUILD)/lib/librefinery_store.a \
     $(BUILD)/lib/librefinery_common.a $(BUILD)/lib/librefinery_proto.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	@echo '  LD     $@'
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 EXTRA_BINS += $(BUILD)/refinery-tokenizer
 $(BUILD)/refinery-tokenizer: $(BUILD)/obj/services/svc/main_tokenizer.o \
@@ -33,4 +36,5 @@ $(BUILD)/refinery-tokenizer: $(BUILD)/obj/services/svc/main_tokenizer.o \
     $(BUILD)/lib/librefinery_rpc.a $(BUILD)/lib/librefinery_kafka.a \
     $(BUILD)/lib/librefinery_store.a \
     $(BUILD)/lib/librefinery_common.a $(BUILD)/lib/librefinery_proto.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	@echo '  LD     $@'
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
