@@ -45,7 +45,7 @@ ifeq ($(CUDA),1)
 NVCC     ?= nvcc
 CU_GLOB   = services/$(1)/*.cu
 CPPFLAGS += -DREFINERY_CUDA=1
-NVFLAGS  ?= -O2 -std=c++17 -arch=sm_80 -Xcompiler -Wall,-Werror -Iservices
+NVFLAGS  ?= -O2 -std=c++17 -arch=sm_80 -Xcompiler -Wall,-Werror -Iservices -MMD -MP
 LDLIBS   += -L/usr/local/cuda/lib64 -lcudart -lcublas -lnccl
 endif
 

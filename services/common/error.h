@@ -4,6 +4,10 @@
 #ifndef RF_ERROR_H
 #define RF_ERROR_H
 
+#ifdef __cplusplus /* included by CUDA and C++ shims */
+extern "C" {
+#endif
+
 typedef enum rf_err {
     RF_OK = 0,
     RF_ERR_NOMEM = -1,       /* allocation failed */
@@ -31,5 +35,9 @@ int rf_fail_ctx(int err, const char *fmt, ...) __attribute__((format(printf, 2, 
 
 /* The detail of the last rf_fail() on this thread ("" if none). */
 const char *rf_errmsg(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
