@@ -30,7 +30,7 @@ typedef struct slot {
     int rc;
     char error[1024]; /* detail of a failure in the stage's thread */
     double seconds;
-    _Atomic uint64_t docs_in, docs_out, batches_out;
+    _Atomic uint64_t docs_in, docs_out;
     struct run *run;
 } slot;
 
@@ -40,7 +40,6 @@ typedef struct run {
     slot slots[MAX_ACTIVE];
     size_t nslots, nstream;
     volatile int *cancel;
-    _Atomic int failed;
     int queue_depth;
 } run;
 
@@ -53,7 +52,6 @@ static int stage_error(int rc, const char *stage) {
 static int emit_batch(void *emit_ctx, rf_doc_batch *b) {
     slot *s = emit_ctx;
     atomic_fetch_add(&s->docs_out, b->n);
-    atomic_fetch_add(&s->batches_out, 1);
     if (!s->out) { /* end of the stream: nothing downstream */
         rf_doc_batch_free(b);
         return RF_OK;
@@ -65,7 +63,6 @@ static int emit_batch(void *emit_ctx, rf_doc_batch *b) {
 
 /* Stops every stage after a failure: closing the queues unblocks them all. */
 static void abort_stream(run *r) {
-    atomic_store(&r->failed, 1);
     *r->cancel = 1;
     for (size_t i = 0; i < r->nstream; i++)
         if (r->slots[i].out) rf_queue_close(r->slots[i].out);
@@ -122,10 +119,11 @@ static int select_stages(run *r) {
     for (size_t i = 0; i < n; i++) {
         const rf_cfg *section = rf_cfg_get(r->spec, all[i]->name);
         if (!section) continue;
-        if (rf_cfg_kind_of(section) != RF_CFG_MAP && rf_cfg_scalar(section)[0])
+        rf_cfg_kind kind = rf_cfg_kind_of(section); /* an empty section is a "" scalar */
+        if (kind == RF_CFG_SEQ || (kind == RF_CFG_SCALAR && rf_cfg_scalar(section)[0]))
             return rf_fail(RF_ERR_INVALID, "%s:%d: %s: expected a mapping of settings",
                            rf_cfg_source(section), rf_cfg_line(section), all[i]->name);
-        if (all[i]->keys && rf_cfg_kind_of(section) == RF_CFG_MAP &&
+        if (all[i]->keys && kind == RF_CFG_MAP &&
             (rc = rf_cfg_check_keys(section, all[i]->keys)))
             return rc;
         slot *s = &r->slots[r->nslots++];

@@ -178,6 +178,8 @@ static void test_bad_specs_name_the_key(void **state) {
     assert_non_null(strstr(rf_errmsg(), "source.cuont"));
     assert_int_equal(run_spec("source:\n  count: lots\n", "val", NULL), RF_ERR_INVALID);
     assert_non_null(strstr(rf_errmsg(), "val.yaml:2: source.count: expected an integer"));
+    assert_int_equal(run_spec("source: [1, 2]\n", "list", NULL), RF_ERR_INVALID);
+    assert_non_null(strstr(rf_errmsg(), "list.yaml:1: source: expected a mapping"));
     assert_int_equal(run_spec("filter: {}\n", "nosource", NULL), RF_ERR_INVALID);
     assert_non_null(strstr(rf_errmsg(), "needs a source"));
     assert_int_equal(run_spec("run:\n  thread: 2\nsource: {}\n", "run", NULL), RF_ERR_INVALID);
