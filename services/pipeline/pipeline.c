@@ -222,7 +222,10 @@ static int run_stream(run *r, FILE *progress_out) {
     if (n == 0) return RF_OK;
     for (size_t i = 0; i + 1 < n; i++) {
         rf_queue *q = rf_queue_new((size_t)r->queue_depth);
-        if (!q) return RF_ERR_NOMEM;
+        if (!q) {
+            while (i-- > 0) rf_queue_free(r->slots[i].out);
+            return RF_ERR_NOMEM;
+        }
         r->slots[i].out = q;
         r->slots[i + 1].in = q;
     }
