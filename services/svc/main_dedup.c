@@ -59,11 +59,8 @@ static int run(const config *c) {
                 c->topic_dups, c->kafka, c->index);
         rc = rf_stage_loop_run(&l);
         if (rc) rf_error("dedup", "stopped on error: %s", rf_errmsg());
-        rf_buf b = RF_BUF_INIT;
         rf_dedup_service_report(svc, stats);
-        rf_stats_to_json(stats, &b);
-        rf_info("dedup", "stopped: %s", b.data ? b.data : "{}");
-        rf_buf_free(&b);
+        rf_svc_log_stats("dedup", stats);
     }
     rf_kafka_consumer_free(l.consumer);
     rf_dedup_service_close(svc);

@@ -96,11 +96,8 @@ static int serve(const config *c) {
         rf_info("ingest", "signal %d: draining (up to %.0fs)", sig, c->grace_s);
         rf_rpc_server_set_health(server, "refinery.v1.Ingest", 0);
         rf_rpc_server_stop(server, c->grace_s);
-        rf_buf b = RF_BUF_INIT;
         rf_stats_merge(rf_ingest_service_stats(svc), rf_rpc_server_stats(server));
-        rf_stats_to_json(rf_ingest_service_stats(svc), &b);
-        rf_info("ingest", "stopped: %s", b.data ? b.data : "{}");
-        rf_buf_free(&b);
+        rf_svc_log_stats("ingest", rf_ingest_service_stats(svc));
     }
     rf_rpc_server_free(server);
     rf_ingest_service_free(svc);

@@ -103,11 +103,8 @@ static int serve(const config *c) {
         rf_info("tokenizer", "stopping (calls get up to %.0fs)", c->grace_s);
         rf_rpc_server_set_health(server, "refinery.v1.Tokenizer", 0);
         rf_rpc_server_stop(server, c->grace_s);
-        rf_buf b = RF_BUF_INIT;
         rf_stats_merge(stats, rf_rpc_server_stats(server));
-        rf_stats_to_json(stats, &b);
-        rf_info("tokenizer", "stopped: %s", b.data ? b.data : "{}");
-        rf_buf_free(&b);
+        rf_svc_log_stats("tokenizer", stats);
     }
     rf_rpc_server_free(server);
     rf_tokenizer_service_free(svc);

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/stats.h"
+
 typedef enum rf_opt_type { RF_OPT_STR, RF_OPT_INT, RF_OPT_REAL, RF_OPT_BOOL } rf_opt_type;
 
 typedef struct rf_opt {
@@ -45,6 +47,8 @@ int rf_svc_wait_signal(double timeout_s);
 /* A process-wide stop flag for loops; rf_svc_stopping() also takes a pending
  * termination signal (they are blocked after rf_svc_signals_init). */
 void rf_svc_request_stop(void);
+/* Logs "stopped: <stats as JSON>" for component comp, as services do on exit. */
+void rf_svc_log_stats(const char *comp, const rf_stats *stats);
 bool rf_svc_stopping(void);
 
 #endif
