@@ -40,6 +40,18 @@ const char *rf_run_state_name(rf_run_state st) {
     return (unsigned)st < sizeof state_names / sizeof state_names[0] ? state_names[st] : "?";
 }
 
+void store_run_from_row(const PGresult *r, int row, rf_store_run *out) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->id, sizeof out->id, "%s", PQgetvalue(r, row, 0));
+    const char *st = PQgetvalue(r, row, 1);
+    for (size_t i = 0; i < sizeof state_names / sizeof state_names[0]; i++)
+        if (!strcmp(st, state_names[i])) out->state = (rf_run_state)i;
+    snprintf(out->error, sizeof out->error, "%s", PQgetvalue(r, row, 2));
+    out->created_at = strtod(PQgetvalue(r, row, 3), NULL);
+    out->updated_at = strtod(PQgetvalue(r, row, 4), NULL);
+    out->sealed = !strcmp(PQgetvalue(r, row, 5), "t");
+}
+
 static int rows_affected(PGresult *r) {
     return atoi(PQcmdTuples(r));
 }
@@ -73,22 +85,13 @@ int rf_store_run_set_state(rf_store *s, const char *run_id, rf_run_state st, con
 int rf_store_run_get(rf_store *s, const char *run_id, rf_store_run *out) {
     const char *p[] = {run_id};
     PGresult *r;
-    int rc = rf_store_exec(s,
-                           "SELECT id, state, coalesce(error, ''),"
-                           " extract(epoch FROM created_at) FROM runs WHERE id = $1",
-                           1, p, &r);
+    int rc = rf_store_exec(s, "SELECT " RF_STORE_RUN_COLUMNS " FROM runs WHERE id = $1", 1, p, &r);
     if (rc < 0) return rc;
     if (PQntuples(r) != 1) {
         PQclear(r);
         return rf_fail(RF_ERR_NOT_FOUND, "store: no run '%s'", run_id);
     }
-    memset(out, 0, sizeof *out);
-    snprintf(out->id, sizeof out->id, "%s", PQgetvalue(r, 0, 0));
-    const char *st = PQgetvalue(r, 0, 1);
-    for (size_t i = 0; i < sizeof state_names / sizeof state_names[0]; i++)
-        if (!strcmp(st, state_names[i])) out->state = (rf_run_state)i;
-    snprintf(out->error, sizeof out->error, "%s", PQgetvalue(r, 0, 2));
-    out->created_at = strtod(PQgetvalue(r, 0, 3), NULL);
+    store_run_from_row(r, 0, out);
     PQclear(r);
     return RF_OK;
 }

@@ -58,7 +58,9 @@ typedef struct rf_store_run {
     char id[128];
     rf_run_state state;
     char error[256];
+    bool sealed;       /* no more input will come (rf_store_run_seal) */
     double created_at; /* unix seconds */
+    double updated_at;
 } rf_store_run;
 
 /* Creates a run; *created = false when the id already existed (untouched). */
@@ -66,6 +68,12 @@ int rf_store_run_create(rf_store *s, const char *run_id, const char *spec, bool 
 int rf_store_run_set_state(rf_store *s, const char *run_id, rf_run_state st, const char *error);
 /* RF_ERR_NOT_FOUND for an unknown id. */
 int rf_store_run_get(rf_store *s, const char *run_id, rf_store_run *out);
+/* The spec the run was created with, malloc'd (the caller frees it). */
+int rf_store_run_spec(rf_store *s, const char *run_id, char **spec);
+/* Marks the run's input complete (idempotent); RF_ERR_NOT_FOUND for an unknown id. */
+int rf_store_run_seal(rf_store *s, const char *run_id);
+/* Up to cap runs, newest first, into out; *n is how many. */
+int rf_store_run_list(rf_store *s, size_t cap, rf_store_run *out, size_t *n);
 
 /* --- stage progress, one row per batch --- */
 
@@ -85,6 +93,15 @@ int rf_store_progress_has(rf_store *s, const char *run_id, const char *stage, ui
 /* Sums over the recorded batches of a stage. */
 int rf_store_progress_total(rf_store *s, const char *run_id, const char *stage,
                             rf_store_counts *out);
+
+/* Whether stage `chain[n-1]` has everything of the run: the run is sealed
+ * and, for each link chain[i] -> chain[i+1], every batch chain[i] recorded
+ * with docs_out > 0 is recorded by chain[i+1] too. Stages keep their input
+ * batch's seq and produce an output batch (possibly empty) for every input
+ * batch with documents, so this is "caught up with a sealed input", e.g.
+ * {"ingest", "dedup", "tokenizer", "trainer"}. */
+int rf_store_stage_complete(rf_store *s, const char *run_id, const char *const *chain, size_t n,
+                            bool *complete);
 
 /* --- trainer and evaluator --- */
 

@@ -159,6 +159,65 @@ static void test_runs(void **state) {
     rf_store_close(s);
 }
 
+static void progress(rf_store *s, const char *id, const char *stage, uint64_t seq, int64_t out) {
+    rf_store_counts c = {.in = out, .out = out};
+    if (rf_store_progress_add(s, id, stage, seq, &c, NULL) < 0)
+        fail_msg("progress %s %llu: %s", stage, (unsigned long long)seq, rf_errmsg());
+}
+
+/* A stage is complete once the run is sealed and it has every upstream batch
+ * that had documents; the spec, sealing and listing round-trip. */
+static void test_flow(void **state) {
+    rf_store *s = open_store(conninfo);
+    const char *id = run_id("flow");
+    assert_int_equal(rf_store_run_create(s, id, "trainer:\n  epochs: 1\n", NULL), 0);
+    char *spec = NULL;
+    assert_int_equal(rf_store_run_spec(s, id, &spec), 0);
+    assert_string_equal(spec, "trainer:\n  epochs: 1\n");
+    free(spec);
+    assert_int_equal(rf_store_run_spec(s, "no-such-run", &spec), RF_ERR_NOT_FOUND);
+
+    const char *chain[] = {"ingest", "dedup", "tokenizer"};
+    bool done = true;
+    assert_int_equal(rf_store_stage_complete(s, id, chain, 3, &done), 0);
+    assert_false(done); /* not sealed */
+    progress(s, id, "ingest", 10, 5);
+    progress(s, id, "ingest", 11, 0); /* trailing rejects only: no batch travels */
+    progress(s, id, "ingest", 12, 3);
+    progress(s, id, "dedup", 10, 0); /* all duplicates */
+    progress(s, id, "dedup", 12, 2);
+    progress(s, id, "tokenizer", 12, 2);
+    assert_int_equal(rf_store_run_seal(s, id), 0);
+    assert_int_equal(rf_store_run_seal(s, id), 0); /* idempotent */
+    rf_store_run run;
+    assert_int_equal(rf_store_run_get(s, id, &run), 0);
+    assert_true(run.sealed);
+    assert_true(run.updated_at >= run.created_at);
+    assert_int_equal(rf_store_stage_complete(s, id, chain, 2, &done), 0);
+    assert_true(done);
+    assert_int_equal(rf_store_stage_complete(s, id, chain, 3, &done), 0);
+    assert_true(done);
+    progress(s, id, "ingest", 13, 1); /* a late batch dedup has not seen */
+    assert_int_equal(rf_store_stage_complete(s, id, chain, 3, &done), 0);
+    assert_false(done);
+    progress(s, id, "dedup", 13, 1);
+    assert_int_equal(rf_store_stage_complete(s, id, chain, 3, &done), 0);
+    assert_false(done);
+    progress(s, id, "tokenizer", 13, 1);
+    assert_int_equal(rf_store_stage_complete(s, id, chain, 3, &done), 0);
+    assert_true(done);
+    assert_int_equal(rf_store_run_seal(s, "no-such-run"), RF_ERR_NOT_FOUND);
+    assert_int_equal(rf_store_stage_complete(s, "no-such-run", chain, 3, &done), RF_ERR_NOT_FOUND);
+
+    rf_store_run runs[4];
+    size_t n = 0;
+    assert_int_equal(rf_store_run_list(s, 4, runs, &n), 0);
+    assert_true(n >= 1 && n <= 4);
+    for (size_t i = 1; i < n; i++)
+        assert_true(runs[i - 1].created_at >= runs[i].created_at);
+    rf_store_close(s);
+}
+
 static void add_batches(rf_store *s, const char *id, uint64_t from, uint64_t to, int *fresh) {
     for (uint64_t seq = from; seq < to; seq++) {
         rf_store_counts c = {.in = 100, .out = 90, .rejected = 7, .duplicate = 3};
@@ -283,13 +342,10 @@ static void test_connect_backoff(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_migrations),
-        cmocka_unit_test(test_concurrent_migrations),
-        cmocka_unit_test(test_runs),
-        cmocka_unit_test(test_progress_replay),
-        cmocka_unit_test(test_checkpoints_and_results),
-        cmocka_unit_test(test_server_restart),
-        cmocka_unit_test(test_connect_backoff),
+        cmocka_unit_test(test_migrations),     cmocka_unit_test(test_concurrent_migrations),
+        cmocka_unit_test(test_runs),           cmocka_unit_test(test_progress_replay),
+        cmocka_unit_test(test_flow),           cmocka_unit_test(test_checkpoints_and_results),
+        cmocka_unit_test(test_server_restart), cmocka_unit_test(test_connect_backoff),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
