@@ -112,8 +112,8 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
     size_t *order = malloc(n * sizeof *order);
     rf_batch_buf bb = {0};
     if (!order) return RF_ERR_NOMEM;
-    double t0 = rf_now(), win_loss = 0;
-    long win_n = 0, done_this_run = 0;
+    double t0 = rf_now(), win_loss = 0, ck_loss = 0;
+    long win_n = 0, ck_n = 0, done_this_run = 0;
     uint64_t tokens = 0;
     rf_info("trainer",
             "training %zu sequences, %d epoch(s), batch %zu x %zu accum, %ld steps, warmup %ld, "
@@ -137,6 +137,8 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
                 rf_bert_backward(m, 1.0f / (float)group);
                 win_loss += m->loss;
                 win_n++;
+                ck_loss += m->loss;
+                ck_n++;
                 for (size_t i = 0; i < (size_t)bb.B * bb.T; i++)
                     tokens += bb.valid[i];
                 st.pos += nb;
@@ -164,9 +166,18 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
                 win_loss = 0;
                 win_n = 0;
             }
-            if ((o->checkpoint_every > 0 && (long)st.step % o->checkpoint_every == 0) ||
-                (long)st.step == total || stop_now)
-                rc = rf_checkpoint_save(ckpt, m, &st);
+            bool scheduled =
+                (o->checkpoint_every > 0 && (long)st.step % o->checkpoint_every == 0) ||
+                (long)st.step == total;
+            if (scheduled && o->on_checkpoint) {
+                double dt = rf_now() - t0;
+                rf_train_checkpoint c = {(long)st.step, total, ck_loss / (double)(ck_n ? ck_n : 1),
+                                         lr, dt > 0 ? (double)tokens / dt : 0};
+                rc = o->on_checkpoint(o->user, m, &c);
+                ck_loss = 0;
+                ck_n = 0;
+            }
+            if (!rc && (scheduled || stop_now)) rc = rf_checkpoint_save(ckpt, m, &st);
             if (stop_now) stop = true;
             if (st.pos == 0) break; /* epoch finished: reshuffle */
         }

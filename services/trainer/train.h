@@ -16,6 +16,14 @@
 #include "trainer/model.h"
 #include "trainer/optim.h"
 
+/* What rf_train reports at a checkpoint (see rf_train_opts.on_checkpoint). */
+typedef struct rf_train_checkpoint {
+    long step, total;    /* optimizer steps done, and planned; step == total: the last one */
+    double loss;         /* mean training loss since the previous checkpoint (or resume) */
+    double lr;           /* learning rate of this step */
+    double tokens_per_s; /* since this rf_train call started */
+} rf_train_checkpoint;
+
 typedef struct rf_train_opts {
     const char *out_dir; /* checkpoint.bin and train.json go here (created) */
     int epochs;          /* >= 1 */
@@ -32,6 +40,13 @@ typedef struct rf_train_opts {
     bool resume;           /* continue from out_dir/checkpoint.bin when present */
     long stop_after;       /* > 0: return after this many steps (tests, time limits) */
     volatile int *cancel;  /* non-zero: checkpoint and stop */
+    /* Optional: called at every scheduled checkpoint (each checkpoint_every
+     * steps and the last step; not at a stop_after/cancel stop) with the
+     * weights after that step, just BEFORE the state is saved, so that a crash
+     * during the call resumes from the previous checkpoint and calls it again
+     * for this step. Non-zero stops training with that error. */
+    int (*on_checkpoint)(void *user, const rf_bert *m, const rf_train_checkpoint *c);
+    void *user;
 } rf_train_opts;
 
 typedef struct rf_train_result {
