@@ -17,18 +17,14 @@
 #include "svc/svc.h"
 
 typedef struct config {
-    const char *kafka, *kafka_props, *pg, *index, *group;
+    rf_svc_kafka kafka;
+    const char *pg, *index, *group;
     const char *topic_in, *topic_unique, *topic_dups;
     int64_t threads, max_messages;
-    double delivery_timeout_s;
 } config;
 
-static int run(const config *c) {
-    char *props_storage = NULL;
-    const char **props = NULL;
-    rf_kafka_opts ko = {.bootstrap = c->kafka,
-                        .client_id = "refinery-dedup",
-                        .delivery_timeout_s = c->delivery_timeout_s};
+static int run(config *c) {
+    rf_kafka_opts ko;
     rf_kafka_producer *producer = NULL;
     rf_store *store = NULL;
     rf_dedup_service *svc = NULL;
@@ -39,12 +35,12 @@ static int run(const config *c) {
     so.engine.threads = (int)c->threads;
     rf_stage_loop l = {.stage = "dedup",
                        .max_messages = (size_t)c->max_messages,
-                       .delivery_timeout_s = c->delivery_timeout_s,
+                       .delivery_timeout_s = c->kafka.delivery_timeout_s,
                        .identify = rf_stage_identify_batch,
                        .process = rf_dedup_service_process,
                        .stats = stats};
     int rc = stats ? RF_OK : RF_ERR_NOMEM;
-    if (!rc && !(rc = rf_svc_split_props(c->kafka_props, &props_storage, &props))) ko.extra = props;
+    if (!rc) rc = rf_svc_kafka_opts(&c->kafka, "refinery-dedup", &ko);
     if (!rc && !(rc = rf_kafka_producer_new(&ko, &producer))) so.producer = l.producer = producer;
     if (!rc) {
         rf_store_opts sto = {.conninfo = c->pg};
@@ -56,7 +52,7 @@ static int run(const config *c) {
         rf_error("dedup", "cannot start: %s", rf_errmsg());
     } else {
         rf_info("dedup", "%s -> %s / %s at %s, index %s", c->topic_in, c->topic_unique,
-                c->topic_dups, c->kafka, c->index);
+                c->topic_dups, c->kafka.bootstrap, c->index);
         rc = rf_stage_loop_run(&l);
         if (rc) rf_error("dedup", "stopped on error: %s", rf_errmsg());
         rf_dedup_service_report(svc, stats);
@@ -67,19 +63,15 @@ static int run(const config *c) {
     rf_kafka_producer_free(producer);
     rf_store_close(store);
     rf_stats_free(stats);
-    free(props);
-    free(props_storage);
+    rf_svc_kafka_free(&c->kafka);
     return rc;
 }
 
 int main(int argc, char **argv) {
     rf_log_init_from_env();
-    config c;
+    config c = {0};
     const rf_opt opts[] = {
-        {"kafka", "KAFKA_BOOTSTRAP", RF_OPT_STR, &c.kafka, NULL,
-         "Kafka bootstrap servers host:port,... (required)"},
-        {"kafka-props", "KAFKA_PROPERTIES", RF_OPT_STR, &c.kafka_props, NULL,
-         "more librdkafka properties: name=value;name=value (SASL, TLS to brokers)"},
+        RF_SVC_KAFKA_OPTS(&c.kafka, "Kafka bootstrap servers host:port,... (required)"),
         {"pg", "REFINERY_PG", RF_OPT_STR, &c.pg, NULL,
          "PostgreSQL connection string (required): per-batch progress, replay detection"},
         {"index", "REFINERY_DEDUP_INDEX", RF_OPT_STR, &c.index, NULL,
@@ -96,16 +88,14 @@ int main(int argc, char **argv) {
          "threads hashing and signing a batch (decisions do not depend on it)"},
         {"max-messages", "REFINERY_MAX_MESSAGES", RF_OPT_INT, &c.max_messages, "16",
          "input batches per poll (committed together)"},
-        {"delivery-timeout", "REFINERY_KAFKA_DELIVERY_TIMEOUT", RF_OPT_REAL, &c.delivery_timeout_s,
-         "30", "seconds a message may take to reach Kafka"},
     };
     int rc = rf_svc_parse("refinery-dedup", "Dedup service: docs.clean -> docs.unique.", opts,
                           sizeof opts / sizeof opts[0], argc, argv);
     if (rc == 1) return 0;
-    if (rc == RF_OK && (!c.kafka || !c.pg || !c.index))
+    if (rc == RF_OK && (!c.kafka.bootstrap || !c.pg || !c.index))
         rc = rf_fail(RF_ERR_INVALID, "--kafka, --pg and --index (or their variables) are required");
-    if (rc == RF_OK && (c.threads < 1 || c.threads > 256 || c.max_messages < 1 ||
-                        c.max_messages > 100000 || c.delivery_timeout_s <= 0))
+    if (rc == RF_OK &&
+        (c.threads < 1 || c.threads > 256 || c.max_messages < 1 || c.max_messages > 100000))
         rc = rf_fail(RF_ERR_INVALID, "a numeric option is out of range (see --help)");
     if (rc < 0) {
         fprintf(stderr, "refinery-dedup: %s\n", rf_errmsg());

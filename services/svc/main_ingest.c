@@ -20,11 +20,10 @@
 #include "svc/svc.h"
 
 typedef struct config {
-    const char *kafka_props;
-    const char *listen, *kafka, *topic_clean, *topic_rejected, *spec, *port_file, *pg;
-    const char *tls_cert, *tls_key, *tls_ca;
-    int64_t workers, max_message, batch_docs, max_in_flight;
-    double grace_s, delivery_timeout_s;
+    rf_svc_grpc grpc;
+    rf_svc_kafka kafka;
+    const char *topic_clean, *topic_rejected, *spec, *pg;
+    int64_t batch_docs, max_in_flight;
 } config;
 
 /* Cleaning and filter settings from the `ingest:` section of a pipeline spec
@@ -47,19 +46,8 @@ static int apply_spec(const char *path, rf_ingest_service_opts *so) {
     return rc;
 }
 
-static int write_port(const char *path, int port) {
-    char text[16];
-    int n = snprintf(text, sizeof text, "%d\n", port);
-    return rf_write_file_atomic(path, text, (size_t)n);
-}
-
-static int serve(const config *c) {
-    char *props_storage = NULL;
-    const char **props = NULL;
-    rf_kafka_opts ko = {.bootstrap = c->kafka,
-                        .client_id = "refinery-ingest",
-                        .max_in_flight = (int)c->max_in_flight,
-                        .delivery_timeout_s = c->delivery_timeout_s};
+static int serve(config *c) {
+    rf_kafka_opts ko;
     rf_kafka_producer *producer = NULL;
     rf_store *store = NULL;
     rf_ingest_service *svc = NULL;
@@ -69,14 +57,11 @@ static int serve(const config *c) {
     so.topic_clean = c->topic_clean;
     so.topic_rejected = c->topic_rejected;
     so.batch_docs = (size_t)c->batch_docs;
-    so.delivery_timeout_s = c->delivery_timeout_s;
-    rf_rpc_server_opts ro = {.listen = c->listen,
-                             .workers = (int)c->workers,
-                             .max_message = (size_t)c->max_message,
-                             .tls = {c->tls_cert, c->tls_key, c->tls_ca, NULL}};
+    so.delivery_timeout_s = c->kafka.delivery_timeout_s;
+    rf_rpc_server_opts ro = rf_svc_grpc_server_opts(&c->grpc);
     int rc = c->spec ? apply_spec(c->spec, &so) : RF_OK;
-    if (rc == RF_OK && (rc = rf_svc_split_props(c->kafka_props, &props_storage, &props)) == RF_OK)
-        ko.extra = props;
+    if (rc == RF_OK && (rc = rf_svc_kafka_opts(&c->kafka, "refinery-ingest", &ko)) == RF_OK)
+        ko.max_in_flight = (int)c->max_in_flight;
     if (rc == RF_OK && (rc = rf_kafka_producer_new(&ko, &producer)) == RF_OK)
         so.producer = producer;
     if (rc == RF_OK && c->pg) {
@@ -87,41 +72,36 @@ static int serve(const config *c) {
         (rc = rf_rpc_server_new(&ro, &server)) < 0 ||
         (rc = rf_ingest_service_register(svc, server)) < 0 ||
         (rc = rf_rpc_server_start(server)) < 0 ||
-        (c->port_file && (rc = write_port(c->port_file, rf_rpc_server_port(server))) < 0)) {
+        (rc = rf_svc_grpc_write_port(&c->grpc, server)) < 0) {
         rf_error("ingest", "cannot start: %s", rf_errmsg());
     } else {
         rf_info("ingest", "serving Ingest.Push on port %d -> %s / %s at %s",
-                rf_rpc_server_port(server), c->topic_clean, c->topic_rejected, c->kafka);
+                rf_rpc_server_port(server), c->topic_clean, c->topic_rejected, c->kafka.bootstrap);
         int sig = rf_svc_wait_signal(-1);
-        rf_info("ingest", "signal %d: draining (up to %.0fs)", sig, c->grace_s);
+        rf_info("ingest", "signal %d: draining (up to %.0fs)", sig, c->grpc.grace_s);
         rf_rpc_server_set_health(server, "refinery.v1.Ingest", 0);
-        rf_rpc_server_stop(server, c->grace_s);
+        rf_rpc_server_stop(server, c->grpc.grace_s);
         rf_stats_merge(rf_ingest_service_stats(svc), rf_rpc_server_stats(server));
         rf_svc_log_stats("ingest", rf_ingest_service_stats(svc));
     }
     rf_rpc_server_free(server);
     rf_ingest_service_free(svc);
-    if (producer && rf_kafka_flush(producer, c->delivery_timeout_s) < 0) {
+    if (producer && rf_kafka_flush(producer, c->kafka.delivery_timeout_s) < 0) {
         rf_error("ingest", "%s", rf_errmsg());
         if (rc == RF_OK) rc = RF_ERR_IO;
     }
     rf_kafka_producer_free(producer);
     rf_store_close(store);
-    free(props);
-    free(props_storage);
+    rf_svc_kafka_free(&c->kafka);
     return rc;
 }
 
 int main(int argc, char **argv) {
     rf_log_init_from_env();
-    config c;
+    config c = {0};
     const rf_opt opts[] = {
-        {"listen", "REFINERY_LISTEN", RF_OPT_STR, &c.listen, "127.0.0.1:7101",
-         "gRPC address (port 0 picks a free one)"},
-        {"kafka", "KAFKA_BOOTSTRAP", RF_OPT_STR, &c.kafka, NULL,
-         "Kafka bootstrap servers host:port,... (required)"},
-        {"kafka-props", "KAFKA_PROPERTIES", RF_OPT_STR, &c.kafka_props, NULL,
-         "more librdkafka properties: name=value;name=value (SASL, TLS to brokers)"},
+        RF_SVC_GRPC_OPTS(&c.grpc, "127.0.0.1:7101"),
+        RF_SVC_KAFKA_OPTS(&c.kafka, "Kafka bootstrap servers host:port,... (required)"),
         {"topic-clean", "REFINERY_TOPIC_CLEAN", RF_OPT_STR, &c.topic_clean, "docs.clean",
          "topic for kept documents (DocumentBatch)"},
         {"topic-rejected", "REFINERY_TOPIC_REJECTED", RF_OPT_STR, &c.topic_rejected,
@@ -130,32 +110,18 @@ int main(int argc, char **argv) {
          "PostgreSQL connection string: runs must exist, progress is recorded"},
         {"spec", "REFINERY_SPEC", RF_OPT_STR, &c.spec, NULL,
          "pipeline spec whose ingest: section sets cleaning and filters"},
-        {"workers", "REFINERY_WORKERS", RF_OPT_INT, &c.workers, "4", "concurrent gRPC calls"},
-        {"max-message", "REFINERY_MAX_MESSAGE", RF_OPT_INT, &c.max_message, "4194304",
-         "largest gRPC message in bytes"},
         {"batch-docs", "REFINERY_BATCH_DOCS", RF_OPT_INT, &c.batch_docs, "256",
          "kept documents per DocumentBatch"},
         {"max-in-flight", "REFINERY_KAFKA_MAX_IN_FLIGHT", RF_OPT_INT, &c.max_in_flight, "10000",
          "Kafka messages awaiting delivery before producing blocks"},
-        {"delivery-timeout", "REFINERY_KAFKA_DELIVERY_TIMEOUT", RF_OPT_REAL, &c.delivery_timeout_s,
-         "30", "seconds a message may take to reach Kafka"},
-        {"grace", "REFINERY_GRACE", RF_OPT_REAL, &c.grace_s, "30",
-         "seconds running calls get to finish after SIGTERM"},
-        {"tls-cert", "REFINERY_TLS_CERT", RF_OPT_STR, &c.tls_cert, NULL,
-         "server certificate (PEM); enables TLS"},
-        {"tls-key", "REFINERY_TLS_KEY", RF_OPT_STR, &c.tls_key, NULL, "server private key (PEM)"},
-        {"tls-ca", "REFINERY_TLS_CA", RF_OPT_STR, &c.tls_ca, NULL,
-         "CA (PEM) that client certificates must chain to: mutual TLS"},
-        {"port-file", "REFINERY_PORT_FILE", RF_OPT_STR, &c.port_file, NULL,
-         "write the bound port here once serving"},
     };
     int rc = rf_svc_parse("refinery-ingest", "Ingest service: gRPC Ingest.Push -> Kafka.", opts,
                           sizeof opts / sizeof opts[0], argc, argv);
     if (rc == 1) return 0;
-    if (rc == RF_OK && !c.kafka)
+    if (rc == RF_OK && !c.kafka.bootstrap)
         rc = rf_fail(RF_ERR_INVALID, "--kafka / KAFKA_BOOTSTRAP is required");
-    if (rc == RF_OK && (c.workers < 1 || c.workers > 1024 || c.batch_docs < 1 ||
-                        c.max_message < 1024 || c.max_in_flight < 1 || c.grace_s < 0))
+    if (rc == RF_OK) rc = rf_svc_grpc_check(&c.grpc);
+    if (rc == RF_OK && (c.batch_docs < 1 || c.max_in_flight < 1))
         rc = rf_fail(RF_ERR_INVALID, "a numeric option is out of range (see --help)");
     if (rc < 0) {
         fprintf(stderr, "refinery-ingest: %s\n", rf_errmsg());

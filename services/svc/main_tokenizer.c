@@ -20,29 +20,24 @@
 #include "svc/tokenizer_service.h"
 
 typedef struct config {
-    const char *listen, *port_file, *kafka, *kafka_props, *pg, *tokenizer, *group;
+    rf_svc_grpc grpc;
+    rf_svc_kafka kafka;
+    const char *pg, *tokenizer, *group;
     const char *topic_in, *topic_train, *topic_eval;
-    const char *tls_cert, *tls_key, *tls_ca;
-    int64_t workers, max_message, max_messages, seed;
-    double eval_fraction, grace_s, delivery_timeout_s;
+    int64_t max_messages, seed;
+    double eval_fraction;
     bool no_special;
 } config;
 
-static int write_port(const char *path, int port) {
-    char text[16];
-    int n = snprintf(text, sizeof text, "%d\n", port);
-    return rf_write_file_atomic(path, text, (size_t)n);
-}
-
 /* The consume side, until a termination signal (or a failure). */
-static int consume(const config *c, rf_kafka_opts *ko, rf_tokenizer_service *svc,
+static int consume(const config *c, const rf_kafka_opts *ko, rf_tokenizer_service *svc,
                    rf_kafka_producer *producer, rf_stats *stats) {
     rf_store *store = NULL;
     rf_store_opts sto = {.conninfo = c->pg};
     rf_stage_loop l = {.stage = "tokenizer",
                        .producer = producer,
                        .max_messages = (size_t)c->max_messages,
-                       .delivery_timeout_s = c->delivery_timeout_s,
+                       .delivery_timeout_s = c->kafka.delivery_timeout_s,
                        .identify = rf_stage_identify_batch,
                        .process = rf_tokenizer_service_process,
                        .user = svc,
@@ -52,7 +47,7 @@ static int consume(const config *c, rf_kafka_opts *ko, rf_tokenizer_service *svc
     if (!rc) rc = rf_kafka_consumer_new(ko, c->group, &c->topic_in, 1, &l.consumer);
     if (!rc) {
         rf_info("tokenizer", "%s -> %s / %s at %s", c->topic_in, c->topic_train, c->topic_eval,
-                c->kafka);
+                c->kafka.bootstrap);
         rc = rf_stage_loop_run(&l);
     }
     if (rc) rf_error("tokenizer", "consumer stopped: %s", rf_errmsg());
@@ -61,12 +56,8 @@ static int consume(const config *c, rf_kafka_opts *ko, rf_tokenizer_service *svc
     return rc;
 }
 
-static int serve(const config *c) {
-    char *props_storage = NULL;
-    const char **props = NULL;
-    rf_kafka_opts ko = {.bootstrap = c->kafka,
-                        .client_id = "refinery-tokenizer",
-                        .delivery_timeout_s = c->delivery_timeout_s};
+static int serve(config *c) {
+    rf_kafka_opts ko;
     rf_kafka_producer *producer = NULL;
     rf_tokenizer_service *svc = NULL;
     rf_rpc_server *server = NULL;
@@ -77,20 +68,17 @@ static int serve(const config *c) {
                                     .seed = (uint64_t)c->seed,
                                     .topic_train = c->topic_train,
                                     .topic_eval = c->topic_eval};
-    rf_rpc_server_opts ro = {.listen = c->listen,
-                             .workers = (int)c->workers,
-                             .max_message = (size_t)c->max_message,
-                             .tls = {c->tls_cert, c->tls_key, c->tls_ca, NULL}};
+    rf_rpc_server_opts ro = rf_svc_grpc_server_opts(&c->grpc);
     int rc = stats ? RF_OK : RF_ERR_NOMEM;
-    if (!rc && c->kafka && !(rc = rf_svc_split_props(c->kafka_props, &props_storage, &props)))
-        ko.extra = props;
-    if (!rc && c->kafka && !(rc = rf_kafka_producer_new(&ko, &producer))) so.producer = producer;
+    if (!rc && c->kafka.bootstrap) rc = rf_svc_kafka_opts(&c->kafka, "refinery-tokenizer", &ko);
+    if (!rc && c->kafka.bootstrap && !(rc = rf_kafka_producer_new(&ko, &producer)))
+        so.producer = producer;
     if (!rc) rc = rf_tokenizer_service_new(&so, &svc);
     if (!rc) rc = rf_rpc_server_new(&ro, &server);
     if (!rc) rc = rf_tokenizer_service_register(svc, server);
     if (!rc) rc = rf_rpc_server_start(server);
     if (!rc) rc = rf_rpc_server_set_health(server, "refinery.v1.Tokenizer", 1);
-    if (!rc && c->port_file) rc = write_port(c->port_file, rf_rpc_server_port(server));
+    if (!rc) rc = rf_svc_grpc_write_port(&c->grpc, server);
     if (rc) {
         rf_error("tokenizer", "cannot start: %s", rf_errmsg());
     } else {
@@ -100,9 +88,9 @@ static int serve(const config *c) {
             rc = consume(c, &ko, svc, producer, stats);
         else
             rf_svc_wait_signal(-1);
-        rf_info("tokenizer", "stopping (calls get up to %.0fs)", c->grace_s);
+        rf_info("tokenizer", "stopping (calls get up to %.0fs)", c->grpc.grace_s);
         rf_rpc_server_set_health(server, "refinery.v1.Tokenizer", 0);
-        rf_rpc_server_stop(server, c->grace_s);
+        rf_rpc_server_stop(server, c->grpc.grace_s);
         rf_stats_merge(stats, rf_rpc_server_stats(server));
         rf_svc_log_stats("tokenizer", stats);
     }
@@ -110,23 +98,18 @@ static int serve(const config *c) {
     rf_tokenizer_service_free(svc);
     rf_kafka_producer_free(producer);
     rf_stats_free(stats);
-    free(props);
-    free(props_storage);
+    rf_svc_kafka_free(&c->kafka);
     return rc;
 }
 
 int main(int argc, char **argv) {
     rf_log_init_from_env();
-    config c;
+    config c = {0};
     const rf_opt opts[] = {
         {"tokenizer", "REFINERY_TOKENIZER", RF_OPT_STR, &c.tokenizer, NULL,
          "tokenizer.json (or vocab.txt, vocab.json+merges.txt, a directory) (required)"},
-        {"listen", "REFINERY_LISTEN", RF_OPT_STR, &c.listen, "127.0.0.1:7103",
-         "gRPC address (port 0 picks a free one)"},
-        {"kafka", "KAFKA_BOOTSTRAP", RF_OPT_STR, &c.kafka, NULL,
-         "Kafka bootstrap servers host:port,...; unset: gRPC only"},
-        {"kafka-props", "KAFKA_PROPERTIES", RF_OPT_STR, &c.kafka_props, NULL,
-         "more librdkafka properties: name=value;name=value (SASL, TLS to brokers)"},
+        RF_SVC_GRPC_OPTS(&c.grpc, "127.0.0.1:7103"),
+        RF_SVC_KAFKA_OPTS(&c.kafka, "Kafka bootstrap servers host:port,...; unset: gRPC only"),
         {"pg", "REFINERY_PG", RF_OPT_STR, &c.pg, NULL,
          "PostgreSQL connection string (required with --kafka): per-batch progress"},
         {"group", "REFINERY_TOKENIZER_GROUP", RF_OPT_STR, &c.group, "refinery-tokenizer",
@@ -144,20 +127,6 @@ int main(int argc, char **argv) {
          "consume path: do not add special tokens (Tokenize has its own flag)"},
         {"max-messages", "REFINERY_MAX_MESSAGES", RF_OPT_INT, &c.max_messages, "16",
          "input batches per poll (committed together)"},
-        {"workers", "REFINERY_WORKERS", RF_OPT_INT, &c.workers, "4", "concurrent gRPC calls"},
-        {"max-message", "REFINERY_MAX_MESSAGE", RF_OPT_INT, &c.max_message, "4194304",
-         "largest gRPC message in bytes"},
-        {"delivery-timeout", "REFINERY_KAFKA_DELIVERY_TIMEOUT", RF_OPT_REAL, &c.delivery_timeout_s,
-         "30", "seconds a message may take to reach Kafka"},
-        {"grace", "REFINERY_GRACE", RF_OPT_REAL, &c.grace_s, "30",
-         "seconds running calls get to finish after SIGTERM"},
-        {"tls-cert", "REFINERY_TLS_CERT", RF_OPT_STR, &c.tls_cert, NULL,
-         "server certificate (PEM); enables TLS"},
-        {"tls-key", "REFINERY_TLS_KEY", RF_OPT_STR, &c.tls_key, NULL, "server private key (PEM)"},
-        {"tls-ca", "REFINERY_TLS_CA", RF_OPT_STR, &c.tls_ca, NULL,
-         "CA (PEM) that client certificates must chain to: mutual TLS"},
-        {"port-file", "REFINERY_PORT_FILE", RF_OPT_STR, &c.port_file, NULL,
-         "write the bound port here once serving"},
     };
     int rc = rf_svc_parse("refinery-tokenizer",
                           "Tokenizer service: docs.unique -> tokens.train / tokens.eval, and "
@@ -166,12 +135,11 @@ int main(int argc, char **argv) {
     if (rc == 1) return 0;
     if (rc == RF_OK && !c.tokenizer)
         rc = rf_fail(RF_ERR_INVALID, "--tokenizer / REFINERY_TOKENIZER is required");
-    if (rc == RF_OK && c.kafka && !c.pg)
+    if (rc == RF_OK && c.kafka.bootstrap && !c.pg)
         rc = rf_fail(RF_ERR_INVALID, "--pg / REFINERY_PG is required with --kafka");
-    if (rc == RF_OK &&
-        (c.workers < 1 || c.workers > 1024 || c.max_message < 1024 || c.max_messages < 1 ||
-         c.max_messages > 100000 || c.eval_fraction < 0 || c.eval_fraction > 1 || c.seed < 0 ||
-         c.grace_s < 0 || c.delivery_timeout_s <= 0))
+    if (rc == RF_OK) rc = rf_svc_grpc_check(&c.grpc);
+    if (rc == RF_OK && (c.max_messages < 1 || c.max_messages > 100000 || c.eval_fraction < 0 ||
+                        c.eval_fraction > 1 || c.seed < 0 || c.kafka.delivery_timeout_s <= 0))
         rc = rf_fail(RF_ERR_INVALID, "a numeric option is out of range (see --help)");
     if (rc < 0) {
         fprintf(stderr, "refinery-tokenizer: %s\n", rf_errmsg());
