@@ -23,6 +23,7 @@ $(eval $(call SVC_BIN,kafka-mock,kafka))
 $(eval $(call SVC_BIN,ingest,ingest rpc kafka store))
 $(eval $(call SVC_BIN,dedup,dedup kafka store))
 $(eval $(call SVC_BIN,tokenizer,tokenizer rpc kafka store))
+$(eval $(call SVC_BIN,evaluator,evaluator trainer tokenizer rpc kafka store))
 
 # Clients for benchmarks and by-hand use: refinery-push (JSON Lines ->
 # Ingest.Push) and refinery-loadgen (concurrent unary calls, latency
