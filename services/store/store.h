@@ -118,4 +118,33 @@ int rf_store_eval_add(rf_store *s, const char *run_id, int64_t checkpoint_step, 
 int rf_store_eval_get(rf_store *s, const char *run_id, int64_t checkpoint_step, const char *metric,
                       double *value);
 
+/* --- run status and control (status.c) --- */
+
+/* Moves a pending run to running; *started (may be NULL) says whether this
+ * call did it. Other states are left alone. */
+int rf_store_run_start(rf_store *s, const char *run_id, bool *started);
+/* Ends a pending or running run as cancelled. *cancelled = false when it had
+ * already ended (nothing changes); RF_ERR_NOT_FOUND for an unknown id. */
+int rf_store_run_cancel(rf_store *s, const char *run_id, bool *cancelled);
+/* Whether the state is final (succeeded, failed, cancelled). */
+bool rf_run_state_ended(rf_run_state st);
+/* rf_store_progress_total for stages[0..n) in one statement: out[i] for
+ * stages[i] (zeroes for a stage without rows). */
+int rf_store_progress_totals(rf_store *s, const char *run_id, const char *const *stages, size_t n,
+                             rf_store_counts *out);
+/* The checkpoint with the highest step and its training loss (0 when not
+ * recorded): RF_ERR_NOT_FOUND when there is none. */
+int rf_store_checkpoint_last(rf_store *s, const char *run_id, int64_t *step, double *train_loss);
+
+typedef struct rf_store_metric {
+    char name[64];
+    double value;
+} rf_store_metric;
+
+/* Evaluation results of the highest checkpoint step that has any, sorted by
+ * metric name: *out is malloc'd (the caller frees it), *n its length.
+ * RF_ERR_NOT_FOUND when no checkpoint of the run is evaluated. */
+int rf_store_eval_latest(rf_store *s, const char *run_id, int64_t *step, rf_store_metric **out,
+                         size_t *n);
+
 #endif

@@ -211,7 +211,8 @@ static int ingest_one(stream *st, const Refinery__V1__Document *d) {
     return reason ? reject(st, d, reason) : keep(st, d, text, len);
 }
 
-/* With a store, the run must exist. */
+/* With a store, the run must exist and take input (not sealed, not ended);
+ * its first push moves it from pending to running. */
 static grpc_status_code check_run(rf_rpc_call *call, rf_ingest_service *svc, const char *run_id) {
     if (!svc->o.store) return GRPC_STATUS_OK;
     if (!run_id)
@@ -220,10 +221,18 @@ static grpc_status_code check_run(rf_rpc_call *call, rf_ingest_service *svc, con
     rf_store_run run;
     pthread_mutex_lock(&svc->store_mu);
     int rc = rf_store_run_get(svc->o.store, run_id, &run);
+    bool takes_input = rc == RF_OK && !run.sealed && !rf_run_state_ended(run.state);
+    if (takes_input && run.state == RF_RUN_PENDING)
+        rc = rf_store_run_start(svc->o.store, run_id, NULL);
     pthread_mutex_unlock(&svc->store_mu);
     if (rc == RF_ERR_NOT_FOUND)
         return rf_rpc_fail(call, GRPC_STATUS_NOT_FOUND, "unknown run '%s'", run_id);
     if (rc < 0) return rf_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "store: %s", rf_errmsg());
+    if (!takes_input)
+        return rf_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION, "run '%s' is %s", run_id,
+                           run.sealed && !rf_run_state_ended(run.state)
+                               ? "sealed: no more input"
+                               : rf_run_state_name(run.state));
     return GRPC_STATUS_OK;
 }
 

@@ -12,10 +12,12 @@
  * restarts. Text must be valid UTF-8 (proto3 strings): a document that is
  * not is rejected with reason invalid_utf8, not repaired.
  *
- * With a store, the run id is required (INVALID_ARGUMENT without it) and
- * must exist (NOT_FOUND), and once the stream's messages are delivered each
- * batch's counts are recorded in stage_progress under stage "ingest" (a
- * last row without a DocumentBatch holds trailing rejects), so that
+ * With a store, the run id is required (INVALID_ARGUMENT without it), must
+ * exist (NOT_FOUND) and take input: a sealed or ended run is
+ * FAILED_PRECONDITION; a pending run becomes running. Once the stream's
+ * messages are delivered each batch's counts are recorded in stage_progress
+ * under stage "ingest" (a last row without a DocumentBatch holds trailing
+ * rejects), so that
  * sum(docs_in) = sum(docs_out) + sum(rejected) = documents pushed. */
 #ifndef RF_SVC_INGEST_SERVICE_H
 #define RF_SVC_INGEST_SERVICE_H

@@ -1,7 +1,9 @@
 /* refinery-ingest: the ingest service. gRPC Ingest.Push (client-streaming
  * Documents) -> Kafka topics docs.clean (DocumentBatch) and docs.rejected
- * (Reject), plus grpc.health.v1. SIGTERM: stop taking calls, let running
- * streams finish (up to --grace seconds), deliver what they produced, exit 0.
+ * (Reject), plus grpc.health.v1; with PostgreSQL also refinery.v1.Control
+ * (runs: submit, seal, get, list, watch, cancel). SIGTERM: stop taking calls,
+ * let running streams finish (up to --grace seconds), deliver what they
+ * produced, exit 0.
  * See services/svc/README.md. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +18,7 @@
 #include "kafka/kafka.h"
 #include "store/store.h"
 #include "rpc/rpc.h"
+#include "svc/control_service.h"
 #include "svc/ingest_service.h"
 #include "svc/svc.h"
 
@@ -23,7 +26,7 @@ typedef struct config {
     rf_svc_grpc grpc;
     rf_svc_kafka kafka;
     const char *topic_clean, *topic_rejected, *spec, *pg;
-    int64_t batch_docs, max_in_flight;
+    int64_t batch_docs, max_in_flight, max_watches;
 } config;
 
 /* Cleaning and filter settings from the `ingest:` section of a pipeline spec
@@ -49,8 +52,9 @@ static int apply_spec(const char *path, rf_ingest_service_opts *so) {
 static int serve(config *c) {
     rf_kafka_opts ko;
     rf_kafka_producer *producer = NULL;
-    rf_store *store = NULL;
+    rf_store *store = NULL, *control_store = NULL;
     rf_ingest_service *svc = NULL;
+    rf_control_service *control = NULL;
     rf_rpc_server *server = NULL;
     rf_ingest_service_opts so;
     rf_ingest_service_opts_default(&so);
@@ -67,31 +71,46 @@ static int serve(config *c) {
     if (rc == RF_OK && c->pg) {
         rf_store_opts sto = {.conninfo = c->pg};
         if ((rc = rf_store_open(&sto, &store)) == RF_OK) so.store = store;
+        /* Control has its own connection: Watch polls do not queue behind pushes. */
+        rf_control_service_opts co = {.max_watches = (int)c->max_watches};
+        if (rc == RF_OK && (rc = rf_store_open(&sto, &control_store)) == RF_OK)
+            co.store = control_store;
+        if (rc == RF_OK) rc = rf_control_service_new(&co, &control);
     }
     if (rc < 0 || (rc = rf_ingest_service_new(&so, &svc)) < 0 ||
         (rc = rf_rpc_server_new(&ro, &server)) < 0 ||
         (rc = rf_ingest_service_register(svc, server)) < 0 ||
+        (control && (rc = rf_control_service_register(control, server)) < 0) ||
         (rc = rf_rpc_server_start(server)) < 0 ||
         (rc = rf_svc_grpc_write_port(&c->grpc, server)) < 0) {
         rf_error("ingest", "cannot start: %s", rf_errmsg());
     } else {
-        rf_info("ingest", "serving Ingest.Push on port %d -> %s / %s at %s",
-                rf_rpc_server_port(server), c->topic_clean, c->topic_rejected, c->kafka.bootstrap);
+        rf_info("ingest", "serving Ingest.Push%s on port %d -> %s / %s at %s",
+                control ? " and Control" : "", rf_rpc_server_port(server), c->topic_clean,
+                c->topic_rejected, c->kafka.bootstrap);
         int sig = rf_svc_wait_signal(-1);
         rf_info("ingest", "signal %d: draining (up to %.0fs)", sig, c->grpc.grace_s);
         rf_rpc_server_set_health(server, "refinery.v1.Ingest", 0);
+        if (control) {
+            rf_rpc_server_set_health(server, "refinery.v1.Control", 0);
+            rf_control_service_shutdown(control);
+        }
         rf_rpc_server_stop(server, c->grpc.grace_s);
+        if (control)
+            rf_stats_merge(rf_ingest_service_stats(svc), rf_control_service_stats(control));
         rf_stats_merge(rf_ingest_service_stats(svc), rf_rpc_server_stats(server));
         rf_svc_log_stats("ingest", rf_ingest_service_stats(svc));
     }
     rf_rpc_server_free(server);
     rf_ingest_service_free(svc);
+    rf_control_service_free(control);
     if (producer && rf_kafka_flush(producer, c->kafka.delivery_timeout_s) < 0) {
         rf_error("ingest", "%s", rf_errmsg());
         if (rc == RF_OK) rc = RF_ERR_IO;
     }
     rf_kafka_producer_free(producer);
     rf_store_close(store);
+    rf_store_close(control_store);
     rf_svc_kafka_free(&c->kafka);
     return rc;
 }
@@ -107,9 +126,11 @@ int main(int argc, char **argv) {
         {"topic-rejected", "REFINERY_TOPIC_REJECTED", RF_OPT_STR, &c.topic_rejected,
          "docs.rejected", "topic for rejected documents (Reject)"},
         {"pg", "REFINERY_PG", RF_OPT_STR, &c.pg, NULL,
-         "PostgreSQL connection string: runs must exist, progress is recorded"},
+         "PostgreSQL: runs must exist, progress is recorded, Control is served"},
         {"spec", "REFINERY_SPEC", RF_OPT_STR, &c.spec, NULL,
          "pipeline spec whose ingest: section sets cleaning and filters"},
+        {"max-watches", "REFINERY_MAX_WATCHES", RF_OPT_INT, &c.max_watches, "0",
+         "concurrent Control.Watch calls (each holds a worker); 0 = half the workers"},
         {"batch-docs", "REFINERY_BATCH_DOCS", RF_OPT_INT, &c.batch_docs, "256",
          "kept documents per DocumentBatch"},
         {"max-in-flight", "REFINERY_KAFKA_MAX_IN_FLIGHT", RF_OPT_INT, &c.max_in_flight, "10000",
@@ -121,12 +142,14 @@ int main(int argc, char **argv) {
     if (rc == RF_OK && !c.kafka.bootstrap)
         rc = rf_fail(RF_ERR_INVALID, "--kafka / KAFKA_BOOTSTRAP is required");
     if (rc == RF_OK) rc = rf_svc_grpc_check(&c.grpc);
-    if (rc == RF_OK && (c.batch_docs < 1 || c.max_in_flight < 1))
+    if (rc == RF_OK && (c.batch_docs < 1 || c.max_in_flight < 1 || c.max_watches < 0 ||
+                        c.max_watches >= c.grpc.workers))
         rc = rf_fail(RF_ERR_INVALID, "a numeric option is out of range (see --help)");
     if (rc < 0) {
         fprintf(stderr, "refinery-ingest: %s\n", rf_errmsg());
         return 2;
     }
+    if (c.max_watches == 0) c.max_watches = c.grpc.workers > 1 ? c.grpc.workers / 2 : 1;
     if (rf_svc_signals_init() < 0) return 1;
     return serve(&c) == RF_OK ? 0 : 1;
 }

@@ -20,10 +20,19 @@ $(BUILD)/refinery-$(1): $(BUILD)/obj/services/svc/main_$(subst -,_,$(1)).o \
 endef
 
 $(eval $(call SVC_BIN,kafka-mock,kafka))
-$(eval $(call SVC_BIN,ingest,ingest rpc kafka store))
 $(eval $(call SVC_BIN,dedup,dedup kafka store))
 $(eval $(call SVC_BIN,tokenizer,tokenizer rpc kafka store))
 $(eval $(call SVC_BIN,evaluator,evaluator trainer tokenizer rpc kafka store))
+
+# refinery-ingest also serves Control, whose Submit checks a spec against
+# every registered stage as `refinery run` does (svc/spec_check.h): the
+# stages register themselves from constructors, so every library is linked
+# whole, like the CLI.
+EXTRA_BINS += $(BUILD)/refinery-ingest
+$(BUILD)/refinery-ingest: $(BUILD)/obj/services/svc/main_ingest.o \
+    $(foreach m,$(MODULES),$(BUILD)/lib/librefinery_$(m).a) $(BUILD)/lib/librefinery_proto.a
+	@echo '  LD     $@'
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< -Wl,--whole-archive $(filter %.a,$^) -Wl,--no-whole-archive $(LDLIBS)
 
 # Clients for benchmarks and by-hand use: refinery-push (JSON Lines ->
 # Ingest.Push) and refinery-loadgen (concurrent unary calls, latency
