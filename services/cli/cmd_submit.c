@@ -1,0 +1,325 @@
+/* refinery submit SPEC: runs a pipeline spec on the services. Control.Submit
+ * (the server checks the spec as `refinery run` does and stores it), then the
+ * spec's ingest inputs go through Ingest.Push, then Control.Seal.
+ *
+ * The inputs are read and mapped to text, label and id here, by the ingest
+ * library with the spec's `ingest:` settings (format, preset, fields, label
+ * map), so the same files mean the same documents as in `refinery run`.
+ * Cleaning and filtering are left to the server: they are off here, except
+ * that text must be UTF-8 (proto3 strings) and must not contain NUL. Records
+ * refused here (invalid JSON, a missing field, an unmapped label, ...) are
+ * counted per reason in the summary and the first few shown on stderr.
+ * Augmentation is not applied (the services do not augment). */
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/command.h"
+#include "cli/remote.h"
+#include "common/buf.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "common/json.h"
+#include "common/stats.h"
+#include "common/sys.h"
+#include "ingest/ingest.h"
+
+#define SHOW_REJECTS 5
+
+static volatile int canceled;
+
+static void on_signal(int sig) {
+    (void)sig;
+    canceled = 1;
+}
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: refinery submit SPEC.yaml [--run-id ID] [--watch] [--json] [server options]\n"
+            "Submits the spec as a run (Control.Submit), pushes the documents of its\n"
+            "ingest.inputs (Ingest.Push; read and mapped here, cleaned and filtered by the\n"
+            "server), seals the run and prints a JSON summary: records read, pushed,\n"
+            "accepted and rejected by the server, and records refused here with reasons.\n"
+            "--watch then follows the run like `refinery watch` (--json: JSON lines) and\n"
+            "exits 0 only if it succeeds.\n\n%s",
+            rf_remote_usage);
+}
+
+/* The Push call the ingest library's batches are streamed into. */
+typedef struct pusher {
+    rf_rpc_stream *stream;
+    uint64_t sent;
+    uint64_t nul_text; /* refused here: proto strings end at NUL */
+    bool broken;       /* the server ended the call: finish says why */
+} pusher;
+
+static int push_batch(void *ctx, rf_doc_batch *b) {
+    pusher *p = ctx;
+    int rc = RF_OK;
+    for (size_t i = 0; i < b->n && rc == RF_OK; i++) {
+        const rf_doc *d = &b->docs[i];
+        if (strlen(d->text) != d->text_len) {
+            p->nul_text++;
+            continue;
+        }
+        Refinery__V1__Document m = REFINERY__V1__DOCUMENT__INIT;
+        m.id = d->id;
+        m.text = d->text;
+        m.label = d->label;
+        m.source = d->source;
+        m.line = d->line;
+        m.offset = d->offset;
+        if (rf_rpc_stream_send(p->stream, &m.base) < 0) {
+            p->broken = true;
+            rc = rf_fail(RF_ERR_IO, "the server ended the push");
+        } else {
+            p->sent++;
+        }
+    }
+    rf_doc_batch_free(b);
+    return rc;
+}
+
+/* Client-side settings: the spec's reading and mapping, no cleaning or filters. */
+static void client_side(rf_ingest_opts *o) {
+    rf_clean_opts_default(&o->clean);
+    o->clean.utf8 = RF_UTF8_REJECT;
+    o->clean.nfkc = o->clean.strip_control = o->clean.collapse_whitespace = false;
+    o->clean.html_unescape = o->clean.strip_tags = o->clean.lowercase = false;
+    o->quality_enabled = false;
+    o->language.n_expected = 0;
+    o->augment.enabled = false;
+}
+
+/* Appends ,"client_rejected":N,"client_reject_reasons":{...} from the stats. */
+static int64_t put_client_rejects(rf_buf *out, const rf_stats *stats, uint64_t nul_text) {
+    rf_buf js = RF_BUF_INIT;
+    rf_json_doc *doc = rf_json_doc_new();
+    const rf_json *root = NULL, *rej = NULL;
+    if (doc && rf_stats_to_json(stats, &js) == RF_OK &&
+        rf_json_parse(doc, js.data, js.len, &root) == RF_OK)
+        rej = rf_json_get(rf_json_get(root, "ingest"), "rejected");
+    int64_t total = (int64_t)nul_text;
+    rf_buf reasons = RF_BUF_INIT;
+    for (size_t i = 0; rej && rej->type == RF_JSON_OBJECT && i < rej->len; i++) {
+        const rf_json_member *m = &rej->u.members[i];
+        int64_t n = (int64_t)m->value.num;
+        total += n;
+        rf_buf_puts(&reasons, reasons.len ? "," : "");
+        rf_buf_append_json_str(&reasons, m->key, m->keylen);
+        rf_buf_printf(&reasons, ":%" PRId64, n);
+    }
+    if (nul_text)
+        rf_buf_printf(&reasons, "%s\"nul_in_text\":%" PRIu64, reasons.len ? "," : "", nul_text);
+    rf_buf_printf(out, ",\"client_rejected\":%" PRId64 ",\"client_reject_reasons\":{%s}", total,
+                  reasons.data ? reasons.data : "");
+    rf_buf_free(&reasons);
+    rf_buf_free(&js);
+    rf_json_doc_free(doc);
+    return total;
+}
+
+static void show_rejects(FILE *rejects, int64_t total) {
+    if (!rejects || total == 0) return;
+    rewind(rejects);
+    char line[1024];
+    int shown = 0;
+    fprintf(stderr, "refinery submit: %" PRId64 " records refused before pushing%s\n", total,
+            total > SHOW_REJECTS ? "; the first ones:" : ":");
+    while (shown < SHOW_REJECTS && fgets(line, sizeof line, rejects)) {
+        fputs("  ", stderr);
+        fputs(line, stderr);
+        if (!strchr(line, '\n')) fputc('\n', stderr);
+        shown++;
+    }
+}
+
+typedef struct submit_args {
+    const char *spec_path, *run_id;
+    bool watch, json;
+    rf_remote r;
+} submit_args;
+
+/* Pushes the inputs into run_id; fills *sum. Returns 0 or the exit status. */
+static int push_inputs(rf_rpc_client *client, const char *run_id, const rf_ingest_opts *o,
+                       const char **inputs, size_t n, Refinery__V1__PushSummary *sum,
+                       rf_buf *report) {
+    const char *const md[] = {"refinery-run-id", run_id, NULL};
+    pusher p = {0};
+    rf_stats *stats = rf_stats_new();
+    FILE *rejects = tmpfile();
+    if (!stats || !rejects) {
+        fprintf(stderr, "refinery submit: out of memory or no temporary file\n");
+        rf_stats_free(stats);
+        if (rejects) fclose(rejects);
+        return 1;
+    }
+    int rc = rf_rpc_stream_open_md(client, "/refinery.v1.Ingest/Push", 0, md, &p.stream);
+    if (rc == RF_OK) {
+        rf_ingest_sink sink = {.rejects = rejects, .emit = push_batch, .emit_ctx = &p};
+        rc = rf_ingest_run(o, inputs, n, &sink, stats, &canceled);
+        char err[512];
+        snprintf(err, sizeof err, "%s", rc ? rf_errmsg() : "");
+        ProtobufCMessage *m = NULL;
+        if (!p.broken && rf_rpc_stream_close_send(p.stream) == RF_OK && rc == RF_OK &&
+            rf_rpc_stream_recv(p.stream, &refinery__v1__push_summary__descriptor, &m) == 1) {
+            const Refinery__V1__PushSummary *s = (const Refinery__V1__PushSummary *)m;
+            sum->received = s->received;
+            sum->accepted = s->accepted;
+            sum->rejected = s->rejected;
+            protobuf_c_message_free_unpacked(m, NULL);
+        }
+        rf_rpc_status st;
+        int done = rf_rpc_stream_finish(p.stream, &st);
+        if (done < 0 && (p.broken || rc == RF_OK)) {
+            rc = rf_remote_report("submit", &st);
+        } else if (rc < 0) {
+            fprintf(stderr, "refinery submit: %s\n", err);
+            rc = 1;
+        }
+    } else {
+        fprintf(stderr, "refinery submit: %s\n", rf_errmsg());
+        rc = 1;
+    }
+    rf_buf_printf(report,
+                  "\"records\":%" PRId64 ",\"pushed\":%" PRIu64 ",\"accepted\":%" PRIu64
+                  ",\"rejected\":%" PRIu64,
+                  rf_stats_get(stats, "ingest.records_in"), p.sent, (uint64_t)sum->accepted,
+                  (uint64_t)sum->rejected);
+    int64_t refused = put_client_rejects(report, stats, p.nul_text);
+    show_rejects(rejects, refused);
+    fclose(rejects);
+    rf_stats_free(stats);
+    return rc;
+}
+
+/* Reads the spec file and the client side of its ingest section. */
+static int load_spec(const submit_args *a, char **text, size_t *len, rf_cfg **cfg,
+                     rf_ingest_opts *o, const char ***inputs, size_t *n) {
+    const rf_cfg *section = NULL;
+    int rc = rf_read_file(a->spec_path, 16u << 20, text, len);
+    if (!rc) rc = rf_cfg_load_string(*text, *len, a->spec_path, cfg);
+    if (!rc && !(section = rf_cfg_get(*cfg, "ingest")))
+        rc = rf_fail(RF_ERR_INVALID, "%s: no ingest: section with inputs to push", a->spec_path);
+    if (!rc) rc = rf_ingest_opts_from_cfg(section, o);
+    if (!rc) rc = rf_cfg_strlist(section, "inputs", inputs, n);
+    if (!rc && *n == 0)
+        rc = rf_fail(RF_ERR_INVALID, "ingest.inputs: expected a list of input files");
+    for (size_t i = 0; !rc && i < *n; i++)
+        if (access((*inputs)[i], R_OK) != 0)
+            rc = rf_fail(RF_ERR_NOT_FOUND, "ingest.inputs: cannot read %s", (*inputs)[i]);
+    if (!rc) client_side(o);
+    return rc;
+}
+
+static int submit_run(const submit_args *a) {
+    char *text = NULL;
+    size_t len = 0, n = 0;
+    rf_cfg *cfg = NULL;
+    const char **inputs = NULL;
+    rf_ingest_opts o;
+    rf_ingest_opts_default(&o);
+    rf_rpc_client *client = NULL;
+    int rc = load_spec(a, &text, &len, &cfg, &o, &inputs, &n);
+    if (rc) {
+        fprintf(stderr, "refinery submit: %s\n", rf_errmsg());
+        rc = rc == RF_ERR_INVALID || rc == RF_ERR_PARSE ? 2 : 1;
+        goto out;
+    }
+    if (rf_remote_connect(&a->r, a->r.server, "submit", &client) < 0) {
+        rc = 1;
+        goto out;
+    }
+    Refinery__V1__SubmitRequest req = REFINERY__V1__SUBMIT_REQUEST__INIT;
+    req.spec_yaml = text;
+    req.run_id = (char *)(a->run_id ? a->run_id : "");
+    ProtobufCMessage *m = NULL;
+    rf_rpc_status st;
+    if (rf_rpc_unary(client, "/refinery.v1.Control/Submit", &req.base,
+                     &refinery__v1__run_status__descriptor, &m, a->r.timeout_s, &st) < 0) {
+        rc = rf_remote_report("submit", &st);
+        goto out;
+    }
+    char run_id[128];
+    snprintf(run_id, sizeof run_id, "%s", ((Refinery__V1__RunStatus *)m)->run_id);
+    protobuf_c_message_free_unpacked(m, NULL);
+    fprintf(stderr, "refinery submit: run %s submitted; pushing %zu input(s)\n", run_id, n);
+
+    rf_buf report = RF_BUF_INIT;
+    rf_buf_puts(&report, "{\"run_id\":");
+    rf_buf_append_json_str(&report, run_id, strlen(run_id));
+    rf_buf_putc(&report, ',');
+    Refinery__V1__PushSummary sum = REFINERY__V1__PUSH_SUMMARY__INIT;
+    rc = push_inputs(client, run_id, &o, inputs, n, &sum, &report);
+    Refinery__V1__RunStatus *sealed = NULL;
+    if (rc == 0 && rf_remote_run_call(client, &a->r, "Seal", run_id, &sealed, &st) < 0)
+        rc = rf_remote_report("submit", &st);
+    rf_buf_printf(&report, ",\"sealed\":%s}\n", sealed && sealed->sealed ? "true" : "false");
+    fputs(report.data, stdout);
+    fflush(stdout);
+    rf_buf_free(&report);
+    if (sealed) protobuf_c_message_free_unpacked(&sealed->base, NULL);
+    if (rc)
+        fprintf(stderr, "refinery submit: run %s is not sealed: its input is incomplete\n", run_id);
+    else if (a->watch)
+        rc = rf_remote_watch(client, "submit", run_id, a->json);
+out:
+    rf_rpc_client_free(client);
+    free(inputs);
+    rf_ingest_opts_free(&o);
+    rf_cfg_free(cfg);
+    free(text);
+    return rc;
+}
+
+static int cmd_submit(int argc, char **argv) {
+    static const struct option longopts[] = {RF_REMOTE_LONGOPTS,
+                                             {"run-id", required_argument, NULL, 'r'},
+                                             {"watch", no_argument, NULL, 'w'},
+                                             {"json", no_argument, NULL, 'j'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    submit_args a = {0};
+    rf_remote_init(&a.r);
+    int c;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        int shared = rf_remote_option(&a.r, c, optarg);
+        if (shared < 0) return 2;
+        if (shared) continue;
+        switch (c) {
+        case 'r':
+            a.run_id = optarg;
+            break;
+        case 'w':
+            a.watch = true;
+            break;
+        case 'j':
+            a.json = true;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (argc - optind != 1) {
+        usage(stderr);
+        return 2;
+    }
+    a.spec_path = argv[optind];
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    return submit_run(&a);
+}
+
+static const rf_command submit_cmd = {"submit", "submit a spec as a run and push its inputs",
+                                      cmd_submit};
+RF_COMMAND(submit_cmd)

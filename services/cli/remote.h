@@ -1,0 +1,80 @@
+/* What the commands that talk to the services share (submit, status, watch,
+ * cancel, classify): server addresses and TLS from flags or the environment,
+ * Control calls, and printing a RunStatus.
+ *
+ *   --server HOST:PORT      REFINERY_SERVER     refinery-ingest (Ingest + Control),
+ *                                               default 127.0.0.1:7101
+ *   --evaluator HOST:PORT   REFINERY_EVALUATOR  refinery-evaluator, default 127.0.0.1:7105
+ *   --tls-ca PEM            verify the server with this CA (enables TLS)
+ *   --tls-cert/--tls-key    present a client certificate (mutual TLS)
+ *   --tls-server-name NAME  name to verify instead of the host
+ *   --timeout SECONDS       deadline of each unary call, default 30 */
+#ifndef RF_CLI_REMOTE_H
+#define RF_CLI_REMOTE_H
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "refinery.pb-c.h"
+#include "rpc/client.h"
+
+typedef struct rf_remote {
+    const char *server;
+    const char *evaluator;
+    rf_rpc_tls tls;
+    double timeout_s;
+} rf_remote;
+
+enum {
+    RF_REMOTE_OPT_SERVER = 0x1000,
+    RF_REMOTE_OPT_EVALUATOR,
+    RF_REMOTE_OPT_TLS_CA,
+    RF_REMOTE_OPT_TLS_CERT,
+    RF_REMOTE_OPT_TLS_KEY,
+    RF_REMOTE_OPT_TLS_NAME,
+    RF_REMOTE_OPT_TIMEOUT,
+};
+
+/* getopt_long entries of the shared options, to put in a command's table. */
+#define RF_REMOTE_LONGOPTS                                                                         \
+    {"server", required_argument, NULL, RF_REMOTE_OPT_SERVER},                                     \
+        {"evaluator", required_argument, NULL, RF_REMOTE_OPT_EVALUATOR},                           \
+        {"tls-ca", required_argument, NULL, RF_REMOTE_OPT_TLS_CA},                                 \
+        {"tls-cert", required_argument, NULL, RF_REMOTE_OPT_TLS_CERT},                             \
+        {"tls-key", required_argument, NULL, RF_REMOTE_OPT_TLS_KEY},                               \
+        {"tls-server-name", required_argument, NULL, RF_REMOTE_OPT_TLS_NAME}, {                    \
+        "timeout", required_argument, NULL, RF_REMOTE_OPT_TIMEOUT                                  \
+    }
+
+/* Help text of the shared options. */
+extern const char rf_remote_usage[];
+
+/* Defaults, then REFINERY_SERVER / REFINERY_EVALUATOR. */
+void rf_remote_init(rf_remote *r);
+/* Applies option c: 1 when it was a shared option, 0 when not, -1 (message
+ * printed) for a bad value. */
+int rf_remote_option(rf_remote *r, int c, const char *arg);
+/* A client for target (r->server or r->evaluator); prints why on failure. */
+int rf_remote_connect(const rf_remote *r, const char *target, const char *cmd, rf_rpc_client **out);
+
+/* Control/<method>(RunRef run_id): *out is the RunStatus (free with
+ * protobuf_c_message_free_unpacked), or NULL with *st saying why. */
+int rf_remote_run_call(rf_rpc_client *c, const rf_remote *r, const char *method, const char *run_id,
+                       Refinery__V1__RunStatus **out, rf_rpc_status *st);
+/* Prints "refinery CMD: CODE: message" to stderr; returns the exit status
+ * (2 for INVALID_ARGUMENT, else 1). */
+int rf_remote_report(const char *cmd, const rf_rpc_status *st);
+
+/* The status as one JSON line. */
+void rf_remote_print_json(FILE *out, const Refinery__V1__RunStatus *s);
+/* The status as one human-readable progress line. */
+void rf_remote_print_line(FILE *out, const Refinery__V1__RunStatus *s);
+
+/* Follows run_id with Control.Watch, printing a line (or JSON with json) per
+ * change, until it ends; reconnects for a while when the server is
+ * unavailable. Returns the exit status: 0 succeeded, 1 failed or cancelled
+ * or the watch broke. */
+int rf_remote_watch(rf_rpc_client *c, const char *cmd, const char *run_id, bool json);
+
+#endif

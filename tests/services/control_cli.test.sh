@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# The `refinery` client commands against a running refinery-ingest (real
+# PostgreSQL, standalone mock Kafka): submit pushes a spec's JSONL input
+# (mapped client-side, cleaned server-side) and seals the run, every record
+# accounted for; status, list, watch and cancel; a bad spec is refused naming
+# the key and line; unknown runs are NOT_FOUND; a sealed or cancelled run
+# takes no more pushes; classify's usage errors. The run's later stages
+# (dedup .. evaluator) are covered by the end-to-end test.
+. "$REFINERY_ROOT/tests/services/lib.sh"
+env_start pg kafka
+bin=$REFINERY_BIN
+
+"$REFINERY_BUILD/refinery-ingest" --listen 127.0.0.1:0 --port-file "$TEST_DIR/ingest.port" \
+    --kafka "$KAFKA_BOOTSTRAP" --pg "$REFINERY_PG" 2>"$TEST_DIR/ingest.log" &
+pid=$!
+env_track_pid $pid
+for _ in $(seq 150); do [ -s "$TEST_DIR/ingest.port" ] && break; sleep 0.1; done
+[ -s "$TEST_DIR/ingest.port" ] || { echo "refinery-ingest did not start" >&2; exit 1; }
+export REFINERY_SERVER=127.0.0.1:$(cat "$TEST_DIR/ingest.port")
+
+# Every value of a flat JSON line by key: json KEY <<<"$line"
+json() { sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p"; }
+expect_fail() { # expect_fail STATUS TEXT command...: exit 1 or 2, stderr naming both
+    local want=$1 text=$2 rc=0
+    shift 2
+    "$@" >"$TEST_DIR/out" 2>"$TEST_DIR/err" || rc=$?
+    cat "$TEST_DIR/err"
+    [ $rc -ne 0 ] || { echo "expected a failure from: $*" >&2; exit 1; }
+    grep -q -- "$want" "$TEST_DIR/err" && grep -q -- "$text" "$TEST_DIR/err" ||
+        { echo "expected '$want' and '$text' in the error of: $*" >&2; exit 1; }
+}
+
+# Six records: three good, one that cleans to nothing (the server rejects it),
+# one that is not JSON and one without a label (refused here, with reasons).
+docs=$TEST_DIR/docs.jsonl
+cat >"$docs" <<'EOF'
+{"text": "The first document is about gardening and tomatoes.", "label": 1}
+{"text": "A second one talks about rain in the mountains.", "label": 0}
+{"text": "   ", "label": 1}
+not json at all
+{"text": "No label on this one."}
+{"text": "Third good document with plenty of words here.", "label": 1}
+EOF
+spec=$TEST_DIR/spec.yaml
+cat >"$spec" <<EOF
+run:
+  name: cli
+ingest:
+  format: jsonl
+  inputs: [$docs]
+  text_fields: text
+  label_field: label
+dedup:
+  threshold: 0.8
+EOF
+
+# submit: Submit, Push, Seal; the summary accounts for every record.
+summary=$("$bin" submit "$spec" --run-id cli-1 2>"$TEST_DIR/submit.err")
+cat "$TEST_DIR/submit.err"
+echo "summary: $summary"
+[ "$(json records <<<"$summary")" = 6 ]
+[ "$(json pushed <<<"$summary")" = 4 ]
+[ "$(json accepted <<<"$summary")" = 3 ]
+[ "$(json rejected <<<"$summary")" = 1 ]
+[ "$(json client_rejected <<<"$summary")" = 2 ]
+grep -q '"client_reject_reasons":{"invalid_json":1,"missing_label":1}' <<<"$summary"
+[ "$(json sealed <<<"$summary")" = true ]
+grep -q '"reason":"invalid_json"' "$TEST_DIR/submit.err"
+
+# status: running (pushed into), sealed, the ingest totals, ingest complete.
+status=$("$bin" status cli-1)
+echo "status: $status"
+[ "$(json state <<<"$status")" = '"running"' ]
+[ "$(json sealed <<<"$status")" = true ]
+grep -q '"ingest":{"batches":[0-9]*,"docs_in":4,"docs_out":3,"rejected":1,"duplicate":0,"complete":true}' <<<"$status"
+grep -q '"dedup":{"batches":0,.*"complete":false}' <<<"$status"
+row=$(psql "$REFINERY_PG" -Atc "SELECT sum(docs_in), sum(docs_out), sum(rejected)
+    FROM stage_progress WHERE run_id = 'cli-1' AND stage = 'ingest'")
+[ "$row" = "4|3|1" ]
+[ "$(psql "$REFINERY_PG" -Atc "SELECT spec FROM runs WHERE id = 'cli-1'")" = "$(cat "$spec")" ]
+
+# A sealed run takes no more documents.
+expect_fail "status 9" "sealed" "$REFINERY_BUILD/refinery-push" --target "$REFINERY_SERVER" \
+    --run cli-1 --input "$docs"
+
+# Bad specs: refused before anything is created, naming key and line (a
+# section the client reads is checked here, the others by the server).
+sed 's/threshold/treshold/' "$spec" >"$TEST_DIR/bad.yaml"
+expect_fail INVALID_ARGUMENT "spec:9: unknown key 'dedup.treshold'" \
+    "$bin" submit "$TEST_DIR/bad.yaml" --run-id cli-bad
+sed 's/text_fields/txt_fields/' "$spec" >"$TEST_DIR/bad2.yaml"
+expect_fail "bad2.yaml:6" "unknown key 'ingest.txt_fields'" \
+    "$bin" submit "$TEST_DIR/bad2.yaml" --run-id cli-bad
+[ "$(psql "$REFINERY_PG" -Atc "SELECT count(*) FROM runs WHERE id = 'cli-bad'")" = 0 ]
+expect_fail ALREADY_EXISTS cli-1 "$bin" submit "$spec" --run-id cli-1
+expect_fail INVALID_ARGUMENT run_id "$bin" submit "$spec" --run-id ../up
+
+# Unknown runs.
+for cmd in status watch cancel; do
+    expect_fail NOT_FOUND no-such-run "$bin" $cmd no-such-run
+done
+
+# A generated run id; watch follows it until it ends (here: marked
+# succeeded in the store, as the evaluator service does) and exits 0.
+summary=$("$bin" submit "$spec" 2>/dev/null)
+run2=$(json run_id <<<"$summary" | tr -d '"')
+[[ $run2 == run-* ]]
+"$bin" watch "$run2" >"$TEST_DIR/watch.out" 2>&1 &
+watcher=$!
+sleep 1
+psql "$REFINERY_PG" -qc "UPDATE runs SET state = 'succeeded', updated_at = now() WHERE id = '$run2'"
+wait $watcher # exit 0: succeeded
+cat "$TEST_DIR/watch.out"
+grep -q "$run2 running sealed | ingest 4>3 rej 1 done" "$TEST_DIR/watch.out"
+tail -n 1 "$TEST_DIR/watch.out" | grep -q "$run2 succeeded sealed"
+
+# cancel: a submitted --watch run is cancelled from outside; the watch exits 1.
+"$bin" submit "$spec" --run-id cli-3 --watch >"$TEST_DIR/watch3.out" 2>&1 &
+watcher=$!
+for _ in $(seq 100); do grep -q "cli-3 running" "$TEST_DIR/watch3.out" && break; sleep 0.1; done
+[ "$(json state <<<"$("$bin" cancel cli-3)")" = '"cancelled"' ]
+rc=0
+wait $watcher || rc=$?
+cat "$TEST_DIR/watch3.out"
+[ $rc -eq 1 ]
+grep -q "run cli-3 cancelled" "$TEST_DIR/watch3.out"
+expect_fail FAILED_PRECONDITION "already ended" "$bin" cancel cli-3
+expect_fail "status 9" cancelled "$REFINERY_BUILD/refinery-push" --target "$REFINERY_SERVER" \
+    --run cli-3 --input "$docs"
+
+# The list: newest first, one line per run.
+"$bin" status >"$TEST_DIR/list"
+cat "$TEST_DIR/list"
+[ "$(wc -l <"$TEST_DIR/list")" -eq 3 ]
+head -n 1 "$TEST_DIR/list" | grep -q '"run_id":"cli-3"'
+[ "$("$bin" status --limit 1 --lines | wc -l)" -eq 1 ]
+
+# classify: usage errors exit 2 before any connection.
+rc=0; "$bin" classify hello 2>/dev/null || rc=$?; [ $rc -eq 2 ]
+rc=0; "$bin" classify --run cli-1 --step x hello 2>/dev/null || rc=$?; [ $rc -eq 2 ]
+
+kill -TERM $pid
+wait $pid
+echo "control CLI: ok"
