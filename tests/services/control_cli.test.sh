@@ -4,8 +4,8 @@
 # (mapped client-side, cleaned server-side) and seals the run, every record
 # accounted for; status, list, watch and cancel; a bad spec is refused naming
 # the key and line; unknown runs are NOT_FOUND; a sealed or cancelled run
-# takes no more pushes; classify's usage errors. The run's later stages
-# (dedup .. evaluator) are covered by the end-to-end test.
+# takes no more pushes; classify against refinery-evaluator (gRPC side) with
+# a recorded checkpoint. The run's later stages are the end-to-end test's.
 . "$REFINERY_ROOT/tests/services/lib.sh"
 env_start pg kafka
 bin=$REFINERY_BIN
@@ -135,7 +135,36 @@ cat "$TEST_DIR/list"
 head -n 1 "$TEST_DIR/list" | grep -q '"run_id":"cli-3"'
 [ "$("$bin" status --limit 1 --lines | wc -l)" -eq 1 ]
 
-# classify: usage errors exit 2 before any connection.
+# classify against refinery-evaluator (gRPC side only), with a checkpoint
+# recorded for cli-1 as the trainer service records them: the tiny exported
+# model of the trainer tests.
+env -u KAFKA_BOOTSTRAP "$REFINERY_BUILD/refinery-evaluator" --listen 127.0.0.1:0 --port-file "$TEST_DIR/eval.port" \
+    --pg "$REFINERY_PG" 2>"$TEST_DIR/evaluator.log" &
+epid=$!
+env_track_pid $epid
+for _ in $(seq 150); do [ -s "$TEST_DIR/eval.port" ] && break; sleep 0.1; done
+[ -s "$TEST_DIR/eval.port" ] || { echo "refinery-evaluator did not start" >&2; exit 1; }
+export REFINERY_EVALUATOR=127.0.0.1:$(cat "$TEST_DIR/eval.port")
+expect_fail FAILED_PRECONDITION cli-1 "$bin" classify --run cli-1 "a text"
+expect_fail NOT_FOUND no-such-run "$bin" classify --run no-such-run "a text"
+psql "$REFINERY_PG" -qc "INSERT INTO checkpoints (run_id, step, path, train_loss)
+    VALUES ('cli-1', 5, '$REFINERY_ROOT/tests/fixtures/trainer/exported', 0.5)"
+printf 'one text\nanother, longer text\nthird\n' | "$bin" classify --run cli-1 --batch 2 - \
+    >"$TEST_DIR/classify.out"
+cat "$TEST_DIR/classify.out"
+[ "$(wc -l <"$TEST_DIR/classify.out")" -eq 3 ]
+sed -n 2p "$TEST_DIR/classify.out" | grep -q '"text":"another, longer text"}$'
+# Each line: the checkpoint step, a label and its class probabilities summing to 1.
+while read -r line; do
+    [ "$(json step <<<"$line")" = 5 ]
+    probs=$(sed -n 's/.*"probs":\[\([^]]*\)\].*/\1/p' <<<"$line")
+    label=$(json label <<<"$line")
+    awk -v p="$probs" -v l="$label" 'BEGIN { n = split(p, a, ","); s = 0; m = 1;
+        for (i = 1; i <= n; i++) { s += a[i]; if (a[i] > a[m]) m = i }
+        exit !(n >= 2 && s > 0.999 && s < 1.001 && m - 1 == l) }'
+done <"$TEST_DIR/classify.out"
+expect_fail NOT_FOUND "checkpoint 7" "$bin" classify --run cli-1 --step 7 "a text"
+# Usage errors exit 2 before any connection.
 rc=0; "$bin" classify hello 2>/dev/null || rc=$?; [ $rc -eq 2 ]
 rc=0; "$bin" classify --run cli-1 --step x hello 2>/dev/null || rc=$?; [ $rc -eq 2 ]
 
