@@ -19,6 +19,7 @@ typedef struct layer_acts {
 
 typedef struct acts {
     float *emb_in, *emb_mean, *emb_rstd, *x0;
+    float *att_scratch; /* [B,NH,T,T] working space of the attention ops, shared by layers */
     layer_acts *layers; /* caller-provided array of num_layers */
     float *cls, *pool_pre, *pooled, *pooled_drop, *logits, *probs, *losses;
 } acts;
@@ -36,6 +37,7 @@ static size_t layout(const rf_bert_config *c, int B, int T, float *base, acts *a
     TAKE(a->emb_mean, N);
     TAKE(a->emb_rstd, N);
     TAKE(a->x0, N * C);
+    TAKE(a->att_scratch, (size_t)B * c->num_heads * T * T);
     for (int l = 0; l < c->num_layers; l++) {
         layer_acts *L = &a->layers[l];
         TAKE(L->qkv, 3 * N * C);
@@ -451,8 +453,8 @@ int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout
         layer_acts *L = &la[l];
         uint64_t s = 1 + 4 * (uint64_t)l;
         be->linear_fwd(L->qkv, x, P->qkv_w, P->qkv_b, (int)N, C, 3 * C);
-        be->attention_fwd(L->ctx, L->att, L->qkv, m->valid_dev, B, T, C, c->num_heads, pa,
-                          site_seed(dropout_seed, s));
+        be->attention_fwd(L->ctx, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, C,
+                          c->num_heads, pa, site_seed(dropout_seed, s));
         be->linear_fwd(L->res1, L->ctx, P->ao_w, P->ao_b, (int)N, C, C);
         be->dropout_fwd(L->res1, L->res1, N * C, ph, site_seed(dropout_seed, s + 1));
         be->residual_fwd(L->res1, L->res1, x, N * C);
@@ -527,7 +529,7 @@ void rf_bert_backward(rf_bert *m, float loss_scale) {
         be->zero(D->res2, N * C * sizeof(float));
         be->dropout_bwd(D->res2, D->res1, N * C, ph, site_seed(seed, s + 1));
         be->linear_bwd(D->ctx, G->ao_w, G->ao_b, D->res2, L->ctx, P->ao_w, (int)N, C, C);
-        be->attention_bwd(D->qkv, D->ctx, L->qkv, L->att, m->valid_dev, B, T, C, c->num_heads, pa,
+        be->attention_bwd(D->qkv, a.att_scratch, D->ctx, L->qkv, L->att, B, T, C, c->num_heads, pa,
                           site_seed(seed, s));
         be->linear_bwd(dxin, G->qkv_w, G->qkv_b, D->qkv, x, P->qkv_w, (int)N, C, 3 * C);
     }

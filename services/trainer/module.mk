@@ -1,3 +1,16 @@
 # The trainer reads token shards and tokenizes JSONL input (tokenizer), and
 # evaluates after training (evaluator).
 DEPS_trainer := tokenizer evaluator
+
+# OpenBLAS's OpenMP build, where Debian installs it beside the default pthread
+# build (libopenblas-openmp-dev): sgemm then runs on the same libgomp threads as
+# the trainer's loops (the pthread build keeps a second pool that spins against
+# them on few cores), and a call made inside a parallel loop stays on its thread.
+OPENBLAS_OMP_DIR := $(dir $(firstword $(wildcard /usr/lib/*/openblas-openmp/libopenblas.so)))
+ifneq ($(OPENBLAS_OMP_DIR),)
+LDFLAGS += -L$(OPENBLAS_OMP_DIR) -Wl,-rpath,$(OPENBLAS_OMP_DIR)
+endif
+
+# The branch-free exp/erf loops of ops.c vectorize only when float compares may
+# be if-converted; nothing in the trainer reads floating-point exception flags.
+$(BUILD)/obj/services/trainer/ops.o: CFLAGS += -fno-trapping-math

@@ -147,124 +147,159 @@ int rf_op_dropout_keep(uint64_t seed, uint64_t i, float p) {
     return keep(seed, i, p);
 }
 
-void rf_op_attention_fwd(float *out, float *att, const float *qkv, const uint8_t *valid, int B,
-                         int T, int C, int NH, float pdrop, uint64_t seed) {
-    int hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs), keep_scale = pdrop > 0 ? 1.0f / (1.0f - pdrop) : 1.0f;
-    size_t C3 = 3 * (size_t)C;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            const float *base = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-            const uint8_t *vmask = valid + (size_t)b * T;
-            for (int tq = 0; tq < T; tq++) {
-                const float *q = base + tq * C3;
-                float *a = att + (((size_t)b * NH + h) * T + tq) * T;
-                float mx = -INFINITY;
-                for (int tk = 0; tk < T; tk++) {
-                    if (!vmask[tk]) continue;
-                    const float *k = base + tk * C3 + C;
-                    float s = 0;
-#pragma omp simd reduction(+ : s)
-                    for (int i = 0; i < hs; i++)
-                        s += q[i] * k[i];
-                    a[tk] = s * scale;
-                    if (a[tk] > mx) mx = a[tk];
-                }
-                float sum = 0;
-                for (int tk = 0; tk < T; tk++) {
-                    a[tk] = vmask[tk] ? expf(a[tk] - mx) : 0.0f;
-                    sum += a[tk];
-                }
-                float inv = sum > 0 ? 1.0f / sum : 0.0f;
-                for (int tk = 0; tk < T; tk++)
-                    a[tk] *= inv;
-                float *o = out + ((size_t)b * T + tq) * C + (size_t)h * hs;
-                memset(o, 0, sizeof(float) * hs);
-                uint64_t idx0 = (((uint64_t)b * NH + h) * T + tq) * T;
-                for (int tk = 0; tk < T; tk++) {
-                    float p = a[tk];
-                    if (p == 0.0f) continue;
-                    if (pdrop > 0) p = keep(seed, idx0 + tk, pdrop) ? p * keep_scale : 0;
-                    const float *v = base + tk * C3 + 2 * C;
-#pragma omp simd
-                    for (int i = 0; i < hs; i++)
-                        o[i] += p * v[i];
-                }
-            }
-        }
+/* e^x without a libm call, so loops over it vectorize: x = n ln2 + r with
+ * |r| <= ln2/2, e^r by a degree-6 polynomial, 2^n by exponent bits. Relative
+ * error about 2 ulp on [-87, 88]; beyond it the result saturates (e^-87 is
+ * 1.6e-38, far below anything a softmax or the GELU pdf adds to); NaN stays NaN. */
+static inline float exp_fast(float x) {
+    float xc = x > -87.0f ? (x < 88.0f ? x : 88.0f) : -87.0f; /* NaN -> -87, see return */
+    float n = xc * 1.44269504f + 12582912.0f; /* round to nearest: add and drop 1.5 * 2^23 */
+    n -= 12582912.0f;
+    float r = xc - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+    float p = 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    union {
+        int32_t i;
+        float f;
+    } two_n = {.i = ((int32_t)n + 127) << 23};
+    return x == x ? p * two_n.f : x;
 }
 
-void rf_op_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att,
+/* erf(x) as a rational function of x (the approximation Eigen and XLA use):
+ * no branches or calls, so loops over it vectorize; within a few ulp of erff. */
+static inline float erf_fast(float x) {
+    x = x < -4.0f ? -4.0f : x > 4.0f ? 4.0f : x;
+    float x2 = x * x;
+    float p = -2.72614225801306e-10f;
+    p = p * x2 + 2.77068142495902e-08f;
+    p = p * x2 - 2.10102402082508e-06f;
+    p = p * x2 - 5.69250639462346e-05f;
+    p = p * x2 - 7.34990630326855e-04f;
+    p = p * x2 - 2.95459980854025e-03f;
+    p = p * x2 - 1.60960333262415e-02f;
+    float q = -1.45660718464996e-05f;
+    q = q * x2 - 2.13374055278905e-04f;
+    q = q * x2 - 1.68282697438203e-03f;
+    q = q * x2 - 7.37332916720468e-03f;
+    q = q * x2 - 1.42647390514189e-02f;
+    return x * p / q;
+}
+
+/* Softmax of each score row over its valid keys; masked keys get 0. */
+static void softmax_rows(float *a, const uint8_t *valid, int T) {
+    for (int t = 0; t < T; t++, a += T) {
+        float mx = -INFINITY, sum = 0;
+        for (int k = 0; k < T; k++)
+            if (valid[k] && a[k] > mx) mx = a[k];
+#pragma omp simd reduction(+ : sum)
+        for (int k = 0; k < T; k++) {
+            a[k] = valid[k] ? exp_fast(a[k] - mx) : 0.0f;
+            sum += a[k];
+        }
+        float inv = sum > 0 ? 1.0f / sum : 0.0f;
+#pragma omp simd
+        for (int k = 0; k < T; k++)
+            a[k] *= inv;
+    }
+}
+
+/* dst = src with attention dropout applied; element i of the [T,T] block is
+ * mask index idx0 + i, the same in forward and backward. */
+static void dropout_block(float *dst, const float *src, int T, float p, uint64_t seed,
+                          uint64_t idx0) {
+    float s = 1.0f / (1.0f - p);
+    for (size_t i = 0; i < (size_t)T * T; i++)
+        dst[i] = keep(seed, idx0 + i, p) ? src[i] * s : 0.0f;
+}
+
+/* Each (sequence, head) is an independent task of three small sgemms on
+ * strided views of qkv; OpenBLAS runs single-threaded inside the parallel loop. */
+void rf_op_attention_fwd(float *out, float *att, float *scratch, const float *qkv,
                          const uint8_t *valid, int B, int T, int C, int NH, float pdrop,
                          uint64_t seed) {
-    int hs = C / NH;
+    int hs = C / NH, ld = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        const float *q = qkv + (size_t)b * T * ld + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+        float *a = att + (size_t)bh * T * T, *p = a;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, ld, k, ld, 0.0f, a,
+                    T);
+        softmax_rows(a, valid + (size_t)b * T, T);
+        if (pdrop > 0) {
+            p = scratch + (size_t)bh * T * T;
+            dropout_block(p, a, T, pdrop, seed, (uint64_t)bh * T * T);
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, v, ld, 0.0f,
+                    out + (size_t)b * T * C + (size_t)h * hs, C);
+    }
+}
+
+/* Masked keys have p = 0, so their gradients vanish without looking at the mask. */
+void rf_op_attention_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                         const float *att, int B, int T, int C, int NH, float pdrop,
+                         uint64_t seed) {
+    int hs = C / NH, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)hs), keep_scale = pdrop > 0 ? 1.0f / (1.0f - pdrop) : 1.0f;
-    size_t C3 = 3 * (size_t)C;
-#pragma omp parallel
-    {
-        float *datt = malloc(sizeof(float) * (size_t)T);
-#pragma omp for collapse(2) schedule(static)
-        for (int b = 0; b < B; b++)
-            for (int h = 0; h < NH; h++) {
-                const float *base = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-                float *dbase = dqkv + (size_t)b * T * C3 + (size_t)h * hs;
-                const uint8_t *vmask = valid + (size_t)b * T;
-                for (int tq = 0; tq < T; tq++) {
-                    const float *a = att + (((size_t)b * NH + h) * T + tq) * T;
-                    const float *d = dout + ((size_t)b * T + tq) * C + (size_t)h * hs;
-                    const float *q = base + tq * C3;
-                    float *dq = dbase + tq * C3;
-                    uint64_t idx0 = (((uint64_t)b * NH + h) * T + tq) * T;
-                    float dot = 0;
-                    for (int tk = 0; tk < T; tk++) {
-                        datt[tk] = 0;
-                        if (!vmask[tk]) continue;
-                        float m = 1.0f;
-                        if (pdrop > 0) m = keep(seed, idx0 + tk, pdrop) ? keep_scale : 0.0f;
-                        if (m == 0.0f) continue;
-                        const float *v = base + tk * C3 + 2 * C;
-                        float *dv = dbase + tk * C3 + 2 * C;
-                        float s = 0, pm = a[tk] * m;
-#pragma omp simd reduction(+ : s)
-                        for (int i = 0; i < hs; i++)
-                            s += d[i] * v[i];
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        size_t off = (size_t)b * T * ld + (size_t)h * hs;
+        const float *q = qkv + off, *k = q + C, *v = q + 2 * C;
+        float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
+        const float *a = att + (size_t)bh * T * T, *d = dout + (size_t)b * T * C + (size_t)h * hs;
+        float *s = scratch + (size_t)bh * T * T;
+        uint64_t idx0 = (uint64_t)bh * T * T;
+        /* dv += p_dropped^T d, then s = d v^T = d(p_dropped) */
+        const float *pd = a;
+        if (pdrop > 0) {
+            dropout_block(s, a, T, pdrop, seed, idx0);
+            pd = s;
+        }
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, pd, T, d, C, 1.0f, dv,
+                    ld);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, d, C, v, ld, 0.0f, s,
+                    T);
+        /* through dropout and softmax: ds = p * (dp - sum(p * dp)) * scale (0 on masked keys) */
+        for (int t = 0; t < T; t++) {
+            const float *pr = a + (size_t)t * T;
+            float *sr = s + (size_t)t * T, dot = 0;
+            if (pdrop > 0)
+                for (int j = 0; j < T; j++)
+                    sr[j] = keep(seed, idx0 + (size_t)t * T + j, pdrop) ? sr[j] * keep_scale : 0;
+#pragma omp simd reduction(+ : dot)
+            for (int j = 0; j < T; j++)
+                dot += pr[j] * sr[j];
 #pragma omp simd
-                        for (int i = 0; i < hs; i++)
-                            dv[i] += pm * d[i];
-                        datt[tk] = s * m;
-                        dot += a[tk] * datt[tk];
-                    }
-                    for (int tk = 0; tk < T; tk++) {
-                        if (!vmask[tk]) continue;
-                        float dpre = a[tk] * (datt[tk] - dot) * scale;
-                        const float *k = base + tk * C3 + C;
-                        float *dk = dbase + tk * C3 + C;
-#pragma omp simd
-                        for (int i = 0; i < hs; i++) {
-                            dq[i] += dpre * k[i];
-                            dk[i] += dpre * q[i];
-                        }
-                    }
-                }
-            }
-        free(datt);
+            for (int j = 0; j < T; j++)
+                sr[j] = pr[j] * (sr[j] - dot) * scale;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, k, ld, 1.0f,
+                    dq, ld);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, q, ld, 1.0f, dk,
+                    ld);
     }
 }
 
 void rf_op_gelu_fwd(float *out, const float *inp, size_t n) {
-#pragma omp parallel for schedule(static) if (n > OMP_MIN)
+#pragma omp parallel for simd schedule(static) if (n > OMP_MIN)
     for (size_t i = 0; i < n; i++)
-        out[i] = 0.5f * inp[i] * (1.0f + erff(inp[i] * (float)M_SQRT1_2));
+        out[i] = 0.5f * inp[i] * (1.0f + erf_fast(inp[i] * (float)M_SQRT1_2));
 }
 
 void rf_op_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n) {
     const float inv_sqrt_2pi = 0.3989422804014327f;
-#pragma omp parallel for schedule(static) if (n > OMP_MIN)
+#pragma omp parallel for simd schedule(static) if (n > OMP_MIN)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
-        float cdf = 0.5f * (1.0f + erff(x * (float)M_SQRT1_2));
-        float pdf = inv_sqrt_2pi * expf(-0.5f * x * x);
+        float cdf = 0.5f * (1.0f + erf_fast(x * (float)M_SQRT1_2));
+        float pdf = inv_sqrt_2pi * exp_fast(-0.5f * x * x);
         dinp[i] += dout[i] * (cdf + x * pdf);
     }
 }

@@ -111,30 +111,39 @@ static void test_layernorm(void **state) {
 
 /* ---- attention, with padding and dropout ---- */
 typedef struct {
-    float *qkv, *att;
+    float *qkv, *att, *scratch;
     uint8_t *valid;
     int B, T, C, NH;
     float p;
 } att_ctx;
 static void att_fwd(check *c) {
     att_ctx *k = c->ctx;
-    rf_op_attention_fwd(c->out, k->att, k->qkv, k->valid, k->B, k->T, k->C, k->NH, k->p, 77);
+    rf_op_attention_fwd(c->out, k->att, k->scratch, k->qkv, k->valid, k->B, k->T, k->C, k->NH, k->p,
+                        77);
 }
 static void run_attention(float p) {
     int B = 2, T = 5, C = 8, NH = 2;
     uint8_t valid[10] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0}; /* second sequence padded */
-    att_ctx k = {randn(B * T * 3 * C, 1), zeros(B * NH * T * T), valid, B, T, C, NH, p};
+    att_ctx k = {randn(B * T * 3 * C, 1),
+                 zeros(B * NH * T * T),
+                 zeros(B * NH * T * T),
+                 valid,
+                 B,
+                 T,
+                 C,
+                 NH,
+                 p};
     check c = {att_fwd, zeros(B * T * C), randn(B * T * C, 1), (size_t)B * T * C, &k};
     objective(&c);
     float *dqkv = zeros(B * T * 3 * C);
-    rf_op_attention_bwd(dqkv, c.R, k.qkv, k.att, valid, B, T, C, NH, p, 77);
+    rf_op_attention_bwd(dqkv, k.scratch, c.R, k.qkv, k.att, B, T, C, NH, p, 77);
     expect_grad(&c, k.qkv, B * T * 3 * C, dqkv,
                 p > 0 ? "attention+dropout dqkv" : "attention dqkv");
     /* padded keys get no gradient and padded rows leave real outputs unchanged */
     for (int t = 8; t < 10; t++)
         for (int i = C; i < 3 * C; i++)
             assert_true(dqkv[t * 3 * C + i] == 0.0f);
-    free(k.qkv), free(k.att), free(c.out), free(c.R), free(dqkv);
+    free(k.qkv), free(k.att), free(k.scratch), free(c.out), free(c.R), free(dqkv);
 }
 static void test_attention(void **state) {
     run_attention(0);
