@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/config.h"
 #include "common/error.h"
 #include "common/hash.h"
 #include "common/log.h"
@@ -182,6 +183,32 @@ static int write_metrics(rf_store *store, const char *run, int64_t step, const r
 /* Evaluates the folder on the run's intake. RF_OK with *why empty on
  * success; a problem of the data or folder is returned in why (the run
  * fails), a store error as the result. */
+/* max_len and batch_size of the run's `evaluator:` section (as `refinery run`
+ * reads them), the service's options where the spec has none. */
+static int spec_opts(rf_evaluator_service *s, rf_store *store, const char *run, int *max_len,
+                     int *batch) {
+    char *spec = NULL;
+    rf_cfg *root = NULL;
+    int64_t ml = s->o.max_len, bs = s->o.batch_size;
+    int rc = rf_store_run_spec(store, run, &spec);
+    if (rc) return rc;
+    if (rf_cfg_load_string(spec, strlen(spec), "spec", &root) == RF_OK) {
+        const rf_cfg *sec = rf_cfg_get(root, "evaluator");
+        if (rf_cfg_int(sec, "max_len", ml, 2, 65536, &ml) ||
+            rf_cfg_int(sec, "batch_size", bs, 1, 4096, &bs)) {
+            rf_warn("evaluator", "run %s: %s; using max_len %d, batch_size %d", run, rf_errmsg(),
+                    s->o.max_len, s->o.batch_size);
+            ml = s->o.max_len;
+            bs = s->o.batch_size;
+        }
+    }
+    *max_len = (int)ml;
+    *batch = (int)bs;
+    rf_cfg_free(root);
+    free(spec);
+    return RF_OK;
+}
+
 static int evaluate(rf_evaluator_service *s, rf_store *store, const char *run, int64_t step,
                     const char *dir, char *why, size_t why_size) {
     char path[4096];
@@ -190,12 +217,14 @@ static int evaluate(rf_evaluator_service *s, rf_store *store, const char *run, i
     rf_intake_info info = {0};
     rf_metrics mt = {0};
     rf_bert *m = NULL;
-    int rc = rf_bert_load(dir, 0, 0, rf_backend_cpu(), &m), store_rc = RF_OK;
+    int max_len, batch, store_rc = spec_opts(s, store, run, &max_len, &batch);
+    if (store_rc) return store_rc;
+    int rc = rf_bert_load(dir, 0, 0, rf_backend_cpu(), &m);
     if (rc) {
         snprintf(why, why_size, "checkpoint %s: %s", dir, rf_errmsg());
         goto out;
     }
-    int max_len = s->o.max_len < m->cfg.max_position ? s->o.max_len : m->cfg.max_position;
+    if (max_len > m->cfg.max_position) max_len = m->cfg.max_position;
     rc = rf_intake_load(path, run, max_len, &d, &info);
     if (rc == RF_ERR_NOT_FOUND) rc = RF_OK; /* no eval batch ever came: an empty split */
     if (rc) snprintf(why, why_size, "eval intake: %s", rf_errmsg());
@@ -210,7 +239,7 @@ static int evaluate(rf_evaluator_service *s, rf_store *store, const char *run, i
         store_rc = rf_store_eval_add(store, run, step, "n", 0);
         goto out;
     }
-    if (!rc && (rc = rf_evaluate(m, &d, s->o.batch_size, &mt)))
+    if (!rc && (rc = rf_evaluate(m, &d, batch, &mt)))
         snprintf(why, why_size, "evaluating %s: %s", dir, rf_errmsg());
     if (!rc) {
         store_rc = write_metrics(store, run, step, &mt);

@@ -9,7 +9,9 @@
  *   each CheckpointAnnounce, once the run's eval intake is complete
  *   (rf_store_stage_complete over ingest, dedup, tokenizer, evaluator), the
  *   announced folder is evaluated on the run's eval sequences (in (seq,
- *   position) order) and every metric goes to eval_results: accuracy, loss,
+ *   position) order; max_len and batch_size from the spec's `evaluator:`
+ *   section when it has them, as `refinery run` reads them, else the
+ *   service's) and every metric goes to eval_results: accuracy, loss,
  *   macro_precision, macro_recall, macro_f1, precision.<c>, recall.<c>,
  *   f1.<c>, support.<c> for every class c, and n (labelled sequences), written
  *   last: its presence means "done", so a replayed announcement changes
@@ -37,11 +39,11 @@
 typedef struct rf_evaluator_service_opts {
     const char *state_dir; /* intake files (required for intake and checkpoints) */
     const char *pg;        /* Classify's own PostgreSQL connection */
-    int max_len;           /* sequence length cap for evaluation and Classify; 0 means 128 */
-    int batch_size;        /* sequences per forward pass; 0 means 32 */
-    int max_texts;         /* Classify: texts per request; 0 means 256 */
-    int cache;             /* Classify: checkpoint folders kept loaded; 0 means 2 */
-    double poll_s;         /* checkpoints: seconds between completeness checks; 0 means 0.5 */
+    int max_len;    /* sequence length cap (Classify; evaluation when the spec has none); 0: 128 */
+    int batch_size; /* sequences per forward pass (idem); 0 means 32 */
+    int max_texts;  /* Classify: texts per request; 0 means 256 */
+    int cache;      /* Classify: checkpoint folders kept loaded; 0 means 2 */
+    double poll_s;  /* checkpoints: seconds between completeness checks; 0 means 0.5 */
 } rf_evaluator_service_opts;
 
 typedef struct rf_evaluator_service rf_evaluator_service;

@@ -186,8 +186,8 @@ static void intake(rf_evaluator_service *svc, rf_store *store, const encoded *e,
 }
 
 /* A sealed run whose upstream stages recorded batches 0..nbatch-1 with outputs. */
-static void make_run(rf_store *store, const char *run, int nbatch) {
-    assert_int_equal(rf_store_run_create(store, run, "{}", NULL), RF_OK);
+static void make_run(rf_store *store, const char *run, int nbatch, const char *spec) {
+    assert_int_equal(rf_store_run_create(store, run, spec, NULL), RF_OK);
     assert_int_equal(rf_store_run_set_state(store, run, RF_RUN_RUNNING, NULL), RF_OK);
     const char *stages[] = {"ingest", "dedup", "tokenizer"};
     rf_store_counts c = {.in = 3, .out = 3};
@@ -200,6 +200,21 @@ static void make_run(rf_store *store, const char *run, int nbatch) {
         assert_int_equal(rf_store_progress_add(store, run, "ingest", 0, &none, NULL), RF_OK);
     }
     assert_int_equal(rf_store_run_seal(store, run), RF_OK);
+}
+
+/* rf_evaluate on texts[0..NTEXTS) cut to max_len keeping [SEP], in batches of batch. */
+static void reference_metrics(rf_bert *m, const encoded *e, size_t max_len, int batch,
+                              rf_metrics *out) {
+    rf_dataset d = {0};
+    for (size_t i = 0; i < NTEXTS; i++) {
+        uint32_t ids[64];
+        size_t n = e->len[i] < max_len ? e->len[i] : max_len;
+        memcpy(ids, e->ids[i], n * sizeof *ids);
+        ids[n - 1] = e->ids[i][e->len[i] - 1];
+        assert_int_equal(rf_dataset_add(&d, ids, n, text_label(i)), RF_OK);
+    }
+    assert_int_equal(rf_evaluate(m, &d, batch, out), RF_OK);
+    rf_dataset_free(&d);
 }
 
 static int announce(rf_evaluator_service *svc, rf_store *store, const char *run, int64_t step,
@@ -242,25 +257,17 @@ static void test_checkpoints(void **state) {
 
     /* Batches out of order; seq 1 delivered twice with different labels (a
      * replay after a crash between append and record): the first wins. */
-    make_run(store, "ev-1", 2);
+    make_run(store, "ev-1", 2, "{}");
     intake(svc, store, &e, "ev-1", 1, 5, NTEXTS, 0);
     intake(svc, store, &e, "ev-1", 1, 5, NTEXTS, 1);
     intake(svc, store, &e, "ev-1", 0, 0, 5, 0);
 
     /* The reference: the same sequences in (seq, position) order, cut to the
      * model's 16 positions keeping [SEP], through rf_evaluate. */
-    rf_dataset d = {0};
-    for (size_t i = 0; i < NTEXTS; i++) {
-        uint32_t ids[16];
-        size_t n = e.len[i] < 16 ? e.len[i] : 16;
-        memcpy(ids, e.ids[i], n * sizeof *ids);
-        ids[n - 1] = e.ids[i][e.len[i] - 1];
-        assert_int_equal(rf_dataset_add(&d, ids, n, text_label(i)), RF_OK);
-    }
     rf_bert *m;
     assert_int_equal(rf_bert_load(tiny, 0, 0, rf_backend_cpu(), &m), RF_OK);
     rf_metrics ref;
-    assert_int_equal(rf_evaluate(m, &d, 3, &ref), RF_OK);
+    reference_metrics(m, &e, 16, 3, &ref);
 
     assert_int_equal(announce(svc, store, "ev-1", 5, tiny, 0), RF_OK);
     assert_true(eval_value(store, "ev-1", 5, "accuracy") == rf_metrics_accuracy(&ref));
@@ -291,7 +298,7 @@ static void test_checkpoints(void **state) {
     assert_int_equal(r.state, RF_RUN_SUCCEEDED);
 
     /* An empty eval split: n = 0 and nothing else, and the run still ends. */
-    make_run(store, "ev-empty", 0);
+    make_run(store, "ev-empty", 0, "{}");
     assert_int_equal(announce(svc, store, "ev-empty", 1, tiny, 1), RF_OK);
     assert_true(eval_value(store, "ev-empty", 1, "n") == 0);
     assert_true(isnan(eval_value(store, "ev-empty", 1, "accuracy")));
@@ -299,7 +306,7 @@ static void test_checkpoints(void **state) {
     assert_int_equal(r.state, RF_RUN_SUCCEEDED);
 
     /* A cancelled run is skipped. */
-    make_run(store, "ev-cancel", 1);
+    make_run(store, "ev-cancel", 1, "{}");
     intake(svc, store, &e, "ev-cancel", 0, 0, 3, 0);
     assert_int_equal(rf_store_run_set_state(store, "ev-cancel", RF_RUN_CANCELLED, NULL), RF_OK);
     assert_int_equal(announce(svc, store, "ev-cancel", 1, tiny, 1), RF_OK);
@@ -308,7 +315,7 @@ static void test_checkpoints(void **state) {
     assert_int_equal(r.state, RF_RUN_CANCELLED);
 
     /* A folder that does not load fails the run with the reason. */
-    make_run(store, "ev-bad", 1);
+    make_run(store, "ev-bad", 1, "{}");
     intake(svc, store, &e, "ev-bad", 0, 0, 3, 0);
     assert_int_equal(announce(svc, store, "ev-bad", 1, "/nonexistent/folder", 1), RF_OK);
     assert_int_equal(rf_store_run_get(store, "ev-bad", &r), RF_OK);
@@ -321,9 +328,18 @@ static void test_checkpoints(void **state) {
     assert_int_equal(rf_evaluator_service_checkpoint(svc, store, junk, sizeof junk), RF_OK);
     assert_int_equal(rf_stats_get(rf_evaluator_service_stats(svc), "evaluator.checkpoints.bad"), 1);
 
+    /* max_len and batch_size from the spec's evaluator: section. */
+    make_run(store, "ev-spec", 1, "evaluator:\n  max_len: 5\n  batch_size: 2\n");
+    intake(svc, store, &e, "ev-spec", 0, 0, NTEXTS, 0);
+    rf_metrics cut;
+    reference_metrics(m, &e, 5, 2, &cut);
+    assert_int_equal(announce(svc, store, "ev-spec", 1, tiny, 1), RF_OK);
+    assert_true(eval_value(store, "ev-spec", 1, "loss") == rf_metrics_loss(&cut));
+    assert_true(eval_value(store, "ev-spec", 1, "loss") != rf_metrics_loss(&ref));
+
+    rf_metrics_free(&cut);
     rf_metrics_free(&ref);
     rf_bert_free(m);
-    rf_dataset_free(&d);
     encoded_free(&e);
     rf_store_close(store);
     rf_evaluator_service_free(svc);
