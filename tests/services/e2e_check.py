@@ -15,8 +15,8 @@ after a crash must be identical to the first copy):
 PostgreSQL stage_progress, per stage, equals those topic counts:
   ingest in = pushed = clean + rejected; dedup in = clean, out = unique,
   duplicate = duplicates; tokenizer in = unique, out = train + eval
-  sequences; trainer in = train sequences over every non-empty train batch;
-  evaluator in = eval sequences over every non-empty eval batch.
+  sequences; trainer in = train sequences over every train batch (empty
+  ones too); evaluator in = eval sequences over every eval batch.
 The run succeeded; its checkpoints reach step S; training metrics and the
 evaluator's accuracy / macro_f1 for the final checkpoint are recorded.
 """
@@ -173,9 +173,9 @@ def main():
     expect("tokenizer", "in", len(unique))
     expect("tokenizer", "out", len(train) + len(evals))
     expect("tokenizer", "rejected", len(unique) - len(train) - len(evals))
-    expect("trainer", "batches", len(nonempty["tokens.train"]))
+    expect("trainer", "batches", len(toks["tokens.train"]))
     expect("trainer", "in", len(train))
-    expect("evaluator", "batches", len(nonempty["tokens.eval"]))
+    expect("evaluator", "batches", len(toks["tokens.eval"]))
     expect("evaluator", "in", len(evals))
 
     state = psql(a.pg, f"SELECT state, coalesce(error, '') FROM runs WHERE id = '{run}'")

@@ -8,6 +8,7 @@
 #   svc_kill NAME           # SIGKILL
 #   wait_for DESC SECONDS CMD...   # polls CMD until it succeeds, fails naming DESC
 #   sql "SELECT ..."        # one psql query, unaligned output
+#   svc_stats NAME          # the counters its last run logged when it stopped (JSON)
 [ -d "$SHARED/data/amazon" ] || {
     echo "SHARED ($SHARED) has no data/amazon: see /work/shared/README.md" >&2
     exit 1
@@ -94,18 +95,28 @@ svc_start() { # NAME [EXTRA ARGS]
         args=(--tokenizer "$E2E_MODEL/vocab.txt" --listen 127.0.0.1:0 --port-file "$port_file")
         ;;
     trainer) args=(--state "$TEST_DIR/trainer" --checkpoints "$TEST_DIR/checkpoints" --threads 1) ;;
-    evaluator) args=(--listen 127.0.0.1:0 --port-file "$port_file" --state "$TEST_DIR/evaluator") ;;
+    evaluator)
+        args=(--listen 127.0.0.1:0 --port-file "$port_file" --state "$TEST_DIR/evaluator"
+            --threads 1)
+        ;;
     esac
     "$REFINERY_BUILD/refinery-$name" "${args[@]}" "$@" 2>"$TEST_DIR/$name.$n.log" &
     PID[$name]=$!
     env_track_pid "${PID[$name]}"
     case $name in
     ingest | tokenizer | evaluator)
-        wait_for "refinery-$name to serve (see $name.$n.log)" 60 test -s "$port_file"
+        wait_for "refinery-$name to serve" 60 _serving "$port_file" "${PID[$name]}"
+        [ -s "$port_file" ] || {
+            echo "refinery-$name exited before serving:" >&2
+            tail -n 20 "$TEST_DIR/$name.$n.log" >&2
+            return 1
+        }
         PORT[$name]=$(cat "$port_file")
         ;;
     esac
 }
+
+_serving() { test -s "$1" || ! kill -0 "$2"; } # PORT_FILE PID: serving, or dead
 
 svc_stop() { # NAME: SIGTERM, and the exit status must be 0
     local name=$1 rc=0
@@ -134,4 +145,8 @@ batches_at_least() { # RUN STAGE N
 }
 run_state_is() { # RUN STATE
     [ "$(sql "SELECT state FROM runs WHERE id = '$1'")" = "$2" ]
+}
+
+svc_stats() { # NAME: the counters logged at the last stop, as JSON
+    sed -n 's/.* stopped: //p' "$TEST_DIR/$1.${_svc_starts[$1]}.log" | tail -n 1
 }
