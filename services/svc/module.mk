@@ -34,18 +34,7 @@ $(BUILD)/refinery-ingest: $(BUILD)/obj/services/svc/main_ingest.o \
 	@echo '  LD     $@'
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< -Wl,--whole-archive $(filter %.a,$^) -Wl,--no-whole-archive $(LDLIBS)
 
-# Clients for benchmarks and by-hand use: refinery-push (JSON Lines ->
-# Ingest.Push) and refinery-loadgen (concurrent unary calls, latency
-# percentiles). Written out rather than through a helper so this block stands
-# on its own.
-EXTRA_BINS += $(BUILD)/refinery-push $(BUILD)/refinery-loadgen
-$(BUILD)/refinery-push: $(BUILD)/obj/services/svc/main_push.o \
-    $(BUILD)/lib/librefinery_svc.a $(BUILD)/lib/librefinery_rpc.a \
-    $(BUILD)/lib/librefinery_common.a $(BUILD)/lib/librefinery_proto.a
-	@echo '  LD     $@'
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-$(BUILD)/refinery-loadgen: $(BUILD)/obj/services/svc/main_loadgen.o \
-    $(BUILD)/lib/librefinery_svc.a $(BUILD)/lib/librefinery_rpc.a \
-    $(BUILD)/lib/librefinery_common.a $(BUILD)/lib/librefinery_proto.a
-	@echo '  LD     $@'
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+# Clients for benchmarks and by-hand use: JSON Lines -> Ingest.Push, and a
+# load generator for the unary methods (latency percentiles).
+$(eval $(call SVC_BIN,push,rpc))
+$(eval $(call SVC_BIN,loadgen,rpc))

@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# The services against the embedded runner, same data, same machine, one run:
+#
+# 1. Pipeline throughput. Input: the Amazon reviews of ../shared/data/amazon
+#    (both 2018 JSON files and the 2014 CSV; the review text, label = rating
+#    >= 3) as JSON Lines {"id","text","label"}, repeated BENCH_REPEAT times
+#    (default 8) with distinct ids, so about 100k records (the copies are
+#    exact duplicates: dedup keeps one of each, as the real data's own
+#    repeats). The same file and the same ingest/dedup/tokenizer settings
+#    (one spec, $work/spec.yaml) go to both sides:
+#    - embedded: `refinery run spec.yaml` with the ingest, dedup and tokenizer
+#      sections (threads: 2), timed as a whole process (start, tokenizer load,
+#      reading and parsing the JSON, cleaning, filters, dedup, tokenizing,
+#      writing shards);
+#    - services: refinery-ingest (--spec, the same cleaning and filters),
+#      refinery-dedup and refinery-tokenizer on the mock Kafka cluster and a
+#      throwaway PostgreSQL, fed by refinery-push (C client on services/rpc:
+#      reads and parses the same JSON Lines, one Document per line,
+#      BENCH_STREAMS concurrent Push calls, default 2). Timed from the start
+#      of the push until the tokenizer has recorded, in stage_progress, every
+#      batch that ingest recorded (polled every 0.1 s). The services are
+#      started (and their tokenizer loaded, consumer groups joined by a small
+#      warm-up run) before the clock starts.
+#    docs/s = input records / wall seconds. CPU seconds are user+system: the
+#    embedded process; for the services, the pushing client plus the three
+#    service processes (their /proc counters before and after), and apart
+#    from that the Kafka mock and PostgreSQL (postmaster and its children).
+#    Best of BENCH_REPS (default 3) by wall time, each side.
+# 2. Tokenizer.Tokenize latency under load: refinery-loadgen (C, services/rpc
+#    client, closed loop) against refinery-tokenizer (gRPC only, --workers 4),
+#    SST-2 dev sentences, 1 and 8 texts per request, 1/4/16 clients,
+#    BENCH_SECONDS (default 3) each after 0.5 s warm-up.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SHARED=${SHARED:-$(cd .. && pwd)/shared}
+BUILD=${BUILD:-build}
+export REFINERY_BUILD=$PWD/$BUILD
+REPEAT=${BENCH_REPEAT:-8}
+REPS=${BENCH_REPS:-3}
+STREAMS=${BENCH_STREAMS:-2}
+SECONDS_EACH=${BENCH_SECONDS:-3}
+tok=$SHARED/data/tokenizers/all-MiniLM-L6-v2/tokenizer.json
+for f in amazon/All_Beauty_5.json.gz amazon/Appliances_5.json.gz \
+         amazon/Musical_instruments_reviews.PARTIAL.csv sst2/dev.tsv; do
+    [ -f "$SHARED/data/$f" ] || { echo "bench_services: missing $SHARED/data/$f" >&2; exit 1; }
+done
+for b in refinery refinery-ingest refinery-dedup refinery-tokenizer refinery-kafka-mock \
+         refinery-push refinery-loadgen; do
+    [ -x "$BUILD/$b" ] || { echo "bench_services: build $BUILD/$b first (make)" >&2; exit 1; }
+done
+
+work=$(mktemp -d /tmp/rf-bench-svc.XXXXXX)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    scripts/test-env/kafka.sh stop "$work" 2>/dev/null || true
+    scripts/test-env/pg.sh stop "$work" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+python3 - "$SHARED" "$REPEAT" "$work/in.jsonl" "$work/warm.jsonl" <<'PY'
+import csv, gzip, json, os, sys
+shared, repeat, out, warm = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+recs = []
+for name in ("All_Beauty_5.json.gz", "Appliances_5.json.gz"):
+    with gzip.open(os.path.join(shared, "data/amazon", name), "rt", encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            r = json.loads(line)
+            if isinstance(r.get("reviewText"), str):
+                recs.append((f"{name}:{n}", r["reviewText"], int(r.get("overall", 0) >= 3)))
+csv.field_size_limit(1 << 30)
+name = "Musical_instruments_reviews.PARTIAL.csv"
+with open(os.path.join(shared, "data/amazon", name), newline="", encoding="utf-8") as f:
+    for n, r in enumerate(csv.reader(f), 1):
+        if len(r) > 5:
+            recs.append((f"{name}:{n}", r[4], int(float(r[5] or 0) >= 3)))
+with open(out, "w", encoding="utf-8") as f:
+    for k in range(repeat):
+        for id_, text, label in recs:
+            f.write(json.dumps({"id": f"copy{k}/{id_}", "text": text, "label": label}) + "\n")
+with open(warm, "w", encoding="utf-8") as f:
+    for id_, text, label in recs[:200]:
+        f.write(json.dumps({"id": f"warm/{id_}", "text": text, "label": label}) + "\n")
+PY
+records=$(wc -l <"$work/in.jsonl")
+mb=$(awk -v b="$(stat -c %s "$work/in.jsonl")" 'BEGIN { printf "%.1f", b / 1e6 }')
+cat >"$work/spec.yaml" <<EOF
+run:
+  name: bench-services
+  threads: 2
+ingest:
+  inputs: [$work/in.jsonl]
+  text_fields: text
+  label_field: label
+  id_field: id
+dedup: {}
+tokenizer:
+  tokenizer: $tok
+  max_length: 0           # as tokenizer.json says, like the tokenizer service
+EOF
+
+# ---- embedded -------------------------------------------------------------
+emb_best=""
+for r in $(seq "$REPS"); do
+    rm -rf "$work/emb"
+    /usr/bin/time -f '%e %U %S' -o "$work/emb.time" "$BUILD/refinery" run "$work/spec.yaml" \
+        --out "$work/emb" >/dev/null 2>"$work/emb.log"
+    read -r w u s <"$work/emb.time"
+    if [ -z "$emb_best" ] || awk -v a="$w" -v b="${emb_best%% *}" 'BEGIN { exit !(a < b) }'; then
+        emb_best="$w $(awk -v u="$u" -v s="$s" 'BEGIN { print u + s }')"
+    fi
+done
+emb_kept=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["dedup"]["kept"], d["tokenizer"]["docs_out"], d["ingest"]["kept"])' "$work/emb/stats.json")
+
+# ---- services ---------------------------------------------------------------
+scripts/test-env/pg.sh start "$work" >/dev/null
+scripts/test-env/kafka.sh start "$work" 2>/dev/null
+set -a; . "$work/pg.env"; . "$work/kafka.env"; set +a
+for t in docs.clean docs.rejected docs.unique docs.duplicates tokens.train tokens.eval; do
+    scripts/test-env/kafka.sh cmd "$work" "topic $t 2"
+done
+export REFINERY_LOG_LEVEL=warn
+# The mock cluster keeps only the last 5 MB of each partition (librdkafka
+# 2.0's rdkafka_mock, not configurable) and a run's batches share one
+# partition: compressed batches keep a whole run of this size in it, so a
+# consumer that lags behind the producer still finds its input.
+export KAFKA_PROPERTIES=${KAFKA_PROPERTIES:-compression.type=lz4}
+"$BUILD/refinery-ingest" --listen 127.0.0.1:0 --port-file "$work/ingest.port" --spec "$work/spec.yaml" \
+    2>"$work/ingest.log" &
+pids+=($!); ingest_pid=$!
+for _ in $(seq 300); do [ -s "$work/ingest.port" ] && break; sleep 0.1; done
+[ -s "$work/ingest.port" ] || { echo "refinery-ingest did not start" >&2; cat "$work/ingest.log" >&2; exit 1; }
+"$BUILD/refinery-dedup" --index "$work/index" 2>"$work/dedup.log" &
+pids+=($!); dedup_pid=$!
+"$BUILD/refinery-tokenizer" --tokenizer "$tok" --listen 127.0.0.1:0 --port-file "$work/tok.port" \
+    2>"$work/tokenizer.log" &
+pids+=($!); tok_pid=$!
+for _ in $(seq 300); do [ -s "$work/tok.port" ] && break; sleep 0.1; done
+pg_pid=$(head -n 1 "$work/data/postmaster.pid")
+kafka_pid=$(cat "$work/kafka.pid")
+
+cpu_of() { # PID... -> CPU seconds (user+system) of those processes
+    local ticks=0 p
+    for p in "$@"; do
+        [ -r "/proc/$p/stat" ] || continue
+        ticks=$((ticks + $(sed 's/.*) //' "/proc/$p/stat" | awk '{ print $12 + $13 }')))
+    done
+    awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", t / hz }'
+}
+pg_procs() { echo "$pg_pid" $(pgrep -P "$pg_pid" || true); }
+sql() { psql "$REFINERY_PG" -Atc "$1"; }
+done_batches() { # RUN -> "ingest_batches tokenizer_batches"
+    sql "SELECT (SELECT count(*) FROM stage_progress WHERE run_id = '$1' AND stage = 'ingest'
+                 AND docs_out > 0),
+                (SELECT count(*) FROM stage_progress WHERE run_id = '$1' AND stage = 'tokenizer')" |
+        tr '|' ' '
+}
+push_run() { # RUN INPUT -> wall seconds, waits until the tokenizer has every batch
+    local run=$1 input=$2 t0 a b
+    for _ in $(seq 300); do # the schema is applied by whichever service opens the store first
+        sql "INSERT INTO runs (id, spec) VALUES ('$run', '{}')" >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+    t0=$(date +%s.%N)
+    /usr/bin/time -f '%U %S' -o "$work/push.time" "$BUILD/refinery-push" --target \
+        "127.0.0.1:$(cat "$work/ingest.port")" --run "$run" --input "$input" --streams "$STREAMS" \
+        >"$work/push.json"
+    for _ in $(seq 3000); do
+        read -r a b < <(done_batches "$run")
+        [ "$b" -ge "$a" ] && break
+        sleep 0.1
+    done
+    [ "$b" -ge "$a" ] || { echo "bench_services: run $run: tokenizer has $b of $a batches" >&2; exit 1; }
+    awk -v t0="$t0" -v t1="$(date +%s.%N)" 'BEGIN { printf "%.3f", t1 - t0 }'
+}
+
+push_run warm "$work/warm.jsonl" >/dev/null
+svc_best=""
+for r in $(seq "$REPS"); do
+    svc0=$(cpu_of "$ingest_pid" "$dedup_pid" "$tok_pid")
+    infra0=$(cpu_of "$kafka_pid" $(pg_procs))
+    wall=$(push_run "bench$r" "$work/in.jsonl")
+    svc1=$(cpu_of "$ingest_pid" "$dedup_pid" "$tok_pid")
+    infra1=$(cpu_of "$kafka_pid" $(pg_procs))
+    client=$(awk '{ print $1 + $2 }' "$work/push.time")
+    cpu=$(awk -v a="$svc0" -v b="$svc1" -v c="$client" 'BEGIN { printf "%.2f", b - a + c }')
+    infra=$(awk -v a="$infra0" -v b="$infra1" 'BEGIN { printf "%.2f", b - a }')
+    echo "services run $r: $wall s wall, client+services $cpu CPU s (client $client), kafka+pg $infra CPU s" >&2
+    if [ -z "$svc_best" ] || awk -v a="$wall" -v b="${svc_best%% *}" 'BEGIN { exit !(a < b) }'; then
+        svc_best="$wall $cpu $infra $client bench$r"
+    fi
+done
+read -r s_wall s_cpu s_infra s_client s_run <<<"$svc_best"
+read -r e_wall e_cpu <<<"$emb_best"
+counts=$(sql "SELECT stage, sum(docs_in), sum(docs_out), sum(rejected), sum(duplicate), count(*)
+              FROM stage_progress WHERE run_id = '$s_run' GROUP BY stage ORDER BY stage")
+svc_kept=$(sql "SELECT sum(docs_out) FROM stage_progress WHERE run_id = '$s_run' AND stage = 'dedup'")
+
+echo "data: $records records, $mb MB JSON Lines (Amazon reviews x$REPEAT, distinct ids); 2 threads / $STREAMS push streams"
+printf '%-34s %9s %9s %8s %10s\n' "" "wall s" "docs/s" "CPU s" "docs/CPU s"
+awk -v n="$records" -v ew="$e_wall" -v ec="$e_cpu" -v sw="$s_wall" -v sc="$s_cpu" -v si="$s_infra" 'BEGIN {
+    printf "%-34s %9.2f %9.0f %8.2f %10.0f\n", "embedded refinery run", ew, n / ew, ec, n / ec
+    printf "%-34s %9.2f %9.0f %8.2f %10.0f\n", "services (client+3 services)", sw, n / sw, sc, n / sc
+    printf "%-34s %9s %9s %8.2f %10.0f\n", "services + kafka mock + postgres", "", "", sc + si, n / (sc + si)
+    printf "ratio services/embedded: %.0f%% of docs/s (wall), %.0f%% of docs per CPU s (%.0f%% with kafka+pg); target >= 70%% (wall)\n",
+        100 * ew / sw, 100 * ec / sc, 100 * ec / (sc + si) }'
+echo "push client: $s_client CPU s of those; summary $(cat "$work/push.json")"
+echo "kept after dedup: embedded ${emb_kept%% *}, services $svc_kept"
+echo "stage_progress of $s_run (stage|in|out|rejected|duplicate|batches):"
+echo "$counts" | sed 's/^/  /'
