@@ -23,6 +23,7 @@ $(eval $(call SVC_BIN,kafka-mock,kafka))
 $(eval $(call SVC_BIN,dedup,dedup kafka store))
 $(eval $(call SVC_BIN,tokenizer,tokenizer rpc kafka store))
 $(eval $(call SVC_BIN,evaluator,evaluator trainer tokenizer rpc kafka store))
+$(eval $(call SVC_BIN,trainer,trainer evaluator tokenizer rpc kafka store))
 
 # refinery-ingest also serves Control, whose Submit checks a spec against
 # every registered stage as `refinery run` does (svc/spec_check.h): the
