@@ -22,7 +22,7 @@ e2e_spec "$TEST_DIR/py.yaml" "$py_reviews"
 for s in ingest dedup tokenizer trainer evaluator; do svc_start $s; done
 export REFINERY_SERVER=127.0.0.1:${PORT[ingest]} REFINERY_EVALUATOR=127.0.0.1:${PORT[evaluator]}
 check() { # RUN PUSHED
-    (cd tests/services && "$PY" e2e_check.py --proto "$REFINERY_ROOT/proto" \
+    ("$PY" tests/services/e2e_check.py --proto "$REFINERY_ROOT/proto" \
         --kafka "$KAFKA_BOOTSTRAP" --pg "$REFINERY_PG" --run "$1" --pushed "$2" \
         --steps "$E2E_STEPS")
 }
@@ -49,7 +49,7 @@ cat "$TEST_DIR/classify.out"
 
 # 2. The external Python client.
 t0=$SECONDS
-(cd tests/services && "$PY" e2e_client.py --proto "$REFINERY_ROOT/proto" \
+("$PY" tests/services/e2e_client.py --proto "$REFINERY_ROOT/proto" \
     --server "$REFINERY_SERVER" --evaluator "$REFINERY_EVALUATOR" --spec "$TEST_DIR/py.yaml" \
     --run-id e2e-py --limit $PY_LIMIT --timeout 600 \
     --classify "Love this shampoo, my hair feels great." \
