@@ -10,9 +10,11 @@
 #include <time.h>
 
 #include "common/buf.h"
+#include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/sys.h"
+#include "ingest/ingest.h"
 #include "refinery.pb-c.h"
 
 struct rf_ingest_service {
@@ -94,8 +96,17 @@ typedef struct progress {
     rf_store_counts counts;
 } progress;
 
+/* How a stream's texts are cleaned and filtered. */
+typedef struct text_opts {
+    rf_clean_opts clean;
+    bool quality_enabled;
+    rf_quality_opts quality;
+    rf_langid_opts language;
+} text_opts;
+
 typedef struct stream {
     rf_ingest_service *svc;
+    text_opts text;
     const char *run_id;
     uint64_t id; /* for generated document ids */
     pending batch;
@@ -194,7 +205,7 @@ static int reject(stream *st, const Refinery__V1__Document *d, const char *reaso
 
 /* Cleans and filters one document; keeps or rejects it. */
 static int ingest_one(stream *st, const Refinery__V1__Document *d) {
-    const rf_ingest_service_opts *o = &st->svc->o;
+    const text_opts *o = &st->text;
     st->sum.received++;
     rf_stats_add(st->svc->stats, "ingest.received", 1);
     rf_clean_result cr;
@@ -236,6 +247,42 @@ static grpc_status_code check_run(rf_rpc_call *call, rf_ingest_service *svc, con
     return GRPC_STATUS_OK;
 }
 
+/* The service's settings, or those of the run's spec when it has an
+ * `ingest:` section: cleaning, quality and language keys with the defaults of
+ * `refinery run` for the rest, so a submitted spec cleans as it does
+ * embedded. Text stays UTF-8-or-rejected (proto3 strings). */
+static grpc_status_code stream_text_opts(rf_rpc_call *call, stream *st) {
+    rf_ingest_service *svc = st->svc;
+    st->text = (text_opts){svc->o.clean, svc->o.quality_enabled, svc->o.quality, svc->o.language};
+    if (!svc->o.store) return GRPC_STATUS_OK;
+    char *spec = NULL;
+    pthread_mutex_lock(&svc->store_mu);
+    int rc = rf_store_run_spec(svc->o.store, st->run_id, &spec);
+    pthread_mutex_unlock(&svc->store_mu);
+    if (rc < 0) {
+        free(spec);
+        return rf_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "store: %s", rf_errmsg());
+    }
+    rf_cfg *cfg = NULL;
+    const rf_cfg *section;
+    rf_ingest_opts io;
+    rf_ingest_opts_default(&io);
+    rc = rf_cfg_load_string(spec, strlen(spec), "spec", &cfg);
+    if (rc == RF_OK && (section = rf_cfg_get(cfg, "ingest")) &&
+        rf_cfg_kind_of(section) == RF_CFG_MAP &&
+        (rc = rf_ingest_opts_from_cfg(section, &io)) == RF_OK) {
+        st->text = (text_opts){io.clean, io.quality_enabled, io.quality, io.language};
+        st->text.clean.utf8 = RF_UTF8_REJECT;
+    }
+    grpc_status_code code = rc < 0 ? rf_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                                                 "run '%s': %s", st->run_id, rf_errmsg())
+                                   : GRPC_STATUS_OK;
+    rf_ingest_opts_free(&io);
+    rf_cfg_free(cfg);
+    free(spec);
+    return code;
+}
+
 static int record_progress(stream *st) {
     rf_ingest_service *svc = st->svc;
     if (!svc->o.store) return RF_OK;
@@ -260,6 +307,10 @@ static grpc_status_code push(rf_rpc_call *call, const ProtobufCMessage *req, voi
         return code;
     }
     if (!st.run_id) st.run_id = "adhoc";
+    if ((code = stream_text_opts(call, &st)) != GRPC_STATUS_OK) {
+        rf_stats_add(svc->stats, "ingest.streams_failed", 1);
+        return code;
+    }
     refinery__v1__push_summary__init(&st.sum);
     ProtobufCMessage *m;
     int r;

@@ -14,7 +14,10 @@
  *
  * With a store, the run id is required (INVALID_ARGUMENT without it), must
  * exist (NOT_FOUND) and take input: a sealed or ended run is
- * FAILED_PRECONDITION; a pending run becomes running. Once the stream's
+ * FAILED_PRECONDITION; a pending run becomes running. When the run's spec
+ * has an `ingest:` section, its cleaning, quality and language settings
+ * apply to the stream (defaults as in `refinery run`), else the service's
+ * (text that is not UTF-8 is rejected either way). Once the stream's
  * messages are delivered each batch's counts are recorded in stage_progress
  * under stage "ingest" (a last row without a DocumentBatch holds trailing
  * rejects), so that

@@ -484,7 +484,8 @@ static void test_watch_ends(void **state) {
     assert_true(rf_now() - t0 < 5);
 }
 
-static grpc_status_code push(fixture *f, const char *id, int n) {
+/* Pushes n documents of 10 words; *accepted (may be NULL) from the summary. */
+static grpc_status_code push_counted(fixture *f, const char *id, int n, uint64_t *accepted) {
     const char *const md[] = {"refinery-run-id", id, NULL};
     rf_rpc_stream *ps;
     if (rf_rpc_stream_open_md(f->client, "/refinery.v1.Ingest/Push", 20, md, &ps) < 0)
@@ -499,11 +500,17 @@ static grpc_status_code push(fixture *f, const char *id, int n) {
     }
     rf_rpc_stream_close_send(ps);
     ProtobufCMessage *m = NULL;
-    if (rf_rpc_stream_recv(ps, &refinery__v1__push_summary__descriptor, &m) == 1)
+    if (rf_rpc_stream_recv(ps, &refinery__v1__push_summary__descriptor, &m) == 1) {
+        if (accepted) *accepted = ((Refinery__V1__PushSummary *)m)->accepted;
         protobuf_c_message_free_unpacked(m, NULL);
+    }
     rf_rpc_status st;
     rf_rpc_stream_finish(ps, &st);
     return st.code;
+}
+
+static grpc_status_code push(fixture *f, const char *id, int n) {
+    return push_counted(f, id, n, NULL);
 }
 
 static void test_push_lifecycle(void **state) {
@@ -531,6 +538,27 @@ static void test_push_lifecycle(void **state) {
     assert_int_equal(push(f, "no-such-run", 3), GRPC_STATUS_NOT_FOUND);
 }
 
+/* The run's spec sets the stream's filters: the same documents are kept
+ * under the defaults and refused under quality.min_words: 20. */
+static void test_push_uses_run_spec(void **state) {
+    fixture *f = *state;
+    char plain[96], strict[96];
+    fresh_id("plain", plain, sizeof plain);
+    fresh_id("strict", strict, sizeof strict);
+    rf_rpc_status st;
+    free_status(submit(f, good_spec, plain, &st));
+    free_status(submit(f, "ingest:\n  quality:\n    min_words: 20\n", strict, &st));
+    assert_int_equal(st.code, GRPC_STATUS_OK);
+    uint64_t kept_plain = 99, kept_strict = 99;
+    assert_int_equal(push_counted(f, plain, 6, &kept_plain), GRPC_STATUS_OK);
+    assert_int_equal(push_counted(f, strict, 6, &kept_strict), GRPC_STATUS_OK);
+    assert_int_equal(kept_plain, 6);
+    assert_int_equal(kept_strict, 0);
+    Refinery__V1__RunStatus *s = on_run(f, "Get", strict, &st);
+    assert_int_equal(stage(s, "ingest")->rejected, 6);
+    free_status(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_submit_get, setup, teardown),
@@ -542,6 +570,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_watch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_watch_ends, setup, teardown),
         cmocka_unit_test_setup_teardown(test_push_lifecycle, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_push_uses_run_spec, setup, teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
