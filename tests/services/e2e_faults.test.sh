@@ -16,8 +16,9 @@ reviews=$SHARED/data/amazon/All_Beauty_5.json.gz
 RUN=e2e-faults
 e2e_env
 e2e_spec "$TEST_DIR/spec.yaml" "$reviews"
-# Small batches, one per poll: many commits, so the kills land mid-stream.
-export REFINERY_MAX_MESSAGES=1
+# Small batches (~330 of them), 4 per poll: the kills land mid-stream, often
+# between a poll's outputs and its commit, so that batches are replayed.
+export REFINERY_MAX_MESSAGES=4
 svc_start ingest --batch-docs 16
 for s in dedup tokenizer trainer evaluator; do svc_start $s; done
 pushed=$(zcat "$reviews" | wc -l)
