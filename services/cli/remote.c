@@ -188,11 +188,52 @@ static bool ended(const char *state) {
     return !strcmp(state, "succeeded") || !strcmp(state, "failed") || !strcmp(state, "cancelled");
 }
 
+/* When the server has no room for another watch: Control.Get once a second,
+ * printing the status when it changes. */
+static int poll_status(rf_rpc_client *c, const char *run_id, bool json, char *state, size_t size,
+                       rf_rpc_status *st) {
+    rf_remote r;
+    rf_remote_init(&r);
+    uint8_t *last = NULL;
+    size_t last_len = 0;
+    int rc = RF_OK;
+    while (!ended(state)) {
+        Refinery__V1__RunStatus *s;
+        if ((rc = rf_remote_run_call(c, &r, "Get", run_id, &s, st)) < 0) break;
+        size_t len = refinery__v1__run_status__get_packed_size(s);
+        uint8_t *now = malloc(len ? len : 1);
+        if (!now) {
+            protobuf_c_message_free_unpacked(&s->base, NULL);
+            rc = RF_ERR_NOMEM;
+            break;
+        }
+        refinery__v1__run_status__pack(s, now);
+        if (!last || len != last_len || memcmp(now, last, len) != 0) {
+            snprintf(state, size, "%s", s->state);
+            if (json)
+                rf_remote_print_json(stdout, s);
+            else
+                rf_remote_print_line(stdout, s);
+        }
+        free(last);
+        last = now;
+        last_len = len;
+        protobuf_c_message_free_unpacked(&s->base, NULL);
+        if (!ended(state)) sleep(1);
+    }
+    free(last);
+    return rc;
+}
+
 int rf_remote_watch(rf_rpc_client *c, const char *cmd, const char *run_id, bool json) {
     char state[32] = "";
     rf_rpc_status st = {0};
     for (int attempt = 0;; attempt++) {
         int rc = watch_once(c, run_id, json, state, sizeof state, &st);
+        if (rc < 0 && st.code == GRPC_STATUS_RESOURCE_EXHAUSTED) {
+            fprintf(stderr, "refinery %s: %s; polling instead\n", cmd, st.message);
+            rc = poll_status(c, run_id, json, state, sizeof state, &st);
+        }
         if (ended(state)) break;
         /* Only an unavailable server (restarting, store down) is worth waiting for. */
         bool retry = (rc == RF_OK || st.code == GRPC_STATUS_UNAVAILABLE) && attempt < WATCH_RETRIES;

@@ -73,8 +73,9 @@ void rf_remote_print_line(FILE *out, const Refinery__V1__RunStatus *s);
 
 /* Follows run_id with Control.Watch, printing a line (or JSON with json) per
  * change, until it ends; reconnects for a while when the server is
- * unavailable. Returns the exit status: 0 succeeded, 1 failed or cancelled
- * or the watch broke. */
+ * unavailable, and polls Control.Get once a second when it has no room for
+ * another watch. Returns the exit status: 0 succeeded, 1 failed or
+ * cancelled or the watch broke. */
 int rf_remote_watch(rf_rpc_client *c, const char *cmd, const char *run_id, bool json);
 
 #endif

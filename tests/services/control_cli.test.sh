@@ -11,7 +11,7 @@ env_start pg kafka
 bin=$REFINERY_BIN
 
 "$REFINERY_BUILD/refinery-ingest" --listen 127.0.0.1:0 --port-file "$TEST_DIR/ingest.port" \
-    --kafka "$KAFKA_BOOTSTRAP" --pg "$REFINERY_PG" 2>"$TEST_DIR/ingest.log" &
+    --kafka "$KAFKA_BOOTSTRAP" --pg "$REFINERY_PG" --max-watches 1 2>"$TEST_DIR/ingest.log" &
 pid=$!
 env_track_pid $pid
 for _ in $(seq 150); do [ -s "$TEST_DIR/ingest.port" ] && break; sleep 0.1; done
@@ -128,11 +128,30 @@ expect_fail FAILED_PRECONDITION "already ended" "$bin" cancel cli-3
 expect_fail "status 9" cancelled "$REFINERY_BUILD/refinery-push" --target "$REFINERY_SERVER" \
     --run cli-3 --input "$docs"
 
+# PostgreSQL restarts under two watchers of one run (the store reconnects;
+# a Watch that fails with UNAVAILABLE meanwhile is made again); the second
+# watcher, over the --max-watches limit, polls with Get. Both see the run
+# succeed.
+"$bin" submit "$spec" --run-id cli-4 >/dev/null 2>&1
+"$bin" watch cli-4 >"$TEST_DIR/watch4a.out" 2>&1 &
+w1=$!
+for _ in $(seq 100); do grep -q "cli-4 running" "$TEST_DIR/watch4a.out" && break; sleep 0.1; done
+"$bin" watch cli-4 >"$TEST_DIR/watch4b.out" 2>&1 &
+w2=$!
+for _ in $(seq 100); do grep -q "cli-4 running" "$TEST_DIR/watch4b.out" && break; sleep 0.1; done
+scripts/test-env/pg.sh restart "$TEST_DIR"
+psql "$REFINERY_PG" -qc "UPDATE runs SET state = 'succeeded', updated_at = now() WHERE id = 'cli-4'"
+wait $w1
+wait $w2
+cat "$TEST_DIR/watch4a.out" "$TEST_DIR/watch4b.out"
+grep -q "polling instead" "$TEST_DIR/watch4b.out"
+for f in watch4a watch4b; do tail -n 1 "$TEST_DIR/$f.out" | grep -q "cli-4 succeeded"; done
+
 # The list: newest first, one line per run.
 "$bin" status >"$TEST_DIR/list"
 cat "$TEST_DIR/list"
-[ "$(wc -l <"$TEST_DIR/list")" -eq 3 ]
-head -n 1 "$TEST_DIR/list" | grep -q '"run_id":"cli-3"'
+[ "$(wc -l <"$TEST_DIR/list")" -eq 4 ]
+head -n 1 "$TEST_DIR/list" | grep -q '"run_id":"cli-4"'
 [ "$("$bin" status --limit 1 --lines | wc -l)" -eq 1 ]
 
 # classify against refinery-evaluator (gRPC side only), with a checkpoint
