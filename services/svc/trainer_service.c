@@ -350,11 +350,12 @@ int rf_trainer_service_new(const rf_trainer_service_opts *o, rf_trainer_service 
     return RF_OK;
 }
 
-/* Joins the finished training thread and forgets the job. */
+/* Joins the finished training thread and forgets the job; the run's intake
+ * is closed (a late batch would open it again). */
 static void reap(rf_trainer_service *s) {
     job *j = s->job;
     pthread_join(j->thread, NULL);
-    if (j->trained) intake_close(s, j->run_id);
+    intake_close(s, j->run_id);
     free(j);
     s->job = NULL;
 }
