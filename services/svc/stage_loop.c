@@ -7,14 +7,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "svc/svc.h"
 
-typedef struct done {
+/* One message of a poll and what became of it. */
+typedef enum item_state { ITEM_BAD, ITEM_REPLAY, ITEM_TODO, ITEM_DONE } item_state;
+
+typedef struct item {
     rf_stage_batch_id id;
     rf_store_counts counts;
-} done;
+    item_state state;
+} item;
 
 static void count(rf_stage_loop *l, const char *what, int64_t n) {
     if (!l->stats || !n) return;
@@ -23,39 +28,141 @@ static void count(rf_stage_loop *l, const char *what, int64_t n) {
     rf_stats_add(l->stats, name, n);
 }
 
-/* Processes the poll's messages; fills finished[] with the batches to record. */
-static int process_all(rf_stage_loop *l, const rf_kafka_batch *b, rf_kafka_tracker *t,
-                       done *finished, size_t *nfinished) {
+/* Identifies every message: not a batch (BAD), the same batch twice in one
+ * poll (an upstream replay: REPLAY), or TODO. */
+static void identify_all(rf_stage_loop *l, const rf_kafka_batch *b, item *it) {
     for (size_t i = 0; i < b->n; i++) {
         const rf_kafka_msg *m = &b->msgs[i];
-        done d = {0};
-        if (l->identify(l->user, m, &d.id) < 0) {
+        it[i].state = ITEM_TODO;
+        if (l->identify(l->user, m, &it[i].id) < 0) {
             rf_warn(l->stage, "%s [%d] offset %" PRId64 ": not a batch (%s); skipped", m->topic,
                     (int)m->partition, m->offset, rf_errmsg());
             count(l, "bad_messages", 1);
+            it[i].state = ITEM_BAD;
             continue;
         }
-        bool again = false; /* the same batch twice in one poll (an upstream replay) */
-        for (size_t k = 0; k < *nfinished && !again; k++)
-            again = finished[k].id.seq == d.id.seq && !strcmp(finished[k].id.run_id, d.id.run_id);
-        if (again) {
-            count(l, "replayed", 1);
-            continue;
-        }
-        if (l->store) {
-            bool has;
-            int rc = rf_store_progress_has(l->store, d.id.run_id, l->stage, d.id.seq, &has);
-            if (rc < 0) return rc;
-            if (has) {
-                rf_info(l->stage, "run %s batch %" PRIu64 " already done: skipped", d.id.run_id,
-                        d.id.seq);
+        for (size_t k = 0; k < i; k++)
+            if (it[k].state == ITEM_TODO && it[k].id.seq == it[i].id.seq &&
+                !strcmp(it[k].id.run_id, it[i].id.run_id)) {
                 count(l, "replayed", 1);
-                continue;
+                it[i].state = ITEM_REPLAY;
+                break;
             }
+    }
+}
+
+/* Appends the run ids of the items in state st as a PostgreSQL text array
+ * literal: {"a","b"}, with '"' and '\' escaped. */
+static int put_run_ids(rf_buf *out, const item *it, size_t n, item_state st) {
+    int rc = rf_buf_putc(out, '{');
+    const char *sep = "";
+    for (size_t i = 0; rc == RF_OK && i < n; i++) {
+        if (it[i].state != st) continue;
+        rc = rf_buf_puts(out, sep);
+        if (rc == RF_OK) rc = rf_buf_putc(out, '"');
+        for (const char *c = it[i].id.run_id; rc == RF_OK && *c; c++) {
+            if (*c == '"' || *c == '\\') rc = rf_buf_putc(out, '\\');
+            if (rc == RF_OK) rc = rf_buf_putc(out, *c);
         }
-        int rc = l->process(l->user, m, &d.id, t, &d.counts);
+        if (rc == RF_OK) rc = rf_buf_putc(out, '"');
+        sep = ",";
+    }
+    return rc ? rc : rf_buf_putc(out, '}');
+}
+
+/* Appends a bigint array literal of one field of the items in state st:
+ * 0 = seq, 1..4 = in, out, rejected, duplicate. */
+static int put_numbers(rf_buf *out, const item *it, size_t n, item_state st, int field) {
+    int rc = rf_buf_putc(out, '{');
+    const char *sep = "";
+    for (size_t i = 0; rc == RF_OK && i < n; i++) {
+        if (it[i].state != st) continue;
+        const rf_store_counts *c = &it[i].counts;
+        int64_t v = field == 1   ? c->in
+                    : field == 2 ? c->out
+                    : field == 3 ? c->rejected
+                                 : c->duplicate;
+        if (field == 0 && it[i].id.seq > INT64_MAX)
+            return rf_fail(RF_ERR_RANGE, "batch seq %" PRIu64 " out of range", it[i].id.seq);
+        if (field != 0 && v < 0) return rf_fail(RF_ERR_RANGE, "negative count in a batch");
+        rc = rf_buf_puts(out, sep);
+        if (rc == RF_OK)
+            rc = field == 0 ? rf_buf_put_u64(out, it[i].id.seq) : rf_buf_put_i64(out, v);
+        sep = ",";
+    }
+    return rc ? rc : rf_buf_putc(out, '}');
+}
+
+/* Array parameters for the items in state st: run ids, then the given
+ * number fields. */
+static int array_params(const item *it, size_t n, item_state st, int nfields, rf_buf *bufs) {
+    int rc = put_run_ids(&bufs[0], it, n, st);
+    for (int f = 0; rc == RF_OK && f < nfields; f++)
+        rc = put_numbers(&bufs[1 + f], it, n, st, f);
+    return rc;
+}
+
+/* One round trip for the whole poll: TODO batches whose progress row exists
+ * were finished before (only their offset commit was lost) become REPLAY. */
+static int skip_recorded(rf_stage_loop *l, item *it, size_t n) {
+    rf_buf a[2] = {RF_BUF_INIT, RF_BUF_INIT};
+    PGresult *res = NULL;
+    int rc = array_params(it, n, ITEM_TODO, 1, a);
+    if (rc == RF_OK) {
+        const char *p[] = {l->stage, a[0].data, a[1].data};
+        rc = rf_store_exec(l->store,
+                           "SELECT p.run_id, p.batch_seq FROM stage_progress p"
+                           " JOIN unnest($2::text[], $3::bigint[]) AS b(run_id, seq)"
+                           " ON p.run_id = b.run_id AND p.batch_seq = b.seq WHERE p.stage = $1",
+                           3, p, &res);
+    }
+    for (int r = 0; rc == RF_OK && r < PQntuples(res); r++) {
+        const char *run = PQgetvalue(res, r, 0);
+        uint64_t seq = strtoull(PQgetvalue(res, r, 1), NULL, 10);
+        for (size_t i = 0; i < n; i++)
+            if (it[i].state == ITEM_TODO && it[i].id.seq == seq && !strcmp(it[i].id.run_id, run)) {
+                rf_info(l->stage, "run %s batch %" PRIu64 " already done: skipped", run, seq);
+                count(l, "replayed", 1);
+                it[i].state = ITEM_REPLAY;
+            }
+    }
+    if (res) PQclear(res);
+    rf_buf_free(&a[0]);
+    rf_buf_free(&a[1]);
+    return rc;
+}
+
+/* The progress rows of every DONE batch, in one statement (so all or none). */
+static int record_done(rf_stage_loop *l, const item *it, size_t n) {
+    size_t ndone = 0;
+    for (size_t i = 0; i < n; i++)
+        ndone += it[i].state == ITEM_DONE;
+    if (ndone == 0) return RF_OK;
+    rf_buf a[6] = {RF_BUF_INIT, RF_BUF_INIT, RF_BUF_INIT, RF_BUF_INIT, RF_BUF_INIT, RF_BUF_INIT};
+    int rc = array_params(it, n, ITEM_DONE, 5, a);
+    if (rc == RF_OK) {
+        const char *p[] = {l->stage,  a[0].data, a[1].data, a[2].data,
+                           a[3].data, a[4].data, a[5].data};
+        rc = rf_store_exec(l->store,
+                           "INSERT INTO stage_progress"
+                           " (run_id, stage, batch_seq, docs_in, docs_out, rejected, duplicate)"
+                           " SELECT r, $1, s, i, o, j, d FROM unnest($2::text[], $3::bigint[],"
+                           " $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])"
+                           " AS t(r, s, i, o, j, d)"
+                           " ON CONFLICT (run_id, stage, batch_seq) DO NOTHING",
+                           7, p, NULL);
+    }
+    for (size_t k = 0; k < 6; k++)
+        rf_buf_free(&a[k]);
+    return rc;
+}
+
+static int process_all(rf_stage_loop *l, const rf_kafka_batch *b, rf_kafka_tracker *t, item *it) {
+    for (size_t i = 0; i < b->n; i++) {
+        if (it[i].state != ITEM_TODO) continue;
+        int rc = l->process(l->user, &b->msgs[i], &it[i].id, t, &it[i].counts);
         if (rc < 0) return rc;
-        finished[(*nfinished)++] = d;
+        it[i].state = ITEM_DONE;
     }
     return RF_OK;
 }
@@ -70,29 +177,30 @@ int rf_stage_loop_step(rf_stage_loop *l) {
         rf_kafka_batch_release(&b);
         return 0;
     }
-    done *finished = calloc(b.n, sizeof *finished);
+    item *it = calloc(b.n, sizeof *it);
     rf_kafka_tracker t = {0};
-    size_t nfinished = 0;
-    rc = finished ? process_all(l, &b, &t, finished, &nfinished) : RF_ERR_NOMEM;
+    rc = it ? RF_OK : RF_ERR_NOMEM;
+    if (rc == RF_OK) identify_all(l, &b, it);
+    if (rc == RF_OK && l->store) rc = skip_recorded(l, it, b.n);
+    if (rc == RF_OK) rc = process_all(l, &b, &t, it);
     /* Wait for whatever was produced, even after a failure: t lives here. */
     double timeout = l->delivery_timeout_s > 0 ? l->delivery_timeout_s : 30;
     int delivered = rf_kafka_wait(l->producer, &t, timeout);
     if (rc == RF_OK) rc = delivered;
-    for (size_t i = 0; rc == RF_OK && l->store && i < nfinished; i++)
-        rc = rf_store_progress_add(l->store, finished[i].id.run_id, l->stage, finished[i].id.seq,
-                                   &finished[i].counts, NULL);
+    if (rc == RF_OK && l->store) rc = record_done(l, it, b.n);
     if (rc == RF_OK) rc = rf_kafka_commit_batch(l->consumer, &b);
     if (rc == RF_OK) {
-        count(l, "batches", (int64_t)nfinished);
-        for (size_t i = 0; i < nfinished; i++) {
-            count(l, "in", finished[i].counts.in);
-            count(l, "out", finished[i].counts.out);
-            count(l, "rejected", finished[i].counts.rejected);
-            count(l, "duplicate", finished[i].counts.duplicate);
+        for (size_t i = 0; i < b.n; i++) {
+            if (it[i].state != ITEM_DONE) continue;
+            count(l, "batches", 1);
+            count(l, "in", it[i].counts.in);
+            count(l, "out", it[i].counts.out);
+            count(l, "rejected", it[i].counts.rejected);
+            count(l, "duplicate", it[i].counts.duplicate);
         }
         rc = (int)b.n;
     }
-    free(finished);
+    free(it);
     rf_kafka_batch_release(&b);
     return rc;
 }

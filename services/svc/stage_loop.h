@@ -4,6 +4,10 @@
  *   process (produce outputs) -> wait until every output is in Kafka ->
  *   record each batch's counts in PostgreSQL -> commit the input offsets
  *
+ * PostgreSQL sees two statements per poll, not two per batch: one looks up
+ * which of the poll's batches are recorded, one records all the new ones
+ * (so a poll's rows are written all or none).
+ *
  * A crash anywhere before the commit replays the poll's batches. A batch
  * whose progress row exists was finished before (only its commit was lost)
  * and is skipped, so its counts and outputs are not repeated; a batch that
