@@ -32,10 +32,10 @@ typedef struct rf_backend {
     void (*linear_bwd)(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                        const float *w, int N, int IC, int OC);
     void (*attention_fwd)(float *out, float *att, float *scratch, const float *qkv,
-                          const uint8_t *valid, int B, int T, int C, int NH, float pdrop,
+                          const uint8_t *valid, int B, int T, int Tq, int C, int NH, float pdrop,
                           uint64_t seed);
     void (*attention_bwd)(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                          const float *att, int B, int T, int C, int NH, float pdrop,
+                          const float *att, int B, int T, int Tq, int C, int NH, float pdrop,
                           uint64_t seed);
     void (*gelu_fwd)(float *out, const float *inp, size_t n);
     void (*gelu_bwd)(float *dinp, const float *inp, const float *dout, size_t n);

@@ -21,7 +21,8 @@ typedef struct acts {
     float *emb_in, *emb_mean, *emb_rstd, *x0;
     float *att_scratch; /* [B,NH,T,T] working space of the attention ops, shared by layers */
     layer_acts *layers; /* caller-provided array of num_layers */
-    float *cls, *pool_pre, *pooled, *pooled_drop, *logits, *probs, *losses;
+    float *cls;         /* the [CLS] rows of the last layer's input */
+    float *pool_pre, *pooled, *pooled_drop, *logits, *probs, *losses;
 } acts;
 
 /* Lays out acts over base (NULL base: just counts). Returns the float count. */
@@ -452,26 +453,35 @@ int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout
         const rf_bert_layer *P = &m->p.layers[l];
         layer_acts *L = &la[l];
         uint64_t s = 1 + 4 * (uint64_t)l;
+        /* Only the [CLS] rows reach the head, so the last layer takes its
+         * queries, and runs everything after attention, on those B rows. */
+        bool last = l == c->num_layers - 1;
+        int Tq = last ? 1 : T;
+        size_t Nq = (size_t)B * Tq;
+        const float *xq = x;
+        if (last) {
+            for (int b = 0; b < B; b++)
+                be->copy(a.cls + (size_t)b * C, x + (size_t)b * T * C, C * sizeof(float));
+            xq = a.cls;
+        }
         be->linear_fwd(L->qkv, x, P->qkv_w, P->qkv_b, (int)N, C, 3 * C);
-        be->attention_fwd(L->ctx, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, C,
+        be->attention_fwd(L->ctx, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq, C,
                           c->num_heads, pa, site_seed(dropout_seed, s));
-        be->linear_fwd(L->res1, L->ctx, P->ao_w, P->ao_b, (int)N, C, C);
-        be->dropout_fwd(L->res1, L->res1, N * C, ph, site_seed(dropout_seed, s + 1));
-        be->residual_fwd(L->res1, L->res1, x, N * C);
-        be->layernorm_fwd(L->x1, L->ln1_mean, L->ln1_rstd, L->res1, P->ln1_w, P->ln1_b, (int)N, C,
+        be->linear_fwd(L->res1, L->ctx, P->ao_w, P->ao_b, (int)Nq, C, C);
+        be->dropout_fwd(L->res1, L->res1, Nq * C, ph, site_seed(dropout_seed, s + 1));
+        be->residual_fwd(L->res1, L->res1, xq, Nq * C);
+        be->layernorm_fwd(L->x1, L->ln1_mean, L->ln1_rstd, L->res1, P->ln1_w, P->ln1_b, (int)Nq, C,
                           c->layer_norm_eps);
-        be->linear_fwd(L->fc_pre, L->x1, P->fc_w, P->fc_b, (int)N, C, I);
-        be->gelu_fwd(L->fc_act, L->fc_pre, N * I);
-        be->linear_fwd(L->res2, L->fc_act, P->fo_w, P->fo_b, (int)N, I, C);
-        be->dropout_fwd(L->res2, L->res2, N * C, ph, site_seed(dropout_seed, s + 2));
-        be->residual_fwd(L->res2, L->res2, L->x1, N * C);
-        be->layernorm_fwd(L->x2, L->ln2_mean, L->ln2_rstd, L->res2, P->ln2_w, P->ln2_b, (int)N, C,
+        be->linear_fwd(L->fc_pre, L->x1, P->fc_w, P->fc_b, (int)Nq, C, I);
+        be->gelu_fwd(L->fc_act, L->fc_pre, Nq * I);
+        be->linear_fwd(L->res2, L->fc_act, P->fo_w, P->fo_b, (int)Nq, I, C);
+        be->dropout_fwd(L->res2, L->res2, Nq * C, ph, site_seed(dropout_seed, s + 2));
+        be->residual_fwd(L->res2, L->res2, L->x1, Nq * C);
+        be->layernorm_fwd(L->x2, L->ln2_mean, L->ln2_rstd, L->res2, P->ln2_w, P->ln2_b, (int)Nq, C,
                           c->layer_norm_eps);
         x = L->x2;
     }
-    for (int b = 0; b < B; b++) /* the [CLS] row of each sequence */
-        be->copy(a.cls + (size_t)b * C, x + (size_t)b * T * C, C * sizeof(float));
-    be->linear_fwd(a.pool_pre, a.cls, m->p.pool_w, m->p.pool_b, B, C, C);
+    be->linear_fwd(a.pool_pre, x, m->p.pool_w, m->p.pool_b, B, C, C); /* x: [B, C] */
     be->tanh_fwd(a.pooled, a.pool_pre, (size_t)B * C);
     be->dropout_fwd(a.pooled_drop, a.pooled, (size_t)B * C, pc,
                     site_seed(dropout_seed, head_site(c)));
@@ -503,35 +513,39 @@ void rf_bert_backward(rf_bert *m, float loss_scale) {
                    K);
     be->dropout_bwd(d.pooled, d.pooled_drop, (size_t)B * C, pc, site_seed(seed, head_site(c)));
     be->tanh_bwd(d.pool_pre, a.pooled, d.pooled, (size_t)B * C);
-    be->linear_bwd(d.cls, m->g.pool_w, m->g.pool_b, d.pool_pre, a.cls, m->p.pool_w, B, C, C);
-    float *dx = dla[c->num_layers - 1].x2;
-    for (int b = 0; b < B; b++) /* scatter the [CLS] gradient back; other rows get none */
-        be->copy(dx + (size_t)b * T * C, d.cls + (size_t)b * C, C * sizeof(float));
-    for (int l = c->num_layers - 1; l >= 0; l--) {
+    int last = c->num_layers - 1;
+    be->linear_bwd(dla[last].x2, m->g.pool_w, m->g.pool_b, d.pool_pre, la[last].x2, m->p.pool_w, B,
+                   C, C);
+    for (int l = last; l >= 0; l--) {
         const rf_bert_layer *P = &m->p.layers[l], *G = &m->g.layers[l];
         layer_acts *L = &la[l], *D = &dla[l];
         const float *x = l ? la[l - 1].x2 : a.x0;
         float *dxin = l ? dla[l - 1].x2 : d.x0;
         uint64_t s = 1 + 4 * (uint64_t)l;
+        int Tq = l == last ? 1 : T; /* as in forward: the last layer's queries are [CLS] rows */
+        size_t Nq = (size_t)B * Tq;
+        float *dxq = l == last ? d.cls : dxin;
         /* x2 = LN(res2), res2 = dropout(fo) + x1; D->res1 is scratch for d(fo). */
         be->layernorm_bwd(D->res2, G->ln2_w, G->ln2_b, D->x2, L->res2, P->ln2_w, L->ln2_mean,
-                          L->ln2_rstd, (int)N, C);
-        be->residual_bwd(D->x1, NULL, D->res2, N * C);
-        be->dropout_bwd(D->res1, D->res2, N * C, ph, site_seed(seed, s + 2));
-        be->linear_bwd(D->fc_act, G->fo_w, G->fo_b, D->res1, L->fc_act, P->fo_w, (int)N, I, C);
-        be->gelu_bwd(D->fc_pre, L->fc_pre, D->fc_act, N * I);
-        be->linear_bwd(D->x1, G->fc_w, G->fc_b, D->fc_pre, L->x1, P->fc_w, (int)N, C, I);
-        /* x1 = LN(res1), res1 = dropout(ao) + x; D->res2 is scratch for d(ao). */
-        be->zero(D->res1, N * C * sizeof(float));
+                          L->ln2_rstd, (int)Nq, C);
+        be->residual_bwd(D->x1, NULL, D->res2, Nq * C);
+        be->dropout_bwd(D->res1, D->res2, Nq * C, ph, site_seed(seed, s + 2));
+        be->linear_bwd(D->fc_act, G->fo_w, G->fo_b, D->res1, L->fc_act, P->fo_w, (int)Nq, I, C);
+        be->gelu_bwd(D->fc_pre, L->fc_pre, D->fc_act, Nq * I);
+        be->linear_bwd(D->x1, G->fc_w, G->fc_b, D->fc_pre, L->x1, P->fc_w, (int)Nq, C, I);
+        /* x1 = LN(res1), res1 = dropout(ao) + xq; D->res2 is scratch for d(ao). */
+        be->zero(D->res1, Nq * C * sizeof(float));
         be->layernorm_bwd(D->res1, G->ln1_w, G->ln1_b, D->x1, L->res1, P->ln1_w, L->ln1_mean,
-                          L->ln1_rstd, (int)N, C);
-        be->residual_bwd(dxin, NULL, D->res1, N * C);
-        be->zero(D->res2, N * C * sizeof(float));
-        be->dropout_bwd(D->res2, D->res1, N * C, ph, site_seed(seed, s + 1));
-        be->linear_bwd(D->ctx, G->ao_w, G->ao_b, D->res2, L->ctx, P->ao_w, (int)N, C, C);
-        be->attention_bwd(D->qkv, a.att_scratch, D->ctx, L->qkv, L->att, B, T, C, c->num_heads, pa,
-                          site_seed(seed, s));
+                          L->ln1_rstd, (int)Nq, C);
+        be->residual_bwd(dxq, NULL, D->res1, Nq * C);
+        be->zero(D->res2, Nq * C * sizeof(float));
+        be->dropout_bwd(D->res2, D->res1, Nq * C, ph, site_seed(seed, s + 1));
+        be->linear_bwd(D->ctx, G->ao_w, G->ao_b, D->res2, L->ctx, P->ao_w, (int)Nq, C, C);
+        be->attention_bwd(D->qkv, a.att_scratch, D->ctx, L->qkv, L->att, B, T, Tq, C, c->num_heads,
+                          pa, site_seed(seed, s));
         be->linear_bwd(dxin, G->qkv_w, G->qkv_b, D->qkv, x, P->qkv_w, (int)N, C, 3 * C);
+        for (int b = 0; l == last && b < B; b++) /* the [CLS] rows' residual gradient */
+            be->residual_bwd(dxin + (size_t)b * T * C, NULL, d.cls + (size_t)b * C, C);
     }
     /* x0 = dropout(LN(emb)): d(LN out) goes to emb_in's slot, LN's input gradient to x0's. */
     be->dropout_bwd(d.emb_in, d.x0, N * C, ph, site_seed(seed, 0));

@@ -190,9 +190,9 @@ static inline float erf_fast(float x) {
     return x * p / q;
 }
 
-/* Softmax of each score row over its valid keys; masked keys get 0. */
-static void softmax_rows(float *a, const uint8_t *valid, int T) {
-    for (int t = 0; t < T; t++, a += T) {
+/* Softmax of each of the rows [rows, T] over the valid keys; masked keys get 0. */
+static void softmax_rows(float *a, const uint8_t *valid, int rows, int T) {
+    for (int t = 0; t < rows; t++, a += T) {
         float mx = -INFINITY, sum = 0;
         for (int k = 0; k < T; k++)
             if (valid[k] && a[k] > mx) mx = a[k];
@@ -208,44 +208,46 @@ static void softmax_rows(float *a, const uint8_t *valid, int T) {
     }
 }
 
-/* dst = src with attention dropout applied; element i of the [T,T] block is
- * mask index idx0 + i, the same in forward and backward. */
-static void dropout_block(float *dst, const float *src, int T, float p, uint64_t seed,
+/* dst = src with attention dropout applied; element i of the n-element block
+ * is mask index idx0 + i, the same in forward and backward. */
+static void dropout_block(float *dst, const float *src, size_t n, float p, uint64_t seed,
                           uint64_t idx0) {
     float s = 1.0f / (1.0f - p);
-    for (size_t i = 0; i < (size_t)T * T; i++)
+    for (size_t i = 0; i < n; i++)
         dst[i] = keep(seed, idx0 + i, p) ? src[i] * s : 0.0f;
 }
 
-/* Each (sequence, head) is an independent task of three small sgemms on
- * strided views of qkv; OpenBLAS runs single-threaded inside the parallel loop. */
+/* Each (sequence, head) is an independent task of small sgemms on strided
+ * views of qkv; OpenBLAS runs single-threaded inside the parallel loop. */
 void rf_op_attention_fwd(float *out, float *att, float *scratch, const float *qkv,
-                         const uint8_t *valid, int B, int T, int C, int NH, float pdrop,
+                         const uint8_t *valid, int B, int T, int Tq, int C, int NH, float pdrop,
                          uint64_t seed) {
     int hs = C / NH, ld = 3 * C;
+    size_t blk = (size_t)Tq * T;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
         const float *q = qkv + (size_t)b * T * ld + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
-        float *a = att + (size_t)bh * T * T, *p = a;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, ld, k, ld, 0.0f, a,
-                    T);
-        softmax_rows(a, valid + (size_t)b * T, T);
+        float *a = att + bh * blk, *p = a;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, T, hs, scale, q, ld, k, ld, 0.0f,
+                    a, T);
+        softmax_rows(a, valid + (size_t)b * T, Tq, T);
         if (pdrop > 0) {
-            p = scratch + (size_t)bh * T * T;
-            dropout_block(p, a, T, pdrop, seed, (uint64_t)bh * T * T);
+            p = scratch + bh * blk;
+            dropout_block(p, a, blk, pdrop, seed, bh * blk);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, v, ld, 0.0f,
-                    out + (size_t)b * T * C + (size_t)h * hs, C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, hs, T, 1.0f, p, T, v, ld, 0.0f,
+                    out + (size_t)b * Tq * C + (size_t)h * hs, C);
     }
 }
 
 /* Masked keys have p = 0, so their gradients vanish without looking at the mask. */
 void rf_op_attention_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                         const float *att, int B, int T, int C, int NH, float pdrop,
+                         const float *att, int B, int T, int Tq, int C, int NH, float pdrop,
                          uint64_t seed) {
     int hs = C / NH, ld = 3 * C;
+    size_t blk = (size_t)Tq * T;
     float scale = 1.0f / sqrtf((float)hs), keep_scale = pdrop > 0 ? 1.0f / (1.0f - pdrop) : 1.0f;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; bh++) {
@@ -253,26 +255,26 @@ void rf_op_attention_bwd(float *dqkv, float *scratch, const float *dout, const f
         size_t off = (size_t)b * T * ld + (size_t)h * hs;
         const float *q = qkv + off, *k = q + C, *v = q + 2 * C;
         float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
-        const float *a = att + (size_t)bh * T * T, *d = dout + (size_t)b * T * C + (size_t)h * hs;
-        float *s = scratch + (size_t)bh * T * T;
-        uint64_t idx0 = (uint64_t)bh * T * T;
+        const float *a = att + bh * blk, *d = dout + (size_t)b * Tq * C + (size_t)h * hs;
+        float *s = scratch + bh * blk;
         /* dv += p_dropped^T d, then s = d v^T = d(p_dropped) */
         const float *pd = a;
         if (pdrop > 0) {
-            dropout_block(s, a, T, pdrop, seed, idx0);
+            dropout_block(s, a, blk, pdrop, seed, bh * blk);
             pd = s;
         }
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, pd, T, d, C, 1.0f, dv,
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, Tq, 1.0f, pd, T, d, C, 1.0f, dv,
                     ld);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, d, C, v, ld, 0.0f, s,
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, T, hs, 1.0f, d, C, v, ld, 0.0f, s,
                     T);
         /* through dropout and softmax: ds = p * (dp - sum(p * dp)) * scale (0 on masked keys) */
-        for (int t = 0; t < T; t++) {
+        for (int t = 0; t < Tq; t++) {
             const float *pr = a + (size_t)t * T;
             float *sr = s + (size_t)t * T, dot = 0;
             if (pdrop > 0)
                 for (int j = 0; j < T; j++)
-                    sr[j] = keep(seed, idx0 + (size_t)t * T + j, pdrop) ? sr[j] * keep_scale : 0;
+                    sr[j] =
+                        keep(seed, bh * blk + (size_t)t * T + j, pdrop) ? sr[j] * keep_scale : 0.0f;
 #pragma omp simd reduction(+ : dot)
             for (int j = 0; j < T; j++)
                 dot += pr[j] * sr[j];
@@ -280,9 +282,9 @@ void rf_op_attention_bwd(float *dqkv, float *scratch, const float *dout, const f
             for (int j = 0; j < T; j++)
                 sr[j] = pr[j] * (sr[j] - dot) * scale;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, k, ld, 1.0f,
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, hs, T, 1.0f, s, T, k, ld, 1.0f,
                     dq, ld);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, q, ld, 1.0f, dk,
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, Tq, 1.0f, s, T, q, ld, 1.0f, dk,
                     ld);
     }
 }

@@ -34,15 +34,18 @@ void rf_op_linear_bwd(float *dinp, float *dw, float *db, const float *dout, cons
                       const float *w, int N, int IC, int OC);
 
 /* Multi-head self-attention over a fused qkv[B*T, 3C] (q | k | v, head h at
- * columns h*hs). valid[b*T+t] = 0 masks key t of sequence b. att[B,NH,T,T] keeps
- * the softmax probabilities (before dropout) for backward. out is [B*T, C].
- * scratch is [B,NH,T,T] floats of working space (the dropped-out
- * probabilities, then their gradient); its contents do not outlive a call. */
+ * columns h*hs), for the queries at the first Tq positions of each sequence
+ * (Tq = T: all; Tq = 1: [CLS] only) against all T keys. valid[b*T+t] = 0
+ * masks key t of sequence b. att[B,NH,Tq,T] keeps the softmax probabilities
+ * (before dropout) for backward. out is [B*Tq, C]. scratch is [B,NH,Tq,T]
+ * floats of working space (the dropped-out probabilities, then their
+ * gradient); its contents do not outlive a call. */
 void rf_op_attention_fwd(float *out, float *att, float *scratch, const float *qkv,
-                         const uint8_t *valid, int B, int T, int C, int NH, float pdrop,
+                         const uint8_t *valid, int B, int T, int Tq, int C, int NH, float pdrop,
                          uint64_t seed);
 void rf_op_attention_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                         const float *att, int B, int T, int C, int NH, float pdrop, uint64_t seed);
+                         const float *att, int B, int T, int Tq, int C, int NH, float pdrop,
+                         uint64_t seed);
 
 /* GELU with the exact erf form (BERT's "gelu"), erf to within a few ulp. */
 void rf_op_gelu_fwd(float *out, const float *inp, size_t n);

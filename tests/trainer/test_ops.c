@@ -113,43 +113,52 @@ static void test_layernorm(void **state) {
 typedef struct {
     float *qkv, *att, *scratch;
     uint8_t *valid;
-    int B, T, C, NH;
+    int B, T, Tq, C, NH;
     float p;
 } att_ctx;
 static void att_fwd(check *c) {
     att_ctx *k = c->ctx;
-    rf_op_attention_fwd(c->out, k->att, k->scratch, k->qkv, k->valid, k->B, k->T, k->C, k->NH, k->p,
-                        77);
+    rf_op_attention_fwd(c->out, k->att, k->scratch, k->qkv, k->valid, k->B, k->T, k->Tq, k->C,
+                        k->NH, k->p, 77);
 }
-static void run_attention(float p) {
+/* Tq < T: only the first Tq positions of each sequence are queries. */
+static void run_attention(float p, int Tq) {
     int B = 2, T = 5, C = 8, NH = 2;
     uint8_t valid[10] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0}; /* second sequence padded */
     att_ctx k = {randn(B * T * 3 * C, 1),
-                 zeros(B * NH * T * T),
-                 zeros(B * NH * T * T),
+                 zeros(B * NH * Tq * T),
+                 zeros(B * NH * Tq * T),
                  valid,
                  B,
                  T,
+                 Tq,
                  C,
                  NH,
                  p};
-    check c = {att_fwd, zeros(B * T * C), randn(B * T * C, 1), (size_t)B * T * C, &k};
+    check c = {att_fwd, zeros(B * Tq * C), randn(B * Tq * C, 1), (size_t)B * Tq * C, &k};
     objective(&c);
     float *dqkv = zeros(B * T * 3 * C);
-    rf_op_attention_bwd(dqkv, k.scratch, c.R, k.qkv, k.att, B, T, C, NH, p, 77);
+    rf_op_attention_bwd(dqkv, k.scratch, c.R, k.qkv, k.att, B, T, Tq, C, NH, p, 77);
     expect_grad(&c, k.qkv, B * T * 3 * C, dqkv,
                 p > 0 ? "attention+dropout dqkv" : "attention dqkv");
-    /* padded keys get no gradient and padded rows leave real outputs unchanged */
+    /* padded keys get no gradient; neither do positions that are not queries */
     for (int t = 8; t < 10; t++)
         for (int i = C; i < 3 * C; i++)
             assert_true(dqkv[t * 3 * C + i] == 0.0f);
+    for (int n = 0; n < B * T; n++)
+        for (int i = 0; n % T >= Tq && i < C; i++)
+            assert_true(dqkv[n * 3 * C + i] == 0.0f);
     free(k.qkv), free(k.att), free(k.scratch), free(c.out), free(c.R), free(dqkv);
 }
 static void test_attention(void **state) {
-    run_attention(0);
+    run_attention(0, 5);
 }
 static void test_attention_dropout(void **state) {
-    run_attention(0.3f);
+    run_attention(0.3f, 5);
+}
+static void test_attention_cls_queries(void **state) {
+    run_attention(0, 1);
+    run_attention(0.3f, 2);
 }
 
 /* ---- elementwise ops ---- */
@@ -271,10 +280,15 @@ static void test_xent(void **state) {
 int main(void) {
     rf_rng_seed(&rng, 42);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_linear),      cmocka_unit_test(test_layernorm),
-        cmocka_unit_test(test_attention),   cmocka_unit_test(test_attention_dropout),
-        cmocka_unit_test(test_elementwise), cmocka_unit_test(test_dropout_rate),
-        cmocka_unit_test(test_embed),       cmocka_unit_test(test_xent),
+        cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_layernorm),
+        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_dropout),
+        cmocka_unit_test(test_attention_cls_queries),
+        cmocka_unit_test(test_elementwise),
+        cmocka_unit_test(test_dropout_rate),
+        cmocka_unit_test(test_embed),
+        cmocka_unit_test(test_xent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
