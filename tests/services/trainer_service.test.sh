@@ -12,7 +12,9 @@
 # - a bad spec, a missing model, token ids beyond the vocabulary and a run
 #   with no data each end failed with the reason in runs.error, and a run
 #   cancelled mid-training stops; the service goes on (run-b trains after
-#   them) and exits 0 on SIGTERM.
+#   them);
+# - run-c: SIGTERM mid-training exits 0 at a saved state; the next start
+#   resumes from it.
 . "$REFINERY_ROOT/tests/services/lib.sh"
 [ -f "$SHARED/data/sst2/dev.tsv" ] || { echo "missing $SHARED/data/sst2/dev.tsv (see /work/shared/README.md)" >&2; exit 1; }
 model=$REFINERY_ROOT/build/models/minilm-l6
@@ -159,6 +161,18 @@ for r in run-a run-b; do
     grep -qx "$r 4 1 $ck/$r/step-4" "$TEST_DIR/ann.txt"
 done
 
+# SIGTERM mid-training: exit 0 at a saved state, which the next start resumes.
+run run-c 'trainer: {max_len: 16, batch_size: 2, max_steps: 1000, checkpoint_every: 1000}'
+feed run-c "$TEST_DIR/ids.txt" "$TEST_DIR/labels.txt"
+wait_for 300 "run-c to train" 'grep -q "run run-c: 40 training sequences" "$TEST_DIR/trainer2.log"'
 kill -TERM $pid
 wait $pid # exit 0
+grep -q "run run-c: stopped at step [0-9]* (service stopping)" "$TEST_DIR/trainer2.log"
+start trainer3.log
+wait_for 300 "run-c to resume" 'grep -q "resumed from .*run-c/train/checkpoint.bin at step" "$TEST_DIR/trainer3.log"'
+q "UPDATE runs SET state = 'cancelled' WHERE id = 'run-c'"
+wait_for 60 "run-c to stop" 'grep -q "run run-c: stopped at step" "$TEST_DIR/trainer3.log"'
+kill -TERM $pid
+wait $pid
+echo "run-c: SIGTERM mid-training, exit 0, resumed on restart: $(grep -o 'resumed from .*run-c.* at step [0-9]*' "$TEST_DIR/trainer3.log")"
 echo "trainer service: ok"
