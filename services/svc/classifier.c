@@ -58,17 +58,19 @@ typedef struct padded {
     uint8_t *valid;
 } padded;
 
-static int forward(rf_classifier *c, const rf_tok_encoding *enc, int B, int32_t *labels,
-                   float *probs) {
+/* Texts idx[0..B) (encoded in enc) through the model; each one's label and
+ * probabilities go to its own index in labels and probs. */
+static int forward(rf_classifier *c, const rf_tok_encoding *enc, const size_t *idx, int B,
+                   int32_t *labels, float *probs) {
     size_t T = 1;
     for (int b = 0; b < B; b++)
-        if (enc[b].len > T) T = enc[b].len;
+        if (enc[idx[b]].len > T) T = enc[idx[b]].len;
     padded p = {calloc((size_t)B * T, sizeof(int32_t)), calloc((size_t)B * T, sizeof(int32_t)),
                 calloc((size_t)B * T, 1)};
     int rc = p.ids && p.types && p.valid ? RF_OK : RF_ERR_NOMEM;
     for (int b = 0; b < B && !rc; b++)
-        for (size_t t = 0; t < enc[b].len; t++) {
-            p.ids[(size_t)b * T + t] = (int32_t)enc[b].ids[t];
+        for (size_t t = 0; t < enc[idx[b]].len; t++) {
+            p.ids[(size_t)b * T + t] = (int32_t)enc[idx[b]].ids[t];
             p.valid[(size_t)b * T + t] = 1;
         }
     int K = c->model->cfg.num_labels;
@@ -78,6 +80,7 @@ static int forward(rf_classifier *c, const rf_tok_encoding *enc, int B, int32_t 
         rc = rf_bert_forward(c->model, &batch, false, 0);
         for (int b = 0; b < B && !rc; b++) {
             const float *z = c->model->logits + (size_t)b * K;
+            float *out = probs + idx[b] * K;
             int best = 0;
             for (int k = 1; k < K; k++)
                 if (z[k] > z[best]) best = k;
@@ -85,8 +88,8 @@ static int forward(rf_classifier *c, const rf_tok_encoding *enc, int B, int32_t 
             for (int k = 0; k < K; k++)
                 sum += exp((double)z[k] - z[best]);
             for (int k = 0; k < K; k++)
-                probs[(size_t)b * K + k] = (float)(exp((double)z[k] - z[best]) / sum);
-            labels[b] = best;
+                out[k] = (float)(exp((double)z[k] - z[best]) / sum);
+            labels[idx[b]] = best;
         }
         pthread_mutex_unlock(&c->lock);
     }
@@ -96,22 +99,42 @@ static int forward(rf_classifier *c, const rf_tok_encoding *enc, int B, int32_t 
     return rc;
 }
 
+typedef struct by_len {
+    size_t len, i;
+} by_len;
+
+static int cmp_len(const void *a, const void *b) {
+    const by_len *x = a, *y = b;
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
 int rf_classifier_run(rf_classifier *c, const char *const *texts, size_t n, int batch_size,
                       int32_t *labels, float *probs) {
     if (batch_size < 1) batch_size = 32;
     rf_tok_state *st = rf_tok_state_new(c->tok);
-    rf_tok_encoding *enc = calloc((size_t)batch_size, sizeof *enc);
-    int rc = st && enc ? RF_OK : RF_ERR_NOMEM, K = c->model->cfg.num_labels;
+    rf_tok_encoding *enc = calloc(n + 1, sizeof *enc);
+    by_len *order = calloc(n + 1, sizeof *order);
+    size_t *idx = calloc(n + 1, sizeof *idx);
+    int rc = st && enc && order && idx ? RF_OK : RF_ERR_NOMEM;
+    for (size_t i = 0; i < n && !rc; i++) {
+        if ((rc = rf_tok_encode(st, texts[i], strlen(texts[i]), true, &enc[i])))
+            rc = rf_fail_ctx(rc, "text %zu", i);
+        order[i] = (by_len){enc[i].len, i};
+    }
+    /* Batches of similar lengths: little of each is padding. */
+    if (!rc) qsort(order, n, sizeof *order, cmp_len);
+    for (size_t i = 0; i < n; i++)
+        idx[i] = order[i].i;
     for (size_t i = 0; i < n && !rc; i += (size_t)batch_size) {
         int B = n - i < (size_t)batch_size ? (int)(n - i) : batch_size;
-        for (int b = 0; b < B && !rc; b++)
-            if ((rc = rf_tok_encode(st, texts[i + b], strlen(texts[i + b]), true, &enc[b])))
-                rc = rf_fail_ctx(rc, "text %zu", i + b);
-        if (!rc) rc = forward(c, enc, B, labels + i, probs + i * K);
+        rc = forward(c, enc, idx + i, B, labels, probs);
     }
-    for (int b = 0; enc && b < batch_size; b++)
-        rf_tok_encoding_free(&enc[b]);
+    for (size_t i = 0; enc && i < n; i++)
+        rf_tok_encoding_free(&enc[i]);
     free(enc);
+    free(order);
+    free(idx);
     rf_tok_state_free(st);
     return rc;
 }

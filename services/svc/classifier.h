@@ -4,7 +4,8 @@
  * Texts are tokenized as rf_dataset_load_jsonl does for evaluation ([CLS]
  * text [SEP], truncated to max_len, which is capped at the model's
  * max_position_embeddings), run through the model with dropout off in
- * batches, and each gets the arg-max label (the first of equal logits, as
+ * batches of similar lengths (sorted by token count, so that little of a
+ * batch is padding), and each gets the arg-max label (the first of equal logits, as
  * rf_evaluate) and the softmax of its logits. The model's activation
  * buffers are its own, so forward passes on one classifier take turns
  * (a mutex); different classifiers run in parallel. */
