@@ -23,6 +23,7 @@
 #include "trainer/spec.h"
 
 #define PATH_SIZE 4096
+#define SCAN_S    1.0 /* seconds between scans for a run to train */
 
 /* An intake file kept open for appending while its run takes batches in. */
 typedef struct open_intake {
@@ -377,10 +378,6 @@ void rf_trainer_service_free(rf_trainer_service *s) {
     free(s);
 }
 
-bool rf_trainer_service_busy(const rf_trainer_service *s) {
-    return s->job != NULL;
-}
-
 static int start(rf_trainer_service *s, const char *run_id, const char *dirname) {
     job *j = calloc(1, sizeof *j);
     if (!j) return RF_ERR_NOMEM;
@@ -445,7 +442,7 @@ int rf_trainer_service_tick(rf_trainer_service *s) {
         rc = poll_cancel(s);
     }
     if (!rc && !s->job && now >= s->next_scan) {
-        s->next_scan = now + (s->o.scan_s > 0 ? s->o.scan_s : 1);
+        s->next_scan = now + SCAN_S;
         rc = scan(s);
     }
     return rc;

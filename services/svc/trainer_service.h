@@ -54,7 +54,6 @@ typedef struct rf_trainer_service_opts {
     rf_kafka_producer *producer; /* announcements */
     const char *topic_checkpoints;
     double delivery_timeout_s; /* announcement delivery; 0 means 30 */
-    double scan_s;             /* between scans for runs to train; 0 means 1 */
     double cancel_poll_s;      /* between polls of the training run's state; 0 means 2 */
     rf_stats *stats;           /* optional: trainer.runs_trained, .runs_failed, ... */
 } rf_trainer_service_opts;
@@ -74,9 +73,6 @@ int rf_trainer_service_process(void *user, const rf_kafka_msg *m, const rf_stage
  * for a cancel, and starts the next run whose intake is complete. Returns
  * < 0 only when the store cannot be queried. */
 int rf_trainer_service_tick(rf_trainer_service *s);
-
-/* Whether a training thread is running (tests). */
-bool rf_trainer_service_busy(const rf_trainer_service *s);
 
 /* The directory name of a run under STATE and CHECKPOINTS: the id itself
  * when made of [A-Za-z0-9._-] (not starting with '.', at most 128 bytes),
