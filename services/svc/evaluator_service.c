@@ -180,9 +180,6 @@ static int write_metrics(rf_store *store, const char *run, int64_t step, const r
     return rc;
 }
 
-/* Evaluates the folder on the run's intake. RF_OK with *why empty on
- * success; a problem of the data or folder is returned in why (the run
- * fails), a store error as the result. */
 /* max_len and batch_size of the run's `evaluator:` section (as `refinery run`
  * reads them), the service's options where the spec has none. */
 static int spec_opts(rf_evaluator_service *s, rf_store *store, const char *run, int *max_len,
@@ -192,7 +189,10 @@ static int spec_opts(rf_evaluator_service *s, rf_store *store, const char *run, 
     int64_t ml = s->o.max_len, bs = s->o.batch_size;
     int rc = rf_store_run_spec(store, run, &spec);
     if (rc) return rc;
-    if (rf_cfg_load_string(spec, strlen(spec), "spec", &root) == RF_OK) {
+    if (rf_cfg_load_string(spec, strlen(spec), "spec", &root) != RF_OK) {
+        rf_warn("evaluator", "run %s: spec does not parse (%s); using max_len %d, batch_size %d",
+                run, rf_errmsg(), s->o.max_len, s->o.batch_size);
+    } else {
         const rf_cfg *sec = rf_cfg_get(root, "evaluator");
         if (rf_cfg_int(sec, "max_len", ml, 2, 65536, &ml) ||
             rf_cfg_int(sec, "batch_size", bs, 1, 4096, &bs)) {
@@ -209,6 +209,9 @@ static int spec_opts(rf_evaluator_service *s, rf_store *store, const char *run, 
     return RF_OK;
 }
 
+/* Evaluates the folder on the run's intake. RF_OK with *why empty on
+ * success; a problem of the data or folder is returned in why (the run
+ * fails), a store error as the result. */
 static int evaluate(rf_evaluator_service *s, rf_store *store, const char *run, int64_t step,
                     const char *dir, char *why, size_t why_size) {
     char path[4096];
