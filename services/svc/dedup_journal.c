@@ -56,8 +56,8 @@ static int put_u32(rf_buf *b, uint32_t v) {
     return rf_buf_append(b, &v, 4);
 }
 
-int rf_dedup_journal_append(rf_dedup_journal *j, const char *run_id, uint64_t seq,
-                            const rf_doc *docs, size_t n, uint64_t *size) {
+int rf_dedup_journal_write(rf_dedup_journal *j, const char *run_id, uint64_t seq,
+                           const rf_doc *docs, size_t n, uint64_t *size) {
     rf_buf b = RF_BUF_INIT;
     size_t rl = strlen(run_id);
     int rc = put_u32(&b, JOURNAL_MAGIC);
@@ -71,12 +71,23 @@ int rf_dedup_journal_append(rf_dedup_journal *j, const char *run_id, uint64_t se
         rc = put_u32(&b, (uint32_t)il);
         if (!rc) rc = rf_buf_append(&b, id, il);
     }
-    if (!rc &&
-        (fwrite(b.data, 1, b.len, j->f) != b.len || fflush(j->f) != 0 || fsync(fileno(j->f)) != 0))
+    if (!rc && (fwrite(b.data, 1, b.len, j->f) != b.len || fflush(j->f) != 0))
         rc = rf_fail(RF_ERR_IO, "dedup journal %s: %s", j->path, strerror(errno));
     if (!rc) *size = j->size += b.len;
     rf_buf_free(&b);
     return rc;
+}
+
+int rf_dedup_journal_sync(rf_dedup_journal *j) {
+    if (fsync(fileno(j->f)) != 0)
+        return rf_fail(RF_ERR_IO, "dedup journal %s: fsync: %s", j->path, strerror(errno));
+    return RF_OK;
+}
+
+int rf_dedup_journal_append(rf_dedup_journal *j, const char *run_id, uint64_t seq,
+                            const rf_doc *docs, size_t n, uint64_t *size) {
+    int rc = rf_dedup_journal_write(j, run_id, seq, docs, n, size);
+    return rc ? rc : rf_dedup_journal_sync(j);
 }
 
 static int get(const unsigned char *p, size_t len, size_t *pos, void *dst, size_t n) {

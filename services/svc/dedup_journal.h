@@ -31,6 +31,11 @@ void rf_dedup_journal_close(rf_dedup_journal *j);
  * journal's new size. */
 int rf_dedup_journal_append(rf_dedup_journal *j, const char *run_id, uint64_t seq,
                             const rf_doc *docs, size_t n, uint64_t *size);
+/* The same in two steps, so that several records share one fsync: write
+ * hands the record to the OS, sync makes everything written durable. */
+int rf_dedup_journal_write(rf_dedup_journal *j, const char *run_id, uint64_t seq,
+                           const rf_doc *docs, size_t n, uint64_t *size);
+int rf_dedup_journal_sync(rf_dedup_journal *j);
 
 /* Calls fn for every record in order; docs hold only ids (pointing into a
  * buffer valid during the call). A malformed record is RF_ERR_CORRUPT; fn's

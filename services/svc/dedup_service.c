@@ -263,6 +263,60 @@ static int produce_part(rf_dedup_service *s, rf_kafka_tracker *t, const char *to
     return rc;
 }
 
+/* The batch's documents as rf_docs borrowing its strings; NULL when out of memory. */
+static rf_doc *batch_docs(const Refinery__V1__DocumentBatch *in) {
+    rf_doc *docs = calloc(in->n_docs + 1, sizeof *docs);
+    for (size_t i = 0; docs && i < in->n_docs; i++)
+        docs[i] = (rf_doc){.id = in->docs[i]->id,
+                           .text = in->docs[i]->text,
+                           .text_len = strlen(in->docs[i]->text),
+                           .label = in->docs[i]->label,
+                           .source = in->docs[i]->source};
+    return docs;
+}
+
+/* A run whose journal got records in this poll, and the journal's size. */
+typedef struct touched {
+    run_index *ri;
+    uint64_t journal_size;
+} touched;
+
+int rf_dedup_service_prepare(void *user, const rf_kafka_msg *const *msgs, size_t n) {
+    rf_dedup_service *s = user;
+    touched *runs = calloc(n + 1, sizeof *runs);
+    size_t nruns = 0;
+    int rc = runs ? RF_OK : RF_ERR_NOMEM;
+    for (size_t i = 0; rc == RF_OK && i < n; i++) {
+        Refinery__V1__DocumentBatch *in = refinery__v1__document_batch__unpack(
+            NULL, msgs[i]->len, (const uint8_t *)msgs[i]->value);
+        if (!in) continue; /* process() reports it */
+        run_index *ri = NULL;
+        rc = run_get(s, in->run_id, &ri);
+        if (rc == RF_OK && !lookup(s, in->run_id, in->seq)) {
+            rf_doc *docs = batch_docs(in);
+            uint64_t size = 0;
+            rc = docs ? decide(s, ri, in->seq, docs, in->n_docs) : RF_ERR_NOMEM;
+            if (rc == RF_OK && in->n_docs) {
+                rc = rf_dedup_journal_write(ri->journal, ri->run_id, in->seq, docs, in->n_docs,
+                                            &size);
+                size_t k = 0;
+                while (k < nruns && runs[k].ri != ri)
+                    k++;
+                runs[k] = (touched){ri, size};
+                if (k == nruns) nruns++;
+            }
+            free(docs);
+        }
+        refinery__v1__document_batch__free_unpacked(in, NULL);
+    }
+    for (size_t k = 0; rc == RF_OK && k < nruns; k++) {
+        rc = rf_dedup_journal_sync(runs[k].ri->journal);
+        if (rc == RF_OK) rc = rf_dedup_commit(runs[k].ri->engine, runs[k].journal_size, 0);
+    }
+    free(runs);
+    return rc;
+}
+
 int rf_dedup_service_process(void *user, const rf_kafka_msg *m, const rf_stage_batch_id *id,
                              rf_kafka_tracker *t, rf_store_counts *counts) {
     rf_dedup_service *s = user;
@@ -275,15 +329,8 @@ int rf_dedup_service_process(void *user, const rf_kafka_msg *m, const rf_stage_b
     int rc = run_get(s, in->run_id, &ri); /* first: replays the run's journal */
     const decided *d = rc ? NULL : lookup(s, in->run_id, in->seq);
     if (!rc && !d) {
-        rf_doc *docs = calloc(in->n_docs + 1, sizeof *docs);
-        if (!docs) rc = RF_ERR_NOMEM;
-        for (size_t i = 0; !rc && i < in->n_docs; i++) /* borrowed, never freed */
-            docs[i] = (rf_doc){.id = in->docs[i]->id,
-                               .text = in->docs[i]->text,
-                               .text_len = strlen(in->docs[i]->text),
-                               .label = in->docs[i]->label,
-                               .source = in->docs[i]->source};
-        if (!rc) rc = decide_new(s, ri, in->seq, docs, in->n_docs);
+        rf_doc *docs = batch_docs(in);
+        rc = docs ? decide_new(s, ri, in->seq, docs, in->n_docs) : RF_ERR_NOMEM;
         free(docs);
         if (!rc) d = lookup(s, in->run_id, in->seq);
     } else if (!rc && d->n != in->n_docs) {

@@ -37,7 +37,14 @@ typedef struct rf_dedup_service rf_dedup_service;
 int rf_dedup_service_open(const rf_dedup_service_opts *o, rf_dedup_service **out);
 void rf_dedup_service_close(rf_dedup_service *s);
 
-/* rf_stage_loop.process: user is the rf_dedup_service. counts: in, out
+/* rf_stage_loop.prepare: decides every new batch of a poll, writes them to
+ * their runs' journals and makes them durable with one journal sync and one
+ * engine commit per run (not one per batch); process() then answers those
+ * batches from the decisions, as it answers redelivered ones. */
+int rf_dedup_service_prepare(void *user, const rf_kafka_msg *const *msgs, size_t n);
+
+/* rf_stage_loop.process: user is the rf_dedup_service. A batch not decided
+ * before is decided, journaled and committed on its own. counts: in, out
  * (kept), duplicate. */
 int rf_dedup_service_process(void *user, const rf_kafka_msg *m, const rf_stage_batch_id *id,
                              rf_kafka_tracker *t, rf_store_counts *counts);

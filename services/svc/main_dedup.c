@@ -38,6 +38,7 @@ static int run(config *c) {
                        .delivery_timeout_s = c->kafka.delivery_timeout_s,
                        .identify = rf_stage_identify_batch,
                        .process = rf_dedup_service_process,
+                       .prepare = rf_dedup_service_prepare,
                        .stats = stats};
     int rc = stats ? RF_OK : RF_ERR_NOMEM;
     if (!rc) rc = rf_svc_kafka_opts(&c->kafka, "refinery-dedup", &ko);

@@ -158,6 +158,16 @@ static int record_done(rf_stage_loop *l, const item *it, size_t n) {
 }
 
 static int process_all(rf_stage_loop *l, const rf_kafka_batch *b, rf_kafka_tracker *t, item *it) {
+    if (l->prepare) {
+        const rf_kafka_msg **todo = calloc(b->n, sizeof *todo);
+        if (!todo) return RF_ERR_NOMEM;
+        size_t n = 0;
+        for (size_t i = 0; i < b->n; i++)
+            if (it[i].state == ITEM_TODO) todo[n++] = &b->msgs[i];
+        int rc = n ? l->prepare(l->user, todo, n) : RF_OK;
+        free(todo);
+        if (rc < 0) return rc;
+    }
     for (size_t i = 0; i < b->n; i++) {
         if (it[i].state != ITEM_TODO) continue;
         int rc = l->process(l->user, &b->msgs[i], &it[i].id, t, &it[i].counts);

@@ -48,6 +48,11 @@ typedef struct rf_stage_loop {
      * on t and fills counts. < 0 stops the loop without committing. */
     int (*process)(void *user, const rf_kafka_msg *m, const rf_stage_batch_id *id,
                    rf_kafka_tracker *t, rf_store_counts *counts);
+    /* Optional, called once per poll before process() with the messages it
+     * will get (not replays, not bad messages), so that a stage can do work
+     * for the whole poll at once (the dedup service makes a poll's decisions
+     * durable with one sync). < 0 stops the loop without committing. */
+    int (*prepare)(void *user, const rf_kafka_msg *const *msgs, size_t n);
     void *user;
     rf_stats *stats; /* optional: <stage>.batches, .replayed, .bad_messages, .in, .out, ... */
 } rf_stage_loop;
