@@ -15,8 +15,8 @@ _env_cleanup() {
     local rc=$?
     for p in "${_env_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     for p in "${_env_pids[@]}"; do wait "$p" 2>/dev/null || true; done
-    [ $_env_kafka -eq 1 ] && scripts/test-env/kafka.sh stop "$TEST_DIR" || true
-    [ $_env_pg -eq 1 ] && scripts/test-env/pg.sh stop "$TEST_DIR" || true
+    [ $_env_kafka -eq 1 ] && "$REFINERY_ROOT"/scripts/test-env/kafka.sh stop "$TEST_DIR" || true
+    [ $_env_pg -eq 1 ] && "$REFINERY_ROOT"/scripts/test-env/pg.sh stop "$TEST_DIR" || true
     if [ $rc -ne 0 ]; then
         for f in "$TEST_DIR"/*.log; do
             [ -f "$f" ] && { echo "--- $f"; tail -n 30 "$f"; }
