@@ -3,7 +3,9 @@
  * fixture: the tokens.eval intake and the checkpoint handling (metrics equal
  * rf_evaluate's on the same sequences, first record of a replayed seq wins,
  * replayed announcements change nothing, empty split, cancelled run, broken
- * folder, bad messages), the classifier cache, and Classify (predictions
+ * folder, bad messages; waiting for an incomplete intake, then evaluating,
+ * or skipping when the run is cancelled meanwhile), the classifier cache,
+ * and Classify (predictions
  * equal the model's forward pass; bad input gets the right status codes and
  * the server keeps serving). With arguments, the tools
  * evaluator_service.test.sh drives the refinery-evaluator binary with:
@@ -340,6 +342,66 @@ static void test_checkpoints(void **state) {
     rf_metrics_free(&cut);
     rf_metrics_free(&ref);
     rf_bert_free(m);
+    encoded_free(&e);
+    rf_store_close(store);
+    rf_evaluator_service_free(svc);
+}
+
+/* An announcement handled on its own thread and store, as the service's
+ * checkpoint consumer does while the intake goes on. */
+typedef struct announcer {
+    rf_evaluator_service *svc;
+    const char *run;
+    volatile int done;
+    int rc;
+} announcer;
+
+static void *announce_main(void *arg) {
+    announcer *a = arg;
+    rf_store *store = open_store();
+    a->rc = announce(a->svc, store, a->run, 1, tiny, 1);
+    rf_store_close(store);
+    a->done = 1;
+    return NULL;
+}
+
+/* An announcement waits for the run's eval intake: evaluated once the last
+ * batch is taken in, or skipped when the run is cancelled meanwhile. */
+static void test_waits_for_intake(void **state) {
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s/state-wait", work);
+    rf_evaluator_service_opts o = {.state_dir = dir, .batch_size = 3, .poll_s = 0.05};
+    rf_evaluator_service *svc;
+    assert_int_equal(rf_evaluator_service_new(&o, &svc), RF_OK);
+    rf_store *store = open_store();
+    encoded e;
+    encode_texts(tiny, &e);
+    make_run(store, "ev-wait", 2, "{}");
+    make_run(store, "ev-wait-cancel", 1, "{}");
+    intake(svc, store, &e, "ev-wait", 0, 0, 4, 0);
+
+    announcer a = {svc, "ev-wait", 0, 0}, b = {svc, "ev-wait-cancel", 0, 0};
+    pthread_t ta, tb;
+    assert_int_equal(pthread_create(&ta, NULL, announce_main, &a), 0);
+    assert_int_equal(pthread_create(&tb, NULL, announce_main, &b), 0);
+    usleep(400 * 1000);
+    assert_false(a.done);
+    assert_false(b.done);
+    assert_true(isnan(eval_value(store, "ev-wait", 1, "n")));
+    intake(svc, store, &e, "ev-wait", 1, 4, NTEXTS, 0); /* the last batch */
+    assert_int_equal(rf_store_run_set_state(store, "ev-wait-cancel", RF_RUN_CANCELLED, NULL),
+                     RF_OK);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    assert_int_equal(a.rc, RF_OK);
+    assert_int_equal(b.rc, RF_OK);
+    assert_true(eval_value(store, "ev-wait", 1, "n") == (double)NTEXTS);
+    assert_true(isnan(eval_value(store, "ev-wait-cancel", 1, "n")));
+    rf_store_run r;
+    assert_int_equal(rf_store_run_get(store, "ev-wait", &r), RF_OK);
+    assert_int_equal(r.state, RF_RUN_SUCCEEDED);
+    assert_int_equal(rf_store_run_get(store, "ev-wait-cancel", &r), RF_OK);
+    assert_int_equal(r.state, RF_RUN_CANCELLED);
     encoded_free(&e);
     rf_store_close(store);
     rf_evaluator_service_free(svc);
@@ -780,6 +842,7 @@ int main(int argc, char **argv) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_checkpoints),
+        cmocka_unit_test(test_waits_for_intake),
         cmocka_unit_test(test_classify),
         cmocka_unit_test(test_cache),
     };
