@@ -5,7 +5,8 @@
 #   1. `refinery submit SPEC --watch` (the CLI reads the spec's inputs and
 #      pushes them), then `refinery classify` and `refinery status`;
 #   2. tests/services/e2e_client.py, a Python client generated from proto/
-#      by grpcio-tools: Submit, Push, Seal, Watch to the end, Classify.
+#      by grpcio-tools: Submit, Push, Seal, Watch to the end, Classify;
+#   3. a long run cancelled once it has a checkpoint: the trainer stops it.
 # For each run, e2e_check.py asserts from the topics and PostgreSQL that every
 # document is accounted for (kept + rejected + duplicate = pushed, by id and
 # per stage), that the token batches reached the trainer and the evaluator,
@@ -73,6 +74,23 @@ for p in c["predictions"]:  # a label and probabilities summing to 1
 PY
 check e2e-py $PY_LIMIT
 echo "Python client run: $((SECONDS - t0)) s"
+
+# 3. Cancel: a run set to train for thousands of steps is cancelled once it
+# has a checkpoint; the trainer stops it and keeps its state, the run stays
+# cancelled, `refinery watch` reports it with exit status 1.
+E2E_STEPS=0 E2E_EPOCHS=200 E2E_CHECKPOINT_EVERY=10 e2e_spec "$TEST_DIR/long.yaml" "$cli_reviews"
+"$REFINERY_BIN" submit "$TEST_DIR/long.yaml" --run-id e2e-cancel >/dev/null 2>>"$TEST_DIR/submit.log"
+has_checkpoint() { [ "$(sql "SELECT count(*) FROM checkpoints WHERE run_id = 'e2e-cancel'")" -gt 0 ]; }
+wait_for "a checkpoint of e2e-cancel" 300 has_checkpoint
+"$REFINERY_BIN" cancel e2e-cancel >/dev/null
+trainer_stopped() { grep -q 'run e2e-cancel: stopped at step' "$TEST_DIR/trainer.1.log"; }
+wait_for "the trainer to stop e2e-cancel" 60 trainer_stopped
+grep -o 'run e2e-cancel: stopped at step.*' "$TEST_DIR/trainer.1.log"
+run_state_is e2e-cancel cancelled
+[ "$(sql "SELECT max(step) FROM checkpoints WHERE run_id = 'e2e-cancel'")" -lt 3400 ]
+rc=0
+"$REFINERY_BIN" watch e2e-cancel >/dev/null || rc=$?
+[ $rc -eq 1 ]
 
 for s in ingest dedup tokenizer trainer evaluator; do svc_stop $s; done
 echo "e2e: ok"

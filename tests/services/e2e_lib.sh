@@ -33,7 +33,8 @@ wait_for() { # DESC SECONDS CMD...
 }
 
 # The run spec both clients submit: the shared Amazon reviews as
-# examples/amazon.yaml maps them, a tiny model and a few steps (CI, ASan).
+# examples/amazon.yaml maps them, a tiny model and a few steps (CI, ASan);
+# E2E_STEPS (0: no limit), E2E_EPOCHS and E2E_CHECKPOINT_EVERY change them.
 e2e_spec() { # FILE INPUT...
     local f=$1
     shift
@@ -55,12 +56,12 @@ tokenizer:
 trainer:
   model: $E2E_MODEL
   num_labels: 2
-  epochs: 1
+  epochs: ${E2E_EPOCHS:-1}
   max_steps: $E2E_STEPS
   batch_size: 8
   max_len: 16
   lr: 0.001
-  checkpoint_every: $((E2E_STEPS / 2))
+  checkpoint_every: ${E2E_CHECKPOINT_EVERY:-$((E2E_STEPS / 2))}
   log_every: 1
 evaluator:
   max_len: 16
