@@ -8,7 +8,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -129,16 +128,30 @@ static int scan(const char *path, const uint8_t *base, uint64_t size, uint64_t *
     return RF_OK;
 }
 
-/* Maps path read-only; *base is NULL for an empty file. */
-static int map_file(const char *path, int fd, const uint8_t **base, uint64_t *size) {
+/* Reads the whole file into *base (malloc'd; NULL for an empty file).
+ * Read rather than mapped: a concurrent rf_intake_open may cut a torn tail
+ * off, which would make a mapping fault where a read just ends early. */
+static int read_all(const char *path, int fd, const uint8_t **base, uint64_t *size) {
     struct stat st;
-    if (fstat(fd, &st) < 0) return rf_fail(RF_ERR_IO, "intake %s: %s", path, strerror(errno));
-    *size = (uint64_t)st.st_size;
     *base = NULL;
-    if (!*size) return RF_OK;
-    void *m = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) return rf_fail(RF_ERR_IO, "intake %s: mmap: %s", path, strerror(errno));
-    *base = m;
+    *size = 0;
+    if (fstat(fd, &st) < 0) return rf_fail(RF_ERR_IO, "intake %s: %s", path, strerror(errno));
+    if (!st.st_size) return RF_OK;
+    uint8_t *buf = malloc((size_t)st.st_size);
+    if (!buf) return RF_ERR_NOMEM;
+    uint64_t got = 0;
+    while (got < (uint64_t)st.st_size) {
+        ssize_t r = pread(fd, buf + got, (size_t)st.st_size - got, (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            free(buf);
+            return rf_fail(RF_ERR_IO, "intake %s: read: %s", path, strerror(errno));
+        }
+        if (r == 0) break;
+        got += (uint64_t)r;
+    }
+    *base = buf;
+    *size = got;
     return RF_OK;
 }
 
@@ -167,9 +180,9 @@ int rf_intake_open(const char *path, rf_intake **out) {
     if (fd < 0) return rf_fail(RF_ERR_IO, "intake %s: %s", path, strerror(errno));
     const uint8_t *base = NULL;
     uint64_t size = 0, whole = 0;
-    rc = map_file(path, fd, &base, &size);
+    rc = read_all(path, fd, &base, &size);
     if (!rc) rc = scan(path, base, size, &whole);
-    if (base) munmap((void *)base, size);
+    free((void *)base);
     if (!rc && whole < size) {
         rf_warn("intake", "%s: cutting off a torn last record (%" PRIu64 " bytes at %" PRIu64 ")",
                 path, size - whole, whole);
@@ -314,7 +327,7 @@ int rf_intake_load(const char *path, const char *run_id, int max_len, rf_dataset
     record *recs = NULL;
     size_t n = 0, cap = 0, id_cap = 0;
     uint32_t *ids = NULL;
-    int rc = map_file(path, fd, &base, &size);
+    int rc = read_all(path, fd, &base, &size);
     close(fd);
     while (!rc && off < size) {
         record r;
@@ -357,7 +370,7 @@ int rf_intake_load(const char *path, const char *run_id, int max_len, rf_dataset
         info.batches++;
         rc = add_record(base + recs[i].off + HDR, max_len, d, &info, &ids, &id_cap);
     }
-    if (base) munmap((void *)base, size);
+    free((void *)base);
     free(recs);
     free(ids);
     if (!rc && info.torn_bytes)

@@ -29,7 +29,8 @@
 typedef struct rf_intake rf_intake;
 
 /* Opens path for appending, creating it and its parent directories; a torn
- * tail is truncated away (and logged). */
+ * tail is truncated away (and logged). One writer per file: the service
+ * that owns the state directory. */
 int rf_intake_open(const char *path, rf_intake **out);
 void rf_intake_close(rf_intake *in);
 /* Appends one batch's record (b->run_id, b->seq, every sequence's label and
