@@ -9,7 +9,8 @@
 #   text; health SERVING; bad requests get INVALID_ARGUMENT / NOT_FOUND;
 # - a second run, the service SIGKILLed mid-intake and restarted on its state
 #   directory, some batches replayed: every batch recorded once and the same
-#   results as the first run, written once.
+#   results as the first run, written once;
+# - SIGTERM while an announcement waits for an unsealed run: exit 0.
 . "$REFINERY_ROOT/tests/services/lib.sh"
 tool=$REFINERY_BUILD/tests/services/test_evaluator_service
 svc=$REFINERY_BUILD/refinery-evaluator
@@ -151,6 +152,16 @@ check_results ev-b 48 "$TEST_DIR/ref-48.json"
           WHERE a.run_id = 'ev-a' AND b.run_id = 'ev-b' AND a.value = b.value")" = \
   "$(sql "SELECT count(*) FROM eval_results WHERE run_id = 'ev-b'")" ]
 
+# SIGTERM while an announcement waits for a run that is not sealed: exit 0 at once.
+new_run ev-c
+"$tool" --announce "$KAFKA_BOOTSTRAP" ev-c 48 "$TEST_DIR/ckpt-48" 1
+for _ in $(seq 300); do
+    [ "$(grep -c 'run ev-c checkpoint 48: waiting' "$TEST_DIR/evaluator2.log")" = 1 ] && break
+    sleep 0.1
+done
+grep -q 'run ev-c checkpoint 48: waiting' "$TEST_DIR/evaluator2.log"
+start_term=$(date +%s)
 kill -TERM $pid
 wait $pid # exit 0
+echo "SIGTERM while waiting for run ev-c: exit 0 after $(($(date +%s) - start_term)) s"
 echo "evaluator service: ok"
