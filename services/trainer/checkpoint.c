@@ -7,15 +7,17 @@
 #include "common/hash.h"
 #include "common/sys.h"
 
-#define MAGIC        "RFCKPT01"
-#define HEADER_WORDS 9 /* nparams step epoch pos rng[4] micro */
+#define MAGIC        "RFCKPT02"
+#define MAGIC_V1     "RFCKPT01" /* before the identity words */
+#define HEADER_WORDS 11         /* nparams step epoch pos rng[4] micro ident.data ident.opts */
 
 int rf_checkpoint_save(const char *path, const rf_bert *m, const rf_train_state *s) {
     size_t np = m->nparams, len = 8 + 8 * HEADER_WORDS + 3 * np * sizeof(float) + 8;
     uint8_t *buf = malloc(len);
     if (!buf) return rf_fail(RF_ERR_NOMEM, "checkpoint: no memory for %zu bytes", len);
-    uint64_t hdr[HEADER_WORDS] = {np,          s->step,     s->epoch,    s->pos,  s->rng.s[0],
-                                  s->rng.s[1], s->rng.s[2], s->rng.s[3], s->micro};
+    uint64_t hdr[HEADER_WORDS] = {np,          s->step,       s->epoch,     s->pos,
+                                  s->rng.s[0], s->rng.s[1],   s->rng.s[2],  s->rng.s[3],
+                                  s->micro,    s->ident.data, s->ident.opts};
     uint8_t *p = buf;
     memcpy(p, MAGIC, 8);
     memcpy(p + 8, hdr, sizeof hdr);
@@ -40,6 +42,13 @@ int rf_checkpoint_load(const char *path, rf_bert *m, rf_train_state *s) {
     if (rc) return rf_fail_ctx(rc, "checkpoint: cannot read %s", path);
     size_t want = 8 + 8 * HEADER_WORDS + 3 * np * sizeof(float) + 8;
     uint64_t hdr[HEADER_WORDS], h;
+    if (len >= 8 && memcmp(buf, MAGIC_V1, 8) == 0) {
+        rc = rf_fail(RF_ERR_INVALID,
+                     "checkpoint %s: old format " MAGIC_V1 " (no record of its data); delete it "
+                     "to train from the start",
+                     path);
+        goto out;
+    }
     if (len < 8 + sizeof hdr || memcmp(buf, MAGIC, 8) != 0) {
         rc = rf_fail(RF_ERR_CORRUPT, "checkpoint %s: not a Refinery checkpoint", path);
         goto out;
@@ -58,6 +67,15 @@ int rf_checkpoint_load(const char *path, rf_bert *m, rf_train_state *s) {
     memcpy(&h, buf + len - 8, 8);
     if (rf_hash64(buf, len - 8, 0) != h) {
         rc = rf_fail(RF_ERR_CORRUPT, "checkpoint %s: checksum mismatch", path);
+        goto out;
+    }
+    if (hdr[9] != s->ident.data || hdr[10] != s->ident.opts) {
+        rc = rf_fail(RF_ERR_INVALID,
+                     "checkpoint %s belongs to another run: its training %s differ (checkpoint "
+                     "%016llx, this run %016llx); delete it or set resume: false to start over",
+                     path, hdr[9] != s->ident.data ? "data" : "options",
+                     (unsigned long long)(hdr[9] != s->ident.data ? hdr[9] : hdr[10]),
+                     (unsigned long long)(hdr[9] != s->ident.data ? s->ident.data : s->ident.opts));
         goto out;
     }
     const char *p = buf + 8 + sizeof hdr;

@@ -10,6 +10,7 @@
 
 #include "common/buf.h"
 #include "common/error.h"
+#include "common/hash.h"
 #include "common/log.h"
 #include "common/sys.h"
 #include "trainer/checkpoint.h"
@@ -56,6 +57,28 @@ static void epoch_order(size_t *order, size_t n, bool shuffle, uint64_t seed, ui
     }
 }
 
+/* The checkpoint identity of a run (see rf_train_ident): every sequence's
+ * tokens and label in order, and the options that shape the trajectory with
+ * the schedule as resolved (total and warmup steps). Thread count, logging and
+ * checkpoint cadence are left out: they do not change what is computed. */
+static rf_train_ident run_ident(const rf_dataset *d, const rf_train_opts *o, const rf_adamw *a) {
+    rf_train_ident id = {rf_hash64(&d->n, sizeof d->n, 0), 0};
+    for (size_t i = 0; i < d->n; i++) {
+        id.data = rf_hash64(d->tokens + d->start[i], d->len[i] * sizeof *d->tokens, id.data);
+        id.data = rf_hash64(&d->label[i], sizeof d->label[i], id.data);
+    }
+    float f[] = {a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->clip_norm};
+    uint64_t u[] = {(uint64_t)a->total_steps,
+                    (uint64_t)a->warmup_steps,
+                    (uint64_t)o->batch_size,
+                    (uint64_t)o->grad_accum,
+                    o->seed,
+                    o->shuffle,
+                    o->dropout};
+    id.opts = rf_hash64(u, sizeof u, rf_hash64(f, sizeof f, 0));
+    return id;
+}
+
 static int write_summary(const char *dir, const rf_train_result *r, const rf_train_opts *o) {
     char path[4096];
     rf_buf b = RF_BUF_INIT;
@@ -98,6 +121,7 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
 
     rf_train_state st = {0};
     rf_rng_seed(&st.rng, o->seed);
+    st.ident = run_ident(data, o, &opt);
     char ckpt[4096];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.bin", o->out_dir);
     struct stat sb;

@@ -1,7 +1,8 @@
 /* The training loop on the tiny BERT fixture with a synthetic, learnable task
  * (label = whether token 7 occurs): determinism, resume after a stop giving
  * bitwise-identical weights, gradient accumulation, learning, checkpoint
- * integrity, and the Hugging Face export round trip. */
+ * integrity, refusal to resume another run's checkpoint, and the Hugging Face
+ * export round trip. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -177,7 +178,7 @@ static void test_checkpoint_integrity(void **state) {
     assert_int_equal(rf_read_file(path, 1 << 30, &buf, &len), 0);
     rf_bert *m = load_tiny(2);
     assert_int_equal(rf_bert_enable_training(m), 0);
-    rf_train_state st;
+    rf_train_state st = {0};
     buf[len / 2] ^= 1; /* one flipped bit */
     assert_int_equal(rf_write_file_atomic(path, buf, len), 0);
     assert_int_equal(rf_checkpoint_load(path, m, &st), RF_ERR_CORRUPT);
@@ -188,6 +189,54 @@ static void test_checkpoint_integrity(void **state) {
     o.stop_after = 0;
     assert_int_equal(rf_train(&o, &data, m, &r), RF_ERR_CORRUPT);
     free(buf);
+    rf_bert_free(m);
+}
+
+/* Resumes with the checkpoint's data and options only: a changed label or
+ * learning rate, or an old-format file, is refused with a clear error and the
+ * model is left as loaded; thread count and checkpoint cadence may change. */
+static void test_resume_refuses_other_run(void **state) {
+    rf_train_result r;
+    rf_train_opts o = opts("ident");
+    o.stop_after = 2;
+    free(train_once(&o, &r));
+    o.stop_after = 0;
+
+    rf_dataset other = {0};
+    for (size_t i = 0; i < data.n; i++)
+        assert_int_equal(rf_dataset_add(&other, data.tokens + data.start[i], data.len[i],
+                                        i == 17 ? 1 - data.label[i] : data.label[i]),
+                         0);
+    rf_bert *m = load_tiny(2);
+    float *fresh = malloc(m->nparams * sizeof(float));
+    memcpy(fresh, m->params, m->nparams * sizeof(float));
+    assert_int_equal(rf_train(&o, &other, m, &r), RF_ERR_INVALID);
+    assert_non_null(strstr(rf_errmsg(), "training data differ"));
+    assert_memory_equal(m->params, fresh, m->nparams * sizeof(float));
+
+    rf_train_opts lr = o;
+    lr.optim.lr *= 2;
+    assert_int_equal(rf_train(&lr, &data, m, &r), RF_ERR_INVALID);
+    assert_non_null(strstr(rf_errmsg(), "training options differ"));
+    rf_train_opts batch = o;
+    batch.batch_size = 8;
+    batch.grad_accum = 1;
+    assert_int_equal(rf_train(&batch, &data, m, &r), RF_ERR_INVALID);
+    assert_memory_equal(m->params, fresh, m->nparams * sizeof(float));
+
+    rf_set_threads(1); /* not part of the identity */
+    o.checkpoint_every = 5;
+    assert_int_equal(rf_train(&o, &data, m, &r), 0);
+    assert_true(r.resumed && r.finished);
+    rf_set_threads(2);
+
+    char path[600];
+    snprintf(path, sizeof path, "%s/checkpoint.bin", o.out_dir);
+    assert_int_equal(rf_write_file_atomic(path, "RFCKPT01\0\0\0\0\0\0\0\0", 16), 0);
+    assert_int_equal(rf_train(&o, &data, m, &r), RF_ERR_INVALID);
+    assert_non_null(strstr(rf_errmsg(), "old format"));
+    free(fresh);
+    rf_dataset_free(&other);
     rf_bert_free(m);
 }
 
@@ -220,9 +269,13 @@ static int teardown(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_deterministic),        cmocka_unit_test(test_resume_bitwise),
-        cmocka_unit_test(test_grad_accum),           cmocka_unit_test(test_learns_and_evaluates),
-        cmocka_unit_test(test_checkpoint_integrity), cmocka_unit_test(test_bad_labels),
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_resume_bitwise),
+        cmocka_unit_test(test_grad_accum),
+        cmocka_unit_test(test_learns_and_evaluates),
+        cmocka_unit_test(test_checkpoint_integrity),
+        cmocka_unit_test(test_resume_refuses_other_run),
+        cmocka_unit_test(test_bad_labels),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
