@@ -172,26 +172,66 @@ int rf_rpc_stream_finish(rf_rpc_stream *st, rf_rpc_status *status) {
     return code == GRPC_STATUS_OK ? RF_OK : RF_ERR_IO;
 }
 
+/* One batch with every op of the call, so a unary call costs one completion
+ * (one wakeup) rather than one per step as through the stream functions. */
 int rf_rpc_unary(rf_rpc_client *c, const char *method, const ProtobufCMessage *req,
                  const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
                  double timeout_s, rf_rpc_status *status) {
     *resp = NULL;
-    rf_rpc_stream *st;
-    int rc = rf_rpc_stream_open(c, method, timeout_s, &st);
-    if (rc < 0) return rc;
-    if (rf_rpc_stream_send(st, req) == RF_OK && rf_rpc_stream_close_send(st) == RF_OK)
-        rf_rpc_stream_recv(st, resp_desc, resp);
-    rc = rf_rpc_stream_finish(st, status);
-    if (rc < 0 && *resp) {
-        protobuf_c_message_free_unpacked(*resp, NULL);
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+    grpc_slice m = grpc_slice_from_copied_string(method);
+    grpc_call *call = grpc_channel_create_call(c->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq, m,
+                                               NULL, rf_rpc_deadline_in(timeout_s), NULL);
+    grpc_slice_unref(m);
+    grpc_byte_buffer *out = rf_rpc_pack(req), *in = NULL;
+    grpc_metadata_array initial_md, trailing;
+    grpc_metadata_array_init(&initial_md);
+    grpc_metadata_array_init(&trailing);
+    grpc_status_code code = GRPC_STATUS_UNKNOWN;
+    grpc_slice details = grpc_empty_slice();
+    grpc_op ops[6] = {
+        {.op = GRPC_OP_SEND_INITIAL_METADATA},  {.op = GRPC_OP_SEND_MESSAGE},
+        {.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT}, {.op = GRPC_OP_RECV_INITIAL_METADATA},
+        {.op = GRPC_OP_RECV_MESSAGE},           {.op = GRPC_OP_RECV_STATUS_ON_CLIENT}};
+    ops[1].data.send_message.send_message = out;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &initial_md;
+    ops[4].data.recv_message.recv_message = &in;
+    ops[5].data.recv_status_on_client.trailing_metadata = &trailing;
+    ops[5].data.recv_status_on_client.status = &code;
+    ops[5].data.recv_status_on_client.status_details = &details;
+    int tag;
+    if (grpc_call_start_batch(call, ops, 6, &tag, NULL) == GRPC_CALL_OK) {
+        grpc_event ev =
+            grpc_completion_queue_pluck(cq, &tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type != GRPC_OP_COMPLETE || (!ev.success && code == GRPC_STATUS_OK))
+            code = GRPC_STATUS_INTERNAL;
+    } else {
+        code = GRPC_STATUS_INTERNAL;
+    }
+    char message[256];
+    int n = (int)GRPC_SLICE_LENGTH(details);
+    snprintf(message, sizeof message, "%.*s", n, (const char *)GRPC_SLICE_START_PTR(details));
+    int rc = RF_OK;
+    if (code != GRPC_STATUS_OK) {
+        rc = rf_fail(RF_ERR_IO, "rpc: %s: %s: %s", method, rf_rpc_status_name(code), message);
+    } else if (!in || rf_rpc_unpack(in, resp_desc, resp) < 0) {
         *resp = NULL;
+        code = GRPC_STATUS_INTERNAL;
+        snprintf(message, sizeof message, "no or undecodable response");
+        rc = rf_fail(RF_ERR_PARSE, "rpc: %s: no or undecodable response", method);
     }
-    if (rc == RF_OK && !*resp) {
-        if (status) {
-            status->code = GRPC_STATUS_INTERNAL;
-            snprintf(status->message, sizeof status->message, "no or undecodable response");
-        }
-        return rf_fail(RF_ERR_PARSE, "rpc: %s: no or undecodable response", method);
+    if (status) {
+        status->code = code;
+        snprintf(status->message, sizeof status->message, "%s", message);
     }
+    grpc_byte_buffer_destroy(out);
+    if (in) grpc_byte_buffer_destroy(in);
+    grpc_slice_unref(details);
+    grpc_metadata_array_destroy(&initial_md);
+    grpc_metadata_array_destroy(&trailing);
+    grpc_call_unref(call);
+    grpc_completion_queue_shutdown(cq);
+    grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_completion_queue_destroy(cq);
     return rc;
 }
