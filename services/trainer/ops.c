@@ -1,13 +1,30 @@
 /* CPU kernels: OpenBLAS sgemm for the linear layers, OpenMP loops elsewhere.
- * Parallel loops only ever split independent outputs, never a sum. */
+ * Parallel loops only ever split independent outputs, never a sum.
+ *
+ * Matrix products are cut into a fixed number of pieces along an output
+ * dimension (never the summed one), each a single-threaded sgemm, handed out
+ * dynamically to the OpenMP threads: an element is computed by the same call
+ * whatever the thread count, one region replaces OpenBLAS's own threading and
+ * its spinning hand-offs, and a thread descheduled on a busy machine leaves
+ * its pieces to the others. OpenBLAS's OpenMP build (see module.mk) runs a
+ * call made inside a parallel region on the calling thread. */
 #include "trainer/ops.h"
 
 #include <cblas.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define OMP_MIN 4096 /* below this many elements a loop stays serial */
+#define OMP_MIN    4096 /* below this many elements a loop stays serial */
+#define ROW_PIECES 8    /* pieces of the N rows of a product; rows per piece >= PIECE_MIN */
+#define W_PIECES   4    /* pieces of a weight gradient */
+#define PIECE_MIN  128
+
+static int pieces(int n, int want) {
+    int p = n / PIECE_MIN;
+    return p < 1 ? 1 : p < want ? p : want;
+}
 
 void rf_op_embed_fwd(float *out, const int32_t *ids, const int32_t *types, const float *wte,
                      const float *wpe, const float *wtt, int B, int T, int C) {
@@ -99,32 +116,43 @@ void rf_op_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, c
 
 void rf_op_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N, int IC,
                       int OC) {
-    if (b) {
-#pragma omp parallel for schedule(static) if ((size_t)N * OC > OMP_MIN)
-        for (int n = 0; n < N; n++)
-            memcpy(out + (size_t)n * OC, b, sizeof(float) * OC);
+    int np = pieces(N, ROW_PIECES);
+#pragma omp parallel for schedule(dynamic, 1) if (np > 1)
+    for (int i = 0; i < np; i++) {
+        int r0 = (int)((long)N * i / np), r1 = (int)((long)N * (i + 1) / np);
+        float *o = out + (size_t)r0 * OC;
+        for (int n = 0; b && n < r1 - r0; n++)
+            memcpy(o + (size_t)n * OC, b, sizeof(float) * OC);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, OC, IC, 1.0f,
+                    inp + (size_t)r0 * IC, IC, w, IC, b ? 1.0f : 0.0f, o, OC);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, w, IC,
-                b ? 1.0f : 0.0f, out, OC);
 }
 
+/* Tasks: the row pieces of dinp, the pieces of dw, then db. dw is cut along
+ * its longer side, so the operand every piece packs again is the smaller. */
 void rf_op_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                       const float *w, int N, int IC, int OC) {
-    if (dinp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC,
-                    1.0f, dinp, IC);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f,
-                dw, IC);
-    if (db) {
-        const int blk = 32;
-#pragma omp parallel for schedule(static) if ((size_t)N * OC > OMP_MIN)
-        for (int o0 = 0; o0 < OC; o0 += blk) {
-            int o1 = o0 + blk < OC ? o0 + blk : OC;
-            for (int n = 0; n < N; n++) {
-                const float *d = dout + (size_t)n * OC;
-                for (int o = o0; o < o1; o++)
-                    db[o] += d[o];
-            }
+    int np = dinp ? pieces(N, ROW_PIECES) : 0, wp = pieces(N, W_PIECES), nt = np + wp + !!db;
+    bool by_out = OC >= IC;
+    int wlen = by_out ? OC : IC;
+#pragma omp parallel for schedule(dynamic, 1) if (nt > 2)
+    for (int i = 0; i < nt; i++) {
+        if (i < np) {
+            int r0 = (int)((long)N * i / np), r1 = (int)((long)N * (i + 1) / np);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, IC, OC, 1.0f,
+                        dout + (size_t)r0 * OC, OC, w, IC, 1.0f, dinp + (size_t)r0 * IC, IC);
+        } else if (i < np + wp) {
+            int j = i - np, c0 = (int)((long)wlen * j / wp), c1 = (int)((long)wlen * (j + 1) / wp);
+            if (by_out)
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, IC, N, 1.0f,
+                            dout + c0, OC, inp, IC, 1.0f, dw + (size_t)c0 * IC, IC);
+            else
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, c1 - c0, N, 1.0f, dout, OC,
+                            inp + c0, IC, 1.0f, dw + c0, IC);
+        } else {
+            for (int n = 0; n < N; n++) /* each column summed in row order */
+                for (int o = 0; o < OC; o++)
+                    db[o] += dout[(size_t)n * OC + o];
         }
     }
 }
