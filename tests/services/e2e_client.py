@@ -37,10 +37,12 @@ def normalized(text):
 
 def review_text(rec):
     parts = [p for p in (rec.get("summary"), rec.get("reviewText")) if isinstance(p, str)]
-    if len(parts) == 2 and normalized(parts[0]) in normalized(parts[1]):
-        parts = parts[1:]
-    elif len(parts) == 2 and normalized(parts[1]) in normalized(parts[0]):
-        parts = parts[:1]
+    if len(parts) == 2:
+        a, b = normalized(parts[0]), normalized(parts[1])
+        if b in a:  # also when equal: the first stays
+            parts = parts[:1]
+        elif a in b:
+            parts = parts[1:]
     return "\n".join(parts)
 
 
