@@ -43,8 +43,9 @@ typedef struct rf_backend {
     void (*tanh_bwd)(float *dinp, const float *out, const float *dout, size_t n);
     void (*dropout_fwd)(float *out, const float *inp, size_t n, float p, uint64_t seed);
     void (*dropout_bwd)(float *dinp, const float *dout, size_t n, float p, uint64_t seed);
-    void (*residual_fwd)(float *out, const float *a, const float *b, size_t n);
-    void (*residual_bwd)(float *da, float *db, const float *dout, size_t n);
+    void (*residual_fwd)(float *out, const float *a, const float *b, size_t n, float p,
+                         uint64_t seed);
+    void (*residual_bwd)(float *da, float *db, const float *dout, size_t n, float p, uint64_t seed);
     float (*xent_fwd)(float *probs, float *losses, const float *logits, const int32_t *labels,
                       int B, int K);
     void (*xent_bwd)(float *dlogits, const float *probs, const int32_t *labels, int B, int K,

@@ -468,15 +468,13 @@ int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout
         be->attention_fwd(L->ctx, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq, C,
                           c->num_heads, pa, site_seed(dropout_seed, s));
         be->linear_fwd(L->res1, L->ctx, P->ao_w, P->ao_b, (int)Nq, C, C);
-        be->dropout_fwd(L->res1, L->res1, Nq * C, ph, site_seed(dropout_seed, s + 1));
-        be->residual_fwd(L->res1, L->res1, xq, Nq * C);
+        be->residual_fwd(L->res1, L->res1, xq, Nq * C, ph, site_seed(dropout_seed, s + 1));
         be->layernorm_fwd(L->x1, L->ln1_mean, L->ln1_rstd, L->res1, P->ln1_w, P->ln1_b, (int)Nq, C,
                           c->layer_norm_eps);
         be->linear_fwd(L->fc_pre, L->x1, P->fc_w, P->fc_b, (int)Nq, C, I);
         be->gelu_fwd(L->fc_act, L->fc_pre, Nq * I);
         be->linear_fwd(L->res2, L->fc_act, P->fo_w, P->fo_b, (int)Nq, I, C);
-        be->dropout_fwd(L->res2, L->res2, Nq * C, ph, site_seed(dropout_seed, s + 2));
-        be->residual_fwd(L->res2, L->res2, L->x1, Nq * C);
+        be->residual_fwd(L->res2, L->res2, L->x1, Nq * C, ph, site_seed(dropout_seed, s + 2));
         be->layernorm_fwd(L->x2, L->ln2_mean, L->ln2_rstd, L->res2, P->ln2_w, P->ln2_b, (int)Nq, C,
                           c->layer_norm_eps);
         x = L->x2;
@@ -528,8 +526,7 @@ void rf_bert_backward(rf_bert *m, float loss_scale) {
         /* x2 = LN(res2), res2 = dropout(fo) + x1; D->res1 is scratch for d(fo). */
         be->layernorm_bwd(D->res2, G->ln2_w, G->ln2_b, D->x2, L->res2, P->ln2_w, L->ln2_mean,
                           L->ln2_rstd, (int)Nq, C);
-        be->residual_bwd(D->x1, NULL, D->res2, Nq * C);
-        be->dropout_bwd(D->res1, D->res2, Nq * C, ph, site_seed(seed, s + 2));
+        be->residual_bwd(D->res1, D->x1, D->res2, Nq * C, ph, site_seed(seed, s + 2));
         be->linear_bwd(D->fc_act, G->fo_w, G->fo_b, D->res1, L->fc_act, P->fo_w, (int)Nq, I, C);
         be->gelu_bwd(D->fc_pre, L->fc_pre, D->fc_act, Nq * I);
         be->linear_bwd(D->x1, G->fc_w, G->fc_b, D->fc_pre, L->x1, P->fc_w, (int)Nq, C, I);
@@ -537,15 +534,14 @@ void rf_bert_backward(rf_bert *m, float loss_scale) {
         be->zero(D->res1, Nq * C * sizeof(float));
         be->layernorm_bwd(D->res1, G->ln1_w, G->ln1_b, D->x1, L->res1, P->ln1_w, L->ln1_mean,
                           L->ln1_rstd, (int)Nq, C);
-        be->residual_bwd(dxq, NULL, D->res1, Nq * C);
         be->zero(D->res2, Nq * C * sizeof(float));
-        be->dropout_bwd(D->res2, D->res1, Nq * C, ph, site_seed(seed, s + 1));
+        be->residual_bwd(D->res2, dxq, D->res1, Nq * C, ph, site_seed(seed, s + 1));
         be->linear_bwd(D->ctx, G->ao_w, G->ao_b, D->res2, L->ctx, P->ao_w, (int)Nq, C, C);
         be->attention_bwd(D->qkv, a.att_scratch, D->ctx, L->qkv, L->att, B, T, Tq, C, c->num_heads,
                           pa, site_seed(seed, s));
         be->linear_bwd(dxin, G->qkv_w, G->qkv_b, D->qkv, x, P->qkv_w, (int)N, C, 3 * C);
         for (int b = 0; l == last && b < B; b++) /* the [CLS] rows' residual gradient */
-            be->residual_bwd(dxin + (size_t)b * T * C, NULL, d.cls + (size_t)b * C, C);
+            be->residual_bwd(dxin + (size_t)b * T * C, NULL, d.cls + (size_t)b * C, C, 0, 0);
     }
     /* x0 = dropout(LN(emb)): d(LN out) goes to emb_in's slot, LN's input gradient to x0's. */
     be->dropout_bwd(d.emb_in, d.x0, N * C, ph, site_seed(seed, 0));

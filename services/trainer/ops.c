@@ -83,32 +83,35 @@ void rf_op_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
 
 void rf_op_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                          const float *w, const float *mean, const float *rstd, int N, int C) {
-#pragma omp parallel for schedule(static) if ((size_t)N * C > OMP_MIN)
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
-        float m = mean[n], r = rstd[n];
-        double sd = 0, sdn = 0;
-        for (int i = 0; i < C; i++) {
-            float dn = d[i] * w[i];
-            sd += dn;
-            sdn += dn * (x[i] - m) * r;
-        }
-        float md = (float)(sd / C), mdn = (float)(sdn / C);
-        float *di = dinp + (size_t)n * C;
-        for (int i = 0; i < C; i++) {
-            float norm = (x[i] - m) * r;
-            di[i] += (d[i] * w[i] - md - norm * mdn) * r;
-        }
-    }
     const int blk = 16;
-#pragma omp parallel for schedule(static) if ((size_t)N * C > OMP_MIN)
-    for (int c0 = 0; c0 < C; c0 += blk) {
-        int c1 = c0 + blk < C ? c0 + blk : C;
+#pragma omp parallel if ((size_t)N * C > OMP_MIN)
+    {
+#pragma omp for schedule(static) nowait
         for (int n = 0; n < N; n++) {
             const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
-            for (int i = c0; i < c1; i++) {
-                dw[i] += d[i] * (x[i] - mean[n]) * rstd[n];
-                db[i] += d[i];
+            float m = mean[n], r = rstd[n];
+            double sd = 0, sdn = 0;
+            for (int i = 0; i < C; i++) {
+                float dn = d[i] * w[i];
+                sd += dn;
+                sdn += dn * (x[i] - m) * r;
+            }
+            float md = (float)(sd / C), mdn = (float)(sdn / C);
+            float *di = dinp + (size_t)n * C;
+            for (int i = 0; i < C; i++) {
+                float norm = (x[i] - m) * r;
+                di[i] += (d[i] * w[i] - md - norm * mdn) * r;
+            }
+        }
+#pragma omp for schedule(static)
+        for (int c0 = 0; c0 < C; c0 += blk) {
+            int c1 = c0 + blk < C ? c0 + blk : C;
+            for (int n = 0; n < N; n++) {
+                const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+                for (int i = c0; i < c1; i++) {
+                    dw[i] += d[i] * (x[i] - mean[n]) * rstd[n];
+                    db[i] += d[i];
+                }
             }
         }
     }
@@ -362,16 +365,19 @@ void rf_op_dropout_bwd(float *dinp, const float *dout, size_t n, float p, uint64
         if (p <= 0 || keep(seed, i, p)) dinp[i] += dout[i] * s;
 }
 
-void rf_op_residual_fwd(float *out, const float *a, const float *b, size_t n) {
+void rf_op_residual_fwd(float *out, const float *a, const float *b, size_t n, float p,
+                        uint64_t seed) {
+    float s = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
 #pragma omp parallel for schedule(static) if (n > OMP_MIN)
     for (size_t i = 0; i < n; i++)
-        out[i] = a[i] + b[i];
+        out[i] = (p <= 0 ? a[i] : keep(seed, i, p) ? a[i] * s : 0.0f) + b[i];
 }
 
-void rf_op_residual_bwd(float *da, float *db, const float *dout, size_t n) {
+void rf_op_residual_bwd(float *da, float *db, const float *dout, size_t n, float p, uint64_t seed) {
+    float s = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
 #pragma omp parallel for schedule(static) if (n > OMP_MIN)
     for (size_t i = 0; i < n; i++) {
-        da[i] += dout[i];
+        if (p <= 0 || keep(seed, i, p)) da[i] += dout[i] * s;
         if (db) db[i] += dout[i];
     }
 }

@@ -61,9 +61,12 @@ void rf_op_dropout_bwd(float *dinp, const float *dout, size_t n, float p, uint64
 /* 1 when element i survives dropout with probability 1-p under seed. */
 int rf_op_dropout_keep(uint64_t seed, uint64_t i, float p);
 
-/* out = a + b; backward is da += dout, db += dout (db may be NULL). */
-void rf_op_residual_fwd(float *out, const float *a, const float *b, size_t n);
-void rf_op_residual_bwd(float *da, float *db, const float *dout, size_t n);
+/* BERT's residual: out = dropout(a) + b, the branch a dropped out with
+ * probability p (0: none) under the same masks as rf_op_dropout_fwd; out may
+ * alias a. Backward: da += dout * mask / (1-p), db += dout (db may be NULL). */
+void rf_op_residual_fwd(float *out, const float *a, const float *b, size_t n, float p,
+                        uint64_t seed);
+void rf_op_residual_bwd(float *da, float *db, const float *dout, size_t n, float p, uint64_t seed);
 
 /* Softmax cross-entropy, mean over rows with label >= 0 (label < 0 is ignored).
  * probs[B,K] keeps the softmax; returns the mean loss. */

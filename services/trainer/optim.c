@@ -61,12 +61,13 @@ void rf_adamw_step(rf_bert *m, const rf_adamw *o, long step, float lr) {
     float b1 = o->beta1, b2 = o->beta2;
     double bc1 = 1.0 - pow(b1, (double)(step + 1)), bc2 = 1.0 - pow(b2, (double)(step + 1));
     float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+#pragma omp parallel /* one region for all tensors; no barrier between them */
     for (size_t t = 0; t < m->ntensors; t++) {
         const rf_tensor_info *ti = &m->tensors[t];
         float decay = ti->decay ? 1.0f - lr * o->weight_decay : 1.0f;
         float *p = m->params + ti->offset, *g = m->grads + ti->offset, *mm = m->m + ti->offset,
               *vv = m->v + ti->offset;
-#pragma omp parallel for schedule(static) if (ti->numel > 4096)
+#pragma omp for schedule(static) nowait
         for (size_t i = 0; i < ti->numel; i++) {
             p[i] *= decay;
             mm[i] += (1.0f - b1) * (g[i] - mm[i]);

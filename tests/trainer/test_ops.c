@@ -179,14 +179,14 @@ static void ew_fwd(check *c) {
     case 2:
         rf_op_dropout_fwd(c->out, k->inp, k->n, 0.25f, 5);
         break;
-    default:
-        rf_op_residual_fwd(c->out, k->inp, k->inp2, k->n);
+    default: /* 3: residual, 4: residual with dropout on the branch */
+        rf_op_residual_fwd(c->out, k->inp, k->inp2, k->n, k->which == 4 ? 0.25f : 0, 5);
         break;
     }
 }
 static void test_elementwise(void **state) {
-    const char *names[] = {"gelu", "tanh", "dropout", "residual"};
-    for (int which = 0; which < 4; which++) {
+    const char *names[] = {"gelu", "tanh", "dropout", "residual", "residual+dropout"};
+    for (int which = 0; which < 5; which++) {
         size_t n = 50;
         ew_ctx k = {randn(n, 3), randn(n, 1), n, which};
         check c = {ew_fwd, zeros(n), randn(n, 1), n, &k};
@@ -203,11 +203,14 @@ static void test_elementwise(void **state) {
             rf_op_dropout_bwd(d, c.R, n, 0.25f, 5);
             break;
         default:
-            rf_op_residual_bwd(d, d2, c.R, n);
+            rf_op_residual_bwd(d, d2, c.R, n, which == 4 ? 0.25f : 0, 5);
             break;
         }
         expect_grad(&c, k.inp, n, d, names[which]);
-        if (which == 3) expect_grad(&c, k.inp2, n, d2, "residual b");
+        if (which >= 3) expect_grad(&c, k.inp2, n, d2, "residual b");
+        if (which == 4) /* the branch is dropped exactly where rf_op_dropout_fwd drops */
+            for (size_t i = 0; i < n; i++)
+                assert_true((d[i] == 0.0f) == !rf_op_dropout_keep(5, i, 0.25f));
         free(k.inp), free(k.inp2), free(c.out), free(c.R), free(d), free(d2);
     }
 }
