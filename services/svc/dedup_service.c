@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/sys.h"
 #include "refinery.pb-c.h"
+#include "svc/batch_decode.h"
 #include "svc/dedup_journal.h"
 
 /* The decisions of one batch, kept for the life of the process so that a
@@ -287,9 +288,8 @@ int rf_dedup_service_prepare(void *user, const rf_kafka_msg *const *msgs, size_t
     size_t nruns = 0;
     int rc = runs ? RF_OK : RF_ERR_NOMEM;
     for (size_t i = 0; rc == RF_OK && i < n; i++) {
-        Refinery__V1__DocumentBatch *in = refinery__v1__document_batch__unpack(
-            NULL, msgs[i]->len, (const uint8_t *)msgs[i]->value);
-        if (!in) continue; /* process() reports it */
+        Refinery__V1__DocumentBatch *in;
+        if (rf_svc_unpack_documents(msgs[i], &in) < 0) continue; /* process() reports it */
         run_index *ri = NULL;
         rc = run_get(s, in->run_id, &ri);
         if (rc == RF_OK && !lookup(s, in->run_id, in->seq)) {
@@ -320,13 +320,11 @@ int rf_dedup_service_prepare(void *user, const rf_kafka_msg *const *msgs, size_t
 int rf_dedup_service_process(void *user, const rf_kafka_msg *m, const rf_stage_batch_id *id,
                              rf_kafka_tracker *t, rf_store_counts *counts) {
     rf_dedup_service *s = user;
-    Refinery__V1__DocumentBatch *in =
-        refinery__v1__document_batch__unpack(NULL, m->len, (const uint8_t *)m->value);
-    if (!in)
-        return rf_fail(RF_ERR_PARSE, "dedup: batch %s/%llu is not a DocumentBatch", id->run_id,
-                       (unsigned long long)id->seq);
+    Refinery__V1__DocumentBatch *in;
+    int rc = rf_svc_unpack_documents(m, &in);
+    if (rc < 0) return rc;
     run_index *ri = NULL;
-    int rc = run_get(s, in->run_id, &ri); /* first: replays the run's journal */
+    rc = run_get(s, in->run_id, &ri); /* first: replays the run's journal */
     const decided *d = rc ? NULL : lookup(s, in->run_id, in->seq);
     if (!rc && !d) {
         rf_doc *docs = batch_docs(in);

@@ -103,7 +103,10 @@ static int array_params(const item *it, size_t n, item_state st, int nfields, rf
 }
 
 /* One round trip for the whole poll: TODO batches whose progress row exists
- * were finished before (only their offset commit was lost) become REPLAY. */
+ * were finished before (only their offset commit was lost) become REPLAY;
+ * batches of a run that does not exist (a foreign producer, a deleted run)
+ * become BAD, so that they are skipped and committed instead of failing the
+ * progress insert on every restart. */
 static int skip_recorded(rf_stage_loop *l, item *it, size_t n) {
     rf_buf a[2] = {RF_BUF_INIT, RF_BUF_INIT};
     PGresult *res = NULL;
@@ -111,20 +114,32 @@ static int skip_recorded(rf_stage_loop *l, item *it, size_t n) {
     if (rc == RF_OK) {
         const char *p[] = {l->stage, a[0].data, a[1].data};
         rc = rf_store_exec(l->store,
-                           "SELECT p.run_id, p.batch_seq FROM stage_progress p"
-                           " JOIN unnest($2::text[], $3::bigint[]) AS b(run_id, seq)"
-                           " ON p.run_id = b.run_id AND p.batch_seq = b.seq WHERE p.stage = $1",
+                           "SELECT b.run_id, b.seq, p.batch_seq IS NOT NULL, r.id IS NOT NULL"
+                           " FROM unnest($2::text[], $3::bigint[]) AS b(run_id, seq)"
+                           " LEFT JOIN runs r ON r.id = b.run_id"
+                           " LEFT JOIN stage_progress p ON p.run_id = b.run_id"
+                           " AND p.batch_seq = b.seq AND p.stage = $1",
                            3, p, &res);
     }
     for (int r = 0; rc == RF_OK && r < PQntuples(res); r++) {
         const char *run = PQgetvalue(res, r, 0);
         uint64_t seq = strtoull(PQgetvalue(res, r, 1), NULL, 10);
-        for (size_t i = 0; i < n; i++)
-            if (it[i].state == ITEM_TODO && it[i].id.seq == seq && !strcmp(it[i].id.run_id, run)) {
+        bool done = !strcmp(PQgetvalue(res, r, 2), "t"),
+             known = !strcmp(PQgetvalue(res, r, 3), "t");
+        if (known && !done) continue;
+        for (size_t i = 0; i < n; i++) {
+            if (it[i].state != ITEM_TODO || it[i].id.seq != seq || strcmp(it[i].id.run_id, run))
+                continue;
+            if (!known) {
+                rf_warn(l->stage, "run %s batch %" PRIu64 ": no such run; skipped", run, seq);
+                count(l, "unknown_run", 1);
+                it[i].state = ITEM_BAD;
+            } else {
                 rf_info(l->stage, "run %s batch %" PRIu64 " already done: skipped", run, seq);
                 count(l, "replayed", 1);
                 it[i].state = ITEM_REPLAY;
             }
+        }
     }
     if (res) PQclear(res);
     rf_buf_free(&a[0]);
@@ -171,7 +186,15 @@ static int process_all(rf_stage_loop *l, const rf_kafka_batch *b, rf_kafka_track
     for (size_t i = 0; i < b->n; i++) {
         if (it[i].state != ITEM_TODO) continue;
         int rc = l->process(l->user, &b->msgs[i], &it[i].id, t, &it[i].counts);
-        if (rc < 0) return rc;
+        if (rc == RF_ERR_PARSE) {
+            /* Its documents cannot be counted: the batch is one rejected record. */
+            rf_warn(l->stage, "run %s batch %" PRIu64 ": %s; recorded as rejected", it[i].id.run_id,
+                    it[i].id.seq, rf_errmsg());
+            count(l, "bad_batches", 1);
+            it[i].counts = (rf_store_counts){.rejected = 1};
+        } else if (rc < 0) {
+            return rc;
+        }
         it[i].state = ITEM_DONE;
     }
     return RF_OK;

@@ -45,7 +45,10 @@ typedef struct rf_stage_loop {
      * a batch, which is then counted as <stage>.bad_messages and skipped. */
     int (*identify)(void *user, const rf_kafka_msg *m, rf_stage_batch_id *id);
     /* Produces the outputs of one input batch with rf_kafka_produce_tracked
-     * on t and fills counts. < 0 stops the loop without committing. */
+     * on t and fills counts. RF_ERR_PARSE means the message is not a batch of
+     * this stage (it does not decode, or its strings are not UTF-8): the loop
+     * records it as one rejected record, counts <stage>.bad_batches and goes
+     * on. Any other error < 0 stops the loop without committing. */
     int (*process)(void *user, const rf_kafka_msg *m, const rf_stage_batch_id *id,
                    rf_kafka_tracker *t, rf_store_counts *counts);
     /* Optional, called once per poll before process() with the messages it
@@ -54,7 +57,8 @@ typedef struct rf_stage_loop {
      * durable with one sync). < 0 stops the loop without committing. */
     int (*prepare)(void *user, const rf_kafka_msg *const *msgs, size_t n);
     void *user;
-    rf_stats *stats; /* optional: <stage>.batches, .replayed, .bad_messages, .in, .out, ... */
+    rf_stats *stats; /* optional: <stage>.batches, .replayed, .bad_messages, .unknown_run,
+                      * .bad_batches, .in, .out, ... */
 } rf_stage_loop;
 
 /* One poll's worth: the number of messages handled (0 when none came), or a

@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/utf8.h"
 #include "refinery.pb-c.h"
+#include "svc/batch_decode.h"
 #include "tokenizer/batch.h"
 
 struct rf_tokenizer_service {
@@ -75,11 +76,8 @@ static int produce_split(rf_tokenizer_service *s, rf_kafka_tracker *t, const cha
 int rf_tokenizer_service_process(void *user, const rf_kafka_msg *m, const rf_stage_batch_id *id,
                                  rf_kafka_tracker *t, rf_store_counts *counts) {
     rf_tokenizer_service *s = user;
-    Refinery__V1__DocumentBatch *in =
-        refinery__v1__document_batch__unpack(NULL, m->len, (const uint8_t *)m->value);
-    if (!in)
-        return rf_fail(RF_ERR_PARSE, "tokenizer: batch %s/%llu is not a DocumentBatch", id->run_id,
-                       (unsigned long long)id->seq);
+    Refinery__V1__DocumentBatch *in;
+    if (rf_svc_unpack_documents(m, &in) < 0) return RF_ERR_PARSE;
     split_out out[2] = {{0}, {0}};
     int64_t rejected = 0;
     int rc = RF_OK;

@@ -7,8 +7,9 @@
 #     Tokenizer and Evaluator, and each server's stats count them;
 #   - Kafka (kafka_poison.py): every consumed topic gets bytes that are no
 #     protobuf and a batch cut short, the document topics a document that is
-#     not UTF-8, `checkpoints` an announcement of a run that does not exist;
-#     the consumers skip and count them.
+#     not UTF-8, every topic a well-formed batch of a run that does not
+#     exist, `checkpoints` an announcement of such a run; the consumers skip
+#     and count them (a poison message must not stop a consumer for good).
 # Then every service is still running, a real run still goes through
 # end to end (e2e_client.py, checked by e2e_check.py), and every service
 # exits 0 on SIGTERM.
@@ -29,7 +30,7 @@ svc_start evaluator --max-message $MAX
     --spec "$TEST_DIR/spec.yaml" --max-message $MAX >"$TEST_DIR/expected.json"
 echo "gRPC bad input, calls per server and status: $(cat "$TEST_DIR/expected.json")"
 "$PY" tests/services/kafka_poison.py --proto proto --kafka "$KAFKA_BOOTSTRAP" --run bad-open \
-    >"$TEST_DIR/poison.json"
+    --unknown-run >"$TEST_DIR/poison.json"
 echo "Kafka poison messages per topic: $(cat "$TEST_DIR/poison.json")"
 
 # Still working: a small run of real reviews goes through every stage.
@@ -62,6 +63,14 @@ for server, calls in json.load(open(f"{d}/expected.json")).items():
 for stage in ("dedup", "tokenizer", "trainer", "evaluator"):
     bad = stats[stage].get(stage, {}).get("bad_messages", 0)
     assert bad >= 2, f"{stage}: bad_messages = {bad}: {stats[stage]}"
+# A batch of a run that does not exist, on every consumed topic.
+for stage in ("dedup", "tokenizer", "trainer", "evaluator"):
+    unknown = stats[stage].get(stage, {}).get("unknown_run", 0)
+    assert unknown >= 1, f"{stage}: unknown_run = {unknown}: {stats[stage]}"
+# A DocumentBatch whose text is not UTF-8 is refused as a batch (proto3).
+for stage in ("dedup", "tokenizer"):
+    bad = stats[stage].get(stage, {}).get("bad_batches", 0)
+    assert bad >= 1, f"{stage}: bad_batches = {bad}: {stats[stage]}"
 bad = stats["evaluator"]["evaluator"].get("checkpoints", {}).get("bad", 0)
 assert bad >= 1, f"evaluator: checkpoints.bad = {bad}: {stats['evaluator']}"
 print("bad input: every refusal counted; consumers counted the bad messages")
