@@ -6,20 +6,22 @@
 #    >= 3) as JSON Lines {"id","text","label"}, repeated BENCH_REPEAT times
 #    (default 2) with distinct ids, so about 25k records (the copies are
 #    exact duplicates: dedup keeps one of each, as the real data's own
-#    repeats). More copies do not fit: the mock cluster keeps 5 MB per
-#    partition and a run's batches share one (see KAFKA_PROPERTIES below). The same file and the same ingest/dedup/tokenizer settings
-#    (one spec, $work/spec.yaml) go to both sides:
+#    repeats). More copies risk the mock cluster's 5 MB partition log (see
+#    KAFKA_PROPERTIES below). The same file and the same ingest, dedup and
+#    tokenizer settings (one spec, $work/spec.yaml) go to both sides:
 #    - embedded: `refinery run spec.yaml` with the ingest, dedup and tokenizer
 #      sections (threads: 2), timed as a whole process (start, tokenizer load,
 #      reading and parsing the JSON, cleaning, filters, dedup, tokenizing,
 #      writing shards);
 #    - services: refinery-ingest (--spec, the same cleaning and filters),
-#      refinery-dedup and refinery-tokenizer on the mock Kafka cluster and a
-#      throwaway PostgreSQL, fed by refinery-push (C client on services/rpc:
+#      refinery-dedup (--threads 2, as the embedded dedup) and
+#      refinery-tokenizer on the mock Kafka cluster (one-partition topics: a
+#      run is one partition anyway) and a throwaway PostgreSQL, fed by
+#      refinery-push (C client on services/rpc:
 #      reads and parses the same JSON Lines, one Document per line,
 #      BENCH_STREAMS concurrent Push calls, default 2). Timed from the start
 #      of the push until the tokenizer has recorded, in stage_progress, every
-#      batch that ingest recorded (polled every 0.1 s). The services are
+#      batch that ingest recorded (polled every 50 ms). The services are
 #      started (and their tokenizer loaded, consumer groups joined by a small
 #      warm-up run) before the clock starts.
 #    docs/s = input records / wall seconds. CPU seconds are user+system: the

@@ -213,7 +213,7 @@ static void report(const shared *s, client *cl, size_t n, double wall, double cp
     double *all = malloc((nlat ? nlat : 1) * sizeof *all), sum = 0;
     size_t at = 0;
     for (size_t i = 0; all && i < n; i++) {
-        memcpy(all + at, cl[i].lat, cl[i].nlat * sizeof *all);
+        if (cl[i].nlat) memcpy(all + at, cl[i].lat, cl[i].nlat * sizeof *all);
         at += cl[i].nlat;
     }
     if (all) qsort(all, nlat, sizeof *all, cmp_double);

@@ -14,6 +14,7 @@
  * streams' statuses are on stderr), 2 for bad usage. */
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@
 #include "common/sys.h"
 #include "refinery.pb-c.h"
 #include "rpc/client.h"
+#include "rpc/rpc.h"
 #include "svc/svc.h"
 
 #define PUSH_METHOD "/refinery.v1.Ingest/Push"
@@ -43,7 +45,8 @@ typedef struct pusher {
     int64_t index;
     uint64_t sent, skipped;
     Refinery__V1__PushSummary sum;
-    rf_rpc_status status;
+    rf_rpc_status status; /* of the call, once it ended */
+    bool called;
     int rc;
 } pusher;
 
@@ -118,9 +121,10 @@ static void *push_thread(void *arg) {
             protobuf_c_message_free_unpacked(m, NULL);
         }
         int done = rf_rpc_stream_finish(st, &p->status);
+        p->called = true;
         if (p->rc == RF_OK) p->rc = done;
     }
-    if (p->rc < 0 && p->status.code == GRPC_STATUS_OK)
+    if (p->rc < 0 && (!p->called || p->status.code == GRPC_STATUS_OK))
         snprintf(p->status.message, sizeof p->status.message, "%s", rf_errmsg());
     rf_reader_close(r);
     rf_json_doc_free(doc);
@@ -161,8 +165,12 @@ static int push_all(const config *c) {
         rejected += p[i].sum.rejected;
         if (p[i].rc < 0) {
             failed++;
-            fprintf(stderr, "refinery-push: stream %zu: status %d: %s\n", i, (int)p[i].status.code,
-                    p[i].status.message);
+            if (p[i].called && p[i].status.code != GRPC_STATUS_OK)
+                fprintf(stderr, "refinery-push: stream %zu: status %d (%s): %s\n", i,
+                        (int)p[i].status.code, rf_rpc_status_name(p[i].status.code),
+                        p[i].status.message);
+            else
+                fprintf(stderr, "refinery-push: stream %zu: %s\n", i, p[i].status.message);
         }
     }
     double secs = rf_now() - t0;
