@@ -7,7 +7,10 @@
  * whatever the thread count, one region replaces OpenBLAS's own threading and
  * its spinning hand-offs, and a thread descheduled on a busy machine leaves
  * its pieces to the others. OpenBLAS's OpenMP build (see module.mk) runs a
- * call made inside a parallel region on the calling thread. */
+ * call made inside a parallel region on the calling thread, so every sgemm is
+ * issued from one (also for a single piece: OpenBLAS's own threading would
+ * block the summed dimension differently), and results do not depend on the
+ * thread count. */
 #include "trainer/ops.h"
 
 #include <cblas.h>
@@ -120,7 +123,7 @@ void rf_op_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, c
 void rf_op_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N, int IC,
                       int OC) {
     int np = pieces(N, ROW_PIECES);
-#pragma omp parallel for schedule(dynamic, 1) if (np > 1)
+#pragma omp parallel for schedule(dynamic, 1) /* even for one piece: see the top */
     for (int i = 0; i < np; i++) {
         int r0 = (int)((long)N * i / np), r1 = (int)((long)N * (i + 1) / np);
         float *o = out + (size_t)r0 * OC;
@@ -138,7 +141,7 @@ void rf_op_linear_bwd(float *dinp, float *dw, float *db, const float *dout, cons
     int np = dinp ? pieces(N, ROW_PIECES) : 0, wp = pieces(N, W_PIECES), nt = np + wp + !!db;
     bool by_out = OC >= IC;
     int wlen = by_out ? OC : IC;
-#pragma omp parallel for schedule(dynamic, 1) if (nt > 2)
+#pragma omp parallel for schedule(dynamic, 1)
     for (int i = 0; i < nt; i++) {
         if (i < np) {
             int r0 = (int)((long)N * i / np), r1 = (int)((long)N * (i + 1) / np);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <omp.h>
 
 #include "common/rng.h"
 #include "trainer/ops.h"
@@ -107,6 +108,32 @@ static void test_layernorm(void **state) {
     expect_grad(&c, k.b, C, db, "layernorm db");
     free(k.inp), free(k.w), free(k.b), free(k.mean), free(k.rstd), free(c.out), free(c.R);
     free(di), free(dw), free(db);
+}
+
+/* The products are cut into fixed pieces, so 1 and 2 threads give the same
+ * bits; K = 700 is past OpenBLAS's block of the summed dimension, and N = 32
+ * is a single piece (which OpenBLAS would thread on its own otherwise). */
+static void test_linear_thread_count(void **state) {
+    int IC = 700, OC = 48;
+    for (int N = 32; N <= 544; N += 512) {
+        float *x = randn(N * IC, 1), *w = randn(OC * IC, 1), *b = randn(OC, 1),
+              *dout = randn(N * OC, 1);
+        float *out[2], *dx[2], *dw[2], *db[2];
+        for (int t = 0; t < 2; t++) {
+            omp_set_num_threads(t + 1);
+            out[t] = zeros(N * OC), dx[t] = zeros(N * IC), dw[t] = zeros(OC * IC),
+            db[t] = zeros(OC);
+            rf_op_linear_fwd(out[t], x, w, b, N, IC, OC);
+            rf_op_linear_bwd(dx[t], dw[t], db[t], dout, x, w, N, IC, OC);
+        }
+        assert_memory_equal(out[0], out[1], sizeof(float) * N * OC);
+        assert_memory_equal(dx[0], dx[1], sizeof(float) * N * IC);
+        assert_memory_equal(dw[0], dw[1], sizeof(float) * OC * IC);
+        assert_memory_equal(db[0], db[1], sizeof(float) * OC);
+        for (int t = 0; t < 2; t++)
+            free(out[t]), free(dx[t]), free(dw[t]), free(db[t]);
+        free(x), free(w), free(b), free(dout);
+    }
 }
 
 /* ---- attention, with padding and dropout ---- */
@@ -284,6 +311,7 @@ int main(void) {
     rf_rng_seed(&rng, 42);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_linear_thread_count),
         cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_dropout),
