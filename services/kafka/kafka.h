@@ -53,11 +53,22 @@ int rf_kafka_produce(rf_kafka_producer *p, const char *topic, const void *key, s
 /* The same, accounted in t (may be NULL). */
 int rf_kafka_produce_tracked(rf_kafka_producer *p, rf_kafka_tracker *t, const char *topic,
                              const void *key, size_t key_len, const void *value, size_t len);
-/* A rejected record with its reason, as a refinery.v1.Reject protobuf keyed by
- * the reason, to a rejects topic; accounted in t (may be NULL). */
+/* A rejected record: where it came from, why, and its first bytes. */
+typedef struct rf_kafka_reject {
+    const char *run_id; /* NULL or "": not pushed into a run */
+    const char *doc_id; /* may be NULL */
+    const char *source;
+    uint64_t line, offset;
+    const char *reason;
+    const void *excerpt;
+    size_t excerpt_len;
+} rf_kafka_reject;
+
+/* r as a refinery.v1.Reject protobuf to a rejects topic, keyed by its run id
+ * (so that a run's rejects share a partition) or, without one, by the
+ * reason; accounted in t (may be NULL). */
 int rf_kafka_produce_reject(rf_kafka_producer *p, rf_kafka_tracker *t, const char *topic,
-                            const char *source, uint64_t line, uint64_t offset, const char *reason,
-                            const void *excerpt, size_t excerpt_len);
+                            const rf_kafka_reject *r);
 /* Waits until every message of t is delivered or failed: RF_OK when all were
  * delivered, RF_ERR_IO (first failure in rf_errmsg) otherwise or on timeout. */
 int rf_kafka_wait(rf_kafka_producer *p, rf_kafka_tracker *t, double timeout_s);

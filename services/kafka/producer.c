@@ -125,20 +125,22 @@ int rf_kafka_produce_tracked(rf_kafka_producer *p, rf_kafka_tracker *t, const ch
 }
 
 int rf_kafka_produce_reject(rf_kafka_producer *p, rf_kafka_tracker *t, const char *topic,
-                            const char *source, uint64_t line, uint64_t offset, const char *reason,
-                            const void *excerpt, size_t excerpt_len) {
-    Refinery__V1__Reject r = REFINERY__V1__REJECT__INIT;
-    r.source = (char *)(source ? source : "");
-    r.line = line;
-    r.offset = offset;
-    r.reason = (char *)reason;
-    r.excerpt.data = (uint8_t *)excerpt;
-    r.excerpt.len = excerpt ? excerpt_len : 0;
-    size_t n = refinery__v1__reject__get_packed_size(&r);
+                            const rf_kafka_reject *r) {
+    Refinery__V1__Reject m = REFINERY__V1__REJECT__INIT;
+    m.run_id = (char *)(r->run_id ? r->run_id : "");
+    m.doc_id = (char *)(r->doc_id ? r->doc_id : "");
+    m.source = (char *)(r->source ? r->source : "");
+    m.line = r->line;
+    m.offset = r->offset;
+    m.reason = (char *)r->reason;
+    m.excerpt.data = (uint8_t *)r->excerpt;
+    m.excerpt.len = r->excerpt ? r->excerpt_len : 0;
+    size_t n = refinery__v1__reject__get_packed_size(&m);
     uint8_t *buf = malloc(n ? n : 1);
     if (!buf) return RF_ERR_NOMEM;
-    refinery__v1__reject__pack(&r, buf);
-    int rc = rf_kafka_produce_tracked(p, t, topic, reason, strlen(reason), buf, n);
+    refinery__v1__reject__pack(&m, buf);
+    const char *key = m.run_id[0] ? m.run_id : r->reason;
+    int rc = rf_kafka_produce_tracked(p, t, topic, key, strlen(key), buf, n);
     free(buf);
     return rc;
 }

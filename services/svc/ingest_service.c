@@ -198,9 +198,16 @@ static int reject(stream *st, const Refinery__V1__Document *d, const char *reaso
     st->since.in++;
     st->since.rejected++;
     size_t n = strlen(d->text);
+    rf_kafka_reject r = {.run_id = st->run_id,
+                         .doc_id = d->id,
+                         .source = d->source[0] ? d->source : "push",
+                         .line = d->line,
+                         .offset = d->offset,
+                         .reason = reason,
+                         .excerpt = d->text,
+                         .excerpt_len = n < 64 ? n : 64};
     return rf_kafka_produce_reject(st->svc->o.producer, &st->tracker, st->svc->o.topic_rejected,
-                                   d->source[0] ? d->source : "push", d->line, d->offset, reason,
-                                   d->text, n < 64 ? n : 64);
+                                   &r);
 }
 
 /* Cleans and filters one document; keeps or rejects it. */

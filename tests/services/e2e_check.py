@@ -10,7 +10,7 @@ after a crash must be identical to the first copy):
   docs.clean ids = docs.unique ids + docs.duplicates ids, each exactly once;
   tokens.train ids + tokens.eval ids, each exactly once, are docs.unique's
   but the tokenizer's rejects;
-  docs.rejected holds the run's rejects (by source and line); `checkpoints` announces the run's
+  docs.rejected holds the run's rejects (by run id, one per source and line); `checkpoints` announces the run's
   checkpoints, the last one final.
 PostgreSQL stage_progress, per stage, equals those topic counts:
   ingest in = pushed = clean + rejected; dedup in = clean, out = unique,
@@ -139,10 +139,7 @@ def main():
     for t in TOKEN_TOPICS:
         if set(toks[t]) != set(docs["docs.unique"]):
             fail(f"{t}: batch seqs differ from docs.unique's")
-    # A Reject carries no run id (its key is the reason): the run's rejects are
-    # those from the sources its documents came from (each run here reads its
-    # own files), one per (source, line).
-    sources = {d.source for b in docs["docs.clean"].values() for d in b.docs}
+    # The run's rejects carry its id, one per (source, line).
     kept_at = {(d.source, d.line) for b in docs["docs.clean"].values() for d in b.docs}
     rejected_at = set()
     for _, v in read_topic(a.kafka, "docs.rejected"):
@@ -150,7 +147,7 @@ def main():
             r = pb.Reject.FromString(v)
         except DecodeError:
             continue
-        if r.source in sources:
+        if r.run_id == a.run:
             rejected_at.add((r.source, r.line))
     if rejected_at & kept_at:
         fail(f"docs.rejected: {len(rejected_at & kept_at)} documents both kept and rejected")
@@ -170,7 +167,7 @@ def main():
     expect("ingest", "out", len(clean))
     expect("ingest", "rejected", a.pushed - len(clean))
     if len(rejected_at) != a.pushed - len(clean):
-        fail(f"docs.rejected has {len(rejected_at)} rejects from {sorted(sources)}, expected "
+        fail(f"docs.rejected has {len(rejected_at)} rejects of run {run}, expected "
              f"{a.pushed - len(clean)}")
     expect("dedup", "batches", len(docs["docs.clean"]))
     expect("dedup", "in", len(clean))

@@ -286,9 +286,15 @@ static void test_rejects_topic(void **state) {
     make_topic(topic, 1);
     rf_kafka_producer *p = producer(0, 10);
     rf_kafka_tracker t = {0};
-    assert_int_equal(rf_kafka_produce_reject(p, &t, topic, "reviews.jsonl", 17, 4096,
-                                             "invalid_utf8", "\xff\xfe bad", 6),
-                     0);
+    rf_kafka_reject r = {.run_id = "run-7",
+                         .doc_id = "d17",
+                         .source = "reviews.jsonl",
+                         .line = 17,
+                         .offset = 4096,
+                         .reason = "invalid_utf8",
+                         .excerpt = "\xff\xfe bad",
+                         .excerpt_len = 6};
+    assert_int_equal(rf_kafka_produce_reject(p, &t, topic, &r), 0);
     assert_int_equal(rf_kafka_wait(p, &t, 10), 0);
     assert_int_equal(t.delivered, 1);
     rf_kafka_producer_free(p);
@@ -301,15 +307,18 @@ static void test_rejects_topic(void **state) {
         assert_int_equal(rf_kafka_poll_batch(c, 10, 0.5, &b), 0);
     }
     assert_int_equal(b.n, 1);
-    assert_memory_equal(b.msgs[0].key, "invalid_utf8", 12);
-    Refinery__V1__Reject *r = refinery__v1__reject__unpack(NULL, b.msgs[0].len, b.msgs[0].value);
-    assert_non_null(r);
-    assert_string_equal(r->source, "reviews.jsonl");
-    assert_int_equal(r->line, 17);
-    assert_int_equal(r->offset, 4096);
-    assert_string_equal(r->reason, "invalid_utf8");
-    assert_int_equal(r->excerpt.len, 6);
-    refinery__v1__reject__free_unpacked(r, NULL);
+    assert_int_equal(b.msgs[0].key_len, 5);
+    assert_memory_equal(b.msgs[0].key, "run-7", 5); /* a run's rejects share a partition */
+    Refinery__V1__Reject *got = refinery__v1__reject__unpack(NULL, b.msgs[0].len, b.msgs[0].value);
+    assert_non_null(got);
+    assert_string_equal(got->run_id, "run-7");
+    assert_string_equal(got->doc_id, "d17");
+    assert_string_equal(got->source, "reviews.jsonl");
+    assert_int_equal(got->line, 17);
+    assert_int_equal(got->offset, 4096);
+    assert_string_equal(got->reason, "invalid_utf8");
+    assert_int_equal(got->excerpt.len, 6);
+    refinery__v1__reject__free_unpacked(got, NULL);
     rf_kafka_batch_release(&b);
     rf_kafka_consumer_free(c);
 }
