@@ -122,15 +122,18 @@ done
 export REFINERY_LOG_LEVEL=warn
 # Two settings for the mock cluster (librdkafka 2.0's rdkafka_mock):
 # - it keeps only the last 5 MB of each partition (not configurable) and a
-#   run's batches share one partition: compressed batches keep a whole run of
-#   this size in it, so a consumer lagging behind the producer still finds
-#   its input (a lost offset aborts the bench, see push_run);
+#   run's batches share one partition: ingest compresses its batches
+#   (BENCH_INGEST_KAFKA_PROPS, lz4), so a consumer lagging behind it still
+#   finds its input (a lost offset aborts the bench, see push_run); dedup's
+#   and the tokenizer's outputs are small or not consumed here;
 # - it answers a fetch that found no data only after fetch.wait.max.ms
 #   (librdkafka's default 500 ms), even when data arrives meanwhile (a real
 #   broker answers at once): 20 ms keeps an idle consumer from sleeping
 #   through the upstream stage's output.
-export KAFKA_PROPERTIES=${KAFKA_PROPERTIES:-compression.type=lz4;fetch.wait.max.ms=20}
+export KAFKA_PROPERTIES=${KAFKA_PROPERTIES:-fetch.wait.max.ms=20}
+ingest_props=${BENCH_INGEST_KAFKA_PROPS:-$KAFKA_PROPERTIES;compression.type=lz4}
 "$BUILD/refinery-ingest" --listen 127.0.0.1:0 --port-file "$work/ingest.port" --spec "$work/spec.yaml" \
+    --kafka-props "$ingest_props" \
     2>"$work/ingest.log" &
 pids+=($!); ingest_pid=$!
 for _ in $(seq 300); do [ -s "$work/ingest.port" ] && break; sleep 0.1; done
