@@ -25,10 +25,13 @@ typedef struct acts {
     float *pool_pre, *pooled, *pooled_drop, *logits, *probs, *losses;
 } acts;
 
-/* Lays out acts over base (NULL base: just counts). Returns the float count. */
-static size_t layout(const rf_bert_config *c, int B, int T, float *base, acts *a) {
+/* Lays out acts over base (NULL base: just counts) and returns the float
+ * count. The attention probabilities and the attention scratch come last and
+ * only when probs is set: nothing takes their gradient, so the gradient arena
+ * (probs = false, those views left NULL) ends before them. */
+static size_t layout(const rf_bert_config *c, int B, int T, float *base, acts *a, bool probs) {
     size_t N = (size_t)B * T, C = c->hidden_size, I = c->intermediate_size, K = c->num_labels;
-    size_t off = 0;
+    size_t off = 0, P = (size_t)B * c->num_heads * T * T;
 #define TAKE(ptr, n)                                                                               \
     do {                                                                                           \
         if (base) ptr = base + off;                                                                \
@@ -38,11 +41,9 @@ static size_t layout(const rf_bert_config *c, int B, int T, float *base, acts *a
     TAKE(a->emb_mean, N);
     TAKE(a->emb_rstd, N);
     TAKE(a->x0, N * C);
-    TAKE(a->att_scratch, (size_t)B * c->num_heads * T * T);
     for (int l = 0; l < c->num_layers; l++) {
         layer_acts *L = &a->layers[l];
         TAKE(L->qkv, 3 * N * C);
-        TAKE(L->att, (size_t)B * c->num_heads * T * T);
         TAKE(L->ctx, N * C);
         TAKE(L->res1, N * C);
         TAKE(L->ln1_mean, N);
@@ -54,6 +55,7 @@ static size_t layout(const rf_bert_config *c, int B, int T, float *base, acts *a
         TAKE(L->ln2_mean, N);
         TAKE(L->ln2_rstd, N);
         TAKE(L->x2, N * C);
+        L->att = NULL;
     }
     TAKE(a->cls, B * C);
     TAKE(a->pool_pre, B * C);
@@ -62,6 +64,12 @@ static size_t layout(const rf_bert_config *c, int B, int T, float *base, acts *a
     TAKE(a->logits, B * K);
     TAKE(a->probs, B * K);
     TAKE(a->losses, B);
+    a->att_scratch = NULL;
+    if (probs) {
+        for (int l = 0; l < c->num_layers; l++)
+            TAKE(a->layers[l].att, P);
+        TAKE(a->att_scratch, P);
+    }
 #undef TAKE
     return off;
 }
@@ -376,7 +384,7 @@ int rf_bert_reserve(rf_bert *m, int B, int T) {
     layer_acts *la = calloc((size_t)m->cfg.num_layers, sizeof *la);
     if (!la) return RF_ERR_NOMEM;
     acts a = {.layers = la};
-    size_t n = layout(&m->cfg, B, T, NULL, &a);
+    size_t n = layout(&m->cfg, B, T, NULL, &a, true), ng = layout(&m->cfg, B, T, NULL, &a, false);
     free(la);
     be->free(m->acts);
     be->free(m->dacts);
@@ -385,7 +393,7 @@ int rf_bert_reserve(rf_bert *m, int B, int T) {
     be->free(m->labels_dev);
     be->free(m->valid_dev);
     m->acts = be->alloc(n * sizeof(float));
-    m->dacts = be->alloc(n * sizeof(float));
+    m->dacts = be->alloc(ng * sizeof(float));
     m->ids_dev = be->alloc((size_t)B * T * sizeof(int32_t));
     m->types_dev = be->alloc((size_t)B * T * sizeof(int32_t));
     m->valid_dev = be->alloc((size_t)B * T);
@@ -440,7 +448,7 @@ int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout
 
     layer_acts la[c->num_layers];
     acts a = {.layers = la};
-    layout(c, B, T, m->acts, &a);
+    layout(c, B, T, m->acts, &a, true);
     float ph = train ? c->hidden_dropout : 0, pa = train ? c->attention_dropout : 0,
           pc = train ? c->classifier_dropout : 0;
 
@@ -502,8 +510,8 @@ void rf_bert_backward(rf_bert *m, float loss_scale) {
           pc = tr ? c->classifier_dropout : 0;
     layer_acts la[c->num_layers], dla[c->num_layers];
     acts a = {.layers = la}, d = {.layers = dla};
-    size_t used = layout(c, B, T, m->acts, &a);
-    layout(c, B, T, m->dacts, &d);
+    layout(c, B, T, m->acts, &a, true);
+    size_t used = layout(c, B, T, m->dacts, &d, false);
     be->zero(m->dacts, used * sizeof(float));
 
     be->xent_bwd(d.logits, a.probs, m->labels_dev, B, K, loss_scale);

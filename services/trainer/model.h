@@ -54,9 +54,9 @@ typedef struct rf_bert {
     float *params, *grads, *m, *v; /* grads/m/v allocated by rf_bert_enable_training */
     rf_bert_params p, g;           /* views into params and grads */
 
-    int capB, capT; /* activation arena capacity */
-    float *acts, *dacts;
-    size_t nacts;
+    int capB, capT;      /* activation arena capacity */
+    float *acts, *dacts; /* dacts: the same layout without the attention probabilities */
+    size_t nacts;        /* floats in acts */
     int32_t *labels_dev; /* copies of the last batch kept for backward */
     int32_t *ids_dev, *types_dev;
     uint8_t *valid_dev;
