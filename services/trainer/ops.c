@@ -36,6 +36,7 @@ void rf_op_embed_fwd(float *out, const int32_t *ids, const int32_t *types, const
         const float *w = wte + (size_t)ids[n] * C, *p = wpe + (size_t)(n % T) * C,
                     *y = wtt + (size_t)types[n] * C;
         float *o = out + (size_t)n * C;
+#pragma omp simd
         for (int i = 0; i < C; i++)
             o[i] = w[i] + p[i] + y[i];
     }
@@ -55,6 +56,7 @@ void rf_op_embed_bwd(float *dwte, float *dwpe, float *dwtt, const float *dout, c
             const float *d = dout + (size_t)n * C;
             float *w = dwte + (size_t)ids[n] * C, *p = dwpe + (size_t)(n % T) * C,
                   *y = dwtt + (size_t)types[n] * C;
+#pragma omp simd
             for (int i = c0; i < c1; i++) {
                 w[i] += d[i];
                 p[i] += d[i];
@@ -77,6 +79,7 @@ void rf_op_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
             v += (double)(x[i] - m) * (x[i] - m);
         float r = (float)(1.0 / sqrt(v / C + eps));
         float *o = out + (size_t)n * C;
+#pragma omp simd
         for (int i = 0; i < C; i++)
             o[i] = (x[i] - m) * r * w[i] + b[i];
         mean[n] = m;
@@ -101,6 +104,7 @@ void rf_op_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, c
             }
             float md = (float)(sd / C), mdn = (float)(sdn / C);
             float *di = dinp + (size_t)n * C;
+#pragma omp simd
             for (int i = 0; i < C; i++) {
                 float norm = (x[i] - m) * r;
                 di[i] += (d[i] * w[i] - md - norm * mdn) * r;
@@ -111,8 +115,10 @@ void rf_op_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, c
             int c1 = c0 + blk < C ? c0 + blk : C;
             for (int n = 0; n < N; n++) {
                 const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+                float m = mean[n], r = rstd[n];
+#pragma omp simd
                 for (int i = c0; i < c1; i++) {
-                    dw[i] += d[i] * (x[i] - mean[n]) * rstd[n];
+                    dw[i] += d[i] * (x[i] - m) * r;
                     db[i] += d[i];
                 }
             }
@@ -157,6 +163,7 @@ void rf_op_linear_bwd(float *dinp, float *dw, float *db, const float *dout, cons
                             inp + c0, IC, 1.0f, dw + c0, IC);
         } else {
             for (int n = 0; n < N; n++) /* each column summed in row order */
+#pragma omp simd
                 for (int o = 0; o < OC; o++)
                     db[o] += dout[(size_t)n * OC + o];
         }
