@@ -104,36 +104,53 @@ static void *stage_thread(void *arg) {
     return NULL;
 }
 
-/* Finds the active stages and checks every top-level key of the spec. */
-static int select_stages(run *r) {
+int rf_pipeline_check_spec(const rf_cfg *spec) {
     size_t n;
     const rf_stage_ops *const *all = rf_stage_list(&n);
     const char *known[MAX_ACTIVE + 2];
     size_t k = 0;
     known[k++] = "run";
-    for (size_t i = 0; i < n && k < MAX_ACTIVE + 1; i++) known[k++] = all[i]->name;
+    for (size_t i = 0; i < n && k < MAX_ACTIVE + 1; i++)
+        known[k++] = all[i]->name;
     known[k] = NULL;
-    int rc = rf_cfg_check_keys(r->spec, known);
-    if (rc) return rc;
-    if ((rc = rf_cfg_check_keys(rf_cfg_get(r->spec, "run"), run_keys))) return rc;
-    for (size_t i = 0; i < n; i++) {
-        const rf_cfg *section = rf_cfg_get(r->spec, all[i]->name);
+    int64_t v;
+    const char *str;
+    int rc = rf_cfg_check_keys(spec, known);
+    if (!rc) rc = rf_cfg_check_keys(rf_cfg_get(spec, "run"), run_keys);
+    if (!rc) rc = rf_cfg_str(spec, "run.name", "run", &str);
+    if (!rc) rc = rf_cfg_str(spec, "run.out", NULL, &str);
+    if (!rc) rc = rf_cfg_int(spec, "run.threads", 1, 1, 1024, &v);
+    if (!rc) rc = rf_cfg_int(spec, "run.queue_depth", 8, 1, 4096, &v);
+    size_t sections = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        const rf_cfg *section = rf_cfg_get(spec, all[i]->name);
         if (!section) continue;
+        sections++;
         rf_cfg_kind kind = rf_cfg_kind_of(section); /* an empty section is a "" scalar */
         if (kind == RF_CFG_SEQ || (kind == RF_CFG_SCALAR && rf_cfg_scalar(section)[0]))
             return rf_fail(RF_ERR_INVALID, "%s:%d: %s: expected a mapping of settings",
                            rf_cfg_source(section), rf_cfg_line(section), all[i]->name);
-        if (all[i]->keys && kind == RF_CFG_MAP &&
-            (rc = rf_cfg_check_keys(section, all[i]->keys)))
-            return rc;
+        if (all[i]->keys && kind == RF_CFG_MAP) rc = rf_cfg_check_keys(section, all[i]->keys);
+    }
+    if (!rc && sections == 0)
+        rc = rf_fail(RF_ERR_INVALID, "%s: no stage sections (expected some of: %s%s%s%s%s)",
+                     rf_cfg_source(spec), n > 0 ? all[0]->name : "", n > 1 ? ", " : "",
+                     n > 1 ? all[1]->name : "", n > 2 ? ", " : "", n > 2 ? "..." : "");
+    return rc;
+}
+
+/* The active stages, in registration order, checked for a workable order. */
+static int select_stages(run *r) {
+    int rc = rf_pipeline_check_spec(r->spec);
+    if (rc) return rc;
+    size_t n;
+    const rf_stage_ops *const *all = rf_stage_list(&n);
+    for (size_t i = 0; i < n; i++) {
+        if (!rf_cfg_get(r->spec, all[i]->name)) continue;
         slot *s = &r->slots[r->nslots++];
         s->ops = all[i];
         s->run = r;
     }
-    if (r->nslots == 0)
-        return rf_fail(RF_ERR_INVALID, "%s: no stage sections (expected some of: %s%s%s%s%s)",
-                       rf_cfg_source(r->spec), n > 0 ? all[0]->name : "", n > 1 ? ", " : "",
-                       n > 1 ? all[1]->name : "", n > 2 ? ", " : "", n > 2 ? "..." : "");
     /* Streaming stages come first: a source, then transforms. */
     size_t i = 0;
     if (!r->slots[0].ops->produce && r->slots[0].ops->process)
@@ -141,7 +158,8 @@ static int select_stages(run *r) {
                        r->slots[0].ops->name);
     if (r->slots[0].ops->produce) {
         i = 1;
-        while (i < r->nslots && r->slots[i].ops->process) i++;
+        while (i < r->nslots && r->slots[i].ops->process)
+            i++;
     }
     r->nstream = i;
     for (; i < r->nslots; i++)
@@ -223,7 +241,8 @@ static int run_stream(run *r, FILE *progress_out) {
     for (size_t i = 0; i + 1 < n; i++) {
         rf_queue *q = rf_queue_new((size_t)r->queue_depth);
         if (!q) {
-            while (i-- > 0) rf_queue_free(r->slots[i].out);
+            while (i-- > 0)
+                rf_queue_free(r->slots[i].out);
             return RF_ERR_NOMEM;
         }
         r->slots[i].out = q;
@@ -247,7 +266,8 @@ static int run_stream(run *r, FILE *progress_out) {
             break;
         }
     }
-    for (size_t i = 0; i < started; i++) pthread_join(r->slots[i].thread, NULL);
+    for (size_t i = 0; i < started; i++)
+        pthread_join(r->slots[i].thread, NULL);
     if (have_progress) {
         pthread_mutex_lock(&p.lock);
         p.stop = 1;
@@ -262,7 +282,8 @@ static int run_stream(run *r, FILE *progress_out) {
     }
     for (size_t i = 0; i + 1 < n; i++) {
         void *item; /* batches left behind by a failure */
-        while (rf_queue_pop(r->slots[i].out, &item) == 1) rf_doc_batch_free(item);
+        while (rf_queue_pop(r->slots[i].out, &item) == 1)
+            rf_doc_batch_free(item);
         rf_queue_free(r->slots[i].out);
     }
     if (rc) return rc;
@@ -379,8 +400,10 @@ int rf_pipeline_run(const rf_pipeline_opts *o, char **run_dir) {
     rf_stats_set(r->ctx.stats, "run.ok", rc == RF_OK);
     int wrc = write_stats(r);
     if (!rc) rc = wrc;
-    if (rc) rf_error("run", "%s", rf_errmsg());
-    else rf_info("run", "finished in %.1fs", rf_now() - t0);
+    if (rc)
+        rf_error("run", "%s", rf_errmsg());
+    else
+        rf_info("run", "finished in %.1fs", rf_now() - t0);
     if (log_file) {
         rf_log_set_tee(NULL);
         fclose(log_file);

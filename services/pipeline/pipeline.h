@@ -9,6 +9,8 @@
 
 #include <stdio.h>
 
+#include "common/config.h"
+
 typedef struct rf_pipeline_opts {
     const char *spec_path;
     const char *out_dir;  /* overrides run.out; NULL for the default runs/<name> */
@@ -19,5 +21,12 @@ typedef struct rf_pipeline_opts {
 /* Runs the pipeline. On return *run_dir (malloc'd, caller frees) names the run
  * directory if one was created. Returns 0 or a negative rf_err with rf_errmsg(). */
 int rf_pipeline_run(const rf_pipeline_opts *opts, char **run_dir);
+
+/* The shape checks rf_pipeline_run makes before opening anything: every
+ * top-level key is `run` or a registered stage, the run: settings are known
+ * and in range, each stage section is a mapping of that stage's keys, and
+ * there is at least one stage section. Errors name the key and line. (The
+ * Control service checks submitted specs with it.) */
+int rf_pipeline_check_spec(const rf_cfg *spec);
 
 #endif

@@ -2,7 +2,8 @@
  * starts anything: the YAML parses into a mapping; its top-level keys are
  * `run` and the registered stages (common/stage.h); `run` has only its keys
  * (name, out, threads, queue_depth) with valid values; each stage section is
- * a mapping of that stage's keys; and the sections whose parsers have no side
+ * a mapping of that stage's keys; there is at least one stage section
+ * (rf_pipeline_check_spec); and the sections whose parsers have no side
  * effects are parsed with them: `ingest:` (rf_ingest_opts_from_cfg, presets
  * included) and `trainer:` (rf_trainer_spec_parse). The dedup, tokenizer and
  * evaluator stages parse their values while opening files, so only their key
