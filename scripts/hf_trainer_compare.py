@@ -39,7 +39,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SETUP_KEYS = ("task", "train_n", "epochs", "batch", "max_len", "lr", "wd", "warmup", "seed")
+SETUP_KEYS = ("task", "train_n", "epochs", "batch", "max_len", "lr", "wd", "warmup", "seed",
+              "data_seed")
 
 
 def load_sst2(shared, n, seed):
@@ -108,10 +109,9 @@ def scores(labels, preds, k=2):
 
 def git_state():
     def git(*args):
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True,
-                              text=True).stdout.strip()
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout
     dirty = [l[3:] for l in git("status", "--porcelain", "--", "services").splitlines()]
-    return {"commit": git("rev-parse", "HEAD"), "uncommitted_services_files": dirty}
+    return {"commit": git("rev-parse", "HEAD").strip(), "uncommitted_services_files": dirty}
 
 
 def run_refinery(a, model, out):
@@ -127,6 +127,8 @@ def run_refinery(a, model, out):
     train_cmd = [binary, "train", spec]
     eval_cmd = [binary, "eval", "--model", out + "/refinery/model", "--data",
                 out + "/test.jsonl", "--max-len", str(a.max_len), "--threads", str(a.threads)]
+    state = git_state()  # before the run: others may commit during it
+    state["binary_sha256"] = hashlib.sha256(open(binary, "rb").read()).hexdigest()
     t0 = time.time()
     subprocess.run(train_cmd, check=True)
     t1 = time.time()
@@ -142,7 +144,7 @@ def run_refinery(a, model, out):
             "eval_process_seconds": t2 - t1,
             "commands": [" ".join(shlex.quote(c) for c in train_cmd),
                          " ".join(shlex.quote(c) for c in eval_cmd)],
-            "spec": open(spec).read(), **git_state()}
+            "spec": open(spec).read(), **state}
 
 
 def run_hf(a, model_dir, train, test):
@@ -189,7 +191,10 @@ def run_hf(a, model_dir, train, test):
     tokens = a.epochs * sum(len(e["input_ids"]) for e in train_ds.enc)
     s.update({"train_seconds": res.metrics["train_runtime"], "tokens": tokens,
               "tokens_per_s": tokens / res.metrics["train_runtime"],
-              "steps": res.global_step, "loss": res.training_loss,
+              "steps": res.global_step, "mean_loss": res.training_loss,
+              # the last logged window (steps 10k-9..10k); refinery's "loss" is the
+              # window after its last multiple of 10, so compare the logs, not these
+              "loss": [h["loss"] for h in tr.state.log_history if "loss" in h][-1],
               "train_process_seconds": t1 - t0, "eval_process_seconds": t2 - t1,
               "torch_threads": torch.get_num_threads(),
               "versions": {"torch": torch.__version__, "transformers": transformers.__version__}})
@@ -223,15 +228,14 @@ def print_table(result):
               result["task"], result["train_examples"], result["test_examples"],
               result["epochs"], result["batch"], result["max_len"], result["lr"],
               result["warmup"], result["wd"], result["seed"]))
-    print("%-11s %8s %8s %8s %8s %7s %10s %9s %8s" % (
-        "", "accuracy", "macroF1", "F1(neg)", "F1(pos)", "threads", "train loop", "tokens/s",
-        "loss"))
+    print("%-11s %8s %8s %8s %8s %7s %10s %9s" % (
+        "", "accuracy", "macroF1", "F1(neg)", "F1(pos)", "threads", "train loop", "tokens/s"))
     for side in ("refinery", "hf_trainer"):
         if side in result:
             r = result[side]
-            print("%-11s %8.4f %8.4f %8.4f %8.4f %7d %9.0fs %9.1f %8.4f" % (
+            print("%-11s %8.4f %8.4f %8.4f %8.4f %7d %9.0fs %9.1f" % (
                 side, r["accuracy"], r["macro_f1"], r["f1"][0], r["f1"][1], r["threads"],
-                r["train_seconds"], r["tokens_per_s"], r["loss"]))
+                r["train_seconds"], r["tokens_per_s"]))
 
 
 def main():
@@ -244,20 +248,24 @@ def main():
     ap.add_argument("--lr", type=float, default=5e-5)
     ap.add_argument("--wd", type=float, default=0.01)
     ap.add_argument("--warmup", type=float, default=0.1, help="< 1: ratio of the steps")
-    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--seed", type=int, default=42, help="head init, dropout")
+    ap.add_argument("--data-seed", type=int, default=42, help="the shuffle that picks --train-n")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--refinery-bin", default=os.path.join(ROOT, "build/refinery"),
                     help="e.g. a copy of build/refinery, so that rebuilds during a long run "
                     "do not touch it")
     ap.add_argument("--side", choices=["both", "refinery", "hf"], default="both")
     ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
-    ap.add_argument("--out", help="default: build/compare/<task>-n<N>-e<E>-b<B>-len<L>-lr<LR>")
+    ap.add_argument("--out", help="default: build/compare/<task>-n<N>-e<E>-b<B>-len<L>-lr<LR>"
+                    "[-seed<S>-data<D> unless both are 42]")
     ap.add_argument("--merge-only", action="store_true",
                     help="only merge the existing side files and print the table")
     a = ap.parse_args()
     if not a.out:
         a.out = os.path.join(ROOT, "build", "compare", "%s-n%d-e%d-b%d-len%d-lr%g" % (
             a.task, a.train_n, a.epochs, a.batch, a.max_len, a.lr))
+        if (a.seed, a.data_seed) != (42, 42):
+            a.out += "-seed%d-data%d" % (a.seed, a.data_seed)
     os.makedirs(a.out, exist_ok=True)
     if a.merge_only:
         print_table(merge(a.out))
@@ -266,7 +274,7 @@ def main():
                            capture_output=True, text=True, cwd=ROOT).stdout.strip()
     model = os.path.join(ROOT, model)
     load = load_sst2 if a.task == "sst2" else load_amazon
-    train, test = load(a.shared, a.train_n, a.seed)
+    train, test = load(a.shared, a.train_n, a.data_seed)
     setup = {k: getattr(a, k) for k in SETUP_KEYS}
     setup.update(train_examples=len(train), test_examples=len(test),
                  train_negatives=sum(1 for r in train if r["label"] == 0),
