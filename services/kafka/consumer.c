@@ -12,6 +12,56 @@ struct rf_kafka_consumer {
     rd_kafka_t *rk;
 };
 
+/* With auto.offset.reset=error librdkafka stops a partition whose position
+ * is not in the log and says so in a poll. Partitions the group never
+ * committed on are given their start explicitly (rebalance), so this means
+ * that the committed offset is gone: records were deleted before this group
+ * read them (retention, a truncated log). That input is lost, and the
+ * consumer fails rather than skip ahead. */
+static int offset_reset(rf_kafka_consumer *c, const rd_kafka_message_t *m) {
+    if (!m->rkt) return rf_fail(RF_ERR_IO, "kafka consumer: %s", rd_kafka_message_errstr(m));
+    const char *topic = rd_kafka_topic_name(m->rkt);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, topic, m->partition);
+    rd_kafka_resp_err_t e = rd_kafka_committed(c->rk, l, 10000);
+    long long committed = e ? -1 : (long long)l->elems[0].offset;
+    rd_kafka_topic_partition_list_destroy(l);
+    return rf_fail(RF_ERR_IO,
+                   "kafka consumer: %s [%d]: the committed offset %lld is not in the log "
+                   "(records deleted before this group consumed them): input lost",
+                   topic, (int)m->partition, committed);
+}
+
+/* Assignments start at the committed offset, or at the beginning of a
+ * partition the group never committed on (what auto.offset.reset=earliest
+ * did, without its silent jump when a committed offset is out of range). */
+static void rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                      rd_kafka_topic_partition_list_t *parts, void *opaque) {
+    int cooperative = !strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE");
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        if (rd_kafka_committed(rk, parts, 10000) == RD_KAFKA_RESP_ERR_NO_ERROR)
+            for (int i = 0; i < parts->cnt; i++)
+                if (parts->elems[i].offset == RD_KAFKA_OFFSET_INVALID)
+                    parts->elems[i].offset = RD_KAFKA_OFFSET_BEGINNING;
+        /* else: librdkafka reads the committed offsets itself; a partition
+         * without one then fails in offset_reset, and a restart retries. */
+        if (cooperative) {
+            rd_kafka_error_t *e = rd_kafka_incremental_assign(rk, parts);
+            if (e) {
+                rf_warn("kafka", "consumer: assign: %s", rd_kafka_error_string(e));
+                rd_kafka_error_destroy(e);
+            }
+        } else {
+            rd_kafka_assign(rk, parts);
+        }
+    } else if (cooperative) {
+        rd_kafka_error_t *e = rd_kafka_incremental_unassign(rk, parts);
+        if (e) rd_kafka_error_destroy(e);
+    } else {
+        rd_kafka_assign(rk, NULL);
+    }
+}
+
 int rf_kafka_consumer_new(const rf_kafka_opts *o, const char *group, const char *const *topics,
                           size_t n, rf_kafka_consumer **out) {
     *out = NULL;
@@ -22,7 +72,7 @@ int rf_kafka_consumer_new(const rf_kafka_opts *o, const char *group, const char 
         "group.id", group,
         "enable.auto.commit", "false", /* offsets move only in commit_batch */
         "enable.auto.offset.store", "false",
-        "auto.offset.reset", "earliest",
+        "auto.offset.reset", "error", /* see rebalance() and offset_reset() */
         "enable.partition.eof", "false",
         NULL,
     };
@@ -34,6 +84,7 @@ int rf_kafka_consumer_new(const rf_kafka_opts *o, const char *group, const char 
     rd_kafka_conf_t *conf;
     int rc = kafka_conf(o, defaults, fixed, &conf);
     if (rc < 0) return rc;
+    rd_kafka_conf_set_rebalance_cb(conf, rebalance);
     rf_kafka_consumer *c = calloc(1, sizeof *c);
     if (!c) {
         rd_kafka_conf_destroy(conf);
@@ -88,6 +139,16 @@ int rf_kafka_poll_batch(rf_kafka_consumer *c, size_t max, double timeout_s, rf_k
     while (b->n < max) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(c->rk, b->n ? 0 : wait_ms);
         if (!m) break;
+        if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET) {
+            int rc = offset_reset(c, m);
+            rd_kafka_message_destroy(m);
+            if (rc < 0) {
+                rf_kafka_batch_release(b);
+                return rc;
+            }
+            if (b->n) break;
+            continue;
+        }
         if (m->err) {
             /* Broker and transport trouble is retried by librdkafka: report
              * and go on; anything fatal ends the batch with an error. */

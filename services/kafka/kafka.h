@@ -111,7 +111,9 @@ int rf_kafka_consumer_new(const rf_kafka_opts *o, const char *group, const char 
  * takes the partitions. */
 void rf_kafka_consumer_free(rf_kafka_consumer *c);
 /* Up to max messages: waits at most timeout_s for the first, then takes what
- * has already arrived. 0 messages on timeout. */
+ * has already arrived. 0 messages on timeout. A partition the group never
+ * committed on is read from its start; RF_ERR_IO when the group's committed
+ * offset is no longer in the log (records deleted unread: never skipped). */
 int rf_kafka_poll_batch(rf_kafka_consumer *c, size_t max, double timeout_s, rf_kafka_batch *b);
 /* Synchronously commits the offsets following the batch's messages. */
 int rf_kafka_commit_batch(rf_kafka_consumer *c, const rf_kafka_batch *b);

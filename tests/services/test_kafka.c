@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <librdkafka/rdkafka.h>
 
 #include "common/error.h"
 #include "common/sys.h"
@@ -117,7 +118,7 @@ static int consume(rf_kafka_consumer *c, int *seen, int nseen, int want, int com
     double end = rf_now() + 20;
     while (got < want && rf_now() < end) {
         rf_kafka_batch b;
-        assert_int_equal(rf_kafka_poll_batch(c, 100, 0.5, &b), 0);
+        if (rf_kafka_poll_batch(c, 100, 0.5, &b) < 0) fail_msg("poll: %s", rf_errmsg());
         for (size_t i = 0; i < b.n; i++) {
             char v[32];
             size_t n = b.msgs[i].len < sizeof v - 1 ? b.msgs[i].len : sizeof v - 1;
@@ -323,6 +324,57 @@ static void test_rejects_topic(void **state) {
     rf_kafka_consumer_free(c);
 }
 
+/* A committed offset the log does not hold (as after retention deleted
+ * records the group never read) fails the poll instead of skipping ahead;
+ * a fresh group on the same topic reads from the start. */
+static void test_offset_out_of_range(void **state) {
+    const char *topic = unique("gone");
+    make_topic(topic, 1);
+    rf_kafka_producer *p = producer(0, 10);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(rf_kafka_produce(p, topic, "k", 1, "v", 1), 0);
+    assert_int_equal(rf_kafka_flush(p, 10), 0);
+    rf_kafka_producer_free(p);
+
+    const char *group = unique("g");
+    char err[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    assert_int_equal(rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, err, sizeof err), 0);
+    assert_int_equal(rd_kafka_conf_set(conf, "group.id", group, err, sizeof err), 0);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
+    assert_non_null(rk);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, topic, 0)->offset = 1000;
+    assert_int_equal(rd_kafka_commit(rk, l, 0), 0);
+    rd_kafka_topic_partition_list_destroy(l);
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+
+    rf_kafka_consumer *c = consumer(group, topic);
+    rf_kafka_batch b = {0};
+    int rc = 0;
+    double end = rf_now() + 20;
+    while (rc == 0 && rf_now() < end) {
+        rc = rf_kafka_poll_batch(c, 10, 0.5, &b);
+        assert_int_equal(b.n, 0);
+        rf_kafka_batch_release(&b);
+    }
+    assert_int_equal(rc, RF_ERR_IO);
+    assert_non_null(strstr(rf_errmsg(), "input lost"));
+    rf_kafka_consumer_free(c);
+
+    c = consumer(unique("fresh"), topic);
+    size_t got = 0;
+    end = rf_now() + 20;
+    while (got < 3 && rf_now() < end) {
+        assert_int_equal(rf_kafka_poll_batch(c, 10, 0.5, &b), 0);
+        got += b.n;
+        rf_kafka_batch_release(&b);
+    }
+    assert_int_equal(got, 3);
+    rf_kafka_consumer_free(c);
+}
+
 static void test_bad_config(void **state) {
     rf_kafka_opts o = {.bootstrap = NULL};
     rf_kafka_producer *p;
@@ -342,6 +394,7 @@ int main(void) {
         cmocka_unit_test(test_flush_reports_failure),
         cmocka_unit_test(test_broker_down_up),
         cmocka_unit_test(test_rejects_topic),
+        cmocka_unit_test(test_offset_out_of_range),
         cmocka_unit_test(test_bad_config),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
