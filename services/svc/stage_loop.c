@@ -10,6 +10,7 @@
 #include "common/buf.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/utf8.h"
 #include "svc/svc.h"
 
 /* One message of a poll and what became of it. */
@@ -277,6 +278,10 @@ int rf_stage_identify_batch(void *user, const rf_kafka_msg *m, rf_stage_batch_id
                 return rf_fail(RF_ERR_PARSE, "bad length");
             if (field == 1) {
                 if (v >= sizeof id->run_id) return rf_fail(RF_ERR_RANGE, "run id too long");
+                /* It becomes SQL text and file names: a run id that is not
+                 * UTF-8 or holds a NUL would fail every poll it is in. */
+                if (!rf_utf8_valid((const char *)p, v) || memchr(p, 0, v))
+                    return rf_fail(RF_ERR_PARSE, "run id is not UTF-8 text");
                 memcpy(id->run_id, p, v);
                 id->run_id[v] = 0;
                 have_run = 1;

@@ -70,7 +70,8 @@ int rf_stage_loop_step(rf_stage_loop *l);
 int rf_stage_loop_run(rf_stage_loop *l);
 
 /* identify() for DocumentBatch and TokenBatch messages, which share fields
- * 1 (run_id) and 2 (seq): reads just those two, bounds-checked. */
+ * 1 (run_id) and 2 (seq): reads just those two, bounds-checked; a run id
+ * that is not UTF-8 text (or holds a NUL) makes the message not a batch. */
 int rf_stage_identify_batch(void *user, const rf_kafka_msg *m, rf_stage_batch_id *id);
 
 #endif

@@ -261,6 +261,13 @@ static void test_identify(void **state) {
         m.len = cut;
         if (rf_stage_identify_batch(NULL, &m, &id) == 0) assert_string_equal(id.run_id, "r9");
     }
+    /* A run id that is not UTF-8 text is not a batch (it would break the SQL). */
+    const char *bad[] = {"r\xff", "r\0x"};
+    for (size_t k = 0; k < 2; k++) {
+        uint8_t raw[] = {0x0a, 2, (uint8_t)bad[k][0], (uint8_t)bad[k][1], 0x10, 7};
+        m = (rf_kafka_msg){.value = raw, .len = sizeof raw};
+        assert_int_equal(rf_stage_identify_batch(NULL, &m, &id), RF_ERR_PARSE);
+    }
 }
 
 static void test_stop_flag(void **state) {
