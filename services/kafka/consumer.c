@@ -26,9 +26,14 @@ static int offset_reset(rf_kafka_consumer *c, const rd_kafka_message_t *m) {
     rd_kafka_resp_err_t e = rd_kafka_committed(c->rk, l, 10000);
     long long committed = e ? -1 : (long long)l->elems[0].offset;
     rd_kafka_topic_partition_list_destroy(l);
+    if (committed < 0)
+        return rf_fail(RF_ERR_IO,
+                       "kafka consumer: %s [%d]: no start position (the committed offsets "
+                       "could not be read at assignment); a restart retries",
+                       topic, (int)m->partition);
     return rf_fail(RF_ERR_IO,
-                   "kafka consumer: %s [%d]: the committed offset %lld is not in the log "
-                   "(records deleted before this group consumed them): input lost",
+                   "kafka consumer: %s [%d]: the position is out of the log, committed offset "
+                   "%lld (records deleted before this group consumed them): input lost",
                    topic, (int)m->partition, committed);
 }
 
