@@ -27,49 +27,18 @@
 #include "svc/control_service.h"
 #include "svc/ingest_service.h"
 
+#include "../support/pg.h"
+
 #define CONTROL "/refinery.v1.Control/"
 
-static char pg_dir[] = "/tmp/rf-control-test-XXXXXX";
-static char conninfo[512];
-static int own_server;
-
-static int pg_cmd(const char *cmd) {
-    const char *root = getenv("REFINERY_ROOT");
-    char line[1024];
-    snprintf(line, sizeof line, "PG_OWNER_PID=%d '%s/scripts/test-env/pg.sh' %s '%s' >&2",
-             (int)getpid(), root ? root : ".", cmd, pg_dir);
-    return system(line) == 0 ? 0 : -1;
-}
+static test_pg pg_server;
 
 static int group_setup(void **state) {
-    const char *env = getenv("REFINERY_PG");
-    if (env && *env) {
-        snprintf(conninfo, sizeof conninfo, "%s", env);
-        return 0;
-    }
-    if (!mkdtemp(pg_dir) || pg_cmd("start") < 0) {
-        fprintf(stderr, "could not start PostgreSQL with scripts/test-env/pg.sh "
-                        "(is REFINERY_ROOT set and postgresql installed?)\n");
-        return -1;
-    }
-    own_server = 1;
-    char path[600], *text;
-    size_t len;
-    snprintf(path, sizeof path, "%s/pg.conninfo", pg_dir);
-    if (rf_read_file(path, 4096, &text, &len) < 0) return -1;
-    text[strcspn(text, "\n")] = 0;
-    snprintf(conninfo, sizeof conninfo, "%s", text);
-    free(text);
-    return 0;
+    return test_pg_start(&pg_server, "control");
 }
 
 static int group_teardown(void **state) {
-    if (own_server) {
-        pg_cmd("stop");
-        char cmd[600];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", pg_dir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", pg_dir);
-    }
+    test_pg_stop(&pg_server);
     return 0;
 }
 
@@ -84,7 +53,7 @@ typedef struct fixture {
 } fixture;
 
 static rf_store *open_store(void) {
-    rf_store_opts o = {.conninfo = conninfo, .attempts = 20, .backoff_s = 0.05};
+    rf_store_opts o = {.conninfo = pg_server.conninfo, .attempts = 20, .backoff_s = 0.05};
     rf_store *s = NULL;
     return rf_store_open(&o, &s) < 0 ? NULL : s;
 }

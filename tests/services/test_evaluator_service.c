@@ -44,61 +44,32 @@
 #include "trainer/dataset.h"
 #include "trainer/model.h"
 
+#include "../support/pg.h"
+
 #define CLASSIFY "/refinery.v1.Evaluator/Classify"
 
-static char pg_dir[] = "/tmp/rf-evsvc-pg-XXXXXX";
 static char work[] = "/tmp/rf-evsvc-XXXXXX";
-static char conninfo[512], tiny[1024], exported[1024];
-static int own_server;
-
-static int pg_cmd(const char *cmd) {
-    const char *root = getenv("REFINERY_ROOT");
-    char line[1024];
-    snprintf(line, sizeof line, "PG_OWNER_PID=%d '%s/scripts/test-env/pg.sh' %s '%s' >&2",
-             (int)getpid(), root ? root : ".", cmd, pg_dir);
-    return system(line) == 0 ? 0 : -1;
-}
+static char tiny[1024], exported[1024];
+static test_pg pg_server;
 
 static int group_setup(void **state) {
     const char *root = getenv("REFINERY_ROOT");
     snprintf(tiny, sizeof tiny, "%s/tests/fixtures/trainer/tiny-bert", root ? root : ".");
     snprintf(exported, sizeof exported, "%s/tests/fixtures/trainer/exported", root ? root : ".");
     if (!mkdtemp(work)) return -1;
-    const char *env = getenv("REFINERY_PG");
-    if (env && *env) {
-        snprintf(conninfo, sizeof conninfo, "%s", env);
-        return 0;
-    }
-    if (!mkdtemp(pg_dir) || pg_cmd("start") < 0) {
-        fprintf(stderr, "could not start PostgreSQL with scripts/test-env/pg.sh "
-                        "(is REFINERY_ROOT set and postgresql installed?)\n");
-        return -1;
-    }
-    own_server = 1;
-    char path[600], *text;
-    size_t len;
-    snprintf(path, sizeof path, "%s/pg.conninfo", pg_dir);
-    if (rf_read_file(path, 4096, &text, &len) < 0) return -1;
-    text[strcspn(text, "\n")] = 0;
-    snprintf(conninfo, sizeof conninfo, "%s", text);
-    free(text);
-    return 0;
+    return test_pg_start(&pg_server, "evsvc");
 }
 
 static int group_teardown(void **state) {
+    test_pg_stop(&pg_server);
     char cmd[600];
-    if (own_server) {
-        pg_cmd("stop");
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", pg_dir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", pg_dir);
-    }
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", work);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", work);
     return 0;
 }
 
 static rf_store *open_store(void) {
-    rf_store_opts o = {.conninfo = conninfo, .attempts = 20, .backoff_s = 0.05};
+    rf_store_opts o = {.conninfo = pg_server.conninfo, .attempts = 20, .backoff_s = 0.05};
     rf_store *s = NULL;
     if (rf_store_open(&o, &s) < 0) fail_msg("open: %s", rf_errmsg());
     return s;
@@ -497,7 +468,7 @@ static void test_classify(void **state) {
     assert_int_equal(rf_store_checkpoint_add(store, "cl-1", 1, tiny, 0.5), RF_OK);
     assert_int_equal(rf_store_checkpoint_add(store, "cl-1", 2, corrupt, 0.5), RF_OK);
 
-    rf_evaluator_service_opts o = {.pg = conninfo, .max_texts = NTEXTS, .batch_size = 3};
+    rf_evaluator_service_opts o = {.pg = pg_server.conninfo, .max_texts = NTEXTS, .batch_size = 3};
     rf_evaluator_service *svc;
     assert_int_equal(rf_evaluator_service_new(&o, &svc), RF_OK);
     rf_rpc_server_opts ro = {.listen = "127.0.0.1:0"};

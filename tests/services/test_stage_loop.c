@@ -27,46 +27,16 @@
 #include "svc/stage_loop.h"
 #include "svc/svc.h"
 
-static char pg_dir[] = "/tmp/rf-loop-test-XXXXXX";
-static char conninfo[512];
-static int own_server;
+#include "../support/pg.h"
 
-static int pg_cmd(const char *cmd) {
-    const char *root = getenv("REFINERY_ROOT");
-    char line[1024];
-    snprintf(line, sizeof line, "PG_OWNER_PID=%d '%s/scripts/test-env/pg.sh' %s '%s' >&2",
-             (int)getpid(), root ? root : ".", cmd, pg_dir);
-    return system(line) == 0 ? 0 : -1;
-}
+static test_pg pg_server;
 
 static int group_setup(void **state) {
-    const char *env = getenv("REFINERY_PG");
-    if (env && *env) {
-        snprintf(conninfo, sizeof conninfo, "%s", env);
-        return 0;
-    }
-    if (!mkdtemp(pg_dir) || pg_cmd("start") < 0) {
-        fprintf(stderr, "could not start PostgreSQL with scripts/test-env/pg.sh\n");
-        return -1;
-    }
-    own_server = 1;
-    char path[600], *text;
-    size_t len;
-    snprintf(path, sizeof path, "%s/pg.conninfo", pg_dir);
-    if (rf_read_file(path, 4096, &text, &len) < 0) return -1;
-    text[strcspn(text, "\n")] = 0;
-    snprintf(conninfo, sizeof conninfo, "%s", text);
-    free(text);
-    return 0;
+    return test_pg_start(&pg_server, "loop");
 }
 
 static int group_teardown(void **state) {
-    if (own_server) {
-        pg_cmd("stop");
-        char cmd[600];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", pg_dir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", pg_dir);
-    }
+    test_pg_stop(&pg_server);
     return 0;
 }
 
@@ -171,7 +141,7 @@ static void test_crash_and_replay(void **state) {
     const char *bs = rf_kafka_mock_bootstrap(mock);
     assert_int_equal(rf_kafka_mock_topic(mock, "in", 3), 0);
     assert_int_equal(rf_kafka_mock_topic(mock, "out", 3), 0);
-    rf_store_opts so = {.conninfo = conninfo};
+    rf_store_opts so = {.conninfo = pg_server.conninfo};
     rf_store *st;
     assert_int_equal(rf_store_open(&so, &st), 0);
     char run[64];

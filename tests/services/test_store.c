@@ -19,47 +19,16 @@
 #include "store/migrations.h"
 #include "store/store.h"
 
-static char pg_dir[] = "/tmp/rf-store-test-XXXXXX";
-static char conninfo[512];
-static int own_server;
+#include "../support/pg.h"
 
-static int pg_cmd(const char *cmd) {
-    const char *root = getenv("REFINERY_ROOT");
-    char line[1024];
-    snprintf(line, sizeof line, "PG_OWNER_PID=%d '%s/scripts/test-env/pg.sh' %s '%s' >&2",
-             (int)getpid(), root ? root : ".", cmd, pg_dir);
-    return system(line) == 0 ? 0 : -1;
-}
+static test_pg pg_server;
 
 static int group_setup(void **state) {
-    const char *env = getenv("REFINERY_PG");
-    if (env && *env) {
-        snprintf(conninfo, sizeof conninfo, "%s", env);
-        return 0;
-    }
-    if (!mkdtemp(pg_dir) || pg_cmd("start") < 0) {
-        fprintf(stderr, "could not start PostgreSQL with scripts/test-env/pg.sh "
-                        "(is REFINERY_ROOT set and postgresql installed?)\n");
-        return -1;
-    }
-    own_server = 1;
-    char path[600], *text;
-    size_t len;
-    snprintf(path, sizeof path, "%s/pg.conninfo", pg_dir);
-    if (rf_read_file(path, 4096, &text, &len) < 0) return -1;
-    text[strcspn(text, "\n")] = 0;
-    snprintf(conninfo, sizeof conninfo, "%s", text);
-    free(text);
-    return 0;
+    return test_pg_start(&pg_server, "store");
 }
 
 static int group_teardown(void **state) {
-    if (own_server) {
-        pg_cmd("stop");
-        char cmd[600];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", pg_dir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", pg_dir);
-    }
+    test_pg_stop(&pg_server);
     return 0;
 }
 
@@ -78,13 +47,13 @@ static const char *run_id(const char *name) {
 }
 
 static void test_migrations(void **state) {
-    rf_store *s = open_store(conninfo);
+    rf_store *s = open_store(pg_server.conninfo);
     int v;
     assert_int_equal(rf_store_schema_version(s, &v), 0);
     assert_int_equal(v, rf_store_migrations[rf_store_nmigrations - 1].version);
     rf_store_close(s);
     /* Opening again applies nothing twice. */
-    s = open_store(conninfo);
+    s = open_store(pg_server.conninfo);
     PGresult *r;
     assert_int_equal(rf_store_exec(s, "SELECT count(*) FROM schema_migrations", 0, NULL, &r), 0);
     assert_int_equal(atoi(PQgetvalue(r, 0, 0)), rf_store_nmigrations);
@@ -104,13 +73,13 @@ static void *open_concurrently(void *arg) {
 }
 
 static void test_concurrent_migrations(void **state) {
-    rf_store *s = open_store(conninfo);
+    rf_store *s = open_store(pg_server.conninfo);
     char db[64], sql[128];
     snprintf(db, sizeof db, "rf_conc_%d_%ld", (int)getpid(), (long)(rf_now() * 1000) % 100000);
     snprintf(sql, sizeof sql, "CREATE DATABASE %s", db); /* an identifier: not a parameter */
     assert_int_equal(rf_store_exec(s, sql, 0, NULL, NULL), 0);
     /* In a libpq connection string the last dbname wins. */
-    snprintf(fresh_info, sizeof fresh_info, "%s dbname=%s", conninfo, db);
+    snprintf(fresh_info, sizeof fresh_info, "%s dbname=%s", pg_server.conninfo, db);
     pthread_t th[4];
     for (int i = 0; i < 4; i++)
         pthread_create(&th[i], NULL, open_concurrently, NULL);
@@ -132,7 +101,7 @@ static void test_concurrent_migrations(void **state) {
 }
 
 static void test_runs(void **state) {
-    rf_store *s = open_store(conninfo);
+    rf_store *s = open_store(pg_server.conninfo);
     const char *id = run_id("runs");
     bool created;
     assert_int_equal(rf_store_run_create(s, id, "ingest: {}", &created), 0);
@@ -168,7 +137,7 @@ static void progress(rf_store *s, const char *id, const char *stage, uint64_t se
 /* A stage is complete once the run is sealed and it has every upstream batch
  * that had documents; the spec, sealing and listing round-trip. */
 static void test_flow(void **state) {
-    rf_store *s = open_store(conninfo);
+    rf_store *s = open_store(pg_server.conninfo);
     const char *id = run_id("flow");
     assert_int_equal(rf_store_run_create(s, id, "trainer:\n  epochs: 1\n", NULL), 0);
     char *spec = NULL;
@@ -229,7 +198,7 @@ static void add_batches(rf_store *s, const char *id, uint64_t from, uint64_t to,
 }
 
 static void test_progress_replay(void **state) {
-    rf_store *s = open_store(conninfo);
+    rf_store *s = open_store(pg_server.conninfo);
     const char *id = run_id("progress");
     assert_int_equal(rf_store_run_create(s, id, "{}", NULL), 0);
     int fresh = 0;
@@ -262,7 +231,7 @@ static void test_progress_replay(void **state) {
 }
 
 static void test_checkpoints_and_results(void **state) {
-    rf_store *s = open_store(conninfo);
+    rf_store *s = open_store(pg_server.conninfo);
     const char *id = run_id("ckpt");
     assert_int_equal(rf_store_run_create(s, id, "{}", NULL), 0);
     int64_t step;
@@ -300,13 +269,13 @@ static void test_checkpoints_and_results(void **state) {
 
 /* The server restarts between two statements: the next one reconnects. */
 static void test_server_restart(void **state) {
-    if (!own_server) skip();
-    rf_store *s = open_store(conninfo);
+    if (!pg_server.owned) skip();
+    rf_store *s = open_store(pg_server.conninfo);
     const char *id = run_id("restart");
     assert_int_equal(rf_store_run_create(s, id, "{}", NULL), 0);
     int fresh = 0;
     add_batches(s, id, 0, 10, &fresh);
-    assert_int_equal(pg_cmd("restart"), 0);
+    assert_int_equal(test_pg_cmd(&pg_server, "restart"), 0);
     add_batches(s, id, 10, 20, &fresh);
     assert_int_equal(fresh, 20);
     assert_int_equal(rf_store_reconnects(s), 1);
@@ -319,10 +288,10 @@ static void test_server_restart(void **state) {
 
 /* The server comes up while the service is already trying to connect. */
 static void test_connect_backoff(void **state) {
-    if (!own_server) skip();
-    assert_int_equal(pg_cmd("stop"), 0);
+    if (!pg_server.owned) skip();
+    assert_int_equal(test_pg_cmd(&pg_server, "stop"), 0);
     double t0 = rf_now();
-    rf_store_opts quick = {.conninfo = conninfo, .attempts = 3, .backoff_s = 0.05};
+    rf_store_opts quick = {.conninfo = pg_server.conninfo, .attempts = 3, .backoff_s = 0.05};
     rf_store *s;
     assert_int_equal(rf_store_open(&quick, &s), RF_ERR_IO);
     assert_non_null(strstr(rf_errmsg(), "after 3 attempts"));
@@ -331,9 +300,9 @@ static void test_connect_backoff(void **state) {
     char cmd[1024];
     const char *root = getenv("REFINERY_ROOT");
     snprintf(cmd, sizeof cmd, "(sleep 1; '%s/scripts/test-env/pg.sh' restart '%s') >&2 &",
-             root ? root : ".", pg_dir);
+             root ? root : ".", pg_server.dir);
     assert_int_equal(system(cmd), 0);
-    s = open_store(conninfo); /* 20 attempts, backoff up to 1 s */
+    s = open_store(pg_server.conninfo); /* 20 attempts, backoff up to 1 s */
     int v;
     assert_int_equal(rf_store_schema_version(s, &v), 0);
     assert_true(v >= 1);
