@@ -293,7 +293,7 @@ static int cmd_ingest(int argc, char **argv) {
     rc = docs && rej && st ? 0 : RF_ERR_IO;
     double t0 = rf_now();
     if (!rc) {
-        rf_ingest_sink sink = {docs, rej, NULL, NULL};
+        rf_ingest_sink sink = {.docs = docs, .rejects = rej};
         rc = rf_ingest_run(&opts, inputs, n_inputs, &sink, st, &canceled);
     }
     int frc = finish_file(docs, docs_tmp, out, rc == 0);

@@ -17,6 +17,8 @@ void rf_ibatch_free(rf_ibatch *b) {
     rf_buf_free(&b->docs_out);
     rf_buf_free(&b->rejects_out);
     rf_doc_batch_free(b->docs);
+    free(b->rejs);
+    rf_buf_free(&b->rej_bytes);
     free(b);
 }
 
@@ -27,6 +29,8 @@ void rf_ibatch_clear(rf_ibatch *b) {
     rf_buf_reset(&b->rejects_out);
     rf_doc_batch_free(b->docs);
     b->docs = NULL;
+    b->n_rejs = 0;
+    rf_buf_reset(&b->rej_bytes);
     b->n_reasons = 0;
     b->kept = b->augmented = 0;
     b->utf8_repairs = b->controls_removed = b->nul_bytes = b->entities = b->tags = 0;
@@ -55,6 +59,21 @@ rf_span rf_ibatch_keep(rf_ibatch *b, const char *p, size_t n) {
     b->arena.len += n;
     b->arena.data[b->arena.len++] = '\0';
     return s;
+}
+
+int rf_ibatch_keep_reject(rf_ibatch *b, uint32_t src, uint64_t line, uint64_t offset,
+                          const char *reason, const char *excerpt, size_t n) {
+    if (b->n_rejs == b->cap_rejs) {
+        size_t cap = b->cap_rejs ? b->cap_rejs * 2 : 64;
+        rf_ibatch_reject *r = realloc(b->rejs, cap * sizeof(*r));
+        if (!r) return RF_ERR_NOMEM;
+        b->rejs = r;
+        b->cap_rejs = cap;
+    }
+    size_t off = b->rej_bytes.len;
+    if (n && rf_buf_append(&b->rej_bytes, excerpt, n)) return RF_ERR_NOMEM;
+    b->rejs[b->n_rejs++] = (rf_ibatch_reject){src, line, offset, reason, off, n};
+    return 0;
 }
 
 void rf_ibatch_count(rf_ibatch *b, const char *reason) {

@@ -38,15 +38,26 @@ typedef struct rf_reason_count {
     int64_t n;
 } rf_reason_count;
 
+/* A reject kept for rf_ingest_sink.batch; its excerpt is in rej_bytes. */
+typedef struct rf_ibatch_reject {
+    uint32_t src; /* input index */
+    uint64_t line, offset;
+    const char *reason; /* static string */
+    size_t excerpt_off, excerpt_len;
+} rf_ibatch_reject;
+
 typedef struct rf_ibatch {
     uint64_t seq;
     rf_rec *recs;
     size_t n, cap;
     rf_buf arena; /* record bytes, filled by the reader */
     /* Filled by the worker: */
-    rf_buf docs_out;    /* JSON lines of kept documents and augmented copies */
-    rf_buf rejects_out; /* JSON lines of rejects */
-    rf_doc_batch *docs; /* kept documents for a downstream stage, or NULL */
+    rf_buf docs_out;        /* JSON lines of kept documents and augmented copies */
+    rf_buf rejects_out;     /* JSON lines of rejects */
+    rf_doc_batch *docs;     /* kept documents for a downstream stage, or NULL */
+    rf_ibatch_reject *rejs; /* structured rejects, when the worker keeps them */
+    size_t n_rejs, cap_rejs;
+    rf_buf rej_bytes; /* their excerpts */
     rf_reason_count reasons[RF_INGEST_MAX_REASONS];
     size_t n_reasons;
     int64_t kept, augmented;
@@ -62,6 +73,9 @@ void rf_ibatch_clear(rf_ibatch *b);
 rf_rec *rf_ibatch_push(rf_ibatch *b);
 /* Copies bytes into the arena and returns their span; len RF_NO_SPAN on OOM. */
 rf_span rf_ibatch_keep(rf_ibatch *b, const char *p, size_t n);
+/* Keeps one structured reject (excerpt copied); RF_ERR_NOMEM on OOM. */
+int rf_ibatch_keep_reject(rf_ibatch *b, uint32_t src, uint64_t line, uint64_t offset,
+                          const char *reason, const char *excerpt, size_t n);
 /* Counts one reject for reason. */
 void rf_ibatch_count(rf_ibatch *b, const char *reason);
 

@@ -27,7 +27,10 @@ typedef struct pipeline {
     rf_ibatch **batches;
     size_t n_workers;
     rf_worker **workers;
-    uint64_t emitted; /* doc batches handed downstream */
+    uint64_t emitted;           /* doc batches handed downstream */
+    uint64_t records_skipped;   /* in batches before sink->first_batch; reader only */
+    rf_ingest_reject *rej_view; /* a batch's rejects for sink->batch */
+    size_t rej_cap;
     /* Threaded mode only */
     rf_queue *pool, *work, *done;
     atomic_int live_workers;
@@ -37,6 +40,25 @@ typedef struct pipeline {
 
 static bool canceled(const pipeline *p) {
     return p->cancel && *p->cancel;
+}
+
+/* Gives b to sink->batch with its documents and structured rejects. */
+static int hand_on(pipeline *p, rf_ibatch *b) {
+    if (b->n_rejs > p->rej_cap) {
+        rf_ingest_reject *v = realloc(p->rej_view, b->n_rejs * sizeof(*v));
+        if (!v) return RF_ERR_NOMEM;
+        p->rej_view = v;
+        p->rej_cap = b->n_rejs;
+    }
+    for (size_t i = 0; i < b->n_rejs; i++) {
+        const rf_ibatch_reject *r = &b->rejs[i];
+        p->rej_view[i] = (rf_ingest_reject){
+            rf_source_path(p->src, r->src),     r->line,       r->offset, r->reason,
+            b->rej_bytes.data + r->excerpt_off, r->excerpt_len};
+    }
+    rf_ingest_batch out = {b->seq, b->n, b->kept, b->docs, p->rej_view, b->n_rejs};
+    b->docs = NULL;
+    return p->sink->batch(p->sink->batch_ctx, &out);
 }
 
 /* Writes one processed batch and folds its counts into the stats. */
@@ -69,6 +91,7 @@ static int write_batch(pipeline *p, rf_ibatch *b) {
     if (b->kept + rejected != (int64_t)b->n)
         return rf_fail(RF_ERR_INTERNAL, "ingest: batch %llu accounts for %lld of %zu records",
                        (unsigned long long)b->seq, (long long)(b->kept + rejected), b->n);
+    if (s->batch) return hand_on(p, b);
     if (s->emit && b->docs && b->docs->n) {
         rf_doc_batch *d = b->docs;
         b->docs = NULL;
@@ -87,6 +110,10 @@ static int run_inline(pipeline *p) {
         b->seq = seq;
         int rc = rf_source_fill(p->src, b);
         if (rc <= 0) return rc;
+        if (seq < p->sink->first_batch) {
+            p->records_skipped += b->n;
+            continue;
+        }
         rf_worker_process(p->workers[0], b);
         if ((rc = write_batch(p, b))) return rc;
     }
@@ -97,10 +124,15 @@ static void *reader_main(void *arg) {
     void *item;
     for (uint64_t seq = 0; rf_queue_pop(p->pool, &item) == 1; seq++) {
         rf_ibatch *b = item;
-        rf_ibatch_clear(b);
-        b->seq = seq;
-        int rc =
-            canceled(p) ? rf_fail(RF_ERR_CANCELED, "ingest: canceled") : rf_source_fill(p->src, b);
+        int rc;
+        for (;; seq++) { /* batches before first_batch are read and dropped */
+            rf_ibatch_clear(b);
+            b->seq = seq;
+            rc = canceled(p) ? rf_fail(RF_ERR_CANCELED, "ingest: canceled")
+                             : rf_source_fill(p->src, b);
+            if (rc <= 0 || seq >= p->sink->first_batch) break;
+            p->records_skipped += b->n;
+        }
         if (rc < 0) {
             p->read_rc = rc;
             snprintf(p->read_msg, sizeof p->read_msg, "%s", rf_errmsg());
@@ -160,7 +192,7 @@ static int run_threaded(pipeline *p) {
 
     /* Writer: restore sequence order. At most n batches exist, so the ones in
      * flight have distinct seq modulo n. */
-    uint64_t next = 0;
+    uint64_t next = p->sink->first_batch;
     while (rf_queue_pop(p->done, &item) == 1) {
         rf_ibatch *b = item;
         pending[b->seq % n] = b;
@@ -206,6 +238,7 @@ static void pipeline_free(pipeline *p) {
     for (size_t i = 0; i < p->n_workers; i++)
         rf_worker_free(p->workers[i]);
     free(p->workers);
+    free(p->rej_view);
     rf_augmenter_free(p->aug);
     rf_source_close(p->src);
 }
@@ -215,6 +248,8 @@ static void final_stats(pipeline *p, double seconds) {
     uint64_t bytes = rf_source_bytes(p->src);
     int64_t records = rf_stats_get(st, "ingest.records_in");
     rf_stats_add(st, "ingest.lines_skipped", (int64_t)rf_source_lines_skipped(p->src));
+    if (p->sink->first_batch)
+        rf_stats_add(st, "ingest.records_skipped", (int64_t)p->records_skipped);
     rf_stats_add(st, "ingest.bytes_in", (int64_t)bytes);
     rf_stats_set(st, "ingest.threads", p->o->threads);
     rf_stats_set_real(st, "ingest.seconds", seconds);
@@ -226,6 +261,8 @@ static void final_stats(pipeline *p, double seconds) {
 int rf_ingest_run(const rf_ingest_opts *o, const char *const *inputs, size_t n,
                   const rf_ingest_sink *sink, rf_stats *stats, volatile int *cancel) {
     if (o->n_text_fields == 0) return rf_fail(RF_ERR_INVALID, "ingest: no text field");
+    if (sink->emit && sink->batch)
+        return rf_fail(RF_ERR_INVALID, "ingest: a sink takes emit or batch, not both");
     double t0 = rf_now();
     pipeline p = {.o = o, .sink = sink, .stats = stats, .cancel = cancel};
     int rc = rf_source_open(o, inputs, n, &p.src);
@@ -246,8 +283,11 @@ int rf_ingest_run(const rf_ingest_opts *o, const char *const *inputs, size_t n,
             rc = RF_ERR_NOMEM;
             goto out;
         }
-    for (size_t i = 0; i < p.n_workers; i++)
-        if ((rc = rf_worker_new(o, p.aug, p.src, sink->emit != NULL, &p.workers[i]))) goto out;
+    for (size_t i = 0; i < p.n_workers; i++) {
+        bool want_docs = sink->emit || sink->batch;
+        if ((rc = rf_worker_new(o, p.aug, p.src, want_docs, &p.workers[i]))) goto out;
+        if (sink->batch) rf_worker_keep_rejects(p.workers[i]);
+    }
 
     rc = threaded ? run_threaded(&p) : run_inline(&p);
     if (!rc) final_stats(&p, rf_now() - t0);

@@ -92,13 +92,46 @@ int rf_ingest_opts_from_cfg(const rf_cfg *section, rf_ingest_opts *o);
 void rf_ingest_opts_free(rf_ingest_opts *o);
 const char *rf_ingest_format_name(rf_ingest_format f);
 
+/* A record refused, as handed to rf_ingest_sink.batch (valid during the call). */
+typedef struct rf_ingest_reject {
+    const char *source; /* the input path as given */
+    uint64_t line, offset;
+    const char *reason;  /* as in the reject JSON lines */
+    const char *excerpt; /* first bytes of the record (at most 80) */
+    size_t excerpt_len;
+} rf_ingest_reject;
+
+/* One internal batch. seq counts every batch from 0 in input order and only
+ * depends on the inputs and batch_docs (not on threads), so the same files
+ * give the same numbering on every run: a loader can record how far it got
+ * and resume there (rf_ingest_sink.first_batch). */
+typedef struct rf_ingest_batch {
+    uint64_t seq;
+    size_t records; /* records read into the batch: kept + rejects */
+    int64_t kept;
+    rf_doc_batch *docs; /* kept documents and augmented copies in order, NULL when
+                         * none; owned by the callback (also when it fails) */
+    const rf_ingest_reject *rejects;
+    size_t n_rejects;
+} rf_ingest_batch;
+
+typedef int (*rf_ingest_batch_fn)(void *ctx, rf_ingest_batch *b);
+
 /* Where results go. Any may be NULL: docs and rejects are JSON Lines streams;
- * emit receives the kept documents as batches, in order, and owns them. */
+ * emit receives the kept documents as batches, in order, and owns them.
+ * batch (exclusive with emit) is called for every batch in seq order, also
+ * those without kept documents; a non-zero return stops the run with it.
+ * Batches with seq < first_batch are read and split into records (so that
+ * the numbering holds) but neither processed, written nor handed on; their
+ * records are counted as ingest.records_skipped, not as records_in. */
 typedef struct rf_ingest_sink {
     FILE *docs;
     FILE *rejects;
     rf_emit_fn emit;
     void *emit_ctx;
+    rf_ingest_batch_fn batch;
+    void *batch_ctx;
+    uint64_t first_batch;
 } rf_ingest_sink;
 
 /* Ingests inputs[0..n) in order. Counters go to stats under "ingest.", with

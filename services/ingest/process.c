@@ -16,6 +16,7 @@ struct rf_worker {
     const rf_augmenter *aug;
     const rf_source *src;
     bool want_docs;
+    bool keep_rejects;
     rf_field_map map;
     rf_json_doc *json;
     rf_quality_scratch *quality; /* reused n-gram tables */
@@ -59,6 +60,10 @@ void rf_worker_free(rf_worker *w) {
     free(w);
 }
 
+void rf_worker_keep_rejects(rf_worker *w) {
+    w->keep_rejects = true;
+}
+
 static int reject(rf_worker *w, rf_ibatch *b, const rf_rec *r, const char *reason,
                   const char *bytes, size_t n, const char *detail, size_t detail_len) {
     rf_buf *out = &b->rejects_out;
@@ -76,6 +81,9 @@ static int reject(rf_worker *w, rf_ibatch *b, const rf_rec *r, const char *reaso
     rc |= rf_buf_append_json_str(out, bytes, n < EXCERPT_BYTES ? n : EXCERPT_BYTES);
     rc |= rf_buf_puts(out, "}\n");
     rf_ibatch_count(b, reason);
+    if (!rc && w->keep_rejects)
+        rc = rf_ibatch_keep_reject(b, r->src, r->line, r->offset, reason, bytes,
+                                   n < EXCERPT_BYTES ? n : EXCERPT_BYTES);
     return rc ? RF_ERR_NOMEM : 0;
 }
 

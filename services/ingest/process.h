@@ -20,6 +20,8 @@ typedef struct rf_worker rf_worker;
 int rf_worker_new(const rf_ingest_opts *o, const rf_augmenter *aug, const rf_source *src,
                   bool want_docs, rf_worker **out);
 void rf_worker_free(rf_worker *w);
+/* Also keep each reject structured in the batch (rf_ibatch_keep_reject). */
+void rf_worker_keep_rejects(rf_worker *w);
 
 /* Processes every record of b. Returns 0, or a negative rf_err (also left in
  * b->err) when memory ran out. */

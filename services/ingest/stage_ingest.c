@@ -72,7 +72,8 @@ static int stage_open(const rf_cfg *section, rf_run_ctx *ctx, void **state) {
 
 static int stage_produce(void *state, rf_emit_fn emit, void *emit_ctx) {
     ingest_stage *s = state;
-    rf_ingest_sink sink = {s->docs, s->rejects, emit, emit_ctx};
+    rf_ingest_sink sink = {
+        .docs = s->docs, .rejects = s->rejects, .emit = emit, .emit_ctx = emit_ctx};
     int rc = rf_ingest_run(&s->opts, s->inputs, s->n_inputs, &sink, s->ctx->stats, s->ctx->cancel);
     if (fflush(s->docs) || fflush(s->rejects))
         if (!rc) rc = rf_fail(RF_ERR_IO, "ingest: writing outputs failed");

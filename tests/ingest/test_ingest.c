@@ -62,7 +62,7 @@ static result run(const rf_ingest_opts *o, const char *const *inputs, size_t n) 
     FILE *docs = open_memstream(&r.docs, &r.docs_len);
     FILE *rej = open_memstream(&r.rejects, &r.rejects_len);
     r.stats = rf_stats_new();
-    rf_ingest_sink sink = {docs, rej, NULL, NULL};
+    rf_ingest_sink sink = {.docs = docs, .rejects = rej};
     r.rc = rf_ingest_run(o, inputs, n, &sink, r.stats, NULL);
     fclose(docs);
     fclose(rej);
@@ -193,7 +193,7 @@ static void test_emit_in_order(void **state) {
     o.threads = 2;
     collected c = {.in_order = 1};
     rf_stats *st = rf_stats_new();
-    rf_ingest_sink sink = {NULL, NULL, collect, &c};
+    rf_ingest_sink sink = {.emit = collect, .emit_ctx = &c};
     assert_int_equal(rf_ingest_run(&o, in, 1, &sink, st, NULL), 0);
     assert_true(c.in_order);
     assert_int_equal(c.docs, (size_t)rf_stats_get(st, "ingest.kept"));
@@ -209,7 +209,7 @@ static void test_cancel_and_missing_input(void **state) {
     opts_plain(&o);
     volatile int cancel = 1;
     rf_stats *st = rf_stats_new();
-    rf_ingest_sink sink = {NULL, NULL, NULL, NULL};
+    rf_ingest_sink sink = {0};
     assert_int_equal(rf_ingest_run(&o, in, 1, &sink, st, &cancel), RF_ERR_CANCELED);
     o.threads = 2;
     assert_int_equal(rf_ingest_run(&o, in, 1, &sink, st, &cancel), RF_ERR_CANCELED);
