@@ -2,6 +2,10 @@
  * (the server checks the spec as `refinery run` does and stores it), then the
  * spec's ingest inputs go through Ingest.Push, then Control.Seal.
  *
+ * With --server-inputs nothing is read here: after Submit, Ingest.Load has
+ * the ingest service read the inputs from its --input-root (the spec's paths
+ * are relative to it) and seal the run once they are all in.
+ *
  * The inputs are read and mapped to text, label and id here, by the ingest
  * library with the spec's `ingest:` settings (format, preset, fields, label
  * map), so the same files mean the same documents as in `refinery run`.
@@ -39,11 +43,16 @@ static void on_signal(int sig) {
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: refinery submit SPEC.yaml [--run-id ID] [--watch] [--json] [server options]\n"
+            "usage: refinery submit SPEC.yaml [--run-id ID] [--server-inputs] [--watch] [--json]\n"
+            "                [server options]\n"
             "Submits the spec as a run (Control.Submit), pushes the documents of its\n"
             "ingest.inputs (Ingest.Push; read and mapped here, cleaned and filtered by the\n"
             "server), seals the run and prints a JSON summary: records read, pushed,\n"
             "accepted and rejected by the server, and records refused here with reasons.\n"
+            "--server-inputs: read nothing here; the ingest service reads the inputs itself\n"
+            "(Ingest.Load) from its --input-root, to which the spec's ingest.inputs are\n"
+            "relative, and seals the run when they are in; prints the run id, the inputs\n"
+            "and the batch size. The load goes on if this command stops.\n"
             "--watch then follows the run like `refinery watch` (--json: JSON lines) and\n"
             "exits 0 only if it succeeds.\n\n%s",
             rf_remote_usage);
@@ -140,7 +149,7 @@ static void show_rejects(FILE *rejects, int64_t total) {
 
 typedef struct submit_args {
     const char *spec_path, *run_id;
-    bool watch, json;
+    bool watch, json, server_inputs;
     rf_remote r;
 } submit_args;
 
@@ -197,6 +206,31 @@ static int push_inputs(rf_rpc_client *client, const char *run_id, const rf_inges
     return rc;
 }
 
+/* Ingest.Load: the server reads the run's inputs; prints its reply. */
+static int load_inputs(rf_rpc_client *client, const submit_args *a, const char *run_id) {
+    Refinery__V1__LoadRequest req = REFINERY__V1__LOAD_REQUEST__INIT;
+    req.run_id = (char *)run_id;
+    ProtobufCMessage *m = NULL;
+    rf_rpc_status st;
+    if (rf_rpc_unary(client, "/refinery.v1.Ingest/Load", &req.base,
+                     &refinery__v1__load_reply__descriptor, &m, a->r.timeout_s, &st) < 0) {
+        int rc = rf_remote_report("submit", &st);
+        fprintf(stderr, "refinery submit: run %s was submitted but not loaded\n", run_id);
+        return rc;
+    }
+    const Refinery__V1__LoadReply *r = (const Refinery__V1__LoadReply *)m;
+    rf_buf out = RF_BUF_INIT;
+    rf_buf_puts(&out, "{\"run_id\":");
+    rf_buf_append_json_str(&out, run_id, strlen(run_id));
+    rf_buf_printf(&out, ",\"server_inputs\":%u,\"batch_docs\":%u,\"load_started\":%s}\n", r->inputs,
+                  r->batch_docs, r->started ? "true" : "false");
+    fputs(out.data, stdout);
+    fflush(stdout);
+    rf_buf_free(&out);
+    protobuf_c_message_free_unpacked(m, NULL);
+    return 0;
+}
+
 /* Reads the spec file and the client side of its ingest section. */
 static int load_spec(const submit_args *a, char **text, size_t *len, rf_cfg **cfg,
                      rf_ingest_opts *o, const char ***inputs, size_t *n) {
@@ -224,7 +258,8 @@ static int submit_run(const submit_args *a) {
     rf_ingest_opts o;
     rf_ingest_opts_default(&o);
     rf_rpc_client *client = NULL;
-    int rc = load_spec(a, &text, &len, &cfg, &o, &inputs, &n);
+    int rc = a->server_inputs ? rf_read_file(a->spec_path, 16u << 20, &text, &len)
+                              : load_spec(a, &text, &len, &cfg, &o, &inputs, &n);
     if (rc) {
         fprintf(stderr, "refinery submit: %s\n", rf_errmsg());
         rc = rc == RF_ERR_INVALID || rc == RF_ERR_PARSE ? 2 : 1;
@@ -247,6 +282,12 @@ static int submit_run(const submit_args *a) {
     char run_id[128];
     snprintf(run_id, sizeof run_id, "%s", ((Refinery__V1__RunStatus *)m)->run_id);
     protobuf_c_message_free_unpacked(m, NULL);
+    if (a->server_inputs) {
+        fprintf(stderr, "refinery submit: run %s submitted; the server loads its inputs\n", run_id);
+        rc = load_inputs(client, a, run_id);
+        if (rc == 0 && a->watch) rc = rf_remote_watch(client, "submit", run_id, a->json);
+        goto out;
+    }
     fprintf(stderr, "refinery submit: run %s submitted; pushing %zu input(s)\n", run_id, n);
 
     rf_buf report = RF_BUF_INIT;
@@ -280,6 +321,7 @@ static int cmd_submit(int argc, char **argv) {
     static const struct option longopts[] = {RF_REMOTE_LONGOPTS,
                                              {"run-id", required_argument, NULL, 'r'},
                                              {"watch", no_argument, NULL, 'w'},
+                                             {"server-inputs", no_argument, NULL, 's'},
                                              {"json", no_argument, NULL, 'j'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
@@ -297,6 +339,9 @@ static int cmd_submit(int argc, char **argv) {
             break;
         case 'w':
             a.watch = true;
+            break;
+        case 's':
+            a.server_inputs = true;
             break;
         case 'j':
             a.json = true;

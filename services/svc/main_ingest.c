@@ -3,7 +3,9 @@
  * (Reject), plus grpc.health.v1; with PostgreSQL also refinery.v1.Control
  * (runs: submit, seal, get, list, watch, cancel). SIGTERM: stop taking calls,
  * let running streams finish (up to --grace seconds), deliver what they
- * produced, exit 0.
+ * produced, exit 0. With --pg and --input-root also Ingest.Load: a run's
+ * input files read on the server (svc/ingest_files.h), unfinished loads
+ * resumed at start and stopped at a recorded batch on SIGTERM.
  * See services/svc/README.md. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,14 +21,16 @@
 #include "store/store.h"
 #include "rpc/rpc.h"
 #include "svc/control_service.h"
+#include "svc/ingest_files.h"
 #include "svc/ingest_service.h"
 #include "svc/svc.h"
 
 typedef struct config {
     rf_svc_grpc grpc;
     rf_svc_kafka kafka;
-    const char *topic_clean, *topic_rejected, *spec, *pg;
+    const char *topic_clean, *topic_rejected, *spec, *pg, *input_root;
     int64_t batch_docs, max_in_flight, max_watches;
+    double load_rate;
 } config;
 
 /* Cleaning and filter settings from the `ingest:` section of a pipeline spec
@@ -54,6 +58,7 @@ static int serve(config *c) {
     rf_kafka_producer *producer = NULL;
     rf_store *store = NULL, *control_store = NULL;
     rf_ingest_service *svc = NULL;
+    rf_ingest_files *files = NULL;
     rf_control_service *control = NULL;
     rf_rpc_server *server = NULL;
     rf_ingest_service_opts so;
@@ -77,17 +82,29 @@ static int serve(config *c) {
             co.store = control_store;
         if (rc == RF_OK) rc = rf_control_service_new(&co, &control);
     }
+    rf_ingest_files_opts fo = {.producer = producer,
+                               .pg = c->pg,
+                               .input_root = c->input_root,
+                               .topic_clean = c->topic_clean,
+                               .topic_rejected = c->topic_rejected,
+                               .batch_docs = (size_t)c->batch_docs,
+                               .delivery_timeout_s = c->kafka.delivery_timeout_s,
+                               .max_rate = c->load_rate};
+    size_t resumed = 0;
     if (rc < 0 || (rc = rf_ingest_service_new(&so, &svc)) < 0 ||
-        (rc = rf_rpc_server_new(&ro, &server)) < 0 ||
+        (rc = rf_ingest_files_new(&fo, &files)) < 0 || (rc = rf_rpc_server_new(&ro, &server)) < 0 ||
         (rc = rf_ingest_service_register(svc, server)) < 0 ||
+        (rc = rf_ingest_files_register(files, server)) < 0 ||
         (control && (rc = rf_control_service_register(control, server)) < 0) ||
         (rc = rf_rpc_server_start(server)) < 0 ||
+        (rc = rf_ingest_files_resume(files, &resumed)) < 0 ||
         (rc = rf_svc_grpc_write_port(&c->grpc, server)) < 0) {
         rf_error("ingest", "cannot start: %s", rf_errmsg());
     } else {
-        rf_info("ingest", "serving Ingest.Push%s on port %d -> %s / %s at %s",
-                control ? " and Control" : "", rf_rpc_server_port(server), c->topic_clean,
-                c->topic_rejected, c->kafka.bootstrap);
+        rf_info("ingest", "serving Ingest.Push%s%s on port %d -> %s / %s at %s",
+                c->input_root && c->pg ? " and Load" : "", control ? " and Control" : "",
+                rf_rpc_server_port(server), c->topic_clean, c->topic_rejected, c->kafka.bootstrap);
+        if (resumed) rf_info("ingest", "resumed loading %zu run(s)", resumed);
         int sig = rf_svc_wait_signal(-1);
         rf_info("ingest", "signal %d: draining (up to %.0fs)", sig, c->grpc.grace_s);
         rf_rpc_server_set_health(server, "refinery.v1.Ingest", 0);
@@ -96,12 +113,15 @@ static int serve(config *c) {
             rf_control_service_shutdown(control);
         }
         rf_rpc_server_stop(server, c->grpc.grace_s);
+        rf_ingest_files_stop(files);
+        rf_stats_merge(rf_ingest_service_stats(svc), rf_ingest_files_stats(files));
         if (control)
             rf_stats_merge(rf_ingest_service_stats(svc), rf_control_service_stats(control));
         rf_stats_merge(rf_ingest_service_stats(svc), rf_rpc_server_stats(server));
         rf_svc_log_stats("ingest", rf_ingest_service_stats(svc));
     }
     rf_rpc_server_free(server);
+    rf_ingest_files_free(files);
     rf_ingest_service_free(svc);
     rf_control_service_free(control);
     if (producer && rf_kafka_flush(producer, c->kafka.delivery_timeout_s) < 0) {
@@ -127,6 +147,11 @@ int main(int argc, char **argv) {
          "docs.rejected", "topic for rejected documents (Reject)"},
         {"pg", "REFINERY_PG", RF_OPT_STR, &c.pg, NULL,
          "PostgreSQL: runs must exist, progress is recorded, Control is served"},
+        {"input-root", "REFINERY_INPUT_ROOT", RF_OPT_STR, &c.input_root, NULL,
+         "directory Ingest.Load reads run inputs from (spec paths are relative to it); "
+         "unset: Load is refused"},
+        {"load-rate", "REFINERY_LOAD_RATE", RF_OPT_REAL, &c.load_rate, "0",
+         "records per second each Load reads at most (0: no limit)"},
         {"spec", "REFINERY_SPEC", RF_OPT_STR, &c.spec, NULL,
          "pipeline spec whose ingest: section sets cleaning and filters"},
         {"max-watches", "REFINERY_MAX_WATCHES", RF_OPT_INT, &c.max_watches, "0",
@@ -142,8 +167,8 @@ int main(int argc, char **argv) {
     if (rc == RF_OK && !c.kafka.bootstrap)
         rc = rf_fail(RF_ERR_INVALID, "--kafka / KAFKA_BOOTSTRAP is required");
     if (rc == RF_OK) rc = rf_svc_grpc_check(&c.grpc);
-    if (rc == RF_OK && (c.batch_docs < 1 || c.max_in_flight < 1 || c.max_watches < 0 ||
-                        c.max_watches >= c.grpc.workers))
+    if (rc == RF_OK && (c.batch_docs < 1 || c.load_rate < 0 || c.max_in_flight < 1 ||
+                        c.max_watches < 0 || c.max_watches >= c.grpc.workers))
         rc = rf_fail(RF_ERR_INVALID, "a numeric option is out of range (see --help)");
     if (rc < 0) {
         fprintf(stderr, "refinery-ingest: %s\n", rf_errmsg());
