@@ -1,6 +1,7 @@
 #include "common/reader.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,12 +11,13 @@
 #include "common/buf.h"
 #include "common/error.h"
 
-#define IN_CAP (256 * 1024)
+#define IN_CAP  (256 * 1024)
 #define OUT_CAP (1024 * 1024)
 
 struct rf_reader {
-    FILE *f;
+    FILE *f; /* NULL for a reader over memory */
     int owns_file;
+    int owns_in; /* in is ours (else the caller's memory) */
     char *path;
     rf_compression comp;
     size_t max_line;
@@ -41,7 +43,8 @@ static int fill_input(rf_reader *r) {
     r->in_pos = 0;
     r->bytes_in += r->in_len;
     if (r->in_len == 0) {
-        if (ferror(r->f)) return rf_fail(RF_ERR_IO, "%s: read failed: %s", r->path, strerror(errno));
+        if (ferror(r->f))
+            return rf_fail(RF_ERR_IO, "%s: read failed: %s", r->path, strerror(errno));
         r->in_eof = 1;
     }
     return RF_OK;
@@ -55,7 +58,7 @@ static int fill_window(rf_reader *r) {
         if (rc) return rc;
         size_t avail = r->in_len - r->in_pos;
         if (r->comp == RF_COMP_NONE) {
-            if (r->in_eof) {
+            if (avail == 0 && r->in_eof) {
                 r->out_eof = 1;
                 break;
             }
@@ -113,34 +116,9 @@ static int fill_window(rf_reader *r) {
     return RF_OK;
 }
 
-int rf_reader_open(const char *path, size_t max_line, rf_reader **out) {
-    rf_reader *r = calloc(1, sizeof *r);
-    if (!r) return RF_ERR_NOMEM;
-    r->max_line = max_line ? max_line : (size_t)1 << 30;
-    r->path = strdup(path);
-    r->in = malloc(IN_CAP);
-    r->win = malloc(OUT_CAP);
-    if (!r->path || !r->in || !r->win) {
-        rf_reader_close(r);
-        return RF_ERR_NOMEM;
-    }
-    if (strcmp(path, "-") == 0) {
-        r->f = stdin;
-    } else {
-        r->f = fopen(path, "rb");
-        if (!r->f) {
-            int e = errno;
-            rf_reader_close(r);
-            return rf_fail(e == ENOENT ? RF_ERR_NOT_FOUND : RF_ERR_IO, "%s: %s", path,
-                           strerror(e));
-        }
-        r->owns_file = 1;
-    }
-    int rc = fill_input(r);
-    if (rc) {
-        rf_reader_close(r);
-        return rc;
-    }
+/* Detects the compression from the first input bytes and sets up the
+ * decompressor. Frees r on failure. */
+static int start(rf_reader *r, rf_reader **out) {
     const unsigned char *m = r->in;
     if (r->in_len >= 2 && m[0] == 0x1f && m[1] == 0x8b) {
         r->comp = RF_COMP_GZIP;
@@ -161,6 +139,55 @@ int rf_reader_open(const char *path, size_t max_line, rf_reader **out) {
     }
     *out = r;
     return RF_OK;
+}
+
+static rf_reader *reader_new(const char *name, size_t max_line, bool own_in) {
+    rf_reader *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->max_line = max_line ? max_line : (size_t)1 << 30;
+    r->path = strdup(name);
+    r->owns_in = own_in;
+    r->in = own_in ? malloc(IN_CAP) : NULL;
+    r->win = malloc(OUT_CAP);
+    if (!r->path || (own_in && !r->in) || !r->win) {
+        rf_reader_close(r);
+        return NULL;
+    }
+    return r;
+}
+
+int rf_reader_open(const char *path, size_t max_line, rf_reader **out) {
+    rf_reader *r = reader_new(path, max_line, true);
+    if (!r) return RF_ERR_NOMEM;
+    if (strcmp(path, "-") == 0) {
+        r->f = stdin;
+    } else {
+        r->f = fopen(path, "rb");
+        if (!r->f) {
+            int e = errno;
+            rf_reader_close(r);
+            return rf_fail(e == ENOENT ? RF_ERR_NOT_FOUND : RF_ERR_IO, "%s: %s", path, strerror(e));
+        }
+        r->owns_file = 1;
+    }
+    int rc = fill_input(r);
+    if (rc) {
+        rf_reader_close(r);
+        return rc;
+    }
+    return start(r, out);
+}
+
+int rf_reader_open_mem(const void *data, size_t len, const char *name, size_t max_line,
+                       rf_reader **out) {
+    rf_reader *r = reader_new(name, max_line, false);
+    if (!r) return RF_ERR_NOMEM;
+    /* All the input at once: fill_input never reads (in_eof). */
+    r->in = (unsigned char *)data;
+    r->in_len = len;
+    r->in_eof = 1;
+    r->bytes_in = len;
+    return start(r, out);
 }
 
 int rf_reader_next(rf_reader *r, rf_line *line) {
@@ -192,16 +219,21 @@ int rf_reader_next(rf_reader *r, rf_line *line) {
         full += take;
         r->win_pos += take + (nl != NULL);
         if (nl) {
-            *line = (rf_line){r->line.data, r->line.len, ++r->lineno, r->offset, full,
-                              full > r->max_line, true};
+            *line = (rf_line){r->line.data, r->line.len,        ++r->lineno, r->offset,
+                              full,         full > r->max_line, true};
             r->offset += full + 1;
             return 1;
         }
     }
     if (!spanning) return 0;
     /* Last line without a newline. */
-    *line = (rf_line){r->line.data ? r->line.data : "", r->line.len, ++r->lineno, r->offset,
-                      full, full > r->max_line, false};
+    *line = (rf_line){r->line.data ? r->line.data : "",
+                      r->line.len,
+                      ++r->lineno,
+                      r->offset,
+                      full,
+                      full > r->max_line,
+                      false};
     r->offset += full;
     return 1;
 }
@@ -224,7 +256,7 @@ void rf_reader_close(rf_reader *r) {
     if (r->comp == RF_COMP_GZIP) inflateEnd(&r->zs);
     if (r->zd) ZSTD_freeDStream(r->zd);
     rf_buf_free(&r->line);
-    free(r->in);
+    if (r->owns_in) free(r->in);
     free(r->win);
     free(r->path);
     free(r);

@@ -1,5 +1,5 @@
 /* A line reader over plain, gzip and zstd files (detected by magic bytes, not by
- * name), or stdin for "-". Reports each line's 1-based number and the byte offset
+ * name), or stdin for "-", or memory. Reports each line's 1-based number and the byte offset
  * of its first byte in the decompressed stream.
  *
  * A line is the bytes before '\n'; a trailing '\r' is kept (callers decide).
@@ -25,10 +25,14 @@ typedef struct rf_line {
     uint64_t offset;   /* byte offset of the line start (decompressed) */
     uint64_t full_len; /* real length of the line, even when too_long */
     bool too_long;
-    bool has_newline;  /* false only for a last line without '\n' */
+    bool has_newline; /* false only for a last line without '\n' */
 } rf_line;
 
 int rf_reader_open(const char *path, size_t max_line, rf_reader **out);
+/* The same over data[0..len), which must outlive the reader (a Kafka
+ * message); name stands for the path in error messages. */
+int rf_reader_open_mem(const void *data, size_t len, const char *name, size_t max_line,
+                       rf_reader **out);
 /* Returns 1 with a line, 0 at end of input, or a negative rf_err. */
 int rf_reader_next(rf_reader *r, rf_line *line);
 rf_compression rf_reader_compression(const rf_reader *r);

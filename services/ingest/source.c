@@ -20,6 +20,8 @@ typedef struct input {
     const char *path;
     const char *base; /* id prefix: the file name, unless another input shares it */
     char *owned;      /* base when it had to be built */
+    const void *data; /* an input in memory (rf_source_open_mem), else NULL */
+    size_t len;
 } input;
 
 struct rf_source {
@@ -93,12 +95,27 @@ int rf_source_open(const rf_ingest_opts *o, const char *const *inputs, size_t n,
     s->o = o;
     s->n_in = n;
     for (size_t i = 0; i < n; i++)
-        s->in[i] = (input){inputs[i], base_name(inputs[i]), NULL};
+        s->in[i] = (input){inputs[i], base_name(inputs[i]), NULL, NULL, 0};
     rf_paragraph_init(&s->para, o->max_record);
     if (unique_bases(s)) {
         rf_source_close(s);
         return RF_ERR_NOMEM;
     }
+    *out = s;
+    return 0;
+}
+
+int rf_source_open_mem(const rf_ingest_opts *o, const char *name, const void *data, size_t len,
+                       rf_source **out) {
+    rf_source *s = calloc(1, sizeof(*s));
+    if (!s || !(s->in = calloc(1, sizeof(input)))) {
+        free(s);
+        return RF_ERR_NOMEM;
+    }
+    s->o = o;
+    s->n_in = 1;
+    s->in[0] = (input){name, base_name(name), NULL, data ? data : "", len};
+    rf_paragraph_init(&s->para, o->max_record);
     *out = s;
     return 0;
 }
@@ -367,7 +384,9 @@ static int text_line(rf_source *s, rf_ibatch *b, uint32_t src, const rf_line *ln
 /* ---- Inputs -------------------------------------------------------------------- */
 
 static int open_next(rf_source *s) {
-    int rc = rf_reader_open(s->in[s->cur].path, s->o->max_line, &s->r);
+    const input *in = &s->in[s->cur];
+    int rc = in->data ? rf_reader_open_mem(in->data, in->len, in->path, s->o->max_line, &s->r)
+                      : rf_reader_open(in->path, s->o->max_line, &s->r);
     if (rc) return rc;
     s->fmt = s->o->format != RF_FORMAT_AUTO ? s->o->format : format_from_name(s->in[s->cur].path);
     return 0;

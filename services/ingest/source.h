@@ -16,6 +16,10 @@ typedef struct rf_source rf_source;
 
 /* Checks that every input can be opened; RF_ERR_NOT_FOUND/IO naming it. */
 int rf_source_open(const rf_ingest_opts *o, const char *const *inputs, size_t n, rf_source **out);
+/* One input in memory, data[0..len) (plain, gzip or zstd), which must outlive
+ * the source; name stands for its path (document ids, rejects). */
+int rf_source_open_mem(const rf_ingest_opts *o, const char *name, const void *data, size_t len,
+                       rf_source **out);
 void rf_source_close(rf_source *s);
 
 /* Fills b (cleared by the caller) with up to o->batch_docs records. Returns 1

@@ -1,10 +1,11 @@
 /* refinery-ingest: the ingest service. gRPC Ingest.Push (client-streaming
  * Documents) -> Kafka topics docs.clean (DocumentBatch) and docs.rejected
  * (Reject), plus grpc.health.v1; with PostgreSQL also refinery.v1.Control
- * (runs: submit, seal, get, list, watch, cancel). SIGTERM: stop taking calls,
- * let running streams finish (up to --grace seconds), deliver what they
- * produced, exit 0. With --pg and --input-root also Ingest.Load: a run's
- * input files read on the server (svc/ingest_files.h), unfinished loads
+ * (runs: submit, seal, get, list, watch, cancel). With --source-topic it also
+ * consumes raw records from Kafka (svc/ingest_kafka_source.h). SIGTERM: stop
+ * taking calls, let running streams finish (up to --grace seconds), finish
+ * and commit the source's poll, deliver what they produced, exit 0. With --pg and --input-root also
+ * Ingest.Load: a run's input files read on the server (svc/ingest_files.h), unfinished loads
  * resumed at start and stopped at a recorded batch on SIGTERM.
  * See services/svc/README.md. */
 #include <stdio.h>
@@ -22,34 +23,51 @@
 #include "rpc/rpc.h"
 #include "svc/control_service.h"
 #include "svc/ingest_files.h"
+#include "svc/ingest_kafka_source.h"
 #include "svc/ingest_service.h"
 #include "svc/svc.h"
 
 typedef struct config {
     rf_svc_grpc grpc;
     rf_svc_kafka kafka;
-    const char *topic_clean, *topic_rejected, *spec, *pg, *input_root;
-    int64_t batch_docs, max_in_flight, max_watches;
+    const char *topic_clean, *topic_rejected, *spec, *pg, *input_root, *source_topic, *source_group;
+    int64_t batch_docs, max_in_flight, max_watches, source_max_messages;
     double load_rate;
 } config;
 
-/* Cleaning and filter settings from the `ingest:` section of a pipeline spec
- * (the same keys as the embedded runner's ingest stage). */
-static int apply_spec(const char *path, rf_ingest_service_opts *so) {
-    rf_cfg *root;
-    int rc = rf_cfg_load_file(path, &root);
-    if (rc < 0) return rc;
-    rf_ingest_opts io;
-    rf_ingest_opts_default(&io);
-    rc = rf_ingest_opts_from_cfg(rf_cfg_get(root, "ingest"), &io);
+/* Settings from the `ingest:` section of a pipeline spec (the same keys as
+ * the embedded runner's ingest stage): cleaning and filters for Push, all of
+ * them (mapping too) for the Kafka source. *io points into *root. */
+static int apply_spec(const char *path, rf_cfg **root, rf_ingest_opts *io,
+                      rf_ingest_service_opts *so) {
+    int rc = rf_cfg_load_file(path, root);
+    if (rc == RF_OK) rc = rf_ingest_opts_from_cfg(rf_cfg_get(*root, "ingest"), io);
     if (rc == RF_OK) {
-        so->clean = io.clean;
-        so->quality_enabled = io.quality_enabled;
-        so->quality = io.quality;
-        so->language = io.language;
+        so->clean = io->clean;
+        so->quality_enabled = io->quality_enabled;
+        so->quality = io->quality;
+        so->language = io->language;
     }
-    rf_ingest_opts_free(&io);
-    rf_cfg_free(root);
+    return rc;
+}
+
+static int start_source(config *c, const rf_kafka_opts *ko, rf_kafka_producer *producer,
+                        const rf_ingest_opts *io, rf_ingest_source_thread **out) {
+    if (!c->source_topic) return RF_OK;
+    rf_ingest_source_thread_opts o = {
+        .source = {.producer = producer,
+                   .topic_clean = c->topic_clean,
+                   .topic_rejected = c->topic_rejected,
+                   .ingest = io},
+        .kafka = ko,
+        .topic = c->source_topic,
+        .group = c->source_group,
+        .conninfo = c->pg,
+        .max_messages = (size_t)c->source_max_messages,
+        .delivery_timeout_s = c->kafka.delivery_timeout_s,
+    };
+    int rc = rf_ingest_source_start(&o, out);
+    if (rc == RF_OK) rf_info("ingest", "consuming %s (group %s)", c->source_topic, c->source_group);
     return rc;
 }
 
@@ -61,6 +79,10 @@ static int serve(config *c) {
     rf_ingest_files *files = NULL;
     rf_control_service *control = NULL;
     rf_rpc_server *server = NULL;
+    rf_ingest_source_thread *source = NULL;
+    rf_cfg *spec = NULL;
+    rf_ingest_opts io;
+    rf_ingest_opts_default(&io);
     rf_ingest_service_opts so;
     rf_ingest_service_opts_default(&so);
     so.topic_clean = c->topic_clean;
@@ -68,7 +90,7 @@ static int serve(config *c) {
     so.batch_docs = (size_t)c->batch_docs;
     so.delivery_timeout_s = c->kafka.delivery_timeout_s;
     rf_rpc_server_opts ro = rf_svc_grpc_server_opts(&c->grpc);
-    int rc = c->spec ? apply_spec(c->spec, &so) : RF_OK;
+    int rc = c->spec ? apply_spec(c->spec, &spec, &io, &so) : RF_OK;
     if (rc == RF_OK && (rc = rf_svc_kafka_opts(&c->kafka, "refinery-ingest", &ko)) == RF_OK)
         ko.max_in_flight = (int)c->max_in_flight;
     if (rc == RF_OK && (rc = rf_kafka_producer_new(&ko, &producer)) == RF_OK)
@@ -96,6 +118,7 @@ static int serve(config *c) {
         (rc = rf_ingest_service_register(svc, server)) < 0 ||
         (rc = rf_ingest_files_register(files, server)) < 0 ||
         (control && (rc = rf_control_service_register(control, server)) < 0) ||
+        (rc = start_source(c, &ko, producer, &io, &source)) < 0 ||
         (rc = rf_rpc_server_start(server)) < 0 ||
         (rc = rf_ingest_files_resume(files, &resumed)) < 0 ||
         (rc = rf_svc_grpc_write_port(&c->grpc, server)) < 0) {
@@ -115,11 +138,16 @@ static int serve(config *c) {
         rf_rpc_server_stop(server, c->grpc.grace_s);
         rf_ingest_files_stop(files);
         rf_stats_merge(rf_ingest_service_stats(svc), rf_ingest_files_stats(files));
+        if (rf_ingest_source_join(source, rf_ingest_service_stats(svc)) < 0 && rc == RF_OK)
+            rc = RF_ERR_IO; /* it stopped the service */
+        source = NULL;
         if (control)
             rf_stats_merge(rf_ingest_service_stats(svc), rf_control_service_stats(control));
         rf_stats_merge(rf_ingest_service_stats(svc), rf_rpc_server_stats(server));
         rf_svc_log_stats("ingest", rf_ingest_service_stats(svc));
     }
+    rf_svc_request_stop();
+    rf_ingest_source_join(source, NULL); /* when the start failed after it */
     rf_rpc_server_free(server);
     rf_ingest_files_free(files);
     rf_ingest_service_free(svc);
@@ -131,6 +159,8 @@ static int serve(config *c) {
     rf_kafka_producer_free(producer);
     rf_store_close(store);
     rf_store_close(control_store);
+    rf_ingest_opts_free(&io);
+    rf_cfg_free(spec);
     rf_svc_kafka_free(&c->kafka);
     return rc;
 }
@@ -153,7 +183,14 @@ int main(int argc, char **argv) {
         {"load-rate", "REFINERY_LOAD_RATE", RF_OPT_REAL, &c.load_rate, "0",
          "records per second each Load reads at most (0: no limit)"},
         {"spec", "REFINERY_SPEC", RF_OPT_STR, &c.spec, NULL,
-         "pipeline spec whose ingest: section sets cleaning and filters"},
+         "pipeline spec whose ingest: section is used for runs whose own spec has none"},
+        {"source-topic", "REFINERY_TOPIC_RAW", RF_OPT_STR, &c.source_topic, NULL,
+         "also consume raw records from this topic (key = run id, value = JSON Lines, "
+         "empty value = end of the run's input)"},
+        {"source-group", "REFINERY_SOURCE_GROUP", RF_OPT_STR, &c.source_group, "refinery-ingest",
+         "Kafka consumer group of --source-topic"},
+        {"source-max-messages", "REFINERY_SOURCE_MAX_MESSAGES", RF_OPT_INT, &c.source_max_messages,
+         "16", "--source-topic messages per poll (committed together)"},
         {"max-watches", "REFINERY_MAX_WATCHES", RF_OPT_INT, &c.max_watches, "0",
          "concurrent Control.Watch calls (each holds a worker); 0 = half the workers"},
         {"batch-docs", "REFINERY_BATCH_DOCS", RF_OPT_INT, &c.batch_docs, "256",
@@ -168,7 +205,8 @@ int main(int argc, char **argv) {
         rc = rf_fail(RF_ERR_INVALID, "--kafka / KAFKA_BOOTSTRAP is required");
     if (rc == RF_OK) rc = rf_svc_grpc_check(&c.grpc);
     if (rc == RF_OK && (c.batch_docs < 1 || c.load_rate < 0 || c.max_in_flight < 1 ||
-                        c.max_watches < 0 || c.max_watches >= c.grpc.workers))
+                        c.max_watches < 0 || c.source_max_messages < 1 ||
+                        c.source_max_messages > 100000 || c.max_watches >= c.grpc.workers))
         rc = rf_fail(RF_ERR_INVALID, "a numeric option is out of range (see --help)");
     if (rc < 0) {
         fprintf(stderr, "refinery-ingest: %s\n", rf_errmsg());

@@ -25,7 +25,7 @@ typedef struct item {
 static void count(rf_stage_loop *l, const char *what, int64_t n) {
     if (!l->stats || !n) return;
     char name[128];
-    snprintf(name, sizeof name, "%s.%s", l->stage, what);
+    snprintf(name, sizeof name, "%s.%s", l->counters ? l->counters : l->stage, what);
     rf_stats_add(l->stats, name, n);
 }
 
@@ -222,6 +222,9 @@ int rf_stage_loop_step(rf_stage_loop *l) {
     int delivered = rf_kafka_wait(l->producer, &t, timeout);
     if (rc == RF_OK) rc = delivered;
     if (rc == RF_OK && l->store) rc = record_done(l, it, b.n);
+    for (size_t i = 0; rc == RF_OK && l->after_record && i < b.n; i++)
+        if (it[i].state == ITEM_DONE || it[i].state == ITEM_REPLAY)
+            rc = l->after_record(l->user, &b.msgs[i], &it[i].id);
     if (rc == RF_OK) rc = rf_kafka_commit_batch(l->consumer, &b);
     if (rc == RF_OK) {
         for (size_t i = 0; i < b.n; i++) {

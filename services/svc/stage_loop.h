@@ -56,9 +56,17 @@ typedef struct rf_stage_loop {
      * for the whole poll at once (the dedup service makes a poll's decisions
      * durable with one sync). < 0 stops the loop without committing. */
     int (*prepare)(void *user, const rf_kafka_msg *const *msgs, size_t n);
+    /* Optional, called once the poll's progress rows are recorded and before
+     * its offsets are committed, for every batch processed now or skipped as
+     * already done (not for bad messages): work that must follow the
+     * batch's row, done again on a replay, so it must be idempotent (the
+     * ingest service's Kafka source seals a run at its end marker here).
+     * < 0 stops the loop without committing. */
+    int (*after_record)(void *user, const rf_kafka_msg *m, const rf_stage_batch_id *id);
     void *user;
-    rf_stats *stats; /* optional: <stage>.batches, .replayed, .bad_messages, .unknown_run,
-                      * .bad_batches, .in, .out, ... */
+    rf_stats *stats;      /* optional: <stage>.batches, .replayed, .bad_messages, .unknown_run,
+                           * .bad_batches, .in, .out, ... */
+    const char *counters; /* the counters' prefix when it is not the stage's name */
 } rf_stage_loop;
 
 /* One poll's worth: the number of messages handled (0 when none came), or a

@@ -34,9 +34,8 @@ static void write_file(const char *path, const void *data, size_t n) {
 
 static const char text[] = "first\nsecond line\r\n\nlast without newline";
 
-static void check_lines(const char *path) {
-    rf_reader *r;
-    assert_int_equal(rf_reader_open(path, 0, &r), 0);
+/* Reads text's lines from r, then closes it. */
+static void check_reader(rf_reader *r) {
     rf_line l;
     assert_int_equal(rf_reader_next(r, &l), 1);
     assert_int_equal(l.len, 5);
@@ -56,6 +55,12 @@ static void check_lines(const char *path) {
     assert_memory_equal(l.data, "last without newline", 20);
     assert_int_equal(rf_reader_next(r, &l), 0);
     rf_reader_close(r);
+}
+
+static void check_lines(const char *path) {
+    rf_reader *r;
+    assert_int_equal(rf_reader_open(path, 0, &r), 0);
+    check_reader(r);
 }
 
 static void test_plain(void **state) {
@@ -82,6 +87,41 @@ static void test_zstd(void **state) {
     assert_false(ZSTD_isError(n));
     write_file(p, out, n);
     check_lines(p);
+}
+
+/* A Kafka message's bytes: plain, zstd, bigger than one window, empty. */
+static void test_memory(void **state) {
+    rf_reader *r;
+    assert_int_equal(rf_reader_open_mem(text, sizeof text - 1, "msg", 0, &r), 0);
+    check_reader(r);
+
+    char z[256];
+    size_t n = ZSTD_compress(z, sizeof z, text, sizeof text - 1, 3);
+    assert_false(ZSTD_isError(n));
+    assert_int_equal(rf_reader_open_mem(z, n, "msg", 0, &r), 0);
+    assert_int_equal(rf_reader_compression(r), RF_COMP_ZSTD);
+    check_reader(r);
+
+    size_t lines = 300000; /* 3 MB: several windows */
+    char *big = malloc(lines * 10);
+    for (size_t i = 0; i < lines; i++)
+        snprintf(big + 10 * i, 11, "%09zu\n", i);
+    assert_int_equal(rf_reader_open_mem(big, lines * 10, "big", 0, &r), 0);
+    rf_line l;
+    for (size_t i = 0; i < lines; i++) {
+        assert_int_equal(rf_reader_next(r, &l), 1);
+        assert_int_equal(l.len, 9);
+        assert_int_equal(strtoull(l.data, NULL, 10), i);
+        assert_int_equal(l.offset, 10 * i);
+    }
+    assert_int_equal(rf_reader_next(r, &l), 0);
+    assert_int_equal(rf_reader_bytes_out(r), lines * 10);
+    rf_reader_close(r);
+    free(big);
+
+    assert_int_equal(rf_reader_open_mem("", 0, "empty", 0, &r), 0);
+    assert_int_equal(rf_reader_next(r, &l), 0);
+    rf_reader_close(r);
 }
 
 static void test_too_long_line_is_flagged_not_held(void **state) {
@@ -113,7 +153,8 @@ static void test_corrupt_gzip(void **state) {
     char p[256];
     snprintf(p, sizeof p, "%s/bad.gz", tmpdir);
     unsigned char junk[64] = {0x1f, 0x8b, 8, 0};
-    for (int i = 10; i < 64; i++) junk[i] = (unsigned char)(i * 37);
+    for (int i = 10; i < 64; i++)
+        junk[i] = (unsigned char)(i * 37);
     write_file(p, junk, sizeof junk);
     rf_reader *r;
     assert_int_equal(rf_reader_open(p, 0, &r), 0);
@@ -129,7 +170,8 @@ static void test_truncated_gzip(void **state) {
     char p[256];
     snprintf(p, sizeof p, "%s/trunc.gz", tmpdir);
     gzFile g = gzopen(p, "wb");
-    for (int i = 0; i < 1000; i++) gzprintf(g, "line %d with some text to compress\n", i);
+    for (int i = 0; i < 1000; i++)
+        gzprintf(g, "line %d with some text to compress\n", i);
     gzclose(g);
     assert_int_equal(truncate(p, 200), 0);
     rf_reader *r;
@@ -153,6 +195,7 @@ int main(void) {
         cmocka_unit_test(test_plain),
         cmocka_unit_test(test_gzip),
         cmocka_unit_test(test_zstd),
+        cmocka_unit_test(test_memory),
         cmocka_unit_test(test_too_long_line_is_flagged_not_held),
         cmocka_unit_test(test_corrupt_gzip),
         cmocka_unit_test(test_truncated_gzip),

@@ -1,0 +1,374 @@
+/* docs.raw messages -> the ingest library -> docs.clean / docs.rejected. */
+#include "svc/ingest_kafka_source.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/utf8.h"
+#include "ingest/buffer.h"
+#include "refinery.pb-c.h"
+#include "svc/svc.h"
+
+#define SEQ_BASE     ((uint64_t)1 << 62)
+#define OFFSET_BITS  40
+#define MAX_RUNS     16 /* runs whose settings are kept parsed */
+#define EXCERPT_MAX  64
+#define DOC_OVERHEAD 64 /* protobuf bytes of a Document besides its strings, at most */
+
+/* A run's ingest settings, parsed from its spec once. */
+typedef struct run_settings {
+    char run_id[128];
+    rf_cfg *cfg; /* the spec: opts points into it */
+    rf_ingest_opts opts;
+    bool own; /* opts came from the spec (else the service's are used) */
+    uint64_t used;
+} run_settings;
+
+struct rf_ingest_source {
+    rf_ingest_source_opts o;
+    rf_ingest_opts defaults; /* a shallow copy of *o.ingest, adapted (never freed here) */
+    run_settings runs[MAX_RUNS];
+    uint64_t clock;
+    rf_json_doc *json; /* reject lines */
+};
+
+/* Messages are JSON Lines unless the run says otherwise; the services do not
+ * augment. */
+static void adapt(rf_ingest_opts *o) {
+    if (o->format == RF_FORMAT_AUTO) o->format = RF_FORMAT_JSONL;
+    o->augment.enabled = false;
+}
+
+int rf_ingest_source_new(const rf_ingest_source_opts *o, rf_ingest_source **out) {
+    *out = NULL;
+    if (!o->producer || !o->topic_clean || !o->topic_rejected || !o->ingest || !o->stats)
+        return rf_fail(RF_ERR_INVALID,
+                       "ingest source: producer, topics, settings and stats needed");
+    rf_ingest_source *s = calloc(1, sizeof *s);
+    if (!s || !(s->json = rf_json_doc_new())) {
+        free(s);
+        return RF_ERR_NOMEM;
+    }
+    s->o = *o;
+    if (!s->o.max_batch_bytes) s->o.max_batch_bytes = 900000;
+    s->defaults = *o->ingest;
+    adapt(&s->defaults);
+    *out = s;
+    return RF_OK;
+}
+
+static void settings_clear(run_settings *r) {
+    if (r->own) rf_ingest_opts_free(&r->opts);
+    rf_cfg_free(r->cfg);
+    memset(r, 0, sizeof *r);
+}
+
+void rf_ingest_source_free(rf_ingest_source *s) {
+    if (!s) return;
+    for (size_t i = 0; i < MAX_RUNS; i++)
+        settings_clear(&s->runs[i]);
+    rf_json_doc_free(s->json);
+    free(s);
+}
+
+/* The run's settings: its spec's `ingest:` section over the defaults of
+ * `refinery run`, or the service's when the spec has none. RF_ERR_PARSE when
+ * the stored spec does not give settings (it was checked at Submit, so this
+ * is a spec written to the database by other means). */
+static int settings_for(rf_ingest_source *s, const char *run_id, const rf_ingest_opts **out) {
+    run_settings *slot = &s->runs[0];
+    for (size_t i = 0; i < MAX_RUNS; i++) {
+        run_settings *r = &s->runs[i];
+        if (r->run_id[0] && !strcmp(r->run_id, run_id)) {
+            r->used = ++s->clock;
+            *out = r->own ? &r->opts : &s->defaults;
+            return RF_OK;
+        }
+        if (r->used < slot->used) slot = r; /* least recently used, or empty */
+    }
+    settings_clear(slot);
+    char *spec = NULL;
+    int rc = rf_store_run_spec(s->o.store, run_id, &spec);
+    if (rc == RF_OK) rc = rf_cfg_load_string(spec, strlen(spec), "spec", &slot->cfg);
+    free(spec);
+    const rf_cfg *section = rc == RF_OK ? rf_cfg_get(slot->cfg, "ingest") : NULL;
+    if (section && rf_cfg_kind_of(section) == RF_CFG_MAP) {
+        rf_ingest_opts_default(&slot->opts);
+        slot->own = true;
+        if (rc == RF_OK) rc = rf_ingest_opts_from_cfg(section, &slot->opts);
+        adapt(&slot->opts);
+    }
+    if (rc < 0) {
+        settings_clear(slot);
+        return rc == RF_ERR_NOMEM || rc == RF_ERR_IO ? rc : RF_ERR_PARSE;
+    }
+    snprintf(slot->run_id, sizeof slot->run_id, "%s", run_id);
+    slot->used = ++s->clock;
+    *out = slot->own ? &slot->opts : &s->defaults;
+    return RF_OK;
+}
+
+int rf_ingest_source_identify(void *user, const rf_kafka_msg *m, rf_stage_batch_id *id) {
+    (void)user;
+    memset(id, 0, sizeof *id);
+    if (!m->key || m->key_len == 0) return rf_fail(RF_ERR_PARSE, "no key (the run id)");
+    if (m->key_len >= sizeof id->run_id) return rf_fail(RF_ERR_RANGE, "run id too long");
+    if (!rf_utf8_valid(m->key, m->key_len) || memchr(m->key, 0, m->key_len))
+        return rf_fail(RF_ERR_PARSE, "the key (run id) is not UTF-8 text");
+    if (m->partition < 0 || m->partition >= (1 << (62 - OFFSET_BITS)) || m->offset < 0 ||
+        m->offset >= ((int64_t)1 << OFFSET_BITS))
+        return rf_fail(RF_ERR_RANGE, "partition or offset too large for a batch number");
+    memcpy(id->run_id, m->key, m->key_len);
+    id->seq = SEQ_BASE | (uint64_t)m->partition << OFFSET_BITS | (uint64_t)m->offset;
+    return RF_OK;
+}
+
+/* Whether the run takes input; a pending run becomes running. */
+static int run_open(rf_ingest_source *s, const char *run_id, bool *open) {
+    *open = true;
+    if (!s->o.store) return RF_OK;
+    rf_store_run run;
+    int rc = rf_store_run_get(s->o.store, run_id, &run);
+    if (rc < 0) return rc;
+    *open = !run.sealed && !rf_run_state_ended(run.state);
+    if (*open && run.state == RF_RUN_PENDING) rc = rf_store_run_start(s->o.store, run_id, NULL);
+    return rc;
+}
+
+typedef struct message {
+    rf_ingest_source *s;
+    const rf_stage_batch_id *id;
+    const char *source;
+    rf_kafka_tracker *t;
+    rf_store_counts *counts;
+} message;
+
+static int reject(message *g, const char *doc_id, uint64_t line, uint64_t offset,
+                  const char *reason, const char *excerpt, size_t excerpt_len) {
+    char name[96];
+    snprintf(name, sizeof name, "source.reasons.%s", reason);
+    rf_stats_add(g->s->o.stats, name, 1);
+    g->counts->rejected++;
+    rf_kafka_reject r = {.run_id = g->id->run_id,
+                         .doc_id = doc_id,
+                         .source = g->source,
+                         .line = line,
+                         .offset = offset,
+                         .reason = reason,
+                         .excerpt = excerpt,
+                         .excerpt_len = excerpt_len < EXCERPT_MAX ? excerpt_len : EXCERPT_MAX};
+    return rf_kafka_produce_reject(g->s->o.producer, g->t, g->s->o.topic_rejected, &r);
+}
+
+static uint64_t json_u64(const rf_json *v) {
+    int64_t n;
+    return v && rf_json_int64(v, &n) == RF_OK && n >= 0 ? (uint64_t)n : 0;
+}
+
+/* The ingest library's reject lines (ingest.h form) as Reject messages. */
+static int reject_lines(message *g, const rf_buf *lines) {
+    const char *p = lines->data, *end = p ? p + lines->len : NULL;
+    while (p && p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        const rf_json *root, *reason, *excerpt;
+        int rc = rf_json_parse(g->s->json, p, n, &root);
+        if (rc < 0)
+            return rf_fail(RF_ERR_INTERNAL, "ingest source: a reject line: %s", rf_errmsg());
+        reason = rf_json_get(root, "reason");
+        excerpt = rf_json_get(root, "excerpt");
+        if (!rf_json_is_str(reason))
+            return rf_fail(RF_ERR_INTERNAL, "ingest source: a reject line without a reason");
+        /* The reason is one of the library's static names: a C string. */
+        char why[64];
+        snprintf(why, sizeof why, "%.*s", (int)reason->len, reason->u.str);
+        rc = reject(g, NULL, json_u64(rf_json_get(root, "line")),
+                    json_u64(rf_json_get(root, "offset")), why,
+                    rf_json_is_str(excerpt) ? excerpt->u.str : "",
+                    rf_json_is_str(excerpt) ? excerpt->len : 0);
+        if (rc < 0) return rc;
+        p += n + 1;
+    }
+    return RF_OK;
+}
+
+/* Why a kept document cannot travel in a DocumentBatch, or NULL: protobuf-c
+ * strings end at NUL and must be UTF-8, and the batch has a size limit. */
+static const char *unsendable(const rf_ingest_source *s, const rf_doc *d, size_t *bytes) {
+    if (strlen(d->text) != d->text_len) return "nul_in_text";
+    if (!rf_utf8_valid(d->id, strlen(d->id))) return "invalid_utf8_id";
+    size_t need = strlen(d->id) + d->text_len + strlen(d->source) + DOC_OVERHEAD;
+    if (*bytes + need > s->o.max_batch_bytes) return "message_too_large";
+    *bytes += need;
+    return NULL;
+}
+
+/* Kept documents: a DocumentBatch of the message's (run, seq); those that
+ * cannot go (or all, for a closed run) are rejected instead. */
+static int send_docs(message *g, rf_doc_batch *docs, bool open) {
+    size_t n = docs ? docs->n : 0, kept = 0, bytes = 0;
+    Refinery__V1__Document *pb = n ? calloc(n, sizeof *pb) : NULL;
+    Refinery__V1__Document **ptrs = n ? calloc(n, sizeof *ptrs) : NULL;
+    int rc = n && (!pb || !ptrs) ? RF_ERR_NOMEM : RF_OK;
+    for (size_t i = 0; rc == RF_OK && i < n; i++) {
+        const rf_doc *d = &docs->docs[i];
+        const char *why = open ? unsendable(g->s, d, &bytes) : "run_closed";
+        if (why) {
+            const char *doc_id = strcmp(why, "invalid_utf8_id") ? d->id : NULL;
+            rc = reject(g, doc_id, d->line, d->offset, why, d->text, d->text_len);
+            continue;
+        }
+        Refinery__V1__Document *k = &pb[kept];
+        refinery__v1__document__init(k);
+        k->id = d->id;
+        k->text = d->text;
+        k->source = d->source;
+        k->label = d->label;
+        k->line = d->line;
+        k->offset = d->offset;
+        ptrs[kept++] = k;
+    }
+    if (rc == RF_OK && kept) {
+        Refinery__V1__DocumentBatch m = REFINERY__V1__DOCUMENT_BATCH__INIT;
+        m.run_id = (char *)g->id->run_id;
+        m.seq = g->id->seq;
+        m.docs = ptrs;
+        m.n_docs = kept;
+        size_t len = refinery__v1__document_batch__get_packed_size(&m);
+        uint8_t *buf = malloc(len);
+        rc = buf ? RF_OK : RF_ERR_NOMEM;
+        if (rc == RF_OK) {
+            refinery__v1__document_batch__pack(&m, buf);
+            rc = rf_kafka_produce_tracked(g->s->o.producer, g->t, g->s->o.topic_clean,
+                                          g->id->run_id, strlen(g->id->run_id), buf, len);
+        }
+        free(buf);
+    }
+    g->counts->out = (int64_t)kept;
+    free(pb);
+    free(ptrs);
+    return rc;
+}
+
+int rf_ingest_source_process(void *user, const rf_kafka_msg *m, const rf_stage_batch_id *id,
+                             rf_kafka_tracker *t, rf_store_counts *counts) {
+    rf_ingest_source *s = user;
+    memset(counts, 0, sizeof *counts);
+    if (m->len == 0) return RF_OK; /* the end marker: sealed in after_record */
+    bool open;
+    int rc = run_open(s, id->run_id, &open);
+    const rf_ingest_opts *opts = &s->defaults;
+    if (rc == RF_OK && s->o.store) rc = settings_for(s, id->run_id, &opts);
+    if (rc < 0) return rc;
+
+    char source[192];
+    snprintf(source, sizeof source, "%s[%d]@%" PRId64, m->topic, (int)m->partition, m->offset);
+    rf_ingest_out out = {0};
+    rc = rf_ingest_buffer(opts, source, m->value, m->len, &out);
+    if (rc == RF_ERR_NOMEM) {
+        rf_ingest_out_free(&out);
+        return rc;
+    }
+    message g = {s, id, source, t, counts};
+    if (rc < 0) { /* corrupt compressed data, a CSV column that is not there */
+        rf_warn("ingest", "%s: %s; rejected as one record", source, rf_errmsg());
+        rf_ingest_out_free(&out);
+        counts->in = 1;
+        return reject(&g, NULL, 0, 0, "unreadable_message", m->value, m->len);
+    }
+    counts->in = out.records;
+    rc = reject_lines(&g, &out.rejects);
+    if (rc == RF_OK) rc = send_docs(&g, out.docs, open);
+    if (rc == RF_OK && counts->out + counts->rejected != counts->in)
+        rc = rf_fail(RF_ERR_INTERNAL, "ingest source: %s accounts for %" PRId64 " of %" PRId64,
+                     source, counts->out + counts->rejected, counts->in);
+    rf_ingest_out_free(&out);
+    return rc;
+}
+
+int rf_ingest_source_after_record(void *user, const rf_kafka_msg *m, const rf_stage_batch_id *id) {
+    rf_ingest_source *s = user;
+    if (m->len != 0 || !s->o.store) return RF_OK;
+    int rc = rf_store_run_seal(s->o.store, id->run_id);
+    if (rc == RF_OK) rf_info("ingest", "run %s: end of its Kafka input, sealed", id->run_id);
+    return rc;
+}
+
+struct rf_ingest_source_thread {
+    rf_stage_loop loop;
+    rf_ingest_source *source;
+    rf_store *store;
+    rf_stats *stats;
+    pthread_t tid;
+    int rc;
+};
+
+static void thread_free(rf_ingest_source_thread *t) {
+    rf_kafka_consumer_free(t->loop.consumer);
+    rf_ingest_source_free(t->source);
+    rf_store_close(t->store);
+    rf_stats_free(t->stats);
+    free(t);
+}
+
+static void *thread_main(void *arg) {
+    rf_ingest_source_thread *t = arg;
+    t->rc = rf_stage_loop_run(&t->loop);
+    if (t->rc < 0) rf_svc_request_stop(); /* the service must not run on without its source */
+    return NULL;
+}
+
+int rf_ingest_source_start(const rf_ingest_source_thread_opts *o, rf_ingest_source_thread **out) {
+    *out = NULL;
+    rf_ingest_source_thread *t = calloc(1, sizeof *t);
+    if (!t || !(t->stats = rf_stats_new())) {
+        free(t);
+        return RF_ERR_NOMEM;
+    }
+    rf_ingest_source_opts so = o->source;
+    so.stats = t->stats;
+    int rc = RF_OK;
+    if (o->conninfo) {
+        rf_store_opts sto = {.conninfo = o->conninfo};
+        if ((rc = rf_store_open(&sto, &t->store)) == RF_OK) so.store = t->store;
+    }
+    if (rc == RF_OK) rc = rf_ingest_source_new(&so, &t->source);
+    t->loop = (rf_stage_loop){.stage = "ingest",
+                              .counters = "source",
+                              .producer = so.producer,
+                              .store = t->store,
+                              .max_messages = o->max_messages,
+                              .delivery_timeout_s = o->delivery_timeout_s,
+                              .identify = rf_ingest_source_identify,
+                              .process = rf_ingest_source_process,
+                              .after_record = rf_ingest_source_after_record,
+                              .user = t->source,
+                              .stats = t->stats};
+    if (rc == RF_OK)
+        rc = rf_kafka_consumer_new(o->kafka, o->group, &o->topic, 1, &t->loop.consumer);
+    if (rc == RF_OK && pthread_create(&t->tid, NULL, thread_main, t) != 0)
+        rc = rf_fail(RF_ERR_INTERNAL, "ingest source: cannot start its thread");
+    if (rc < 0) {
+        thread_free(t);
+        return rc;
+    }
+    *out = t;
+    return RF_OK;
+}
+
+int rf_ingest_source_join(rf_ingest_source_thread *t, rf_stats *stats) {
+    if (!t) return RF_OK;
+    pthread_join(t->tid, NULL);
+    int rc = t->rc;
+    if (stats) rf_stats_merge(stats, t->stats);
+    thread_free(t);
+    return rc;
+}
