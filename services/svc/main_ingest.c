@@ -1,12 +1,15 @@
-/* refinery-ingest: the ingest service. gRPC Ingest.Push (client-streaming
- * Documents) -> Kafka topics docs.clean (DocumentBatch) and docs.rejected
- * (Reject), plus grpc.health.v1; with PostgreSQL also refinery.v1.Control
- * (runs: submit, seal, get, list, watch, cancel). With --source-topic it also
- * consumes raw records from Kafka (svc/ingest_kafka_source.h). SIGTERM: stop
- * taking calls, let running streams finish (up to --grace seconds), finish
- * and commit the source's poll, deliver what they produced, exit 0. With --pg and --input-root also
- * Ingest.Load: a run's input files read on the server (svc/ingest_files.h), unfinished loads
- * resumed at start and stopped at a recorded batch on SIGTERM.
+/* refinery-ingest: the ingest service. Documents come in three ways:
+ *   - gRPC Ingest.Push (client-streaming Documents);
+ *   - with --pg and --input-root, Ingest.Load: a run's input files read on
+ *     the server (svc/ingest_files.h), unfinished loads resumed at start;
+ *   - with --source-topic, raw records consumed from Kafka
+ *     (svc/ingest_kafka_source.h);
+ * and go to Kafka topics docs.clean (DocumentBatch) and docs.rejected
+ * (Reject). Also grpc.health.v1, and with PostgreSQL refinery.v1.Control
+ * (runs: submit, seal, get, list, watch, cancel). SIGTERM: stop taking calls,
+ * let running streams finish (up to --grace seconds), stop loads at a
+ * recorded batch, finish and commit the source's poll, deliver what was
+ * produced, exit 0.
  * See services/svc/README.md. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,8 +201,10 @@ int main(int argc, char **argv) {
         {"max-in-flight", "REFINERY_KAFKA_MAX_IN_FLIGHT", RF_OPT_INT, &c.max_in_flight, "10000",
          "Kafka messages awaiting delivery before producing blocks"},
     };
-    int rc = rf_svc_parse("refinery-ingest", "Ingest service: gRPC Ingest.Push -> Kafka.", opts,
-                          sizeof opts / sizeof opts[0], argc, argv);
+    int rc =
+        rf_svc_parse("refinery-ingest",
+                     "Ingest service: Ingest.Push, Ingest.Load and a Kafka source -> docs.clean.",
+                     opts, sizeof opts / sizeof opts[0], argc, argv);
     if (rc == 1) return 0;
     if (rc == RF_OK && !c.kafka.bootstrap)
         rc = rf_fail(RF_ERR_INVALID, "--kafka / KAFKA_BOOTSTRAP is required");
