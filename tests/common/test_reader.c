@@ -103,7 +103,7 @@ static void test_memory(void **state) {
     check_reader(r);
 
     size_t lines = 300000; /* 3 MB: several windows */
-    char *big = malloc(lines * 10);
+    char *big = malloc(lines * 10 + 1); /* + the last snprintf's NUL */
     for (size_t i = 0; i < lines; i++)
         snprintf(big + 10 * i, 11, "%09zu\n", i);
     assert_int_equal(rf_reader_open_mem(big, lines * 10, "big", 0, &r), 0);
