@@ -23,9 +23,15 @@
 #      of the push until the tokenizer has recorded, in stage_progress, every
 #      batch that ingest recorded (one psql session polling every 20 ms). The services are
 #      started (and their tokenizer loaded, consumer groups joined by a small
-#      warm-up run) before the clock starts.
+#      warm-up run) before the clock starts;
+#    - services fed through ingest's Kafka source instead of gRPC: the same
+#      JSON Lines written to docs.raw (scripts/bench/kafka_feed.py, Python
+#      confluent-kafka, BENCH_FEED_LINES lines per message, default 256, lz4),
+#      the run's end marker last; timed from the start of the feed until the
+#      run is sealed (ingest took the marker) and the tokenizer has every
+#      batch ingest recorded.
 #    docs/s = input records / wall seconds. CPU seconds are user+system: the
-#    embedded process; for the services, the pushing client plus the three
+#    embedded process; for the services, the pushing (feeding) client plus the three
 #    service processes (their /proc counters before and after), and apart
 #    from that the Kafka mock and PostgreSQL (postmaster and its children).
 #    BENCH_REPS (default 5) runs of each, interleaved (embedded, services,
@@ -59,6 +65,8 @@ for b in refinery refinery-ingest refinery-dedup refinery-tokenizer refinery-kaf
          refinery-push refinery-loadgen; do
     [ -x "$BUILD/$b" ] || { echo "bench_services: build $BUILD/$b first (make)" >&2; exit 1; }
 done
+PY_KAFKA=$(scripts/pyenv.sh test)/bin/python # confluent-kafka, for the Kafka-source feed
+FEED_LINES=${BENCH_FEED_LINES:-256}
 
 work=$(mktemp -d /tmp/rf-bench-svc.XXXXXX)
 pids=()
@@ -116,7 +124,7 @@ EOF
 scripts/test-env/pg.sh start "$work" >/dev/null
 scripts/test-env/kafka.sh start "$work" 2>/dev/null
 set -a; . "$work/pg.env"; . "$work/kafka.env"; set +a
-for t in docs.clean docs.rejected docs.unique docs.duplicates tokens.train tokens.eval; do
+for t in docs.raw docs.clean docs.rejected docs.unique docs.duplicates tokens.train tokens.eval; do
     scripts/test-env/kafka.sh cmd "$work" "topic $t 1" # a run is one partition anyway
 done
 export REFINERY_LOG_LEVEL=warn
@@ -133,7 +141,7 @@ export REFINERY_LOG_LEVEL=warn
 export KAFKA_PROPERTIES=${KAFKA_PROPERTIES:-fetch.wait.max.ms=20}
 ingest_props=${BENCH_INGEST_KAFKA_PROPS:-$KAFKA_PROPERTIES;compression.type=lz4}
 "$BUILD/refinery-ingest" --listen 127.0.0.1:0 --port-file "$work/ingest.port" --spec "$work/spec.yaml" \
-    --kafka-props "$ingest_props" \
+    --kafka-props "$ingest_props" --source-topic docs.raw \
     2>"$work/ingest.log" &
 pids+=($!); ingest_pid=$!
 for _ in $(seq 300); do [ -s "$work/ingest.port" ] && break; sleep 0.1; done
@@ -157,21 +165,31 @@ cpu_of() { # PID... -> CPU seconds (user+system) of those processes
 }
 pg_procs() { echo "$pg_pid" $(pgrep -P "$pg_pid" || true); }
 sql() { psql "$REFINERY_PG" -Atc "$1"; }
-done_query() { # RUN -> SQL: "batches ingest recorded with documents|batches the tokenizer recorded"
-    echo "SELECT (SELECT count(*) FROM stage_progress WHERE run_id = '$1' AND stage = 'ingest'
-                  AND docs_out > 0),
+done_query() { # RUN FEED -> SQL: "batches ingest recorded with documents|batches the
+    # tokenizer recorded"; fed through the Kafka source, the first is -1 until the run is
+    # sealed (ingest took its end marker, so it has recorded every batch)
+    local sealed=true
+    [ "$2" = kafka ] && sealed="(SELECT sealed_at IS NOT NULL FROM runs WHERE id = '$1')"
+    echo "SELECT CASE WHEN $sealed THEN (SELECT count(*) FROM stage_progress
+                  WHERE run_id = '$1' AND stage = 'ingest' AND docs_out > 0) ELSE -1 END,
                  (SELECT count(*) FROM stage_progress WHERE run_id = '$1' AND stage = 'tokenizer')"
 }
-push_run() { # RUN INPUT -> wall seconds, waits until the tokenizer has every batch
-    local run=$1 input=$2 t0 a b
+push_run() { # RUN INPUT [push|kafka] -> wall seconds, waits until the tokenizer has every batch
+    local run=$1 input=$2 feed=${3:-push} t0 a b
     for _ in $(seq 300); do # the schema is applied by whichever service opens the store first
         sql "INSERT INTO runs (id, spec) VALUES ('$run', '{}')" >/dev/null 2>&1 && break
         sleep 0.1
     done
     t0=$(date +%s.%N)
-    /usr/bin/time -f '%U %S' -o "$work/push.time" "$BUILD/refinery-push" --target \
-        "127.0.0.1:$(cat "$work/ingest.port")" --run "$run" --input "$input" --streams "$STREAMS" \
-        >"$work/push.json"
+    if [ "$feed" = kafka ]; then
+        /usr/bin/time -f '%U %S' -o "$work/push.time" "$PY_KAFKA" scripts/bench/kafka_feed.py \
+            "$KAFKA_BOOTSTRAP" docs.raw "$run" "$input" "$FEED_LINES" >"$work/feed.out"
+        awk -v t0="$t0" -v t1="$(date +%s.%N)" 'BEGIN { printf "%.3f", t1 - t0 }' >"$work/feed.wall"
+    else
+        /usr/bin/time -f '%U %S' -o "$work/push.time" "$BUILD/refinery-push" --target \
+            "127.0.0.1:$(cat "$work/ingest.port")" --run "$run" --input "$input" \
+            --streams "$STREAMS" >"$work/push.json"
+    fi
     # One psql session asks every 20 ms (\watch) rather than a psql process
     # per poll, which would take CPU from the services being measured.
     local n=0 line lost=0
@@ -179,20 +197,23 @@ push_run() { # RUN INPUT -> wall seconds, waits until the tokenizer has every ba
     while read -r line; do
         [[ $line == *"|"* ]] || continue
         a=${line%%|*} b=${line#*|} n=$((n + 1))
-        [ "$b" -ge "$a" ] && break
+        [ "$a" -ge 0 ] && [ "$b" -ge "$a" ] && break
         if [ $((n % 25)) -eq 0 ] && grep -q "Offset out of range" "$work/dedup.log" "$work/tokenizer.log"; then
             lost=1
             break
         fi
         [ $n -lt 15000 ] || break # 300 s
-    done < <(psql "$REFINERY_PG" -At <<<"$(done_query "$run") \watch 0.02")
+    done < <(psql "$REFINERY_PG" -At <<<"$(done_query "$run" "$feed") \watch 0.02")
     if [ $lost -eq 1 ]; then
         echo "bench_services: a consumer lost input to the mock's 5 MB partition limit" \
             "(Offset out of range, see below); use a smaller BENCH_REPEAT" >&2
         grep -h "Offset out of range" "$work/dedup.log" "$work/tokenizer.log" | head -3 >&2
         exit 1
     fi
-    [ "$b" -ge "$a" ] || { echo "bench_services: run $run: tokenizer has $b of $a batches" >&2; exit 1; }
+    [ "$a" -ge 0 ] && [ "$b" -ge "$a" ] || {
+        echo "bench_services: run $run: tokenizer has $b of $a batches" >&2
+        exit 1
+    }
     awk -v t0="$t0" -v t1="$(date +%s.%N)" 'BEGIN { printf "%.3f", t1 - t0 }'
 }
 
@@ -212,28 +233,38 @@ embedded_run() { # REP
 }
 
 push_run warm "$work/warm.jsonl" >/dev/null
-svc_best=""
-for r in $(seq "$REPS"); do # interleaved, so both sides see the same machine load
-    embedded_run "$r"
-    before=($(cpu_of "$ingest_pid") $(cpu_of "$dedup_pid") $(cpu_of "$tok_pid") $(cpu_of "$kafka_pid") $(cpu_of $(pg_procs)))
-    wall=$(push_run "bench$r" "$work/in.jsonl")
-    after=($(cpu_of "$ingest_pid") $(cpu_of "$dedup_pid") $(cpu_of "$tok_pid") $(cpu_of "$kafka_pid") $(cpu_of $(pg_procs)))
-    client=$(awk '{ print $1 + $2 }' "$work/push.time")
-    # client ingest dedup tokenizer kafka pg
-    parts="$client"
+push_run warm-kafka "$work/warm.jsonl" kafka >/dev/null
+declare -A best
+services_run() { # FEED REP: one services run, keeps the best by wall time per feed
+    local feed=$1 r=$2 run=bench-$1-$2
+    local before=($(cpu_of "$ingest_pid") $(cpu_of "$dedup_pid") $(cpu_of "$tok_pid") $(cpu_of "$kafka_pid") $(cpu_of $(pg_procs)))
+    local wall
+    wall=$(push_run "$run" "$work/in.jsonl" "$feed")
+    local after=($(cpu_of "$ingest_pid") $(cpu_of "$dedup_pid") $(cpu_of "$tok_pid") $(cpu_of "$kafka_pid") $(cpu_of $(pg_procs)))
+    local parts i c_cl c_in c_dd c_tk c_kf c_pg cpu infra
+    parts=$(awk '{ print $1 + $2 }' "$work/push.time") # client ingest dedup tokenizer kafka pg
     for i in 0 1 2 3 4; do
         parts="$parts $(awk -v a="${before[$i]}" -v b="${after[$i]}" 'BEGIN { printf "%.2f", b - a }')"
     done
     read -r c_cl c_in c_dd c_tk c_kf c_pg <<<"$parts"
     cpu=$(awk -v a="$c_cl" -v b="$c_in" -v c="$c_dd" -v d="$c_tk" 'BEGIN { printf "%.2f", a + b + c + d }')
     infra=$(awk -v a="$c_kf" -v b="$c_pg" 'BEGIN { printf "%.2f", a + b }')
-    echo "services run $r: $wall s wall; CPU s: push client $c_cl, ingest $c_in, dedup $c_dd," \
+    local fed=""
+    [ "$feed" = kafka ] && fed=" (the feed itself $(cat "$work/feed.wall") s)"
+    echo "services ($feed) run $r: $wall s wall$fed; CPU s: client $c_cl, ingest $c_in, dedup $c_dd," \
         "tokenizer $c_tk | kafka mock $c_kf, postgres $c_pg; load $(cut -d' ' -f1 /proc/loadavg)"
-    echo "$wall" >>"$work/svc.walls"
-    if [ -z "$svc_best" ] || awk -v a="$wall" -v b="${svc_best%% *}" 'BEGIN { exit !(a < b) }'; then
-        svc_best="$wall $cpu $infra $c_cl bench$r"
+    echo "$wall" >>"$work/$feed.walls"
+    if [ -z "${best[$feed]:-}" ] || awk -v a="$wall" -v b="${best[$feed]%% *}" 'BEGIN { exit !(a < b) }'; then
+        best[$feed]="$wall $cpu $infra $c_cl $run"
     fi
+}
+for r in $(seq "$REPS"); do # interleaved, so every side sees the same machine load
+    embedded_run "$r"
+    services_run push "$r"
+    services_run kafka "$r"
 done
+svc_best=${best[push]}
+read -r k_wall k_cpu k_infra k_client k_run <<<"${best[kafka]}"
 read -r s_wall s_cpu s_infra s_client s_run <<<"$svc_best"
 read -r e_wall e_cpu <<<"$emb_best"
 emb_kept=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["dedup"]["kept"])' "$work/emb/stats.json")
@@ -249,21 +280,32 @@ awk -v n="$records" -v ew="$e_wall" -v ec="$e_cpu" -v sw="$s_wall" -v sc="$s_cpu
     printf "%-34s %9s %9s %8.2f %10.0f\n", "services + kafka mock + postgres", "", "", sc + si, n / (sc + si)
     printf "ratio services/embedded: %.0f%% of docs/s (wall), %.0f%% of docs per CPU s (%.0f%% with kafka+pg); target >= 70%% (wall)\n",
         100 * ew / sw, 100 * ec / sc, 100 * ec / (sc + si) }'
-python3 - "$work/emb.walls" "$work/svc.walls" "$records" <<'PY'
+awk -v n="$records" -v ew="$e_wall" -v ec="$e_cpu" -v sw="$k_wall" -v sc="$k_cpu" -v si="$k_infra" 'BEGIN {
+    printf "%-34s %9.2f %9.0f %8.2f %10.0f\n", "services, Kafka source feed", sw, n / sw, sc, n / sc
+    printf "%-34s %9s %9s %8.2f %10.0f\n", "  + kafka mock + postgres", "", "", sc + si, n / (sc + si)
+    printf "ratio Kafka-source services/embedded: %.0f%% of docs/s (wall), %.0f%% of docs per CPU s (%.0f%% with kafka+pg)\n",
+        100 * ew / sw, 100 * ec / sc, 100 * ec / (sc + si) }'
+python3 - "$work/emb.walls" "$work/push.walls" "$work/kafka.walls" "$records" <<'PY'
 import statistics, sys
 e = [float(x) for x in open(sys.argv[1])]
-s = [float(x) for x in open(sys.argv[2])]
-n = int(sys.argv[3])
-r = [a / b for a, b in zip(e, s)]
-print(f"median of {len(e)} interleaved runs: embedded {statistics.median(e):.2f} s, services "
-      f"{statistics.median(s):.2f} s ({n / statistics.median(s):.0f} docs/s); median per-pair ratio "
-      f"{100 * statistics.median(r):.0f}%")
+n = int(sys.argv[4])
+for name, path in (("services (push)", sys.argv[2]), ("services (Kafka source)", sys.argv[3])):
+    s = [float(x) for x in open(path)]
+    r = [a / b for a, b in zip(e, s)]
+    print(f"median of {len(e)} interleaved runs: embedded {statistics.median(e):.2f} s, {name} "
+          f"{statistics.median(s):.2f} s ({n / statistics.median(s):.0f} docs/s); median per-pair "
+          f"ratio {100 * statistics.median(r):.0f}%")
 PY
 echo "push client: $s_client CPU s of those; summary $(cat "$work/push.json")"
-echo "kept after dedup: embedded $emb_kept, services $svc_kept"
+k_kept=$(sql "SELECT sum(docs_out) FROM stage_progress WHERE run_id = '$k_run' AND stage = 'dedup'")
+echo "kafka feed client: $k_client CPU s; $(cat "$work/feed.out") messages of $FEED_LINES lines"
+echo "kept after dedup: embedded $emb_kept, services $svc_kept (push), $k_kept (Kafka source)"
 echo "load average: $(cut -d" " -f1-3 /proc/loadavg) on $(nproc) CPUs"
 echo "stage_progress of $s_run (stage|in|out|rejected|duplicate|batches):"
 echo "$counts" | sed 's/^/  /'
+echo "stage_progress of $k_run:"
+sql "SELECT stage, sum(docs_in), sum(docs_out), sum(rejected), sum(duplicate), count(*)
+     FROM stage_progress WHERE run_id = '$k_run' GROUP BY stage ORDER BY stage" | sed 's/^/  /'
 
 # ---- latency under load -------------------------------------------------------
 for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
