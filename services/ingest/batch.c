@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "ingest/source.h"
 
 rf_ibatch *rf_ibatch_new(void) {
     return calloc(1, sizeof(rf_ibatch));
@@ -90,4 +91,23 @@ void rf_ibatch_count(rf_ibatch *b, const char *reason) {
         return;
     }
     b->reasons[b->n_reasons++] = (rf_reason_count){reason, 1};
+}
+
+int rf_ibatch_hand_on(rf_ibatch *b, const rf_source *src, rf_ingest_reject **view, size_t *cap,
+                      rf_ingest_batch_fn fn, void *ctx) {
+    if (b->n_rejs > *cap) {
+        rf_ingest_reject *v = realloc(*view, b->n_rejs * sizeof(*v));
+        if (!v) return RF_ERR_NOMEM;
+        *view = v;
+        *cap = b->n_rejs;
+    }
+    for (size_t i = 0; i < b->n_rejs; i++) {
+        const rf_ibatch_reject *r = &b->rejs[i];
+        (*view)[i] = (rf_ingest_reject){
+            rf_source_path(src, r->src),        r->line,       r->offset, r->reason,
+            b->rej_bytes.data + r->excerpt_off, r->excerpt_len};
+    }
+    rf_ingest_batch out = {b->seq, b->n, b->kept, b->docs, *view, b->n_rejs};
+    b->docs = NULL;
+    return fn(ctx, &out);
 }

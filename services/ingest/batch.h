@@ -9,6 +9,9 @@
 
 #include "common/buf.h"
 #include "common/doc.h"
+#include "ingest/ingest.h"
+
+typedef struct rf_source rf_source;
 
 #define RF_NO_SPAN            SIZE_MAX
 #define RF_INGEST_MAX_REASONS 48
@@ -78,5 +81,11 @@ int rf_ibatch_keep_reject(rf_ibatch *b, uint32_t src, uint64_t line, uint64_t of
                           const char *reason, const char *excerpt, size_t n);
 /* Counts one reject for reason. */
 void rf_ibatch_count(rf_ibatch *b, const char *reason);
+/* Gives b to fn as an rf_ingest_batch (ingest.h): its documents, moved out of
+ * b, and its structured rejects, named after src's inputs. *view (*cap
+ * entries) is the caller's scratch for the rejects, reused from batch to
+ * batch; the caller frees it. */
+int rf_ibatch_hand_on(rf_ibatch *b, const rf_source *src, rf_ingest_reject **view, size_t *cap,
+                      rf_ingest_batch_fn fn, void *ctx);
 
 #endif

@@ -42,25 +42,6 @@ static bool canceled(const pipeline *p) {
     return p->cancel && *p->cancel;
 }
 
-/* Gives b to sink->batch with its documents and structured rejects. */
-static int hand_on(pipeline *p, rf_ibatch *b) {
-    if (b->n_rejs > p->rej_cap) {
-        rf_ingest_reject *v = realloc(p->rej_view, b->n_rejs * sizeof(*v));
-        if (!v) return RF_ERR_NOMEM;
-        p->rej_view = v;
-        p->rej_cap = b->n_rejs;
-    }
-    for (size_t i = 0; i < b->n_rejs; i++) {
-        const rf_ibatch_reject *r = &b->rejs[i];
-        p->rej_view[i] = (rf_ingest_reject){
-            rf_source_path(p->src, r->src),     r->line,       r->offset, r->reason,
-            b->rej_bytes.data + r->excerpt_off, r->excerpt_len};
-    }
-    rf_ingest_batch out = {b->seq, b->n, b->kept, b->docs, p->rej_view, b->n_rejs};
-    b->docs = NULL;
-    return p->sink->batch(p->sink->batch_ctx, &out);
-}
-
 /* Writes one processed batch and folds its counts into the stats. */
 static int write_batch(pipeline *p, rf_ibatch *b) {
     if (b->err) return b->err;
@@ -91,7 +72,8 @@ static int write_batch(pipeline *p, rf_ibatch *b) {
     if (b->kept + rejected != (int64_t)b->n)
         return rf_fail(RF_ERR_INTERNAL, "ingest: batch %llu accounts for %lld of %zu records",
                        (unsigned long long)b->seq, (long long)(b->kept + rejected), b->n);
-    if (s->batch) return hand_on(p, b);
+    if (s->batch)
+        return rf_ibatch_hand_on(b, p->src, &p->rej_view, &p->rej_cap, s->batch, s->batch_ctx);
     if (s->emit && b->docs && b->docs->n) {
         rf_doc_batch *d = b->docs;
         b->docs = NULL;

@@ -10,7 +10,6 @@
 
 #include "common/config.h"
 #include "common/error.h"
-#include "common/json.h"
 #include "common/log.h"
 #include "common/utf8.h"
 #include "ingest/buffer.h"
@@ -37,7 +36,6 @@ struct rf_ingest_source {
     rf_ingest_opts defaults; /* a shallow copy of *o.ingest, adapted (never freed here) */
     run_settings runs[MAX_RUNS];
     uint64_t clock;
-    rf_json_doc *json; /* reject lines */
 };
 
 /* Messages are JSON Lines unless the run says otherwise; the services do not
@@ -53,10 +51,7 @@ int rf_ingest_source_new(const rf_ingest_source_opts *o, rf_ingest_source **out)
         return rf_fail(RF_ERR_INVALID,
                        "ingest source: producer, topics, settings and stats needed");
     rf_ingest_source *s = calloc(1, sizeof *s);
-    if (!s || !(s->json = rf_json_doc_new())) {
-        free(s);
-        return RF_ERR_NOMEM;
-    }
+    if (!s) return RF_ERR_NOMEM;
     s->o = *o;
     if (!s->o.max_batch_bytes) s->o.max_batch_bytes = 900000;
     s->defaults = *o->ingest;
@@ -75,7 +70,6 @@ void rf_ingest_source_free(rf_ingest_source *s) {
     if (!s) return;
     for (size_t i = 0; i < MAX_RUNS; i++)
         settings_clear(&s->runs[i]);
-    rf_json_doc_free(s->json);
     free(s);
 }
 
@@ -143,12 +137,15 @@ static int run_open(rf_ingest_source *s, const char *run_id, bool *open) {
     return rc;
 }
 
+/* One message on its way: its rejects go out as they come, its kept
+ * documents are gathered into one batch. */
 typedef struct message {
     rf_ingest_source *s;
     const rf_stage_batch_id *id;
     const char *source;
     rf_kafka_tracker *t;
     rf_store_counts *counts;
+    rf_doc_batch *docs;
 } message;
 
 static int reject(message *g, const char *doc_id, uint64_t line, uint64_t offset,
@@ -168,36 +165,31 @@ static int reject(message *g, const char *doc_id, uint64_t line, uint64_t offset
     return rf_kafka_produce_reject(g->s->o.producer, g->t, g->s->o.topic_rejected, &r);
 }
 
-static uint64_t json_u64(const rf_json *v) {
-    int64_t n;
-    return v && rf_json_int64(v, &n) == RF_OK && n >= 0 ? (uint64_t)n : 0;
-}
-
-/* The ingest library's reject lines (ingest.h form) as Reject messages. */
-static int reject_lines(message *g, const rf_buf *lines) {
-    const char *p = lines->data, *end = p ? p + lines->len : NULL;
-    while (p && p < end) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
-        const rf_json *root, *reason, *excerpt;
-        int rc = rf_json_parse(g->s->json, p, n, &root);
-        if (rc < 0)
-            return rf_fail(RF_ERR_INTERNAL, "ingest source: a reject line: %s", rf_errmsg());
-        reason = rf_json_get(root, "reason");
-        excerpt = rf_json_get(root, "excerpt");
-        if (!rf_json_is_str(reason))
-            return rf_fail(RF_ERR_INTERNAL, "ingest source: a reject line without a reason");
-        /* The reason is one of the library's static names: a C string. */
-        char why[64];
-        snprintf(why, sizeof why, "%.*s", (int)reason->len, reason->u.str);
-        rc = reject(g, NULL, json_u64(rf_json_get(root, "line")),
-                    json_u64(rf_json_get(root, "offset")), why,
-                    rf_json_is_str(excerpt) ? excerpt->u.str : "",
-                    rf_json_is_str(excerpt) ? excerpt->len : 0);
-        if (rc < 0) return rc;
-        p += n + 1;
+/* rf_ingest_buffer's callback. */
+static int on_batch(void *ctx, rf_ingest_batch *b) {
+    message *g = ctx;
+    g->counts->in += (int64_t)b->records;
+    int rc = RF_OK;
+    for (size_t i = 0; rc == RF_OK && i < b->n_rejects; i++) {
+        const rf_ingest_reject *r = &b->rejects[i];
+        rc = reject(g, NULL, r->line, r->offset, r->reason, r->excerpt, r->excerpt_len);
     }
-    return RF_OK;
+    if (!b->docs) return rc;
+    if (!g->docs) { /* the common case: one batch holds the whole message */
+        g->docs = b->docs;
+        return rc;
+    }
+    for (size_t i = 0; rc == RF_OK && i < b->docs->n; i++) {
+        rf_doc *d = rf_doc_batch_push(g->docs);
+        if (!d) {
+            rc = RF_ERR_NOMEM;
+            break;
+        }
+        *d = b->docs->docs[i]; /* moved */
+        memset(&b->docs->docs[i], 0, sizeof b->docs->docs[i]);
+    }
+    rf_doc_batch_free(b->docs);
+    return rc;
 }
 
 /* Why a kept document cannot travel in a DocumentBatch, or NULL: protobuf-c
@@ -211,15 +203,15 @@ static const char *unsendable(const rf_ingest_source *s, const rf_doc *d, size_t
     return NULL;
 }
 
-/* Kept documents: a DocumentBatch of the message's (run, seq); those that
+/* The kept documents: a DocumentBatch of the message's (run, seq); those that
  * cannot go (or all, for a closed run) are rejected instead. */
-static int send_docs(message *g, rf_doc_batch *docs, bool open) {
-    size_t n = docs ? docs->n : 0, kept = 0, bytes = 0;
+static int send_docs(message *g, bool open) {
+    size_t n = g->docs ? g->docs->n : 0, kept = 0, bytes = 0;
     Refinery__V1__Document *pb = n ? calloc(n, sizeof *pb) : NULL;
     Refinery__V1__Document **ptrs = n ? calloc(n, sizeof *ptrs) : NULL;
     int rc = n && (!pb || !ptrs) ? RF_ERR_NOMEM : RF_OK;
     for (size_t i = 0; rc == RF_OK && i < n; i++) {
-        const rf_doc *d = &docs->docs[i];
+        const rf_doc *d = &g->docs->docs[i];
         const char *why = open ? unsendable(g->s, d, &bytes) : "run_closed";
         if (why) {
             const char *doc_id = strcmp(why, "invalid_utf8_id") ? d->id : NULL;
@@ -271,26 +263,21 @@ int rf_ingest_source_process(void *user, const rf_kafka_msg *m, const rf_stage_b
 
     char source[192];
     snprintf(source, sizeof source, "%s[%d]@%" PRId64, m->topic, (int)m->partition, m->offset);
-    rf_ingest_out out = {0};
-    rc = rf_ingest_buffer(opts, source, m->value, m->len, &out);
-    if (rc == RF_ERR_NOMEM) {
-        rf_ingest_out_free(&out);
-        return rc;
+    message g = {s, id, source, t, counts, NULL};
+    rc = rf_ingest_buffer(opts, source, m->value, m->len, on_batch, &g);
+    if (rc < 0 && rc != RF_ERR_NOMEM && rc != RF_ERR_IO) {
+        /* Corrupt compressed data, a CSV column that is not there: what was
+         * read before stays, the rest of the message is one unreadable
+         * record (the same on a replay). */
+        rf_warn("ingest", "%s: %s; the rest is rejected as one record", source, rf_errmsg());
+        counts->in++;
+        rc = reject(&g, NULL, 0, 0, "unreadable_message", m->value, m->len);
     }
-    message g = {s, id, source, t, counts};
-    if (rc < 0) { /* corrupt compressed data, a CSV column that is not there */
-        rf_warn("ingest", "%s: %s; rejected as one record", source, rf_errmsg());
-        rf_ingest_out_free(&out);
-        counts->in = 1;
-        return reject(&g, NULL, 0, 0, "unreadable_message", m->value, m->len);
-    }
-    counts->in = out.records;
-    rc = reject_lines(&g, &out.rejects);
-    if (rc == RF_OK) rc = send_docs(&g, out.docs, open);
+    if (rc == RF_OK) rc = send_docs(&g, open);
     if (rc == RF_OK && counts->out + counts->rejected != counts->in)
         rc = rf_fail(RF_ERR_INTERNAL, "ingest source: %s accounts for %" PRId64 " of %" PRId64,
                      source, counts->out + counts->rejected, counts->in);
-    rf_ingest_out_free(&out);
+    rf_doc_batch_free(g.docs);
     return rc;
 }
 

@@ -1,7 +1,7 @@
 /* rf_ingest_buffer (ingest/buffer.h): one in-memory input gives the same
- * documents and rejects as rf_ingest_run on a file with the same bytes and
- * name; several internal batches are merged in order; zstd works; corrupt
- * compressed data fails. */
+ * batches (documents and rejects) as rf_ingest_run on a file with the same
+ * bytes and name; zstd works; corrupt compressed data fails; the callback's
+ * error stops it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -52,12 +52,33 @@ static void opts(rf_ingest_opts *o) {
     o->max_line = 200;
 }
 
-/* The documents of out as the JSON lines rf_ingest_run writes. */
-static void docs_json(const rf_ingest_out *out, rf_buf *js) {
-    for (size_t i = 0; out->docs && i < out->docs->n; i++) {
-        assert_int_equal(rf_doc_to_json(&out->docs->docs[i], js), 0);
-        assert_int_equal(rf_buf_putc(js, '\n'), 0);
+/* What the batches handed on say, as text: each batch's counts, each
+ * document as its JSON line, each reject as "line reason excerpt". */
+typedef struct transcript {
+    rf_buf text;
+    int64_t records, kept, rejected;
+    size_t batches;
+} transcript;
+
+static int record(void *ctx, rf_ingest_batch *b) {
+    transcript *t = ctx;
+    t->batches++;
+    t->records += (int64_t)b->records;
+    t->kept += b->kept;
+    t->rejected += (int64_t)b->n_rejects;
+    assert_int_equal(b->records, (size_t)b->kept + b->n_rejects);
+    assert_int_equal(b->docs ? b->docs->n : 0, (size_t)b->kept);
+    for (size_t i = 0; b->docs && i < b->docs->n; i++) {
+        assert_int_equal(rf_doc_to_json(&b->docs->docs[i], &t->text), 0);
+        assert_int_equal(rf_buf_putc(&t->text, '\n'), 0);
     }
+    for (size_t i = 0; i < b->n_rejects; i++) {
+        const rf_ingest_reject *r = &b->rejects[i];
+        rf_buf_printf(&t->text, "%llu %s %.*s\n", (unsigned long long)r->line, r->reason,
+                      (int)r->excerpt_len, r->excerpt);
+    }
+    rf_doc_batch_free(b->docs);
+    return 0;
 }
 
 static void test_same_as_a_file(void **state) {
@@ -73,75 +94,68 @@ static void test_same_as_a_file(void **state) {
 
     rf_ingest_opts o;
     opts(&o);
-    o.batch_docs = 64; /* the buffer spans several internal batches */
-    char *docs = NULL, *rejects = NULL;
-    size_t docs_len = 0, rejects_len = 0;
-    FILE *fd = open_memstream(&docs, &docs_len), *fr = open_memstream(&rejects, &rejects_len);
+    o.batch_docs = 64; /* the input spans several internal batches */
+    transcript from_file = {0}, from_memory = {0};
     rf_stats *stats = rf_stats_new();
     const char *inputs[] = {path};
-    rf_ingest_sink sink = {.docs = fd, .rejects = fr};
+    rf_ingest_sink sink = {.batch = record, .batch_ctx = &from_file};
     assert_int_equal(rf_ingest_run(&o, inputs, 1, &sink, stats, NULL), 0);
-    fclose(fd);
-    fclose(fr);
+    assert_int_equal(rf_ingest_buffer(&o, path, data, len, record, &from_memory), 0);
 
-    rf_ingest_out out = {0};
-    assert_int_equal(rf_ingest_buffer(&o, path, data, len, &out), 0);
-    assert_int_equal(out.records, rf_stats_get(stats, "ingest.records_in"));
-    assert_int_equal(out.kept, rf_stats_get(stats, "ingest.kept"));
-    assert_int_equal(out.records, out.kept + out.rejected);
-    assert_true(out.kept > 0 && out.rejected > 0);
-    assert_int_equal(out.docs->n, (size_t)out.kept);
-    rf_buf js = RF_BUF_INIT;
-    docs_json(&out, &js);
-    assert_int_equal(js.len, docs_len);
-    assert_memory_equal(js.data, docs, docs_len);
-    assert_int_equal(out.rejects.len, rejects_len);
-    assert_memory_equal(out.rejects.data, rejects, rejects_len);
+    assert_true(from_memory.batches > 1);
+    assert_int_equal(from_memory.batches, from_file.batches);
+    assert_int_equal(from_memory.records, rf_stats_get(stats, "ingest.records_in"));
+    assert_int_equal(from_memory.kept, rf_stats_get(stats, "ingest.kept"));
+    assert_true(from_memory.kept > 0 && from_memory.rejected > 0);
+    assert_int_equal(from_memory.text.len, from_file.text.len);
+    assert_memory_equal(from_memory.text.data, from_file.text.data, from_file.text.len);
 
-    rf_buf_free(&js);
-    rf_ingest_out_free(&out);
+    rf_buf_free(&from_file.text);
+    rf_buf_free(&from_memory.text);
     rf_stats_free(stats);
-    free(docs);
-    free(rejects);
     free(data);
     unlink(path);
     rmdir(dir);
 }
 
-static void test_zstd_and_corrupt(void **state) {
+static int stop_at_first(void *ctx, rf_ingest_batch *b) {
+    (*(int *)ctx)++;
+    rf_doc_batch_free(b->docs);
+    return RF_ERR_CANCELED;
+}
+
+static void test_zstd_corrupt_and_stop(void **state) {
     rf_ingest_opts o;
     opts(&o);
     size_t len;
     char *data = mixed(50, &len);
-    rf_ingest_out plain = {0}, z = {0};
-    assert_int_equal(rf_ingest_buffer(&o, "m", data, len, &plain), 0);
+    transcript plain = {0}, z = {0}, empty = {0};
+    assert_int_equal(rf_ingest_buffer(&o, "m", data, len, record, &plain), 0);
     size_t cap = ZSTD_compressBound(len);
     char *packed = malloc(cap);
     size_t n = ZSTD_compress(packed, cap, data, len, 3);
     assert_false(ZSTD_isError(n));
-    assert_int_equal(rf_ingest_buffer(&o, "m", packed, n, &z), 0);
-    assert_int_equal(z.kept, plain.kept);
-    assert_int_equal(z.rejected, plain.rejected);
-    rf_buf a = RF_BUF_INIT, b = RF_BUF_INIT;
-    docs_json(&plain, &a);
-    docs_json(&z, &b);
-    assert_int_equal(a.len, b.len);
-    assert_memory_equal(a.data, b.data, a.len);
-    rf_ingest_out_free(&z);
+    assert_int_equal(rf_ingest_buffer(&o, "m", packed, n, record, &z), 0);
+    assert_int_equal(z.text.len, plain.text.len);
+    assert_memory_equal(z.text.data, plain.text.data, plain.text.len);
 
-    packed[n / 2] ^= 0x55; /* corrupt frame: an error, not documents */
+    rf_buf_free(&z.text);
+    z = (transcript){0};
+    packed[n / 2] ^= 0x55; /* a corrupt frame: an error, not documents */
     packed[n / 2 + 1] ^= 0x55;
-    assert_true(rf_ingest_buffer(&o, "m", packed, n, &z) < 0);
-    rf_ingest_out_free(&z);
+    assert_true(rf_ingest_buffer(&o, "m", packed, n, record, &z) < 0);
 
-    assert_int_equal(rf_ingest_buffer(&o, "empty", "", 0, &z), 0);
-    assert_int_equal(z.records, 0);
-    assert_null(z.docs);
-    rf_ingest_out_free(&z);
+    assert_int_equal(rf_ingest_buffer(&o, "empty", "", 0, record, &empty), 0);
+    assert_int_equal(empty.records, 0);
 
-    rf_buf_free(&a);
-    rf_buf_free(&b);
-    rf_ingest_out_free(&plain);
+    int calls = 0; /* the callback's error stops the run */
+    o.batch_docs = 8;
+    assert_int_equal(rf_ingest_buffer(&o, "m", data, len, stop_at_first, &calls), RF_ERR_CANCELED);
+    assert_int_equal(calls, 1);
+
+    rf_buf_free(&plain.text);
+    rf_buf_free(&z.text);
+    rf_buf_free(&empty.text);
     free(packed);
     free(data);
 }
@@ -149,7 +163,7 @@ static void test_zstd_and_corrupt(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_as_a_file),
-        cmocka_unit_test(test_zstd_and_corrupt),
+        cmocka_unit_test(test_zstd_corrupt_and_stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
