@@ -139,7 +139,8 @@ static int resolve(const char *root, const char *rel, char **out) {
 
 /* The run's ingest settings and inputs from its spec. Settings as `refinery
  * run` reads them, except: text must be UTF-8 (as for Push), no augmentation
- * (the services do not augment), the batch size is the load's. */
+ * (the services do not augment), and batches hold batch_docs records (0: the
+ * spec's ingest.batch_docs when it has one, else the service's). */
 static int plan_load(const rf_ingest_files *f, const char *spec, size_t batch_docs, plan *p) {
     memset(p, 0, sizeof *p);
     rf_ingest_opts_default(&p->o);
@@ -163,14 +164,11 @@ static int plan_load(const rf_ingest_files *f, const char *spec, size_t batch_do
     }
     p->o.clean.utf8 = RF_UTF8_REJECT;
     p->o.augment.enabled = false;
-    p->o.batch_docs = batch_docs;
+    if (batch_docs)
+        p->o.batch_docs = batch_docs;
+    else if (!rf_cfg_get(section, "batch_docs"))
+        p->o.batch_docs = f->o.batch_docs;
     return RF_OK;
-}
-
-/* The batch size of a new load: the spec's ingest.batch_docs, else the service's. */
-static size_t spec_batch_docs(const rf_ingest_files *f, const plan *p) {
-    const rf_cfg *section = rf_cfg_get(p->cfg, "ingest");
-    return rf_cfg_get(section, "batch_docs") ? p->o.batch_docs : f->o.batch_docs;
 }
 
 /* ---- the loader thread ---- */
@@ -579,15 +577,15 @@ static grpc_status_code load_call(rf_rpc_call *call, rf_ingest_files *f, const c
         return rf_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "store: %s", rf_errmsg());
     }
     plan p;
-    rc = plan_load(f, spec, f->o.batch_docs, &p);
+    rc = plan_load(f, spec, 0, &p);
     free(spec);
     if (rc < 0) return rf_rpc_fail(call, status_of(rc), "run '%s': %s", run_id, rf_errmsg());
     reply->inputs = (uint32_t)p.n;
     size_t batch_docs;
     if (loading(f, run_id)) { /* already loading here: nothing to start */
-        rc = load_row(f, run_id, spec_batch_docs(f, &p), &batch_docs);
+        rc = load_row(f, run_id, p.o.batch_docs, &batch_docs);
         plan_free(&p);
-    } else if ((rc = load_row(f, run_id, spec_batch_docs(f, &p), &batch_docs)) == RF_OK &&
+    } else if ((rc = load_row(f, run_id, p.o.batch_docs, &batch_docs)) == RF_OK &&
                (rc = rf_store_run_start(f->store, run_id, NULL)) == RF_OK) {
         p.o.batch_docs = batch_docs;
         rc = start_loader(f, run_id, &p);
