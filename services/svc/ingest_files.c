@@ -432,6 +432,7 @@ static void load(loader *l) {
         rf_info("ingest", "run %s: every input loaded, run sealed", l->run_id);
     } else if (l->run_ended) {
         rf_info("ingest", "run %s: load stopped: %s", l->run_id, rf_errmsg());
+        rf_stats_add(f->stats, "load.cancelled", 1);
     } else if (l->cancel) {
         rf_info("ingest",
                 "run %s: load stopped for shutdown at batch %" PRIu64
@@ -553,13 +554,13 @@ static int load_row(rf_ingest_files *f, const char *run_id, size_t want, size_t 
 static grpc_status_code load_call(rf_rpc_call *call, rf_ingest_files *f, const char *run_id,
                                   Refinery__V1__LoadReply *reply) {
     if (!run_id[0]) return rf_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "run_id is empty");
-    if (!f->store)
-        return rf_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
-                           "this refinery-ingest has no PostgreSQL (--pg): it cannot load runs");
     if (!f->root[0])
         return rf_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
                            "this refinery-ingest reads no files (no --input-root): push the "
                            "documents instead (refinery submit without --server-inputs)");
+    if (!f->store)
+        return rf_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                           "this refinery-ingest has no PostgreSQL (--pg): it cannot load runs");
     if (atomic_load(&f->stopping))
         return rf_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "service stopping");
     rf_store_run run;
@@ -631,7 +632,7 @@ int rf_ingest_files_new(const rf_ingest_files_opts *o, rf_ingest_files **out) {
     int rc = RF_OK;
     if (o->input_root && !realpath(o->input_root, f->root))
         rc = rf_fail(RF_ERR_NOT_FOUND, "input root '%s': %s", o->input_root, strerror(errno));
-    if (rc == RF_OK && o->pg) {
+    if (rc == RF_OK && o->pg && o->input_root) { /* Load's own connection */
         rf_store_opts so = {.conninfo = o->pg};
         rc = rf_store_open(&so, &f->store);
     }

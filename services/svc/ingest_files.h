@@ -64,7 +64,7 @@ int rf_ingest_files_resume(rf_ingest_files *f, size_t *started);
  * and recorded first) and joins them; the next start resumes them. */
 void rf_ingest_files_stop(rf_ingest_files *f);
 /* load.requests, load.started, load.batches, load.records, load.kept,
- * load.rejected, load.sealed, load.failed, load.retries. */
+ * load.rejected, load.sealed, load.failed, load.cancelled, load.retries. */
 rf_stats *rf_ingest_files_stats(rf_ingest_files *f);
 /* Stops (if needed) and frees. */
 void rf_ingest_files_free(rf_ingest_files *f);
