@@ -302,8 +302,8 @@ static int record_progress(stream *st) {
     return rc;
 }
 
-static grpc_status_code push(rf_rpc_call *call, const ProtobufCMessage *req, void *user) {
-    rf_ingest_service *svc = user;
+/* Push and PushLists: one Document or one DocumentList per message. */
+static grpc_status_code push_stream(rf_rpc_call *call, rf_ingest_service *svc, bool lists) {
     char run[128];
     stream st = {.svc = svc, .id = atomic_fetch_add(&svc->next_stream, 1)};
     st.run_id = rf_rpc_metadata(call, "refinery-run-id", run, sizeof run);
@@ -322,7 +322,14 @@ static grpc_status_code push(rf_rpc_call *call, const ProtobufCMessage *req, voi
     ProtobufCMessage *m;
     int r;
     while ((r = rf_rpc_recv(call, &m)) == 1) {
-        int rc = ingest_one(&st, (const Refinery__V1__Document *)m);
+        int rc = RF_OK;
+        if (lists) {
+            const Refinery__V1__DocumentList *l = (const Refinery__V1__DocumentList *)m;
+            for (size_t i = 0; i < l->n_docs && rc == RF_OK; i++)
+                rc = ingest_one(&st, l->docs[i]);
+        } else {
+            rc = ingest_one(&st, (const Refinery__V1__Document *)m);
+        }
         protobuf_c_message_free_unpacked(m, NULL);
         if (rc < 0) {
             code = rf_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "ingest: %s", rf_errmsg());
@@ -352,14 +359,27 @@ static grpc_status_code push(rf_rpc_call *call, const ProtobufCMessage *req, voi
     return code;
 }
 
+static grpc_status_code push(rf_rpc_call *call, const ProtobufCMessage *req, void *user) {
+    return push_stream(call, user, false);
+}
+
+static grpc_status_code push_lists(rf_rpc_call *call, const ProtobufCMessage *req, void *user) {
+    return push_stream(call, user, true);
+}
+
 int rf_ingest_service_register(rf_ingest_service *svc, rf_rpc_server *s) {
-    rf_rpc_method m = {
+    rf_rpc_method one = {
         .path = "/refinery.v1.Ingest/Push",
         .kind = RF_RPC_CLIENT_STREAM,
         .request = &refinery__v1__document__descriptor,
         .handler = push,
         .user = svc,
     };
-    int rc = rf_rpc_server_add(s, &m);
+    rf_rpc_method lists = one;
+    lists.path = "/refinery.v1.Ingest/PushLists";
+    lists.request = &refinery__v1__document_list__descriptor;
+    lists.handler = push_lists;
+    int rc = rf_rpc_server_add(s, &one);
+    if (rc == RF_OK) rc = rf_rpc_server_add(s, &lists);
     return rc < 0 ? rc : rf_rpc_server_set_health(s, "refinery.v1.Ingest", 1);
 }

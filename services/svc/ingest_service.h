@@ -1,4 +1,5 @@
-/* refinery.v1.Ingest/Push: a client streams Documents; each is cleaned and
+/* refinery.v1.Ingest/Push: a client streams Documents (or, with PushLists,
+ * DocumentLists: many documents per message, handled the same); each is cleaned and
  * filtered like the ingest stage does (ingest/clean.h, filter.h, langid.h),
  * kept ones travel in DocumentBatch messages to the clean topic (key = run
  * id), refused ones as Reject messages with their reason to the rejects
@@ -54,7 +55,8 @@ typedef struct rf_ingest_service rf_ingest_service;
 /* Defaults: the ingest stage's cleaning and filters, batches of 256. */
 void rf_ingest_service_opts_default(rf_ingest_service_opts *o);
 int rf_ingest_service_new(const rf_ingest_service_opts *o, rf_ingest_service **out);
-/* Adds Ingest/Push to s and reports "refinery.v1.Ingest" as serving. */
+/* Adds Ingest/Push and Ingest/PushLists to s and reports "refinery.v1.Ingest"
+ * as serving. */
 int rf_ingest_service_register(rf_ingest_service *svc, rf_rpc_server *s);
 /* ingest.received, ingest.kept, ingest.rejected.<reason>, ingest.batches,
  * ingest.streams_failed. */

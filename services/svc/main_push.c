@@ -1,5 +1,6 @@
 /* refinery-push: streams the records of a JSON Lines file (plain, gzip or
- * zstd) to refinery.v1.Ingest/Push, one Document per line, and prints the
+ * zstd) to refinery.v1.Ingest/PushLists, --batch Documents per message (or
+ * with --batch 1 to Ingest/Push, one per message), and prints the
  * PushSummary as one JSON line. With --streams N the lines are spread over N
  * concurrent Push calls (line k goes to stream k mod N), each in its own
  * thread: the ingest service cleans and filters a stream on one worker, so N
@@ -29,13 +30,22 @@
 #include "rpc/rpc.h"
 #include "svc/svc.h"
 
-#define PUSH_METHOD "/refinery.v1.Ingest/Push"
+#define PUSH_METHOD       "/refinery.v1.Ingest/Push"
+#define PUSH_LISTS_METHOD "/refinery.v1.Ingest/PushLists"
+#define LIST_MAX_BYTES    (1u << 20) /* a list is sent before it grows past this */
 
 typedef struct config {
     const char *target, *run_id, *input, *text_field, *id_field, *label_field;
-    int64_t streams;
+    int64_t streams, batch;
     double timeout_s;
 } config;
+
+/* Documents waiting to go as one DocumentList; each owns its id and text. */
+typedef struct doc_list {
+    Refinery__V1__Document *docs;
+    Refinery__V1__Document **ptrs;
+    size_t n, bytes;
+} doc_list;
 
 /* One Push call and its share of the lines. */
 typedef struct pusher {
@@ -44,6 +54,7 @@ typedef struct pusher {
     const char *source; /* file name for ids and Document.source */
     int64_t index;
     uint64_t sent, skipped;
+    doc_list list; /* --batch > 1 */
     Refinery__V1__PushSummary sum;
     rf_rpc_status status; /* of the call, once it ended */
     bool called;
@@ -55,7 +66,49 @@ static const char *base_name(const char *path) {
     return slash ? slash + 1 : path;
 }
 
-/* Sends line l as a Document; 0 when sent, 1 when skipped, < 0 when the call broke. */
+/* Sends the list as one message and empties it; < 0 when the call broke. */
+static int flush_list(pusher *p, rf_rpc_stream *st) {
+    doc_list *l = &p->list;
+    if (l->n == 0) return RF_OK;
+    for (size_t i = 0; i < l->n; i++)
+        l->ptrs[i] = &l->docs[i];
+    Refinery__V1__DocumentList m = REFINERY__V1__DOCUMENT_LIST__INIT;
+    m.docs = l->ptrs;
+    m.n_docs = l->n;
+    int rc = rf_rpc_stream_send(st, &m.base);
+    if (rc == RF_OK) p->sent += l->n;
+    for (size_t i = 0; i < l->n; i++) {
+        free(l->docs[i].id);
+        free(l->docs[i].text);
+    }
+    l->n = l->bytes = 0;
+    return rc;
+}
+
+/* Adds a copy of d to the list, sending the list when it is full. */
+static int add_to_list(pusher *p, rf_rpc_stream *st, const Refinery__V1__Document *d) {
+    doc_list *l = &p->list;
+    size_t len = strlen(d->text) + strlen(d->id);
+    if (l->n && l->bytes + len > LIST_MAX_BYTES) {
+        int rc = flush_list(p, st);
+        if (rc < 0) return rc;
+    }
+    Refinery__V1__Document *k = &l->docs[l->n];
+    *k = *d;
+    k->id = strdup(d->id);
+    k->text = strdup(d->text);
+    if (!k->id || !k->text) {
+        free(k->id);
+        free(k->text);
+        return RF_ERR_NOMEM;
+    }
+    l->n++;
+    l->bytes += len;
+    return l->n == (size_t)p->c->batch ? flush_list(p, st) : RF_OK;
+}
+
+/* Sends line l as a Document (alone or in a list); 0 when sent or queued, 1
+ * when skipped, < 0 when the call broke. */
 static int send_line(pusher *p, rf_rpc_stream *st, rf_json_doc *doc, const rf_line *l) {
     const config *c = p->c;
     const rf_json *root, *text, *id, *label;
@@ -80,7 +133,10 @@ static int send_line(pusher *p, rf_rpc_stream *st, rf_json_doc *doc, const rf_li
     d.source = (char *)p->source;
     d.line = l->lineno;
     d.offset = l->offset;
-    return rf_rpc_stream_send(st, &d.base);
+    if (p->c->batch > 1) return add_to_list(p, st, &d);
+    int rc = rf_rpc_stream_send(st, &d.base);
+    if (rc == RF_OK) p->sent++;
+    return rc;
 }
 
 static void *push_thread(void *arg) {
@@ -91,9 +147,15 @@ static void *push_thread(void *arg) {
     rf_json_doc *doc = rf_json_doc_new();
     rf_rpc_stream *st = NULL;
     refinery__v1__push_summary__init(&p->sum);
-    p->rc = doc ? rf_reader_open(c->input, 64u << 20, &r) : RF_ERR_NOMEM;
+    size_t cap = c->batch > 1 ? (size_t)c->batch : 0;
+    p->list.docs = cap ? calloc(cap, sizeof *p->list.docs) : NULL;
+    p->list.ptrs = cap ? calloc(cap, sizeof *p->list.ptrs) : NULL;
+    p->rc = doc && (!cap || (p->list.docs && p->list.ptrs))
+                ? rf_reader_open(c->input, 64u << 20, &r)
+                : RF_ERR_NOMEM;
     if (p->rc == RF_OK)
-        p->rc = rf_rpc_stream_open_md(p->client, PUSH_METHOD, c->timeout_s, md, &st);
+        p->rc = rf_rpc_stream_open_md(p->client, cap ? PUSH_LISTS_METHOD : PUSH_METHOD,
+                                      c->timeout_s, md, &st);
     rf_line l;
     int got;
     uint64_t k = 0;
@@ -105,11 +167,9 @@ static void *push_thread(void *arg) {
         if (k++ % (uint64_t)c->streams != (uint64_t)p->index) continue;
         int sent = send_line(p, st, doc, &l);
         if (sent < 0) break; /* the server ended the call: finish says why */
-        if (sent == 1)
-            p->skipped++;
-        else
-            p->sent++;
+        if (sent == 1) p->skipped++;
     }
+    if (st && p->rc == RF_OK) flush_list(p, st); /* if the call broke, finish says why */
     if (st) {
         ProtobufCMessage *m = NULL;
         if (rf_rpc_stream_close_send(st) == RF_OK &&
@@ -126,6 +186,12 @@ static void *push_thread(void *arg) {
     }
     if (p->rc < 0 && (!p->called || p->status.code == GRPC_STATUS_OK))
         snprintf(p->status.message, sizeof p->status.message, "%s", rf_errmsg());
+    for (size_t i = 0; i < p->list.n; i++) { /* not sent: the call broke */
+        free(p->list.docs[i].id);
+        free(p->list.docs[i].text);
+    }
+    free(p->list.docs);
+    free(p->list.ptrs);
     rf_reader_close(r);
     rf_json_doc_free(doc);
     return NULL;
@@ -200,6 +266,8 @@ int main(int argc, char **argv) {
         {"id-field", NULL, RF_OPT_STR, &c.id_field, "id", "JSON key of the document id"},
         {"label-field", NULL, RF_OPT_STR, &c.label_field, "label", "JSON key of the integer label"},
         {"streams", NULL, RF_OPT_INT, &c.streams, "1", "concurrent Push calls"},
+        {"batch", NULL, RF_OPT_INT, &c.batch, "256",
+         "documents per message (PushLists); 1: one per message (Push)"},
         {"timeout", NULL, RF_OPT_REAL, &c.timeout_s, "600", "deadline of each Push call, seconds"},
     };
     int rc = rf_svc_parse(
@@ -207,7 +275,8 @@ int main(int argc, char **argv) {
         opts, sizeof opts / sizeof opts[0], argc, argv);
     if (rc == 1) return 0;
     if (rc == RF_OK && !c.input) rc = rf_fail(RF_ERR_INVALID, "--input is required");
-    if (rc == RF_OK && (c.streams < 1 || c.streams > 256 || c.timeout_s <= 0))
+    if (rc == RF_OK &&
+        (c.streams < 1 || c.streams > 256 || c.batch < 1 || c.batch > 100000 || c.timeout_s <= 0))
         rc = rf_fail(RF_ERR_INVALID, "a numeric option is out of range (see --help)");
     if (rc < 0) {
         fprintf(stderr, "refinery-push: %s\n", rf_errmsg());

@@ -24,7 +24,8 @@
 #include "rpc/rpc.h"
 #include "svc/ingest_service.h"
 
-#define PUSH "/refinery.v1.Ingest/Push"
+#define PUSH       "/refinery.v1.Ingest/Push"
+#define PUSH_LISTS "/refinery.v1.Ingest/PushLists"
 
 typedef struct fixture {
     rf_kafka_mock *mock;
@@ -121,6 +122,45 @@ static push_result push_docs(rf_rpc_client *c, const char *run, int from, int to
     return res;
 }
 
+/* The same documents through PushLists, `per` to a message. */
+static push_result push_lists(rf_rpc_client *c, const char *run, int from, int to, int per) {
+    const char *const md[] = {"refinery-run-id", run, NULL};
+    rf_rpc_stream *st;
+    push_result res = {GRPC_STATUS_UNKNOWN, 0, 0, 0};
+    rf_rpc_stream_open_md(c, PUSH_LISTS, 20, md, &st);
+    Refinery__V1__Document docs[16], *ptrs[16];
+    char ids[16][32], texts[16][128];
+    assert_true(per <= 16);
+    for (int i = from; i < to;) {
+        Refinery__V1__DocumentList l = REFINERY__V1__DOCUMENT_LIST__INIT;
+        for (; i < to && l.n_docs < (size_t)per; i++, l.n_docs++) {
+            Refinery__V1__Document *d = &docs[l.n_docs];
+            refinery__v1__document__init(d);
+            snprintf(ids[l.n_docs], sizeof ids[l.n_docs], "d%d", i);
+            d->id = ids[l.n_docs];
+            d->text = (char *)doc_text(i, texts[l.n_docs], sizeof texts[l.n_docs]);
+            d->label = i % 2;
+            d->line = (uint64_t)i + 1;
+            ptrs[l.n_docs] = d;
+        }
+        l.docs = ptrs;
+        if (rf_rpc_stream_send(st, &l.base) < 0) break;
+    }
+    rf_rpc_stream_close_send(st);
+    ProtobufCMessage *m = NULL;
+    if (rf_rpc_stream_recv(st, &refinery__v1__push_summary__descriptor, &m) == 1) {
+        Refinery__V1__PushSummary *s = (void *)m;
+        res.received = s->received;
+        res.accepted = s->accepted;
+        res.rejected = s->rejected;
+        protobuf_c_message_free_unpacked(m, NULL);
+    }
+    rf_rpc_status status;
+    rf_rpc_stream_finish(st, &status);
+    res.code = status.code;
+    return res;
+}
+
 /* Reads both topics until `want` documents were seen (or 20 s). seen[i]
  * counts document "d<i>" in docs.clean, rej[reason] in docs.rejected. */
 typedef struct tally {
@@ -198,6 +238,29 @@ static void test_push_accounting(void **state) {
     rf_stats *s = rf_ingest_service_stats(f->svc);
     assert_int_equal(rf_stats_get(s, "ingest.received"), N);
     assert_int_equal(rf_stats_get(s, "ingest.rejected.invalid_utf8"), 100);
+}
+
+/* PushLists: the same documents, cleaning and batches as Push. */
+static void test_push_lists_accounting(void **state) {
+    fixture *f = *state;
+    enum { N = 1000 };
+    push_result r = push_lists(f->client, "run-l", 0, N, 7);
+    assert_int_equal(r.code, GRPC_STATUS_OK);
+    assert_int_equal(r.received, N);
+    assert_int_equal(r.accepted, 800);
+    assert_int_equal(r.rejected, 200);
+
+    tally t = {.seen = calloc(N, sizeof(int)), .n = N};
+    read_topics(f, &t, N);
+    assert_int_equal(t.docs, 800);
+    assert_int_equal(t.empty, 100);
+    assert_int_equal(t.invalid_utf8, 100);
+    assert_int_equal(t.other_reject, 0);
+    assert_int_equal(t.batches, 25); /* 800 / 32, whatever the list size */
+    assert_string_equal(t.run, "run-l");
+    for (int i = 0; i < N; i++)
+        assert_int_equal(t.seen[i], i % 5 == 0 ? 0 : 1);
+    free(t.seen);
 }
 
 typedef struct pusher {
@@ -282,6 +345,7 @@ static void test_kafka_outage_fails_stream(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_push_accounting, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_push_lists_accounting, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_streams, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input_keeps_serving, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kafka_outage_fails_stream, setup, teardown),
