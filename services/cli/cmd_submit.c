@@ -1,6 +1,6 @@
 /* refinery submit SPEC: runs a pipeline spec on the services. Control.Submit
  * (the server checks the spec as `refinery run` does and stores it), then the
- * spec's ingest inputs go through Ingest.Push, then Control.Seal.
+ * spec's ingest inputs go through Ingest.PushLists, then Control.Seal.
  *
  * With --server-inputs nothing is read here: after Submit, Ingest.Load has
  * the ingest service read the inputs from its --input-root (the spec's paths
@@ -46,7 +46,7 @@ static void usage(FILE *out) {
             "usage: refinery submit SPEC.yaml [--run-id ID] [--server-inputs] [--watch] [--json]\n"
             "                [server options]\n"
             "Submits the spec as a run (Control.Submit), pushes the documents of its\n"
-            "ingest.inputs (Ingest.Push; read and mapped here, cleaned and filtered by the\n"
+            "ingest.inputs (Ingest.PushLists; read and mapped here, cleaned and filtered by the\n"
             "server), seals the run and prints a JSON summary: records read, pushed,\n"
             "accepted and rejected by the server, and records refused here with reasons.\n"
             "--server-inputs: read nothing here; the ingest service reads the inputs itself\n"
@@ -58,37 +58,68 @@ static void usage(FILE *out) {
             rf_remote_usage);
 }
 
-/* The Push call the ingest library's batches are streamed into. */
+/* The PushLists call the ingest library's batches are streamed into. */
 typedef struct pusher {
     rf_rpc_stream *stream;
     uint64_t sent;
     uint64_t nul_text; /* refused here: proto strings end at NUL */
     bool broken;       /* the server ended the call: finish says why */
+    Refinery__V1__Document *docs;
+    Refinery__V1__Document **ptrs;
+    size_t cap;
 } pusher;
 
+#define LIST_MAX_BYTES (1u << 20) /* a DocumentList stays well under the 4 MB limit */
+
+static int send_list(pusher *p, size_t n) {
+    if (n == 0) return RF_OK;
+    Refinery__V1__DocumentList l = REFINERY__V1__DOCUMENT_LIST__INIT;
+    l.docs = p->ptrs;
+    l.n_docs = n;
+    if (rf_rpc_stream_send(p->stream, &l.base) < 0) {
+        p->broken = true;
+        return rf_fail(RF_ERR_IO, "the server ended the push");
+    }
+    p->sent += n;
+    return RF_OK;
+}
+
+/* A batch as DocumentLists of at most LIST_MAX_BYTES of text. */
 static int push_batch(void *ctx, rf_doc_batch *b) {
     pusher *p = ctx;
     int rc = RF_OK;
+    if (b->n > p->cap) {
+        free(p->docs);
+        free(p->ptrs);
+        p->docs = calloc(b->n, sizeof *p->docs);
+        p->ptrs = calloc(b->n, sizeof *p->ptrs);
+        p->cap = p->docs && p->ptrs ? b->n : 0;
+        if (!p->cap) rc = RF_ERR_NOMEM;
+    }
+    size_t n = 0, bytes = 0;
     for (size_t i = 0; i < b->n && rc == RF_OK; i++) {
         const rf_doc *d = &b->docs[i];
         if (strlen(d->text) != d->text_len) {
             p->nul_text++;
             continue;
         }
-        Refinery__V1__Document m = REFINERY__V1__DOCUMENT__INIT;
-        m.id = d->id;
-        m.text = d->text;
-        m.label = d->label;
-        m.source = d->source;
-        m.line = d->line;
-        m.offset = d->offset;
-        if (rf_rpc_stream_send(p->stream, &m.base) < 0) {
-            p->broken = true;
-            rc = rf_fail(RF_ERR_IO, "the server ended the push");
-        } else {
-            p->sent++;
+        if (n && bytes + d->text_len > LIST_MAX_BYTES) {
+            rc = send_list(p, n);
+            n = bytes = 0;
+            if (rc < 0) break;
         }
+        Refinery__V1__Document *m = &p->docs[n];
+        refinery__v1__document__init(m);
+        m->id = d->id;
+        m->text = d->text;
+        m->label = d->label;
+        m->source = d->source;
+        m->line = d->line;
+        m->offset = d->offset;
+        p->ptrs[n++] = m;
+        bytes += d->text_len;
     }
+    if (rc == RF_OK) rc = send_list(p, n);
     rf_doc_batch_free(b);
     return rc;
 }
@@ -167,7 +198,7 @@ static int push_inputs(rf_rpc_client *client, const char *run_id, const rf_inges
         if (rejects) fclose(rejects);
         return 1;
     }
-    int rc = rf_rpc_stream_open_md(client, "/refinery.v1.Ingest/Push", 0, md, &p.stream);
+    int rc = rf_rpc_stream_open_md(client, "/refinery.v1.Ingest/PushLists", 0, md, &p.stream);
     if (rc == RF_OK) {
         rf_ingest_sink sink = {.rejects = rejects, .emit = push_batch, .emit_ctx = &p};
         rc = rf_ingest_run(o, inputs, n, &sink, stats, &canceled);
@@ -203,6 +234,8 @@ static int push_inputs(rf_rpc_client *client, const char *run_id, const rf_inges
     show_rejects(rejects, refused);
     fclose(rejects);
     rf_stats_free(stats);
+    free(p.docs);
+    free(p.ptrs);
     return rc;
 }
 
