@@ -31,6 +31,7 @@
 #include "common/stats.h"
 #include "common/sys.h"
 #include "ingest/ingest.h"
+#include "svc/doc_out.h"
 
 #define SHOW_REJECTS 5
 
@@ -64,18 +65,18 @@ typedef struct pusher {
     uint64_t sent;
     uint64_t nul_text; /* refused here: proto strings end at NUL */
     bool broken;       /* the server ended the call: finish says why */
-    Refinery__V1__Document *docs;
-    Refinery__V1__Document **ptrs;
-    size_t cap;
+    rf_doc_out list;   /* the DocumentList being filled */
 } pusher;
 
 #define LIST_MAX_BYTES (1u << 20) /* a DocumentList stays well under the 4 MB limit */
 
-static int send_list(pusher *p, size_t n) {
+static int send_list(pusher *p) {
+    size_t n = p->list.n;
     if (n == 0) return RF_OK;
     Refinery__V1__DocumentList l = REFINERY__V1__DOCUMENT_LIST__INIT;
-    l.docs = p->ptrs;
+    l.docs = p->list.ptrs;
     l.n_docs = n;
+    p->list.n = 0;
     if (rf_rpc_stream_send(p->stream, &l.base) < 0) {
         p->broken = true;
         return rf_fail(RF_ERR_IO, "the server ended the push");
@@ -88,38 +89,22 @@ static int send_list(pusher *p, size_t n) {
 static int push_batch(void *ctx, rf_doc_batch *b) {
     pusher *p = ctx;
     int rc = RF_OK;
-    if (b->n > p->cap) {
-        free(p->docs);
-        free(p->ptrs);
-        p->docs = calloc(b->n, sizeof *p->docs);
-        p->ptrs = calloc(b->n, sizeof *p->ptrs);
-        p->cap = p->docs && p->ptrs ? b->n : 0;
-        if (!p->cap) rc = RF_ERR_NOMEM;
-    }
-    size_t n = 0, bytes = 0;
+    size_t bytes = 0;
     for (size_t i = 0; i < b->n && rc == RF_OK; i++) {
         const rf_doc *d = &b->docs[i];
         if (strlen(d->text) != d->text_len) {
             p->nul_text++;
             continue;
         }
-        if (n && bytes + d->text_len > LIST_MAX_BYTES) {
-            rc = send_list(p, n);
-            n = bytes = 0;
-            if (rc < 0) break;
+        if (p->list.n && bytes + d->text_len > LIST_MAX_BYTES) {
+            rc = send_list(p);
+            bytes = 0;
         }
-        Refinery__V1__Document *m = &p->docs[n];
-        refinery__v1__document__init(m);
-        m->id = d->id;
-        m->text = d->text;
-        m->label = d->label;
-        m->source = d->source;
-        m->line = d->line;
-        m->offset = d->offset;
-        p->ptrs[n++] = m;
+        if (rc == RF_OK) rc = rf_doc_out_add(&p->list, d);
         bytes += d->text_len;
     }
-    if (rc == RF_OK) rc = send_list(p, n);
+    if (rc == RF_OK) rc = send_list(p);
+    p->list.n = 0; /* the views point into b */
     rf_doc_batch_free(b);
     return rc;
 }
@@ -234,8 +219,7 @@ static int push_inputs(rf_rpc_client *client, const char *run_id, const rf_inges
     show_rejects(rejects, refused);
     fclose(rejects);
     rf_stats_free(stats);
-    free(p.docs);
-    free(p.ptrs);
+    rf_doc_out_free(&p.list);
     return rc;
 }
 

@@ -18,10 +18,10 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/sys.h"
-#include "common/utf8.h"
 #include "ingest/ingest.h"
 #include "refinery.pb-c.h"
 #include "store/store.h"
+#include "svc/doc_out.h"
 
 #define RECORD_EVERY   16              /* batches per delivery wait and progress statement */
 #define RECORD_AFTER_S 1.0             /* ... or fewer when this much time passed */
@@ -83,10 +83,7 @@ struct loader {
     int64_t records_sent; /* this pass */
     bool sink_failed;     /* the failure is Kafka's or PostgreSQL's, not the input's */
     bool run_ended;       /* cancelled (or ended) while loading */
-    rf_buf pack;
-    Refinery__V1__Document *docs;
-    Refinery__V1__Document **ptrs;
-    size_t docs_cap;
+    rf_doc_out out;       /* a batch's kept documents as protobuf */
 };
 
 /* ---- inputs ---- */
@@ -221,9 +218,7 @@ static int produce_reject(loader *l, const rf_ingest_reject *r, const char *doc_
 /* A kept document that a protobuf string cannot carry (a NUL in its text,
  * an id that is not UTF-8) becomes a reject here; ok says whether d can go. */
 static int check_doc(loader *l, const rf_doc *d, bool *ok) {
-    const char *why = strlen(d->text) != d->text_len         ? "nul_in_text"
-                      : !rf_utf8_valid(d->id, strlen(d->id)) ? "invalid_utf8_id"
-                                                             : NULL;
+    const char *why = rf_doc_out_refusal(d);
     *ok = why == NULL;
     if (!why) return RF_OK;
     char name[64];
@@ -235,47 +230,18 @@ static int check_doc(loader *l, const rf_doc *d, bool *ok) {
 }
 
 static int send_docs(loader *l, const rf_doc_batch *docs, uint64_t seq, int64_t *kept) {
-    if (docs->n > l->docs_cap) {
-        Refinery__V1__Document *d = realloc(l->docs, docs->n * sizeof *d);
-        if (!d) return RF_ERR_NOMEM;
-        l->docs = d;
-        Refinery__V1__Document **p = realloc(l->ptrs, docs->n * sizeof *p);
-        if (!p) return RF_ERR_NOMEM;
-        l->ptrs = p;
-        l->docs_cap = docs->n;
-    }
-    size_t n = 0;
-    for (size_t i = 0; i < docs->n; i++) {
+    int rc = RF_OK;
+    for (size_t i = 0; i < docs->n && rc == RF_OK; i++) {
         const rf_doc *d = &docs->docs[i];
         bool ok;
-        int rc = check_doc(l, d, &ok);
-        if (rc < 0) return rc;
-        if (!ok) {
-            (*kept)--;
-            continue;
-        }
-        Refinery__V1__Document *m = &l->docs[n];
-        refinery__v1__document__init(m);
-        m->id = d->id;
-        m->text = d->text;
-        m->source = d->source;
-        m->label = d->label;
-        m->line = d->line;
-        m->offset = d->offset;
-        l->ptrs[n++] = m;
+        if ((rc = check_doc(l, d, &ok)) == RF_OK && !ok) (*kept)--;
+        if (rc == RF_OK && ok) rc = rf_doc_out_add(&l->out, d);
     }
-    if (n == 0) return RF_OK;
-    Refinery__V1__DocumentBatch b = REFINERY__V1__DOCUMENT_BATCH__INIT;
-    b.run_id = l->run_id;
-    b.seq = seq;
-    b.docs = l->ptrs;
-    b.n_docs = n;
-    size_t len = refinery__v1__document_batch__get_packed_size(&b);
-    rf_buf_reset(&l->pack);
-    if (rf_buf_reserve(&l->pack, len ? len : 1)) return RF_ERR_NOMEM;
-    refinery__v1__document_batch__pack(&b, (uint8_t *)l->pack.data);
-    return rf_kafka_produce_tracked(l->f->o.producer, &l->tracker, l->f->o.topic_clean, l->run_id,
-                                    strlen(l->run_id), l->pack.data, len);
+    if (rc == RF_OK)
+        rc = rf_doc_out_produce(&l->out, l->f->o.producer, &l->tracker, l->f->o.topic_clean,
+                                l->run_id, seq);
+    l->out.n = 0; /* after a failure too: the views point into docs */
+    return rc;
 }
 
 /* Sleeps while this pass is ahead of the rate limit (records/s). */
@@ -471,9 +437,7 @@ static void loader_free(loader *l) {
         return;
     }
     plan_free(&l->plan);
-    rf_buf_free(&l->pack);
-    free(l->docs);
-    free(l->ptrs);
+    rf_doc_out_free(&l->out);
     free(l);
 }
 

@@ -13,7 +13,7 @@
 #include "common/log.h"
 #include "common/utf8.h"
 #include "ingest/buffer.h"
-#include "refinery.pb-c.h"
+#include "svc/doc_out.h"
 #include "svc/svc.h"
 
 #define SEQ_BASE     ((uint64_t)1 << 62)
@@ -34,6 +34,7 @@ typedef struct run_settings {
 struct rf_ingest_source {
     rf_ingest_source_opts o;
     rf_ingest_opts defaults; /* a shallow copy of *o.ingest, adapted (never freed here) */
+    rf_doc_out out;          /* a message's kept documents, reused */
     run_settings runs[MAX_RUNS];
     uint64_t clock;
 };
@@ -70,6 +71,7 @@ void rf_ingest_source_free(rf_ingest_source *s) {
     if (!s) return;
     for (size_t i = 0; i < MAX_RUNS; i++)
         settings_clear(&s->runs[i]);
+    rf_doc_out_free(&s->out);
     free(s);
 }
 
@@ -192,61 +194,31 @@ static int on_batch(void *ctx, rf_ingest_batch *b) {
     return rc;
 }
 
-/* Why a kept document cannot travel in a DocumentBatch, or NULL: protobuf-c
- * strings end at NUL and must be UTF-8, and the batch has a size limit. */
-static const char *unsendable(const rf_ingest_source *s, const rf_doc *d, size_t *bytes) {
-    if (strlen(d->text) != d->text_len) return "nul_in_text";
-    if (!rf_utf8_valid(d->id, strlen(d->id))) return "invalid_utf8_id";
-    size_t need = strlen(d->id) + d->text_len + strlen(d->source) + DOC_OVERHEAD;
-    if (*bytes + need > s->o.max_batch_bytes) return "message_too_large";
-    *bytes += need;
-    return NULL;
-}
-
 /* The kept documents: a DocumentBatch of the message's (run, seq); those that
- * cannot go (or all, for a closed run) are rejected instead. */
+ * cannot go (a protobuf string cannot carry them, the batch would pass
+ * max_batch_bytes, or the run is closed) are rejected instead. */
 static int send_docs(message *g, bool open) {
-    size_t n = g->docs ? g->docs->n : 0, kept = 0, bytes = 0;
-    Refinery__V1__Document *pb = n ? calloc(n, sizeof *pb) : NULL;
-    Refinery__V1__Document **ptrs = n ? calloc(n, sizeof *ptrs) : NULL;
-    int rc = n && (!pb || !ptrs) ? RF_ERR_NOMEM : RF_OK;
+    rf_ingest_source *s = g->s;
+    size_t n = g->docs ? g->docs->n : 0, bytes = 0;
+    int rc = RF_OK;
     for (size_t i = 0; rc == RF_OK && i < n; i++) {
         const rf_doc *d = &g->docs->docs[i];
-        const char *why = open ? unsendable(g->s, d, &bytes) : "run_closed";
+        size_t need = strlen(d->id) + d->text_len + strlen(d->source) + DOC_OVERHEAD;
+        const char *why = open ? rf_doc_out_refusal(d) : "run_closed";
+        if (!why && bytes + need > s->o.max_batch_bytes) why = "message_too_large";
         if (why) {
             const char *doc_id = strcmp(why, "invalid_utf8_id") ? d->id : NULL;
             rc = reject(g, doc_id, d->line, d->offset, why, d->text, d->text_len);
             continue;
         }
-        Refinery__V1__Document *k = &pb[kept];
-        refinery__v1__document__init(k);
-        k->id = d->id;
-        k->text = d->text;
-        k->source = d->source;
-        k->label = d->label;
-        k->line = d->line;
-        k->offset = d->offset;
-        ptrs[kept++] = k;
+        bytes += need;
+        g->counts->out++;
+        rc = rf_doc_out_add(&s->out, d);
     }
-    if (rc == RF_OK && kept) {
-        Refinery__V1__DocumentBatch m = REFINERY__V1__DOCUMENT_BATCH__INIT;
-        m.run_id = (char *)g->id->run_id;
-        m.seq = g->id->seq;
-        m.docs = ptrs;
-        m.n_docs = kept;
-        size_t len = refinery__v1__document_batch__get_packed_size(&m);
-        uint8_t *buf = malloc(len);
-        rc = buf ? RF_OK : RF_ERR_NOMEM;
-        if (rc == RF_OK) {
-            refinery__v1__document_batch__pack(&m, buf);
-            rc = rf_kafka_produce_tracked(g->s->o.producer, g->t, g->s->o.topic_clean,
-                                          g->id->run_id, strlen(g->id->run_id), buf, len);
-        }
-        free(buf);
-    }
-    g->counts->out = (int64_t)kept;
-    free(pb);
-    free(ptrs);
+    if (rc == RF_OK)
+        rc = rf_doc_out_produce(&s->out, s->o.producer, g->t, s->o.topic_clean, g->id->run_id,
+                                g->id->seq);
+    s->out.n = 0; /* after a failure too: the views point into g->docs */
     return rc;
 }
 

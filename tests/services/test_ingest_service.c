@@ -88,25 +88,9 @@ typedef struct push_result {
     uint64_t received, accepted, rejected;
 } push_result;
 
-static push_result push_docs(rf_rpc_client *c, const char *run, int from, int to, int junk_at) {
-    const char *const md[] = {"refinery-run-id", run, NULL};
-    rf_rpc_stream *st;
+/* Ends a push stream: its summary and status. */
+static push_result end_push(rf_rpc_stream *st) {
     push_result res = {GRPC_STATUS_UNKNOWN, 0, 0, 0};
-    rf_rpc_stream_open_md(c, PUSH, 20, md, &st);
-    for (int i = from; i < to; i++) {
-        if (i == junk_at) {
-            rf_rpc_stream_send_raw(st, "\x12\xff", 2);
-            continue;
-        }
-        char id[32], text[128];
-        snprintf(id, sizeof id, "d%d", i);
-        Refinery__V1__Document d = REFINERY__V1__DOCUMENT__INIT;
-        d.id = id;
-        d.text = (char *)doc_text(i, text, sizeof text);
-        d.label = i % 2;
-        d.line = (uint64_t)i + 1;
-        if (rf_rpc_stream_send(st, &d.base) < 0) break;
-    }
     rf_rpc_stream_close_send(st);
     ProtobufCMessage *m = NULL;
     if (rf_rpc_stream_recv(st, &refinery__v1__push_summary__descriptor, &m) == 1) {
@@ -122,11 +106,31 @@ static push_result push_docs(rf_rpc_client *c, const char *run, int from, int to
     return res;
 }
 
+static push_result push_docs(rf_rpc_client *c, const char *run, int from, int to, int junk_at) {
+    const char *const md[] = {"refinery-run-id", run, NULL};
+    rf_rpc_stream *st;
+    rf_rpc_stream_open_md(c, PUSH, 20, md, &st);
+    for (int i = from; i < to; i++) {
+        if (i == junk_at) {
+            rf_rpc_stream_send_raw(st, "\x12\xff", 2);
+            continue;
+        }
+        char id[32], text[128];
+        snprintf(id, sizeof id, "d%d", i);
+        Refinery__V1__Document d = REFINERY__V1__DOCUMENT__INIT;
+        d.id = id;
+        d.text = (char *)doc_text(i, text, sizeof text);
+        d.label = i % 2;
+        d.line = (uint64_t)i + 1;
+        if (rf_rpc_stream_send(st, &d.base) < 0) break;
+    }
+    return end_push(st);
+}
+
 /* The same documents through PushLists, `per` to a message. */
 static push_result push_lists(rf_rpc_client *c, const char *run, int from, int to, int per) {
     const char *const md[] = {"refinery-run-id", run, NULL};
     rf_rpc_stream *st;
-    push_result res = {GRPC_STATUS_UNKNOWN, 0, 0, 0};
     rf_rpc_stream_open_md(c, PUSH_LISTS, 20, md, &st);
     Refinery__V1__Document docs[16], *ptrs[16];
     char ids[16][32], texts[16][128];
@@ -146,19 +150,7 @@ static push_result push_lists(rf_rpc_client *c, const char *run, int from, int t
         l.docs = ptrs;
         if (rf_rpc_stream_send(st, &l.base) < 0) break;
     }
-    rf_rpc_stream_close_send(st);
-    ProtobufCMessage *m = NULL;
-    if (rf_rpc_stream_recv(st, &refinery__v1__push_summary__descriptor, &m) == 1) {
-        Refinery__V1__PushSummary *s = (void *)m;
-        res.received = s->received;
-        res.accepted = s->accepted;
-        res.rejected = s->rejected;
-        protobuf_c_message_free_unpacked(m, NULL);
-    }
-    rf_rpc_status status;
-    rf_rpc_stream_finish(st, &status);
-    res.code = status.code;
-    return res;
+    return end_push(st);
 }
 
 /* Reads both topics until `want` documents were seen (or 20 s). seen[i]
