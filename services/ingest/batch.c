@@ -101,11 +101,13 @@ int rf_ibatch_hand_on(rf_ibatch *b, const rf_source *src, rf_ingest_reject **vie
         *view = v;
         *cap = b->n_rejs;
     }
+    /* Every excerpt may be empty: then no byte was ever kept. */
+    const char *bytes = b->rej_bytes.data ? b->rej_bytes.data : "";
     for (size_t i = 0; i < b->n_rejs; i++) {
         const rf_ibatch_reject *r = &b->rejs[i];
-        (*view)[i] = (rf_ingest_reject){
-            rf_source_path(src, r->src),        r->line,       r->offset, r->reason,
-            b->rej_bytes.data + r->excerpt_off, r->excerpt_len};
+        (*view)[i] =
+            (rf_ingest_reject){rf_source_path(src, r->src), r->line,       r->offset, r->reason,
+                               bytes + r->excerpt_off,      r->excerpt_len};
     }
     rf_ingest_batch out = {b->seq, b->n, b->kept, b->docs, *view, b->n_rejs};
     b->docs = NULL;

@@ -148,6 +148,15 @@ static void test_zstd_corrupt_and_stop(void **state) {
     assert_int_equal(rf_ingest_buffer(&o, "empty", "", 0, record, &empty), 0);
     assert_int_equal(empty.records, 0);
 
+    /* Rejects whose excerpts are all empty (no excerpt byte kept at all). */
+    transcript blank = {0};
+    const char only_empty[] = "{\"text\": \"\"}\n{\"text\": \"   \"}\n";
+    assert_int_equal(rf_ingest_buffer(&o, "m", only_empty, sizeof only_empty - 1, record, &blank),
+                     0);
+    assert_int_equal(blank.records, 2);
+    assert_int_equal(blank.rejected, 2);
+    rf_buf_free(&blank.text);
+
     int calls = 0; /* the callback's error stops the run */
     o.batch_docs = 8;
     assert_int_equal(rf_ingest_buffer(&o, "m", data, len, stop_at_first, &calls), RF_ERR_CANCELED);
