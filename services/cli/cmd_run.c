@@ -36,10 +36,18 @@ static int cmd_run(int argc, char **argv) {
     optind = 1;
     while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'o': out_dir = optarg; break;
-        case 'P': progress = 0; break;
-        case 'h': run_usage(stdout); return 0;
-        default: run_usage(stderr); return 2;
+        case 'o':
+            out_dir = optarg;
+            break;
+        case 'P':
+            progress = 0;
+            break;
+        case 'h':
+            run_usage(stdout);
+            return 0;
+        default:
+            run_usage(stderr);
+            return 2;
         }
     }
     if (optind != argc - 1) {

@@ -6,15 +6,15 @@
 
 typedef struct rf_command {
     const char *name;
-    const char *summary; /* one line for `refinery help` */
+    const char *summary;                /* one line for `refinery help` */
     int (*main)(int argc, char **argv); /* argv[0] is the command name */
 } rf_command;
 
 void rf_command_register(const rf_command *cmd);
 
-#define RF_COMMAND(var)                                                                   \
-    __attribute__((constructor)) static void rf_command_register_##var(void) {            \
-        rf_command_register(&(var));                                                      \
+#define RF_COMMAND(var)                                                                            \
+    __attribute__((constructor)) static void rf_command_register_##var(void) {                     \
+        rf_command_register(&(var));                                                               \
     }
 
 #endif

@@ -13,7 +13,8 @@ int rf_buf_reserve(rf_buf *b, size_t extra) {
     size_t need = b->len + extra + 1;
     if (need <= b->cap) return RF_OK;
     size_t cap = b->cap ? b->cap : 64;
-    while (cap < need) cap *= 2;
+    while (cap < need)
+        cap *= 2;
     char *p = realloc(b->data, cap);
     if (!p) return RF_ERR_NOMEM;
     b->data = p;
@@ -67,7 +68,8 @@ int rf_buf_put_u64(rf_buf *b, uint64_t v) {
     } while (v);
     if (rf_buf_reserve(b, k)) return RF_ERR_NOMEM;
     char *o = b->data + b->len; /* a local pointer: stores through b->data may alias b */
-    for (size_t j = 0; j < k; j++) o[j] = t[k - 1 - j];
+    for (size_t j = 0; j < k; j++)
+        o[j] = t[k - 1 - j];
     o[k] = 0;
     b->len += k;
     return RF_OK;
@@ -87,12 +89,13 @@ static size_t plain_ascii_run(const unsigned char *p, size_t n) {
     for (; i + 8 <= n; i += 8) {
         uint64_t w;
         memcpy(&w, p + i, 8);
-        uint64_t ctl = (w - ones * 0x20) & ~w;               /* bytes < 0x20 */
+        uint64_t ctl = (w - ones * 0x20) & ~w; /* bytes < 0x20 */
         uint64_t q = w ^ (ones * '"'), bs = w ^ (ones * '\\');
         uint64_t hit = ctl | ((q - ones) & ~q) | ((bs - ones) & ~bs) | w;
         if (hit & highs) break;
     }
-    while (i < n && p[i] >= 0x20 && p[i] < 0x80 && p[i] != '"' && p[i] != '\\') i++;
+    while (i < n && p[i] >= 0x20 && p[i] < 0x80 && p[i] != '"' && p[i] != '\\')
+        i++;
     return i;
 }
 
@@ -113,13 +116,27 @@ int rf_buf_append_json_str(rf_buf *b, const char *s, size_t n) {
         if (c < 0x80) {
             *o++ = '\\';
             switch (c) {
-            case '"': *o++ = '"'; break;
-            case '\\': *o++ = '\\'; break;
-            case '\n': *o++ = 'n'; break;
-            case '\r': *o++ = 'r'; break;
-            case '\t': *o++ = 't'; break;
-            case '\b': *o++ = 'b'; break;
-            case '\f': *o++ = 'f'; break;
+            case '"':
+                *o++ = '"';
+                break;
+            case '\\':
+                *o++ = '\\';
+                break;
+            case '\n':
+                *o++ = 'n';
+                break;
+            case '\r':
+                *o++ = 'r';
+                break;
+            case '\t':
+                *o++ = 't';
+                break;
+            case '\b':
+                *o++ = 'b';
+                break;
+            case '\f':
+                *o++ = 'f';
+                break;
             default:
                 *o++ = 'u';
                 *o++ = '0';

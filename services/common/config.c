@@ -15,8 +15,8 @@ extern char **environ;
 
 struct rf_cfg {
     rf_cfg_kind kind;
-    char *path;    /* dotted path for messages */
-    char *source;  /* file name, or "environment" */
+    char *path;   /* dotted path for messages */
+    char *source; /* file name, or "environment" */
     int line;
     char *scalar;  /* SCALAR */
     size_t n, cap; /* MAP / SEQ children */
@@ -81,7 +81,8 @@ static char *child_path(const rf_cfg *parent, const char *key, size_t index) {
     int rc;
     if (parent->kind == RF_CFG_MAP)
         rc = parent->path[0] ? asprintf(&p, "%s.%s", parent->path, key) : asprintf(&p, "%s", key);
-    else rc = asprintf(&p, "%s[%zu]", parent->path, index);
+    else
+        rc = asprintf(&p, "%s[%zu]", parent->path, index);
     return rc < 0 ? NULL : p;
 }
 
@@ -104,13 +105,13 @@ static int convert(yaml_document_t *doc, yaml_node_t *yn, const char *path, cons
         c = node_new(RF_CFG_SEQ, path, source, line);
         if (!c) return RF_ERR_NOMEM;
         size_t i = 0;
-        for (yaml_node_item_t *it = yn->data.sequence.items.start;
-             it < yn->data.sequence.items.top; it++, i++) {
+        for (yaml_node_item_t *it = yn->data.sequence.items.start; it < yn->data.sequence.items.top;
+             it++, i++) {
             char *cp = child_path(c, NULL, i);
             rf_cfg *child = NULL;
-            int rc = cp ? convert(doc, yaml_document_get_node(doc, *it), cp, source, depth + 1,
-                                  &child)
-                        : RF_ERR_NOMEM;
+            int rc =
+                cp ? convert(doc, yaml_document_get_node(doc, *it), cp, source, depth + 1, &child)
+                   : RF_ERR_NOMEM;
             free(cp);
             if (!rc && (rc = add_child(c, NULL, child))) rf_cfg_free(child);
             if (rc) {
@@ -123,13 +124,13 @@ static int convert(yaml_document_t *doc, yaml_node_t *yn, const char *path, cons
     case YAML_MAPPING_NODE: {
         c = node_new(RF_CFG_MAP, path, source, line);
         if (!c) return RF_ERR_NOMEM;
-        for (yaml_node_pair_t *pr = yn->data.mapping.pairs.start;
-             pr < yn->data.mapping.pairs.top; pr++) {
+        for (yaml_node_pair_t *pr = yn->data.mapping.pairs.start; pr < yn->data.mapping.pairs.top;
+             pr++) {
             yaml_node_t *kn = yaml_document_get_node(doc, pr->key);
             if (!kn || kn->type != YAML_SCALAR_NODE) {
                 rf_cfg_free(c);
-                return rf_fail(RF_ERR_PARSE, "%s:%d: %s: keys must be plain scalars", source,
-                               line, path[0] ? path : "(top level)");
+                return rf_fail(RF_ERR_PARSE, "%s:%d: %s: keys must be plain scalars", source, line,
+                               path[0] ? path : "(top level)");
             }
             const char *key = (const char *)kn->data.scalar.value;
             for (size_t i = 0; i < c->n; i++) {
@@ -166,10 +167,10 @@ int rf_cfg_load_string(const char *yaml, size_t len, const char *name, rf_cfg **
     if (!yaml_parser_initialize(&parser)) return RF_ERR_NOMEM;
     yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
     if (!yaml_parser_load(&parser, &doc)) {
-        int rc = rf_fail(RF_ERR_PARSE, "%s:%zu:%zu: YAML error: %s %s", name,
-                         parser.problem_mark.line + 1, parser.problem_mark.column + 1,
-                         parser.problem ? parser.problem : "",
-                         parser.context ? parser.context : "");
+        int rc =
+            rf_fail(RF_ERR_PARSE, "%s:%zu:%zu: YAML error: %s %s", name,
+                    parser.problem_mark.line + 1, parser.problem_mark.column + 1,
+                    parser.problem ? parser.problem : "", parser.context ? parser.context : "");
         yaml_parser_delete(&parser);
         return rc;
     }
@@ -239,8 +240,8 @@ int rf_cfg_set(rf_cfg *root, const char *dotted, const char *value) {
         int rc = RF_OK;
         if (i == node->n) {
             char *cp = child_path(node, key, 0);
-            rf_cfg *child = cp ? node_new(dot ? RF_CFG_MAP : RF_CFG_SCALAR, cp, "environment", 0)
-                               : NULL;
+            rf_cfg *child =
+                cp ? node_new(dot ? RF_CFG_MAP : RF_CFG_SCALAR, cp, "environment", 0) : NULL;
             free(cp);
             if (!child || (rc = add_child(node, key, child))) {
                 rf_cfg_free(child);
@@ -252,8 +253,8 @@ int rf_cfg_set(rf_cfg *root, const char *dotted, const char *value) {
         rf_cfg *child = node->vals[i];
         if (!dot) {
             if (child->kind != RF_CFG_SCALAR)
-                return rf_fail(RF_ERR_INVALID, "%s: cannot replace a %s with a scalar",
-                               child->path, child->kind == RF_CFG_MAP ? "mapping" : "sequence");
+                return rf_fail(RF_ERR_INVALID, "%s: cannot replace a %s with a scalar", child->path,
+                               child->kind == RF_CFG_MAP ? "mapping" : "sequence");
             char *v = strdup(value), *src = strdup("environment");
             if (!v || !src) {
                 free(v);
@@ -376,8 +377,7 @@ int rf_cfg_int(const rf_cfg *n, const char *key, int64_t def, int64_t min, int64
     return RF_OK;
 }
 
-int rf_cfg_real(const rf_cfg *n, const char *key, double def, double min, double max,
-                double *out) {
+int rf_cfg_real(const rf_cfg *n, const char *key, double def, double min, double max, double *out) {
     const rf_cfg *v = rf_cfg_get(n, key);
     if (!v) {
         *out = def;
@@ -401,7 +401,7 @@ int rf_cfg_bool(const rf_cfg *n, const char *key, bool def, bool *out) {
         return RF_OK;
     }
     static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no",
-                                                                               "off", "0"};
+                                                                                "off", "0"};
     if (v->kind == RF_CFG_SCALAR) {
         for (int i = 0; i < 4; i++) {
             if (strcasecmp(v->scalar, yes[i]) == 0) {
@@ -464,7 +464,8 @@ static size_t edit_distance(const char *a, const char *b) {
     size_t la = strlen(a), lb = strlen(b);
     if (la > 63 || lb > 63) return 99;
     size_t row[64];
-    for (size_t j = 0; j <= lb; j++) row[j] = j;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
     for (size_t i = 1; i <= la; i++) {
         size_t diag = row[0];
         row[0] = i;
@@ -504,8 +505,8 @@ int rf_cfg_check_keys(const rf_cfg *n, const char *const *allowed) {
         char where[64] = "";
         if (v->line) snprintf(where, sizeof where, ":%d", v->line);
         if (best)
-            return rf_fail(RF_ERR_INVALID, "%s%s: unknown key '%s' (did you mean '%s'?)",
-                           v->source, where, v->path, best);
+            return rf_fail(RF_ERR_INVALID, "%s%s: unknown key '%s' (did you mean '%s'?)", v->source,
+                           where, v->path, best);
         char list[512] = "";
         for (int j = 0; allowed[j]; j++) {
             size_t o = strlen(list);

@@ -28,10 +28,10 @@ rf_cfg_kind rf_cfg_kind_of(const rf_cfg *n);
 const char *rf_cfg_path(const rf_cfg *n); /* dotted path, "" for the root */
 int rf_cfg_line(const rf_cfg *n);         /* 1-based source line, 0 if from env */
 const char *rf_cfg_source(const rf_cfg *n);
-size_t rf_cfg_len(const rf_cfg *n);                  /* children of a map/seq */
-const rf_cfg *rf_cfg_at(const rf_cfg *n, size_t i);  /* i-th value */
-const char *rf_cfg_key_at(const rf_cfg *n, size_t i);/* i-th key of a map */
-const char *rf_cfg_scalar(const rf_cfg *n);          /* NULL unless scalar */
+size_t rf_cfg_len(const rf_cfg *n);                   /* children of a map/seq */
+const rf_cfg *rf_cfg_at(const rf_cfg *n, size_t i);   /* i-th value */
+const char *rf_cfg_key_at(const rf_cfg *n, size_t i); /* i-th key of a map */
+const char *rf_cfg_scalar(const rf_cfg *n);           /* NULL unless scalar */
 /* Child by dotted path ("ingest.clean.nfkc"), NULL if absent. */
 const rf_cfg *rf_cfg_get(const rf_cfg *n, const char *dotted);
 
@@ -40,12 +40,10 @@ const rf_cfg *rf_cfg_get(const rf_cfg *n, const char *dotted);
 int rf_cfg_str(const rf_cfg *n, const char *key, const char *def, const char **out);
 int rf_cfg_int(const rf_cfg *n, const char *key, int64_t def, int64_t min, int64_t max,
                int64_t *out);
-int rf_cfg_real(const rf_cfg *n, const char *key, double def, double min, double max,
-                double *out);
+int rf_cfg_real(const rf_cfg *n, const char *key, double def, double min, double max, double *out);
 int rf_cfg_bool(const rf_cfg *n, const char *key, bool def, bool *out);
 /* One of choices[] (NULL-terminated); stores its index. */
-int rf_cfg_enum(const rf_cfg *n, const char *key, const char *const *choices, int def,
-                int *out);
+int rf_cfg_enum(const rf_cfg *n, const char *key, const char *const *choices, int def, int *out);
 /* A scalar or a sequence of scalars; *out is a NULL-terminated array owned by
  * the caller (free the array, not the strings, which live in the tree). */
 int rf_cfg_strlist(const rf_cfg *n, const char *key, const char ***out, size_t *count);

@@ -76,7 +76,8 @@ int rf_doc_from_json(const rf_json *obj, rf_doc *d) {
         if (rf_json_int64(label, &x) || x < 0 || x > INT32_MAX)
             rc = rf_fail(RF_ERR_INVALID, "document '%s': label must be a non-negative integer",
                          d->id);
-        else d->label = (int32_t)x;
+        else
+            d->label = (int32_t)x;
     }
     const rf_json *source = rf_json_get(obj, "source");
     if (!rc && rf_json_is_str(source)) rc = copy_str(source, &d->source, NULL);
@@ -126,7 +127,8 @@ rf_doc *rf_doc_batch_push(rf_doc_batch *b) {
 
 void rf_doc_batch_free(rf_doc_batch *b) {
     if (!b) return;
-    for (size_t i = 0; i < b->n; i++) rf_doc_clear(&b->docs[i]);
+    for (size_t i = 0; i < b->n; i++)
+        rf_doc_clear(&b->docs[i]);
     free(b->docs);
     free(b);
 }

@@ -19,12 +19,12 @@ typedef struct rf_doc {
     char *id;
     char *text;
     size_t text_len;
-    int32_t label;   /* RF_LABEL_NONE when unknown */
-    char *source;    /* input file name */
-    uint64_t line;   /* 1-based line of the record's first byte */
-    uint64_t offset; /* byte offset of the record in the (decompressed) input */
-    uint64_t cluster;/* dedup cluster id; 0 until dedup assigns one */
-    char *aug_of;    /* id of the source document for augmented copies, else NULL */
+    int32_t label;    /* RF_LABEL_NONE when unknown */
+    char *source;     /* input file name */
+    uint64_t line;    /* 1-based line of the record's first byte */
+    uint64_t offset;  /* byte offset of the record in the (decompressed) input */
+    uint64_t cluster; /* dedup cluster id; 0 until dedup assigns one */
+    char *aug_of;     /* id of the source document for augmented copies, else NULL */
 } rf_doc;
 
 /* A batch of documents in stream order. seq numbers batches from 0 so that a
@@ -36,7 +36,7 @@ typedef struct rf_doc_batch {
     uint64_t seq;
 } rf_doc_batch;
 
-void rf_doc_clear(rf_doc *d); /* frees the fields, zeroes d */
+void rf_doc_clear(rf_doc *d);                     /* frees the fields, zeroes d */
 int rf_doc_to_json(const rf_doc *d, rf_buf *out); /* appends one line, no '\n' */
 /* Fills d from a parsed JSON object in the form above (copies strings). */
 int rf_doc_from_json(const rf_json *obj, rf_doc *d);

@@ -8,18 +8,30 @@ static _Thread_local char last_msg[1024];
 
 const char *rf_err_name(int err) {
     switch (err) {
-    case RF_OK: return "ok";
-    case RF_ERR_NOMEM: return "out_of_memory";
-    case RF_ERR_IO: return "io";
-    case RF_ERR_PARSE: return "parse";
-    case RF_ERR_INVALID: return "invalid";
-    case RF_ERR_CORRUPT: return "corrupt";
-    case RF_ERR_NOT_FOUND: return "not_found";
-    case RF_ERR_UNSUPPORTED: return "unsupported";
-    case RF_ERR_RANGE: return "range";
-    case RF_ERR_CANCELED: return "canceled";
-    case RF_ERR_INTERNAL: return "internal";
-    default: return "unknown";
+    case RF_OK:
+        return "ok";
+    case RF_ERR_NOMEM:
+        return "out_of_memory";
+    case RF_ERR_IO:
+        return "io";
+    case RF_ERR_PARSE:
+        return "parse";
+    case RF_ERR_INVALID:
+        return "invalid";
+    case RF_ERR_CORRUPT:
+        return "corrupt";
+    case RF_ERR_NOT_FOUND:
+        return "not_found";
+    case RF_ERR_UNSUPPORTED:
+        return "unsupported";
+    case RF_ERR_RANGE:
+        return "range";
+    case RF_ERR_CANCELED:
+        return "canceled";
+    case RF_ERR_INTERNAL:
+        return "internal";
+    default:
+        return "unknown";
     }
 }
 

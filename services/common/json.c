@@ -32,7 +32,8 @@ static void *arena_alloc(rf_json_doc *d, size_t n) {
     arena_block *b = d->blocks;
     if (!b || b->cap - b->used < n) {
         size_t cap = b ? b->cap * 2 : 4096;
-        while (cap < n) cap *= 2;
+        while (cap < n)
+            cap *= 2;
         arena_block *nb = malloc(sizeof *nb + cap);
         if (!nb) return NULL;
         nb->cap = cap;
@@ -82,7 +83,8 @@ static int fail_at(rf_json_doc *d, const char *what) {
 
 static void skip_ws(rf_json_doc *d) {
     const char *p = d->p;
-    while (p < d->end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+    while (p < d->end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+        p++;
     d->p = p;
 }
 
@@ -91,10 +93,14 @@ static int hex4(const char *p, uint32_t *out) {
     for (int i = 0; i < 4; i++) {
         char c = p[i];
         v <<= 4;
-        if (c >= '0' && c <= '9') v |= (uint32_t)(c - '0');
-        else if (c >= 'a' && c <= 'f') v |= (uint32_t)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') v |= (uint32_t)(c - 'A' + 10);
-        else return -1;
+        if (c >= '0' && c <= '9')
+            v |= (uint32_t)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            v |= (uint32_t)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F')
+            v |= (uint32_t)(c - 'A' + 10);
+        else
+            return -1;
     }
     *out = v;
     return 0;
@@ -109,14 +115,16 @@ static const char *string_run_end(const char *p, const char *end) {
     while (end - p >= 16) {
         __m128i v = _mm_loadu_si128((const __m128i *)p);
         /* unsigned v < 0x20 as a signed compare of v^0x80 < 0x20^0x80 */
-        __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
-                                   _mm_cmplt_epi8(_mm_xor_si128(v, bias), ctl));
+        __m128i hit =
+            _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
+                         _mm_cmplt_epi8(_mm_xor_si128(v, bias), ctl));
         int mask = _mm_movemask_epi8(hit);
         if (mask) return p + __builtin_ctz((unsigned)mask);
         p += 16;
     }
 #endif
-    while (p < end && *p != '"' && *p != '\\' && (unsigned char)*p >= 0x20) p++;
+    while (p < end && *p != '"' && *p != '\\' && (unsigned char)*p >= 0x20)
+        p++;
     return p;
 }
 
@@ -172,14 +180,30 @@ static int parse_string(rf_json_doc *d, const char **out, size_t *outlen) {
         char e = p[1];
         p += 2;
         switch (e) {
-        case '"': *o++ = '"'; break;
-        case '\\': *o++ = '\\'; break;
-        case '/': *o++ = '/'; break;
-        case 'b': *o++ = '\b'; break;
-        case 'f': *o++ = '\f'; break;
-        case 'n': *o++ = '\n'; break;
-        case 'r': *o++ = '\r'; break;
-        case 't': *o++ = '\t'; break;
+        case '"':
+            *o++ = '"';
+            break;
+        case '\\':
+            *o++ = '\\';
+            break;
+        case '/':
+            *o++ = '/';
+            break;
+        case 'b':
+            *o++ = '\b';
+            break;
+        case 'f':
+            *o++ = '\f';
+            break;
+        case 'n':
+            *o++ = '\n';
+            break;
+        case 'r':
+            *o++ = '\r';
+            break;
+        case 't':
+            *o++ = '\t';
+            break;
         case 'u': {
             uint32_t cp;
             if (end - p < 4 || hex4(p, &cp)) {
@@ -222,20 +246,25 @@ static int parse_number(rf_json_doc *d, rf_json *v) {
     const char *p = d->p, *end = d->end, *start = p;
     if (p < end && *p == '-') p++;
     if (p >= end) return fail_at(d, "bad number");
-    if (*p == '0') p++;
+    if (*p == '0')
+        p++;
     else if (*p >= '1' && *p <= '9')
-        while (p < end && *p >= '0' && *p <= '9') p++;
-    else return fail_at(d, "bad number");
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+    else
+        return fail_at(d, "bad number");
     if (p < end && *p == '.') {
         p++;
         if (p >= end || *p < '0' || *p > '9') return fail_at(d, "bad fraction");
-        while (p < end && *p >= '0' && *p <= '9') p++;
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
     }
     if (p < end && (*p == 'e' || *p == 'E')) {
         p++;
         if (p < end && (*p == '+' || *p == '-')) p++;
         if (p >= end || *p < '0' || *p > '9') return fail_at(d, "bad exponent");
-        while (p < end && *p >= '0' && *p <= '9') p++;
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
     }
     size_t n = (size_t)(p - start);
     char *raw = arena_alloc(d, n + 1);
@@ -398,16 +427,28 @@ static int parse_value(rf_json_doc *d, rf_json *v) {
     if (++d->depth > RF_JSON_MAX_DEPTH) return fail_at(d, "nesting too deep");
     int rc;
     switch (*d->p) {
-    case '{': rc = parse_object(d, v); break;
-    case '[': rc = parse_array(d, v); break;
+    case '{':
+        rc = parse_object(d, v);
+        break;
+    case '[':
+        rc = parse_array(d, v);
+        break;
     case '"':
         v->type = RF_JSON_STRING;
         rc = parse_string(d, &v->u.str, &v->len);
         break;
-    case 't': rc = literal(d, "true", RF_JSON_TRUE, v); break;
-    case 'f': rc = literal(d, "false", RF_JSON_FALSE, v); break;
-    case 'n': rc = literal(d, "null", RF_JSON_NULL, v); break;
-    default: rc = parse_number(d, v); break;
+    case 't':
+        rc = literal(d, "true", RF_JSON_TRUE, v);
+        break;
+    case 'f':
+        rc = literal(d, "false", RF_JSON_FALSE, v);
+        break;
+    case 'n':
+        rc = literal(d, "null", RF_JSON_NULL, v);
+        break;
+    default:
+        rc = parse_number(d, v);
+        break;
     }
     d->depth--;
     return rc;

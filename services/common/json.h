@@ -34,9 +34,9 @@ struct rf_json {
     rf_json_type type;
     size_t len; /* STRING: bytes; NUMBER: raw text bytes; ARRAY/OBJECT: children */
     union {
-        const char *str;                /* STRING (unescaped) or NUMBER (raw text) */
-        const rf_json *items;           /* ARRAY */
-        const rf_json_member *members;  /* OBJECT, in document order */
+        const char *str;               /* STRING (unescaped) or NUMBER (raw text) */
+        const rf_json *items;          /* ARRAY */
+        const rf_json_member *members; /* OBJECT, in document order */
     } u;
     double num; /* NUMBER */
 };

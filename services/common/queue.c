@@ -39,7 +39,8 @@ void rf_queue_free(rf_queue *q) {
 
 int rf_queue_push(rf_queue *q, void *item) {
     pthread_mutex_lock(&q->lock);
-    while (q->count == q->cap && !q->closed) pthread_cond_wait(&q->not_full, &q->lock);
+    while (q->count == q->cap && !q->closed)
+        pthread_cond_wait(&q->not_full, &q->lock);
     if (q->closed) {
         pthread_mutex_unlock(&q->lock);
         return RF_ERR_CANCELED;
@@ -53,7 +54,8 @@ int rf_queue_push(rf_queue *q, void *item) {
 
 int rf_queue_pop(rf_queue *q, void **item) {
     pthread_mutex_lock(&q->lock);
-    while (q->count == 0 && !q->closed) pthread_cond_wait(&q->not_empty, &q->lock);
+    while (q->count == 0 && !q->closed)
+        pthread_cond_wait(&q->not_empty, &q->lock);
     if (q->count == 0) {
         pthread_mutex_unlock(&q->lock);
         *item = NULL;

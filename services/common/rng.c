@@ -30,7 +30,8 @@ uint64_t rf_rng_below(rf_rng *r, uint64_t n) {
     /* Rejection sampling on the top of the range removes modulo bias. */
     uint64_t limit = UINT64_MAX - UINT64_MAX % n;
     uint64_t x;
-    do x = rf_rng_next(r);
+    do
+        x = rf_rng_next(r);
     while (x >= limit);
     return x % n;
 }

@@ -18,11 +18,11 @@
 #include "common/stats.h"
 
 typedef struct rf_run_ctx {
-    const char *run_dir;   /* where stage outputs go */
-    const rf_cfg *spec;    /* the whole spec, for cross-stage settings */
-    rf_stats *stats;       /* counters, named "<stage>.<counter>" */
-    volatile int *cancel;  /* set non-zero on SIGINT/SIGTERM */
-    int threads;           /* worker threads available to a stage */
+    const char *run_dir;  /* where stage outputs go */
+    const rf_cfg *spec;   /* the whole spec, for cross-stage settings */
+    rf_stats *stats;      /* counters, named "<stage>.<counter>" */
+    volatile int *cancel; /* set non-zero on SIGINT/SIGTERM */
+    int threads;          /* worker threads available to a stage */
 } rf_run_ctx;
 
 typedef int (*rf_emit_fn)(void *emit_ctx, rf_doc_batch *batch);
@@ -44,9 +44,9 @@ void rf_stage_register(const rf_stage_ops *ops);
 const rf_stage_ops *const *rf_stage_list(size_t *n);
 const rf_stage_ops *rf_stage_find(const char *name);
 
-#define RF_STAGE(ops)                                                                     \
-    __attribute__((constructor)) static void rf_stage_register_##ops(void) {              \
-        rf_stage_register(&(ops));                                                        \
+#define RF_STAGE(ops)                                                                              \
+    __attribute__((constructor)) static void rf_stage_register_##ops(void) {                       \
+        rf_stage_register(&(ops));                                                                 \
     }
 
 #endif

@@ -29,7 +29,8 @@ rf_stats *rf_stats_new(void) {
 
 void rf_stats_free(rf_stats *s) {
     if (!s) return;
-    for (size_t i = 0; i < s->n; i++) free(s->items[i].name);
+    for (size_t i = 0; i < s->n; i++)
+        free(s->items[i].name);
     free(s->items);
     pthread_mutex_destroy(&s->lock);
     free(s);
@@ -45,8 +46,10 @@ static size_t find(const rf_stats *s, const char *name, int *found) {
             *found = 1;
             return mid;
         }
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     *found = 0;
     return lo;
@@ -169,8 +172,10 @@ int rf_stats_to_json(const rf_stats *s, rf_buf *out) {
             rc |= rf_buf_putc(out, '{');
             seg = dot + 1;
         }
-        if (c->is_real) rc |= rf_buf_printf(out, "%.6g", c->real);
-        else rc |= rf_buf_printf(out, "%lld", (long long)c->value);
+        if (c->is_real)
+            rc |= rf_buf_printf(out, "%.6g", c->real);
+        else
+            rc |= rf_buf_printf(out, "%lld", (long long)c->value);
         prev = c->name;
     }
     for (const char *p = prev; *p; p++)

@@ -111,6 +111,7 @@ long rf_utf8_repair(const char *s, size_t n, rf_buf *out) {
 
 size_t rf_utf8_count(const char *s, size_t n) {
     size_t count = 0;
-    for (size_t i = 0; i < n; i++) count += ((unsigned char)s[i] & 0xC0) != 0x80;
+    for (size_t i = 0; i < n; i++)
+        count += ((unsigned char)s[i] & 0xC0) != 0x80;
     return count;
 }

@@ -34,4 +34,3 @@ int rf_svc_grpc_write_port(const rf_svc_grpc *g, const rf_rpc_server *s) {
     int n = snprintf(text, sizeof text, "%d\n", rf_rpc_server_port(s));
     return rf_write_file_atomic(g->port_file, text, (size_t)n);
 }
-

@@ -15,8 +15,7 @@ __global__ static void gelu_fwd_kernel(float *out, const float *inp, size_t n) {
     if (i < n) out[i] = 0.5f * inp[i] * (1.0f + erff(inp[i] * 0.70710678118654752f));
 }
 
-__global__ static void gelu_bwd_kernel(float *dinp, const float *inp, const float *dout,
-                                       size_t n) {
+__global__ static void gelu_bwd_kernel(float *dinp, const float *inp, const float *dout, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float x = inp[i];
@@ -58,8 +57,8 @@ extern "C" int rf_cuda_linear_fwd(float *out, const float *inp, const float *w, 
     // Row-major out[N,OC] = inp[N,IC] w^T is column-major out^T[OC,N] = w[OC,IC]... :
     // in cuBLAS terms C(OC x N) = op(A) * B with A = w (stored IC x OC col-major, transposed)
     // and B = inp (IC x N col-major).
-    cublasStatus_t s = cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, &alpha, w, IC,
-                                   inp, IC, &beta, out, OC);
+    cublasStatus_t s = cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, &alpha, w, IC, inp,
+                                   IC, &beta, out, OC);
     if (s != CUBLAS_STATUS_SUCCESS) return rf_fail(RF_ERR_INTERNAL, "cuda: sgemm failed (%d)", s);
     return RF_OK;
 }

@@ -15,8 +15,8 @@ extern "C" {
 int rf_cuda_gelu_fwd(float *out, const float *inp, size_t n);
 int rf_cuda_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n);
 /* out[N,OC] = inp[N,IC] w[OC,IC]^T + b, as rf_op_linear_fwd (cuBLAS sgemm). */
-int rf_cuda_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N,
-                       int IC, int OC);
+int rf_cuda_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N, int IC,
+                       int OC);
 
 #ifdef __cplusplus
 }

@@ -63,8 +63,8 @@ static void test_errors_name_the_key_and_line(void **state) {
     bool b;
     assert_int_equal(rf_cfg_bool(c, "ingest.format", false, &b), RF_ERR_INVALID);
     assert_non_null(strstr(rf_errmsg(), "ingest.format"));
-    static const char *const allowed[] = {"threads", "inputs", "lowercase", "ratio", "fromat",
-                                          NULL};
+    static const char *const allowed[] = {"threads", "inputs", "lowercase",
+                                          "ratio",   "fromat", NULL};
     assert_int_equal(rf_cfg_check_keys(rf_cfg_get(c, "ingest"), allowed), RF_ERR_INVALID);
     assert_non_null(strstr(rf_errmsg(), "unknown key 'ingest.format'"));
     assert_non_null(strstr(rf_errmsg(), "did you mean 'fromat'"));

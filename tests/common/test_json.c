@@ -56,10 +56,9 @@ static void test_string_escapes(void **state) {
 }
 
 static void test_rejects_malformed(void **state) {
-    static const char *bad[] = {"",          "{",         "[1,]",       "{\"a\" 1}", "\"abc",
-                                "01",        "1.",        "-",          "tru",       "[1 2]",
-                                "{\"a\":1,}", "\"\\x\"", "\"a\nb\"", "1 2",       "\"\\u12\"",
-                                "{1:2}"};
+    static const char *bad[] = {
+        "",    "{",     "[1,]",       "{\"a\" 1}", "\"abc",    "01",  "1.",        "-",
+        "tru", "[1 2]", "{\"a\":1,}", "\"\\x\"",   "\"a\nb\"", "1 2", "\"\\u12\"", "{1:2}"};
     rf_json_doc *d = rf_json_doc_new();
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         const rf_json *r;
@@ -102,8 +101,8 @@ static void test_reuse_many_parses(void **state) {
     rf_json_doc *d = rf_json_doc_new();
     char line[128];
     for (int i = 0; i < 10000; i++) {
-        int n = snprintf(line, sizeof line, "{\"id\":%d,\"text\":\"doc %d\",\"xs\":[%d,%d]}", i,
-                         i, i, i + 1);
+        int n = snprintf(line, sizeof line, "{\"id\":%d,\"text\":\"doc %d\",\"xs\":[%d,%d]}", i, i,
+                         i, i + 1);
         const rf_json *r;
         assert_int_equal(rf_json_parse(d, line, (size_t)n, &r), 0);
         int64_t v;
@@ -156,9 +155,12 @@ static void test_special_byte_at_every_position(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_objects_and_arrays), cmocka_unit_test(test_string_escapes),
-        cmocka_unit_test(test_rejects_malformed),  cmocka_unit_test(test_depth_limit),
-        cmocka_unit_test(test_int64_bounds),       cmocka_unit_test(test_reuse_many_parses),
+        cmocka_unit_test(test_objects_and_arrays),
+        cmocka_unit_test(test_string_escapes),
+        cmocka_unit_test(test_rejects_malformed),
+        cmocka_unit_test(test_depth_limit),
+        cmocka_unit_test(test_int64_bounds),
+        cmocka_unit_test(test_reuse_many_parses),
         cmocka_unit_test(test_special_byte_at_every_position),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

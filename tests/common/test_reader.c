@@ -102,7 +102,7 @@ static void test_memory(void **state) {
     assert_int_equal(rf_reader_compression(r), RF_COMP_ZSTD);
     check_reader(r);
 
-    size_t lines = 300000; /* 3 MB: several windows */
+    size_t lines = 300000;              /* 3 MB: several windows */
     char *big = malloc(lines * 10 + 1); /* + the last snprintf's NUL */
     for (size_t i = 0; i < lines; i++)
         snprintf(big + 10 * i, 11, "%09zu\n", i);

@@ -31,21 +31,24 @@ static void test_stats_nested_json(void **state) {
 #define PER_THREAD 20000
 static void *producer(void *arg) {
     rf_queue *q = arg;
-    for (uintptr_t i = 1; i <= PER_THREAD; i++) rf_queue_push(q, (void *)i);
+    for (uintptr_t i = 1; i <= PER_THREAD; i++)
+        rf_queue_push(q, (void *)i);
     return NULL;
 }
 
 static void test_queue_delivers_everything_once(void **state) {
     rf_queue *q = rf_queue_new(4);
     pthread_t t[2];
-    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, producer, q);
+    for (int i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, producer, q);
     uint64_t sum = 0, count = 0;
     void *item;
     while (count < 2 * PER_THREAD && rf_queue_pop(q, &item) == 1) {
         sum += (uintptr_t)item;
         count++;
     }
-    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
     rf_queue_close(q);
     assert_int_equal(rf_queue_pop(q, &item), 0);
     assert_int_equal(count, 2 * PER_THREAD);

@@ -28,7 +28,10 @@ static void test_decode_invalid_maximal_subparts(void **state) {
     assert_int_equal(rf_utf8_decode((const unsigned char *)"\xf4\x90\x80\x80", 4, &cp), -1);
     assert_int_equal(rf_utf8_decode((const unsigned char *)"\x80", 1, &cp), -1);
     /* A truncated 3-byte sequence is one maximal subpart of 2 bytes. */
-    assert_int_equal(rf_utf8_decode((const unsigned char *)"\xe2\x82" "A", 3, &cp), -2);
+    assert_int_equal(rf_utf8_decode((const unsigned char *)"\xe2\x82"
+                                                           "A",
+                                    3, &cp),
+                     -2);
     assert_int_equal(rf_utf8_decode((const unsigned char *)"\xe2\x82", 2, &cp), -2);
 }
 
@@ -82,7 +85,8 @@ static void test_json_escape_every_position(void **state) {
     for (size_t k = 0; k < sizeof specials; k++) {
         for (int pos = 0; pos < 24; pos++) {
             char in[24];
-            for (int i = 0; i < 24; i++) in[i] = (char)('A' + i);
+            for (int i = 0; i < 24; i++)
+                in[i] = (char)('A' + i);
             in[pos] = specials[k];
             rf_buf got = RF_BUF_INIT, want = RF_BUF_INIT;
             assert_int_equal(rf_buf_append_json_str(&got, in, sizeof in), 0);

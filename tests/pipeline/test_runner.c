@@ -24,8 +24,10 @@ static int src_open(const rf_cfg *sec, rf_run_ctx *ctx, void **state) {
     s->ctx = ctx;
     int rc = rf_cfg_int(sec, "count", 1000, 0, 1000000, &s->count);
     if (!rc) rc = rf_cfg_int(sec, "fail_at", -1, -1, 1000000, &s->fail_at);
-    if (rc) free(s);
-    else *state = s;
+    if (rc)
+        free(s);
+    else
+        *state = s;
     return rc;
 }
 
@@ -57,8 +59,11 @@ static void src_close(void *state) {
 }
 
 static const char *const src_keys[] = {"count", "fail_at", NULL};
-static const rf_stage_ops source_ops = {.name = "source", .order = 1, .keys = src_keys,
-                                        .open = src_open, .produce = src_produce,
+static const rf_stage_ops source_ops = {.name = "source",
+                                        .order = 1,
+                                        .keys = src_keys,
+                                        .open = src_open,
+                                        .produce = src_produce,
                                         .close = src_close};
 RF_STAGE(source_ops)
 
@@ -80,8 +85,10 @@ static int flt_process(void *state, rf_doc_batch *in, rf_emit_fn emit, void *ect
     size_t kept = 0;
     for (size_t i = 0; i < in->n; i++) {
         if (in->docs[i].line != f->next_line++) f->ordered = 0;
-        if (in->docs[i].line % 2) rf_doc_clear(&in->docs[i]);
-        else in->docs[kept++] = in->docs[i];
+        if (in->docs[i].line % 2)
+            rf_doc_clear(&in->docs[i]);
+        else
+            in->docs[kept++] = in->docs[i];
     }
     in->n = kept;
     return emit(ectx, in);
@@ -93,8 +100,11 @@ static void flt_close(void *state) {
     free(state);
 }
 
-static const rf_stage_ops filter_ops = {.name = "filter", .order = 2, .keys = NULL,
-                                        .open = flt_open, .process = flt_process,
+static const rf_stage_ops filter_ops = {.name = "filter",
+                                        .order = 2,
+                                        .keys = NULL,
+                                        .open = flt_open,
+                                        .process = flt_process,
                                         .close = flt_close};
 RF_STAGE(filter_ops)
 
@@ -108,8 +118,8 @@ static int bat_run(void *state) {
     batch_ran = 1;
     return rf_stats_add(ctx->stats, "report.ran", 1);
 }
-static const rf_stage_ops report_ops = {.name = "report", .order = 3, .open = bat_open,
-                                        .run = bat_run};
+static const rf_stage_ops report_ops = {
+    .name = "report", .order = 3, .open = bat_open, .run = bat_run};
 RF_STAGE(report_ops)
 
 static char dir[] = "/tmp/rf_runner_XXXXXX";
@@ -161,8 +171,8 @@ static void test_stream_and_batch(void **state) {
 static void test_stage_failure_stops_the_run(void **state) {
     char *stats;
     batch_ran = 0;
-    int rc = run_spec("source:\n  count: 100000\n  fail_at: 5000\nfilter: {}\nreport: {}\n",
-                      "fail", &stats);
+    int rc = run_spec("source:\n  count: 100000\n  fail_at: 5000\nfilter: {}\nreport: {}\n", "fail",
+                      &stats);
     assert_int_equal(rc, RF_ERR_PARSE);
     assert_non_null(strstr(rf_errmsg(), "stage source: planted failure at doc 5000"));
     assert_int_equal(batch_ran, 0);

@@ -67,9 +67,12 @@ static void test_twins(void **state) {
     int N = 64, IC = 48, OC = 40;
     float *in = malloc(N * IC * 4), *w = malloc(OC * IC * 4), *b = malloc(OC * 4),
           *o_cpu = malloc(N * OC * 4), *o_gpu = malloc(N * OC * 4);
-    for (int i = 0; i < N * IC; i++) in[i] = (float)rf_rng_double(&r) - 0.5f;
-    for (int i = 0; i < OC * IC; i++) w[i] = (float)rf_rng_double(&r) - 0.5f;
-    for (int i = 0; i < OC; i++) b[i] = (float)rf_rng_double(&r);
+    for (int i = 0; i < N * IC; i++)
+        in[i] = (float)rf_rng_double(&r) - 0.5f;
+    for (int i = 0; i < OC * IC; i++)
+        w[i] = (float)rf_rng_double(&r) - 0.5f;
+    for (int i = 0; i < OC; i++)
+        b[i] = (float)rf_rng_double(&r);
     float *din = dev_copy(in, N * IC), *dw = dev_copy(w, OC * IC), *db = dev_copy(b, OC),
           *dob = dev_copy(o_cpu, N * OC);
     rf_op_linear_fwd(o_cpu, in, w, b, N, IC, OC);
