@@ -245,11 +245,8 @@ static void test_load_replies_and_refusals(void **state) {
     expect_refused(f, run, GRPC_STATUS_FAILED_PRECONDITION, "sealed");
 }
 
-/* A load recorded up to batch 3 resumes at 4 and produces only 4..9. */
-static void test_resume_after_recorded_prefix(void **state) {
-    fixture *f = *state;
-    char run[96];
-    create_run(f, fresh_id("resume", run, sizeof run), "docs.jsonl");
+/* The run as a load accepted before a restart: running, in `loads`. */
+static void loads_row(fixture *f, const char *run) {
     assert_int_equal(rf_store_run_start(f->db, run, NULL), 0);
     const char *p[] = {run, root};
     assert_int_equal(
@@ -257,6 +254,14 @@ static void test_resume_after_recorded_prefix(void **state) {
                       "INSERT INTO loads (run_id, input_root, batch_docs) VALUES ($1, $2, 10)", 2,
                       p, NULL),
         0);
+}
+
+/* A load recorded up to batch 3 resumes at 4 and produces only 4..9. */
+static void test_resume_after_recorded_prefix(void **state) {
+    fixture *f = *state;
+    char run[96];
+    create_run(f, fresh_id("resume", run, sizeof run), "docs.jsonl");
+    loads_row(f, run);
     for (uint64_t seq = 0; seq < 4; seq++) { /* each batch: 9 kept, 1 not JSON */
         rf_store_counts c = {.in = BATCH, .out = BATCH - 1, .rejected = 1};
         assert_int_equal(rf_store_progress_add(f->db, run, "ingest", seq, &c, NULL), 0);
@@ -283,13 +288,8 @@ static void test_run_locked_elsewhere(void **state) {
     fixture *f = *state;
     char run[96];
     create_run(f, fresh_id("locked", run, sizeof run), "docs.jsonl");
-    assert_int_equal(rf_store_run_start(f->db, run, NULL), 0);
-    const char *p[] = {run, root};
-    assert_int_equal(
-        rf_store_exec(f->db,
-                      "INSERT INTO loads (run_id, input_root, batch_docs) VALUES ($1, $2, 10)", 2,
-                      p, NULL),
-        0);
+    loads_row(f, run);
+    const char *p[] = {run};
     const char *lock = "SELECT pg_advisory_lock(1380338756, hashtext($1))"; /* "RFLD" */
     assert_int_equal(rf_store_exec(f->db, lock, 1, p, NULL), 0);
     start(f, root, 0);

@@ -207,10 +207,10 @@ static void read_topics(fixture *f, tally *t, int want) {
     rf_kafka_consumer_free(c);
 }
 
-static void test_push_accounting(void **state) {
-    fixture *f = *state;
+/* Documents 0..1000 pushed into run: every 5th refused (empty or not
+ * UTF-8), the rest in docs.clean exactly once, in batches of 32. */
+static void check_accounting(fixture *f, const char *run, push_result r) {
     enum { N = 1000 };
-    push_result r = push_docs(f->client, "run-a", 0, N, -1);
     assert_int_equal(r.code, GRPC_STATUS_OK);
     assert_int_equal(r.received, N);
     assert_int_equal(r.accepted, 800);
@@ -223,36 +223,25 @@ static void test_push_accounting(void **state) {
     assert_int_equal(t.invalid_utf8, 100);
     assert_int_equal(t.other_reject, 0);
     assert_int_equal(t.batches, 25); /* 800 / 32 */
-    assert_string_equal(t.run, "run-a");
+    assert_string_equal(t.run, run);
     for (int i = 0; i < N; i++)
         assert_int_equal(t.seen[i], i % 5 == 0 ? 0 : 1);
     free(t.seen);
+}
+
+static void test_push_accounting(void **state) {
+    fixture *f = *state;
+    check_accounting(f, "run-a", push_docs(f->client, "run-a", 0, 1000, -1));
     rf_stats *s = rf_ingest_service_stats(f->svc);
-    assert_int_equal(rf_stats_get(s, "ingest.received"), N);
+    assert_int_equal(rf_stats_get(s, "ingest.received"), 1000);
     assert_int_equal(rf_stats_get(s, "ingest.rejected.invalid_utf8"), 100);
 }
 
-/* PushLists: the same documents, cleaning and batches as Push. */
+/* PushLists: the same documents, cleaning and batches as Push, whatever the
+ * list size. */
 static void test_push_lists_accounting(void **state) {
     fixture *f = *state;
-    enum { N = 1000 };
-    push_result r = push_lists(f->client, "run-l", 0, N, 7);
-    assert_int_equal(r.code, GRPC_STATUS_OK);
-    assert_int_equal(r.received, N);
-    assert_int_equal(r.accepted, 800);
-    assert_int_equal(r.rejected, 200);
-
-    tally t = {.seen = calloc(N, sizeof(int)), .n = N};
-    read_topics(f, &t, N);
-    assert_int_equal(t.docs, 800);
-    assert_int_equal(t.empty, 100);
-    assert_int_equal(t.invalid_utf8, 100);
-    assert_int_equal(t.other_reject, 0);
-    assert_int_equal(t.batches, 25); /* 800 / 32, whatever the list size */
-    assert_string_equal(t.run, "run-l");
-    for (int i = 0; i < N; i++)
-        assert_int_equal(t.seen[i], i % 5 == 0 ? 0 : 1);
-    free(t.seen);
+    check_accounting(f, "run-l", push_lists(f->client, "run-l", 0, 1000, 7));
 }
 
 typedef struct pusher {
