@@ -17,6 +17,7 @@
 #include "common/json.h"
 #include "common/stats.h"
 #include "ingest/ingest.h"
+#include "../support/mixed_jsonl.h"
 
 static char tmpdir[] = "/tmp/rf_ingest_XXXXXX";
 
@@ -88,34 +89,7 @@ static size_t count_lines(const char *s, size_t n) {
 
 /* A mixed JSONL corpus: kept records and every reader-level reason. */
 static void write_mixed(const char *name, int n) {
-    FILE *f = fopen(path_of(name), "wb");
-    assert_non_null(f);
-    for (int i = 0; i < n; i++) {
-        switch (i % 7) {
-        case 0:
-            fprintf(f, "{\"text\": \"document number %d is fine\", \"y\": %d}\n", i, i % 2);
-            break;
-        case 1:
-            fprintf(f, "{\"text\": \"broken %d\"\n", i);
-            break;
-        case 2:
-            fprintf(f, "{\"y\": 1}\n");
-            break;
-        case 3:
-            fprintf(f, "{\"text\": \"bad label\", \"y\": \"x%d\"}\n", i);
-            break;
-        case 4:
-            fprintf(f, "\n");
-            break; /* blank: not a record */
-        case 5:
-            fprintf(f, "{\"text\": \"   \", \"y\": 0}\n");
-            break;
-        default:
-            fprintf(f, "{\"text\": \"caf\xc3\xa9 %d \xff\", \"y\": 1}\n", i);
-            break;
-        }
-    }
-    fclose(f);
+    assert_int_equal(test_write_mixed_jsonl(path_of(name), n), 0);
 }
 
 static void test_accounting_and_thread_independence(void **state) {

@@ -16,6 +16,7 @@
 #include "common/json.h"
 #include "common/stats.h"
 #include "ingest/ingest.h"
+#include "../support/mixed_jsonl.h"
 
 static char tmpdir[] = "/tmp/rf_ingest_batches_XXXXXX";
 static char input[256];
@@ -25,34 +26,7 @@ static char input[256];
 static int setup(void **state) {
     if (!mkdtemp(tmpdir)) return -1;
     snprintf(input, sizeof input, "%s/mixed.jsonl", tmpdir);
-    FILE *f = fopen(input, "wb");
-    if (!f) return -1;
-    for (int i = 0; i < 1400; i++) {
-        switch (i % 7) {
-        case 0:
-            fprintf(f, "{\"text\": \"document number %d is fine\", \"y\": %d}\n", i, i % 2);
-            break;
-        case 1:
-            fprintf(f, "{\"text\": \"broken %d\"\n", i);
-            break;
-        case 2:
-            fprintf(f, "{\"y\": 1}\n");
-            break;
-        case 3:
-            fprintf(f, "{\"text\": \"bad label\", \"y\": \"x%d\"}\n", i);
-            break;
-        case 4:
-            fprintf(f, "\n");
-            break;
-        case 5:
-            fprintf(f, "{\"text\": \"   \", \"y\": 0}\n");
-            break;
-        default:
-            fprintf(f, "{\"text\": \"caf\xc3\xa9 %d \xff\", \"y\": 1}\n", i);
-            break;
-        }
-    }
-    return fclose(f) ? -1 : 0;
+    return test_write_mixed_jsonl(input, 1400);
 }
 
 static int teardown(void **state) {
