@@ -19,8 +19,13 @@ Q        := $(if $(filter 1,$(V)),,@)
 
 PKGS := libutf8proc libxxhash libzstd zlib yaml-0.1 openblas lmdb libprotobuf-c \
         grpc rdkafka libpq cmocka
+# Read when make parses this file: on a fresh machine the packages are not there
+# yet, so the targets that install them (demo, test, asan, fuzz, bench) run `deps`
+# first and then call make again, which parses this file anew with the packages
+# in place. A plain `make` without them stops at once and says what to run.
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+PKG_MISSING := $(if $(PKG_LIBS),,$(shell for p in $(PKGS); do pkg-config --exists $$p || echo $$p; done))
 
 OPT      ?= -O2 -march=native
 WARN     ?= -Wall -Wextra -Werror -Wno-unused-parameter
@@ -66,6 +71,15 @@ TEST_SUPPORT := $(call obj,$(wildcard tests/support/*.c))
 
 libs: $(LIBS)
 
+# Building needs the packages: say so instead of failing on a missing header.
+ifneq ($(strip $(PKG_MISSING)),)
+$(LIBS) $(BUILD)/gen/refinery.pb-c.h: pkg-check
+endif
+.PHONY: pkg-check
+pkg-check:
+	@echo "missing packages for: $(PKG_MISSING); run 'make deps' (scripts/install-deps.sh) first" >&2
+	@exit 1
+
 .PHONY: all libs fuzz-bins demo deps test asan fuzz fuzz-build bench format clean check-format
 all: $(BUILD)/refinery $(EXTRA_BINS)
 
@@ -74,7 +88,8 @@ deps:
 
 # The main job on the embedded default: raw Amazon reviews to an evaluated model,
 # in a fresh runs/demo/ (the pretrained MiniLM-L6 is fetched once).
-demo: deps all
+demo: deps
+	@$(MAKE) --no-print-directory all
 	@scripts/fetch-minilm.sh >/dev/null
 	rm -rf runs/demo
 	$(BUILD)/refinery run examples/amazon.yaml --out runs/demo
@@ -166,7 +181,8 @@ FUZZ_SECONDS ?= 60
 fuzz: deps
 	@scripts/fuzz.sh $(FUZZ_SECONDS)
 
-bench: deps all
+bench: deps
+	@$(MAKE) --no-print-directory all
 	@SHARED=$(SHARED) BUILD=$(BUILD) scripts/bench/run-all.sh
 
 format:
