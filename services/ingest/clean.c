@@ -322,6 +322,26 @@ int rf_clean_text(const rf_clean_opts *o, const char *in, size_t n, rf_buf *out,
         n = (size_t)len;
     }
     if (finish(o, s, n, out, res)) goto nomem;
+    /* Lowercasing comes after NFKC, and can undo it: U+0130 (I with dot above)
+     * lowercases to a plain 'i', which composes with a following combining
+     * acute into U+00ED. Normalizing once more keeps cleaning idempotent (a
+     * second pass would otherwise change the text); it only runs when the
+     * output still holds a code point NFKC could change. */
+    if (o->nfkc && o->lowercase && !ascii && nfkc_needed(out->data, out->len)) {
+        free(nfkc);
+        utf8proc_ssize_t len =
+            utf8proc_map((const utf8proc_uint8_t *)out->data, (utf8proc_ssize_t)out->len, &nfkc,
+                         UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT);
+        if (len < 0) {
+            nfkc = NULL;
+            rc = len == UTF8PROC_ERROR_NOMEM
+                     ? RF_ERR_NOMEM
+                     : rf_fail(RF_ERR_INTERNAL, "utf8proc: %s", utf8proc_errmsg(len));
+            goto done;
+        }
+        rf_buf_reset(out);
+        if (rf_buf_append(out, (const char *)nfkc, (size_t)len)) goto nomem;
+    }
     if (out->len == 0) res->reject = "empty";
     goto done;
 nomem:
