@@ -37,18 +37,24 @@ LDLIBS   += $(PKG_LIBS) -lcld2 -lstdc++ -lm
 
 .DEFAULT_GOAL := all
 
-# Modules: every services/<m>/ except the CLI.
-MODULES := $(filter-out cli,$(notdir $(patsubst %/,%,$(wildcard services/*/))))
--include $(wildcard services/*/module.mk)
+# Modules: every folder under services/ that holds sources, one level or two down
+# (services/ingest/, services/ingest/server/, services/runtime/rpc/), except the
+# CLI and the client tools. A module's id is its path with '/' as '.', and it
+# becomes $(BUILD)/lib/librefinery_<id>.a (librefinery_ingest.server.a).
+MODULE_DIRS := $(filter-out cli tools,$(patsubst services/%/,%,$(sort $(dir \
+    $(wildcard services/*/*.c services/*/*.cc services/*/*/*.c)))))
+MODULES := $(subst /,.,$(MODULE_DIRS))
+mod_dir = services/$(subst .,/,$(1))
+-include $(wildcard services/*/module.mk services/*/*/module.mk)
 
 obj = $(patsubst %.cu,$(BUILD)/obj/%.o,$(patsubst %.cc,$(BUILD)/obj/%.o,$(patsubst %.c,$(BUILD)/obj/%.o,$(1))))
-mod_srcs = $(filter-out $(EXCLUDE_SRCS),$(wildcard services/$(1)/*.c services/$(1)/*.cc $(CU_GLOB)))
+mod_srcs = $(filter-out $(EXCLUDE_SRCS),$(wildcard $(call mod_dir,$(1))/*.c $(call mod_dir,$(1))/*.cc $(CU_GLOB)))
 
 # CUDA=1 compiles services/*/*.cu with nvcc and links cuBLAS and NCCL; the CPU
 # twin of every kernel is always built and tested.
 ifeq ($(CUDA),1)
 NVCC     ?= nvcc
-CU_GLOB   = services/$(1)/*.cu
+CU_GLOB   = $(call mod_dir,$(1))/*.cu
 CPPFLAGS += -DREFINERY_CUDA=1
 NVFLAGS  ?= -O2 -std=c++17 -arch=sm_80 -Xcompiler -Wall,-Werror -Iservices -MMD -MP
 LDLIBS   += -L/usr/local/cuda/lib64 -lcudart -lcublas -lnccl
@@ -62,8 +68,13 @@ LIBS := $(foreach m,$(MODULES),$(BUILD)/lib/librefinery_$(m).a) $(BUILD)/lib/lib
 ALL_LIB_OBJS := $(foreach m,$(MODULES),$(call obj,$(call mod_srcs,$(m)))) $(PROTO_OBJ)
 
 CLI_OBJS := $(call obj,$(wildcard services/cli/*.c))
-# Libraries are linked whole so that self-registering commands and stages stay in.
-WHOLE := -Wl,--whole-archive $(LIBS) -Wl,--no-whole-archive
+# Stages are listed in one table (services/pipeline/stages.c), so nothing needs
+# --whole-archive: the linker takes from each library the objects that are used,
+# and --as-needed drops shared libraries nobody calls. A group lets the
+# libraries refer to each other in any order.
+lib_of = $(BUILD)/lib/librefinery_$(1).a
+group = -Wl,--start-group $(1) -Wl,--end-group
+LDFLAGS += -Wl,--as-needed
 
 TEST_SRCS := $(wildcard tests/*/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
@@ -140,19 +151,36 @@ $(BUILD)/obj/%.o: %.cu
 
 $(BUILD)/refinery: $(CLI_OBJS) $(LIBS)
 	@echo '  LD     $@'
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(WHOLE) $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(call group,$(LIBS)) $(LDLIBS)
+
+# The service binaries: services/<stage>/server/main.c is build/refinery-<stage>,
+# and services/tools/<name>.c is build/refinery-<name> (underscores become
+# dashes); each links the modules its BIN_MODS_<name> names (set in the
+# module.mk of its folder), then common and the generated protobuf code.
+SERVER_MAINS := $(wildcard services/*/server/main.c)
+TOOL_SRCS := $(wildcard services/tools/*.c)
+EXCLUDE_SRCS += $(SERVER_MAINS)
+$(call obj,$(SERVER_MAINS) $(TOOL_SRCS)): $(BUILD)/gen/refinery.pb-c.h $(BUILD)/gen/health.pb-c.h
+define BIN_RULE
+EXTRA_BINS += $(BUILD)/refinery-$(1)
+$(BUILD)/refinery-$(1): $(call obj,$(2)) $(foreach m,$(BIN_MODS_$(1)) common,$(call lib_of,$(m))) $(call lib_of,proto)
+	@echo '  LD     $$@'
+	$$(Q)$$(CC) $$(LDFLAGS) -o $$@ $(call obj,$(2)) $$(call group,$$(filter %.a,$$^)) $$(LDLIBS)
+endef
+$(foreach f,$(SERVER_MAINS),$(eval $(call BIN_RULE,$(word 2,$(subst /, ,$(f))),$(f))))
+$(foreach f,$(TOOL_SRCS),$(eval $(call BIN_RULE,$(subst _,-,$(basename $(notdir $(f)))),$(f))))
+all: $(EXTRA_BINS)
 
 # tests/<m>/ links librefinery_<m>.a, common, proto and the modules named in
 # DEPS_<m> (set in services/<m>/module.mk, e.g. `DEPS_trainer := tokenizer`);
 # a tests/ directory that is not a module links every library.
-lib_of = $(BUILD)/lib/librefinery_$(1).a
 test_libs = $(if $(filter $(1),$(MODULES)),$(sort $(call lib_of,$(1)) $(foreach d,$(DEPS_$(1)),$(call lib_of,$(d))) $(call lib_of,common) $(call lib_of,proto)),$(LIBS))
 TEST_DIRS := $(notdir $(patsubst %/,%,$(dir $(TEST_SRCS))))
 define TEST_RULE
 $(BUILD)/tests/$(1)/%: $(BUILD)/obj/tests/$(1)/%.o $(TEST_SUPPORT) $(call test_libs,$(1))
 	@mkdir -p $$(@D)
 	@echo '  LD     $$@'
-	$(Q)$(CC) $(LDFLAGS) -o $$@ $$< $(TEST_SUPPORT) -Wl,--whole-archive $(call test_libs,$(1)) -Wl,--no-whole-archive $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $$@ $$< $(TEST_SUPPORT) $(call group,$(call test_libs,$(1))) $(LDLIBS)
 endef
 $(foreach t,$(sort $(TEST_DIRS)),$(eval $(call TEST_RULE,$(t))))
 
@@ -175,7 +203,7 @@ fuzz-bins: $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
 $(BUILD)/fuzz/%: $(BUILD)/obj/tests/fuzz/%.o $(LIBS)
 	@mkdir -p $(@D)
 	@echo '  LD     $@'
-	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $< $(WHOLE) $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $< $(call group,$(LIBS)) $(LDLIBS)
 
 FUZZ_SECONDS ?= 60
 fuzz: deps

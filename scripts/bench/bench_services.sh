@@ -17,7 +17,7 @@
 #      refinery-dedup (--threads 2, as the embedded dedup) and
 #      refinery-tokenizer on the mock Kafka cluster (one-partition topics: a
 #      run is one partition anyway) and a throwaway PostgreSQL, fed by
-#      refinery-push (C client on services/rpc:
+#      refinery-push (C client on services/runtime/rpc:
 #      reads and parses the same JSON Lines, one Document per line,
 #      BENCH_STREAMS concurrent Push calls, default 2). Timed from the start
 #      of the push until the tokenizer has recorded, in stage_progress, every
@@ -37,7 +37,7 @@
 #    BENCH_REPS (default 5) runs of each, interleaved (embedded, services,
 #    embedded, ...) so both see the same machine load; the table shows the
 #    best of each by wall time, the line below it the medians.
-# 2. Latency under load: refinery-loadgen (C, services/rpc client, closed
+# 2. Latency under load: refinery-loadgen (C, services/runtime/rpc client, closed
 #    loop, one call per client at a time) on SST-2 dev sentences, 1 and 8
 #    texts per request, BENCH_SECONDS (default 3) per row after a warm-up:
 #    - Tokenizer.Tokenize against refinery-tokenizer (gRPC only, 4 workers),

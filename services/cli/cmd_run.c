@@ -58,7 +58,7 @@ static int cmd_run(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
-    rf_pipeline_opts opts = {argv[optind], out_dir, progress ? stderr : NULL, &run_cancel};
+    rf_pipeline_opts opts = {argv[optind], out_dir, progress ? stderr : NULL, &run_cancel, NULL};
     char *run_dir = NULL;
     int rc = rf_pipeline_run(&opts, &run_dir);
     if (rc) {

@@ -31,7 +31,7 @@
 #include "common/stats.h"
 #include "common/sys.h"
 #include "ingest/ingest.h"
-#include "svc/doc_out.h"
+#include "runtime/doc_out.h"
 
 #define SHOW_REJECTS 5
 

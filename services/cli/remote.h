@@ -17,7 +17,7 @@
 #include <stdio.h>
 
 #include "refinery.pb-c.h"
-#include "rpc/client.h"
+#include "runtime/rpc/client.h"
 
 typedef struct rf_remote {
     const char *server;

@@ -1,6 +1,6 @@
-/* Stages of the embedded pipeline (`refinery run`). Each stage library adds
- * itself with RF_STAGE(ops); the runner orders stages by `order` and runs the
- * ones whose section appears in the spec.
+/* Stages of the embedded pipeline (`refinery run`). Each stage library defines
+ * one rf_stage_ops; the pipeline lists them in one table (pipeline/stages.h),
+ * in order, and runs the ones whose section appears in the spec.
  *
  * Streaming stages pass document batches through bounded queues:
  *   source    (ingest):           produce() emits batches;
@@ -39,14 +39,13 @@ typedef struct rf_stage_ops {
     void (*close)(void *state);
 } rf_stage_ops;
 
-void rf_stage_register(const rf_stage_ops *ops);
-/* Registered stages sorted by order; *n receives the count. */
-const rf_stage_ops *const *rf_stage_list(size_t *n);
-const rf_stage_ops *rf_stage_find(const char *name);
+/* A list of stages in pipeline order (ascending `order`). */
+typedef struct rf_stage_table {
+    const rf_stage_ops *const *stages;
+    size_t n;
+} rf_stage_table;
 
-#define RF_STAGE(ops)                                                                              \
-    __attribute__((constructor)) static void rf_stage_register_##ops(void) {                       \
-        rf_stage_register(&(ops));                                                                 \
-    }
+/* The stage of t named name, or NULL. */
+const rf_stage_ops *rf_stage_find(const rf_stage_table *t, const char *name);
 
 #endif

@@ -25,6 +25,7 @@
 
 #include "common/error.h"
 #include "common/stage.h"
+#include "pipeline/stages.h"
 #include "common/sys.h"
 #include "dedup/dedup.h"
 #include "dedup/normalize.h"
@@ -206,7 +207,7 @@ static int stage_finish(void *state, rf_emit_fn emit, void *emit_ctx) {
     return rc ? rc : rf_dedup_report(s->d, s->ctx->stats, "dedup.");
 }
 
-static const rf_stage_ops dedup_ops = {
+const rf_stage_ops rf_dedup_stage = {
     .name = "dedup",
     .order = 20,
     .keys = dedup_keys,
@@ -215,4 +216,3 @@ static const rf_stage_ops dedup_ops = {
     .finish = stage_finish,
     .close = stage_close,
 };
-RF_STAGE(dedup_ops)

@@ -12,6 +12,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/stage.h"
+#include "pipeline/stages.h"
 #include "common/sys.h"
 #include "evaluator/evaluate.h"
 
@@ -84,7 +85,7 @@ static int eval_run(void *state) {
     return rc;
 }
 
-static const rf_stage_ops evaluator_ops = {
+const rf_stage_ops rf_evaluator_stage = {
     .name = "evaluator",
     .order = 50,
     .keys = eval_keys,
@@ -92,4 +93,3 @@ static const rf_stage_ops evaluator_ops = {
     .run = eval_run,
     .close = eval_close,
 };
-RF_STAGE(evaluator_ops)

@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "common/stage.h"
+#include "pipeline/stages.h"
 #include "common/sys.h"
 #include "ingest/ingest.h"
 
@@ -80,7 +81,7 @@ static int stage_produce(void *state, rf_emit_fn emit, void *emit_ctx) {
     return rc;
 }
 
-static const rf_stage_ops ingest_ops = {
+const rf_stage_ops rf_ingest_stage = {
     .name = "ingest",
     .order = 10,
     .keys = rf_ingest_keys,
@@ -88,4 +89,3 @@ static const rf_stage_ops ingest_ops = {
     .produce = stage_produce,
     .close = stage_close,
 };
-RF_STAGE(ingest_ops)

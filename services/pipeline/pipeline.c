@@ -16,6 +16,7 @@
 #include "common/stage.h"
 #include "common/stats.h"
 #include "common/sys.h"
+#include "pipeline/stages.h"
 
 #define MAX_ACTIVE 16
 
@@ -41,6 +42,7 @@ typedef struct run {
     size_t nslots, nstream;
     volatile int *cancel;
     int queue_depth;
+    const rf_stage_table *stages;
 } run;
 
 /* This thread's error detail, prefixed with the stage name. */
@@ -104,9 +106,10 @@ static void *stage_thread(void *arg) {
     return NULL;
 }
 
-int rf_pipeline_check_spec(const rf_cfg *spec) {
-    size_t n;
-    const rf_stage_ops *const *all = rf_stage_list(&n);
+int rf_pipeline_check_spec(const rf_cfg *spec, const rf_stage_table *stages) {
+    if (!stages) stages = rf_pipeline_stages();
+    size_t n = stages->n;
+    const rf_stage_ops *const *all = stages->stages;
     const char *known[MAX_ACTIVE + 2];
     size_t k = 0;
     known[k++] = "run";
@@ -141,10 +144,10 @@ int rf_pipeline_check_spec(const rf_cfg *spec) {
 
 /* The active stages, in registration order, checked for a workable order. */
 static int select_stages(run *r) {
-    int rc = rf_pipeline_check_spec(r->spec);
+    int rc = rf_pipeline_check_spec(r->spec, r->stages);
     if (rc) return rc;
-    size_t n;
-    const rf_stage_ops *const *all = rf_stage_list(&n);
+    size_t n = r->stages->n;
+    const rf_stage_ops *const *all = r->stages->stages;
     for (size_t i = 0; i < n; i++) {
         if (!rf_cfg_get(r->spec, all[i]->name)) continue;
         slot *s = &r->slots[r->nslots++];
@@ -355,6 +358,7 @@ int rf_pipeline_run(const rf_pipeline_opts *o, char **run_dir) {
     if (!r) return RF_ERR_NOMEM;
     *run_dir = NULL;
     r->cancel = o->cancel ? o->cancel : &no_cancel;
+    r->stages = o->stages ? o->stages : rf_pipeline_stages();
     int rc = rf_cfg_load_file(o->spec_path, &r->spec);
     if (!rc) rc = rf_cfg_apply_env(r->spec);
     if (!rc) rc = select_stages(r);

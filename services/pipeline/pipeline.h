@@ -10,12 +10,14 @@
 #include <stdio.h>
 
 #include "common/config.h"
+#include "common/stage.h"
 
 typedef struct rf_pipeline_opts {
     const char *spec_path;
-    const char *out_dir;  /* overrides run.out; NULL for the default runs/<name> */
-    FILE *progress;       /* live progress line (a terminal), or NULL */
-    volatile int *cancel; /* set non-zero to stop (SIGINT/SIGTERM) */
+    const char *out_dir;          /* overrides run.out; NULL for the default runs/<name> */
+    FILE *progress;               /* live progress line (a terminal), or NULL */
+    volatile int *cancel;         /* set non-zero to stop (SIGINT/SIGTERM) */
+    const rf_stage_table *stages; /* NULL: the five stages (pipeline/stages.h) */
 } rf_pipeline_opts;
 
 /* Runs the pipeline. On return *run_dir (malloc'd, caller frees) names the run
@@ -23,10 +25,10 @@ typedef struct rf_pipeline_opts {
 int rf_pipeline_run(const rf_pipeline_opts *opts, char **run_dir);
 
 /* The shape checks rf_pipeline_run makes before opening anything: every
- * top-level key is `run` or a registered stage, the run: settings are known
- * and in range, each stage section is a mapping of that stage's keys, and
- * there is at least one stage section. Errors name the key and line. (The
- * Control service checks submitted specs with it.) */
-int rf_pipeline_check_spec(const rf_cfg *spec);
+ * top-level key is `run` or a stage of `stages` (NULL: the five stages), the run: settings are
+ * known and in range, each stage section is a mapping of that stage's keys, and there is at least
+ * one stage section. Errors name the key and line. (The Control service checks submitted specs with
+ * it.) */
+int rf_pipeline_check_spec(const rf_cfg *spec, const rf_stage_table *stages);
 
 #endif

@@ -25,6 +25,7 @@
 #include "common/error.h"
 #include "common/hash.h"
 #include "common/stage.h"
+#include "pipeline/stages.h"
 #include "common/sys.h"
 #include "tokenizer/batch.h"
 #include "tokenizer/shard.h"
@@ -292,7 +293,7 @@ static int stage_finish(void *state, rf_emit_fn emit, void *emit_ctx) {
     return rc ? rc : write_report(s);
 }
 
-static const rf_stage_ops tokenizer_ops = {
+const rf_stage_ops rf_tokenizer_stage = {
     .name = "tokenizer",
     .order = 30,
     .keys = tok_keys,
@@ -301,4 +302,3 @@ static const rf_stage_ops tokenizer_ops = {
     .finish = stage_finish,
     .close = stage_close,
 };
-RF_STAGE(tokenizer_ops)

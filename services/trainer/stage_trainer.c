@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/stage.h"
+#include "pipeline/stages.h"
 #include "trainer/spec.h"
 
 typedef struct trainer_stage {
@@ -57,7 +58,7 @@ static int trainer_run(void *state) {
     return rf_trainer_run(&t->spec, t->ctx->stats, t->ctx->cancel, NULL);
 }
 
-static const rf_stage_ops trainer_ops = {
+const rf_stage_ops rf_trainer_stage = {
     .name = "trainer",
     .order = 40,
     .keys = rf_trainer_spec_keys,
@@ -65,4 +66,3 @@ static const rf_stage_ops trainer_ops = {
     .run = trainer_run,
     .close = trainer_close,
 };
-RF_STAGE(trainer_ops)

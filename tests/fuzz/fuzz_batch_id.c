@@ -5,9 +5,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kafka/kafka.h"
+#include "runtime/kafka/kafka.h"
 #include "refinery.pb-c.h"
-#include "svc/stage_loop.h"
+#include "runtime/stage_loop.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     rf_kafka_msg m = {.value = data, .len = size};

@@ -1,4 +1,4 @@
-/* Fuzzes the intake file reader (svc/intake.h): the input (after its first
+/* Fuzzes the intake file reader (runtime/intake.h): the input (after its first
  * byte) is written as an intake file and loaded; when the first byte is
  * even, the record checksums are recomputed first, so that mutations get
  * past them into the body checks; when odd, the bytes are used as they are
@@ -15,7 +15,7 @@
 #include "common/hash.h"
 #include "common/log.h"
 #include "refinery.pb-c.h"
-#include "svc/intake.h"
+#include "runtime/intake.h"
 
 static uint32_t get32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;

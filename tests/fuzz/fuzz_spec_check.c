@@ -1,11 +1,11 @@
 /* libFuzzer target: the spec check Control.Submit runs on YAML from the
- * network (svc/spec_check.h): any bytes give 0 or an error with a message,
+ * network (control/spec_check.h): any bytes give 0 or an error with a message,
  * never a crash or a leak. */
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common/error.h"
-#include "svc/spec_check.h"
+#include "control/spec_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int rc = rf_spec_check((const char *)data, size, "spec");

@@ -65,7 +65,6 @@ static const rf_stage_ops source_ops = {.name = "source",
                                         .open = src_open,
                                         .produce = src_produce,
                                         .close = src_close};
-RF_STAGE(source_ops)
 
 typedef struct filter_state {
     uint64_t next_line; /* checks stream order */
@@ -106,7 +105,6 @@ static const rf_stage_ops filter_ops = {.name = "filter",
                                         .open = flt_open,
                                         .process = flt_process,
                                         .close = flt_close};
-RF_STAGE(filter_ops)
 
 static int batch_ran;
 static int bat_open(const rf_cfg *sec, rf_run_ctx *ctx, void **state) {
@@ -120,7 +118,9 @@ static int bat_run(void *state) {
 }
 static const rf_stage_ops report_ops = {
     .name = "report", .order = 3, .open = bat_open, .run = bat_run};
-RF_STAGE(report_ops)
+
+static const rf_stage_ops *const test_stages[] = {&source_ops, &filter_ops, &report_ops};
+static const rf_stage_table test_table = {test_stages, 3};
 
 static char dir[] = "/tmp/rf_runner_XXXXXX";
 
@@ -140,7 +140,7 @@ static int run_spec(const char *yaml, const char *name, char **stats) {
     FILE *f = fopen(spec, "w");
     fputs(yaml, f);
     fclose(f);
-    rf_pipeline_opts o = {spec, out, NULL, NULL};
+    rf_pipeline_opts o = {spec, out, NULL, NULL, &test_table};
     char *run_dir = NULL;
     int rc = rf_pipeline_run(&o, &run_dir);
     if (stats) {

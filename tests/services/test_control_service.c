@@ -18,14 +18,14 @@
 
 #include "common/error.h"
 #include "common/sys.h"
-#include "kafka/kafka.h"
-#include "kafka/mock.h"
+#include "runtime/kafka/kafka.h"
+#include "runtime/kafka/mock.h"
 #include "refinery.pb-c.h"
-#include "rpc/client.h"
-#include "rpc/rpc.h"
-#include "store/store.h"
-#include "svc/control_service.h"
-#include "svc/ingest_service.h"
+#include "runtime/rpc/client.h"
+#include "runtime/rpc/rpc.h"
+#include "runtime/store/store.h"
+#include "control/control_service.h"
+#include "ingest/server/ingest_service.h"
 
 #include "../support/pg.h"
 

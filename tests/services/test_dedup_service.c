@@ -19,9 +19,9 @@
 #include "common/error.h"
 #include "common/sys.h"
 #include "dedup/dedup.h"
-#include "kafka/kafka.h"
+#include "runtime/kafka/kafka.h"
 #include "refinery.pb-c.h"
-#include "svc/dedup_journal.h"
+#include "dedup/server/dedup_journal.h"
 
 typedef struct seen {
     int calls;

@@ -17,13 +17,13 @@
 
 #include "common/error.h"
 #include "common/sys.h"
-#include "kafka/kafka.h"
-#include "kafka/mock.h"
+#include "runtime/kafka/kafka.h"
+#include "runtime/kafka/mock.h"
 #include "refinery.pb-c.h"
-#include "rpc/client.h"
-#include "rpc/rpc.h"
-#include "store/store.h"
-#include "svc/ingest_files.h"
+#include "runtime/rpc/client.h"
+#include "runtime/rpc/rpc.h"
+#include "runtime/store/store.h"
+#include "ingest/server/ingest_files.h"
 
 #include "../support/pg.h"
 

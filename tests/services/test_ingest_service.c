@@ -17,12 +17,12 @@
 
 #include "common/error.h"
 #include "common/sys.h"
-#include "kafka/kafka.h"
-#include "kafka/mock.h"
+#include "runtime/kafka/kafka.h"
+#include "runtime/kafka/mock.h"
 #include "refinery.pb-c.h"
-#include "rpc/client.h"
-#include "rpc/rpc.h"
-#include "svc/ingest_service.h"
+#include "runtime/rpc/client.h"
+#include "runtime/rpc/rpc.h"
+#include "ingest/server/ingest_service.h"
 
 #define PUSH       "/refinery.v1.Ingest/Push"
 #define PUSH_LISTS "/refinery.v1.Ingest/PushLists"

@@ -16,7 +16,7 @@
 
 #include "common/error.h"
 #include "refinery.pb-c.h"
-#include "svc/intake.h"
+#include "runtime/intake.h"
 
 /* A batch of n sequences; sequence i has label base+i and i+1 ids base*100+j. */
 typedef struct tbatch {

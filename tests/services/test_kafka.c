@@ -1,4 +1,4 @@
-/* services/kafka against librdkafka's mock cluster (3 brokers, started in
+/* services/runtime/kafka against librdkafka's mock cluster (3 brokers, started in
  * this process), or against $KAFKA_BOOTSTRAP when set: the broker-fault tests
  * then need $KAFKA_MOCK_CONTROL, the command FIFO of a refinery-kafka-mock
  * process (tests/services/kafka_mock.test.sh), and are skipped without it.
@@ -19,8 +19,8 @@
 
 #include "common/error.h"
 #include "common/sys.h"
-#include "kafka/kafka.h"
-#include "kafka/mock.h"
+#include "runtime/kafka/kafka.h"
+#include "runtime/kafka/mock.h"
 #include "refinery.pb-c.h"
 
 static rf_kafka_mock *mock;

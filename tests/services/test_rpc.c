@@ -1,4 +1,4 @@
-/* services/rpc: an in-process server on a random localhost port, called by the
+/* services/runtime/rpc: an in-process server on a random localhost port, called by the
  * C client: unary, client- and server-streaming calls, health, deadlines,
  * message limits, invalid protobuf, unknown methods, TLS and mutual TLS.
  *
@@ -21,8 +21,8 @@
 #include "common/sys.h"
 #include "health.pb-c.h"
 #include "refinery.pb-c.h"
-#include "rpc/client.h"
-#include "rpc/rpc.h"
+#include "runtime/rpc/client.h"
+#include "runtime/rpc/rpc.h"
 
 #define PATH_TOKENIZE "/refinery.v1.Tokenizer/Tokenize"
 #define PATH_PUSH     "/refinery.v1.Ingest/Push"

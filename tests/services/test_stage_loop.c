@@ -20,12 +20,12 @@
 #include "common/buf.h"
 #include "common/error.h"
 #include "common/sys.h"
-#include "kafka/kafka.h"
-#include "kafka/mock.h"
+#include "runtime/kafka/kafka.h"
+#include "runtime/kafka/mock.h"
 #include "refinery.pb-c.h"
-#include "store/store.h"
-#include "svc/stage_loop.h"
-#include "svc/svc.h"
+#include "runtime/store/store.h"
+#include "runtime/stage_loop.h"
+#include "runtime/svc.h"
 
 #include "../support/pg.h"
 

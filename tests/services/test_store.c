@@ -1,4 +1,4 @@
-/* services/store against a real PostgreSQL: started here with
+/* services/runtime/store against a real PostgreSQL: started here with
  * scripts/test-env/pg.sh in a temporary directory (a watchdog removes it if
  * this process dies), or the server of $REFINERY_PG when set (then the
  * restart tests are skipped). */
@@ -16,8 +16,8 @@
 
 #include "common/error.h"
 #include "common/sys.h"
-#include "store/migrations.h"
-#include "store/store.h"
+#include "runtime/store/migrations.h"
+#include "runtime/store/store.h"
 
 #include "../support/pg.h"
 

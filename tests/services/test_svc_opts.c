@@ -1,4 +1,4 @@
-/* services/svc options: flag > environment > default, types, errors that
+/* services/runtime options: flag > environment > default, types, errors that
  * name the option, --help; the Kafka property list splitter. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "common/error.h"
-#include "svc/svc.h"
+#include "runtime/svc.h"
 
 typedef struct vals {
     const char *listen, *tls;

@@ -19,11 +19,11 @@
 
 #include "common/error.h"
 #include "common/sys.h"
-#include "kafka/kafka.h"
+#include "runtime/kafka/kafka.h"
 #include "refinery.pb-c.h"
-#include "rpc/client.h"
-#include "rpc/rpc.h"
-#include "svc/tokenizer_service.h"
+#include "runtime/rpc/client.h"
+#include "runtime/rpc/rpc.h"
+#include "tokenizer/server/tokenizer_service.h"
 
 #define METHOD "/refinery.v1.Tokenizer/Tokenize"
 

@@ -28,10 +28,10 @@
 #include "common/error.h"
 #include "common/rng.h"
 #include "common/sys.h"
-#include "kafka/kafka.h"
+#include "runtime/kafka/kafka.h"
 #include "refinery.pb-c.h"
-#include "svc/intake.h"
-#include "svc/trainer_service.h"
+#include "runtime/intake.h"
+#include "trainer/server/trainer_service.h"
 #include "trainer/train.h"
 
 static char tmpdir[] = "/tmp/rf_trainer_svc_XXXXXX";

@@ -1,0 +1,98 @@
+/* refinery-dedup: the dedup service. Kafka docs.clean (DocumentBatch) ->
+ * the dedup engine, whose index lives in --index and survives restarts ->
+ * docs.unique (kept documents) and docs.duplicates (the others), per-batch
+ * counts in PostgreSQL, input offsets committed once all that is durable.
+ * SIGTERM: finish and commit the poll in progress, exit 0. See
+ * services/README.md and dedup_service.h. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/buf.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "runtime/kafka/kafka.h"
+#include "runtime/store/store.h"
+#include "dedup/server/dedup_service.h"
+#include "runtime/stage_loop.h"
+#include "runtime/svc.h"
+#include "runtime/svc_main.h"
+
+typedef struct config {
+    rf_svc_kafka kafka;
+    const char *pg, *index, *group;
+    const char *topic_in, *topic_unique, *topic_dups;
+    int64_t threads, max_messages;
+} config;
+
+static int run(void *cfg) {
+    config *c = cfg;
+    rf_svc_stage_env env = {0};
+    rf_dedup_service *svc = NULL;
+    rf_dedup_service_opts so = {
+        .index_dir = c->index, .topic_unique = c->topic_unique, .topic_dups = c->topic_dups};
+    rf_dedup_opts_default(&so.engine);
+    so.engine.threads = (int)c->threads;
+    rf_stage_loop l = {.stage = "dedup",
+                       .max_messages = (size_t)c->max_messages,
+                       .delivery_timeout_s = c->kafka.delivery_timeout_s,
+                       .identify = rf_stage_identify_batch,
+                       .process = rf_dedup_service_process,
+                       .prepare = rf_dedup_service_prepare};
+    int rc = rf_svc_stage_env_open(&env, "dedup", &c->kafka, c->pg);
+    so.producer = env.producer;
+    if (!rc && !(rc = rf_dedup_service_open(&so, &svc))) l.user = svc;
+    if (!rc) rc = rf_svc_stage_env_consume(&env, c->group, c->topic_in);
+    rf_svc_stage_env_wire(&env, &l);
+    if (rc) {
+        rf_error("dedup", "cannot start: %s", rf_errmsg());
+    } else {
+        rf_info("dedup", "%s -> %s / %s at %s, index %s", c->topic_in, c->topic_unique,
+                c->topic_dups, c->kafka.bootstrap, c->index);
+        rc = rf_stage_loop_run(&l);
+        if (rc) rf_error("dedup", "stopped on error: %s", rf_errmsg());
+        rf_dedup_service_report(svc, env.stats);
+        rf_svc_log_stats("dedup", env.stats);
+    }
+    rf_dedup_service_close(svc);
+    rf_svc_stage_env_close(&env);
+    rf_svc_kafka_free(&c->kafka);
+    return rc;
+}
+
+static int check(void *cfg) {
+    config *c = cfg;
+    if (!c->kafka.bootstrap || !c->pg || !c->index)
+        return rf_fail(RF_ERR_INVALID,
+                       "--kafka, --pg and --index (or their variables) are required");
+    if (c->threads < 1 || c->threads > 256 || c->max_messages < 1 || c->max_messages > 100000)
+        return rf_fail(RF_ERR_INVALID, "a numeric option is out of range (see --help)");
+    return RF_OK;
+}
+
+int main(int argc, char **argv) {
+    config c = {0};
+    const rf_opt opts[] = {
+        RF_SVC_KAFKA_OPTS(&c.kafka, "Kafka bootstrap servers host:port,... (required)"),
+        {"pg", "REFINERY_PG", RF_OPT_STR, &c.pg, NULL,
+         "PostgreSQL connection string (required): per-batch progress, replay detection"},
+        {"index", "REFINERY_DEDUP_INDEX", RF_OPT_STR, &c.index, NULL,
+         "dedup index directory (required); a restart on it continues its decisions"},
+        {"group", "REFINERY_DEDUP_GROUP", RF_OPT_STR, &c.group, "refinery-dedup",
+         "Kafka consumer group"},
+        {"topic-in", "REFINERY_TOPIC_CLEAN", RF_OPT_STR, &c.topic_in, "docs.clean",
+         "input topic (DocumentBatch)"},
+        {"topic-unique", "REFINERY_TOPIC_UNIQUE", RF_OPT_STR, &c.topic_unique, "docs.unique",
+         "topic for kept documents (DocumentBatch, cluster set)"},
+        {"topic-duplicates", "REFINERY_TOPIC_DUPLICATES", RF_OPT_STR, &c.topic_dups,
+         "docs.duplicates", "topic for duplicate documents (DocumentBatch, cluster set)"},
+        {"threads", "REFINERY_THREADS", RF_OPT_INT, &c.threads, "1",
+         "threads hashing and signing a batch (decisions do not depend on it)"},
+        {"max-messages", "REFINERY_MAX_MESSAGES", RF_OPT_INT, &c.max_messages, "16",
+         "input batches per poll (committed together)"},
+    };
+    const rf_svc_def def = {"dedup", "Dedup service: docs.clean -> docs.unique.",
+                            opts,    sizeof opts / sizeof opts[0],
+                            check,   run,
+                            &c};
+    return rf_svc_main(&def, argc, argv);
+}

@@ -1,0 +1,5 @@
+# refinery-ingest: the ingest service (Push, PushLists, Load, the Kafka source)
+# and the Control API, whose Submit checks a spec against every stage's keys and
+# parses the ingest and trainer sections (control/spec_check.h).
+BIN_MODS_ingest := ingest.server control pipeline ingest dedup tokenizer trainer evaluator \
+    runtime runtime.rpc runtime.kafka runtime.store

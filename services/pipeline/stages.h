@@ -1,0 +1,19 @@
+/* The stages of `refinery run`, in pipeline order: one explicit table instead
+ * of self-registration, so that a binary links the stage libraries it names
+ * and no others. Each rf_<name>_stage is defined by its library, in
+ * services/<name>/stage_<name>.c. */
+#ifndef RF_PIPELINE_STAGES_H
+#define RF_PIPELINE_STAGES_H
+
+#include "common/stage.h"
+
+extern const rf_stage_ops rf_ingest_stage;    /* order 10: source */
+extern const rf_stage_ops rf_dedup_stage;     /* order 20: transform */
+extern const rf_stage_ops rf_tokenizer_stage; /* order 30: transform */
+extern const rf_stage_ops rf_trainer_stage;   /* order 40: batch */
+extern const rf_stage_ops rf_evaluator_stage; /* order 50: batch */
+
+/* The five stages above, in order. */
+const rf_stage_table *rf_pipeline_stages(void);
+
+#endif

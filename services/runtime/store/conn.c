@@ -1,0 +1,116 @@
+/* Connection with retry and exponential backoff; statements with one retry
+ * after a lost connection. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "runtime/store/internal.h"
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* libpq messages end with a newline; keep the first line. */
+static const char *first_line(const char *msg, char *buf, size_t size) {
+    size_t n = strcspn(msg, "\n");
+    if (n >= size) n = size - 1;
+    memcpy(buf, msg, n);
+    buf[n] = 0;
+    return buf;
+}
+
+static void ignore_notice(void *arg, const char *msg) {}
+
+static int connect_with_backoff(rf_store *s) {
+    double wait = s->backoff_s;
+    char line[256] = "";
+    for (int attempt = 1; attempt <= s->attempts; attempt++) {
+        if (s->conn) PQfinish(s->conn);
+        s->conn = PQconnectdb(s->conninfo);
+        if (PQstatus(s->conn) == CONNECTION_OK) {
+            /* Notices (e.g. "relation already exists, skipping") are not ours to print. */
+            PQsetNoticeProcessor(s->conn, ignore_notice, NULL);
+            return RF_OK;
+        }
+        first_line(PQerrorMessage(s->conn), line, sizeof line);
+        if (attempt == s->attempts) break;
+        rf_warn("store", "connect attempt %d/%d failed (%s); retrying in %.2fs", attempt,
+                s->attempts, line, wait);
+        sleep_s(wait);
+        wait = wait * 2 > s->backoff_max_s ? s->backoff_max_s : wait * 2;
+    }
+    PQfinish(s->conn);
+    s->conn = NULL;
+    return rf_fail(RF_ERR_IO, "store: cannot connect after %d attempts: %s", s->attempts, line);
+}
+
+int store_exec_once(rf_store *s, const char *sql, int n, const char *const *params,
+                    PGresult **res) {
+    if (res) *res = NULL;
+    if (!s->conn || PQstatus(s->conn) != CONNECTION_OK)
+        return rf_fail(RF_ERR_IO, "store: not connected");
+    PGresult *r = PQexecParams(s->conn, sql, n, NULL, params, NULL, NULL, 0);
+    ExecStatusType st = PQresultStatus(r);
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
+        if (res)
+            *res = r;
+        else
+            PQclear(r);
+        return RF_OK;
+    }
+    char line[256];
+    const char *msg = r ? PQresultErrorMessage(r) : PQerrorMessage(s->conn);
+    first_line(msg, line, sizeof line);
+    PQclear(r);
+    return rf_fail(RF_ERR_IO, "store: %s", line);
+}
+
+int rf_store_exec(rf_store *s, const char *sql, int n, const char *const *params, PGresult **res) {
+    for (int retried = 0;; retried = 1) {
+        if (!s->conn || PQstatus(s->conn) != CONNECTION_OK) {
+            s->reconnects++;
+            rf_warn("store", "connection lost; reconnecting");
+            int rc = connect_with_backoff(s);
+            if (rc < 0) return rc;
+        }
+        int rc = store_exec_once(s, sql, n, params, res);
+        /* A failure that broke the connection is retried once on a new one;
+         * a failure the server reported on a live connection is final. */
+        if (rc == RF_OK || retried || PQstatus(s->conn) == CONNECTION_OK) return rc;
+    }
+}
+
+int rf_store_open(const rf_store_opts *opts, rf_store **out) {
+    *out = NULL;
+    if (!opts->conninfo) return rf_fail(RF_ERR_INVALID, "store: no connection string");
+    rf_store *s = calloc(1, sizeof *s);
+    if (!s || !(s->conninfo = strdup(opts->conninfo))) {
+        free(s);
+        return RF_ERR_NOMEM;
+    }
+    s->attempts = opts->attempts > 0 ? opts->attempts : 10;
+    s->backoff_s = opts->backoff_s > 0 ? opts->backoff_s : 0.1;
+    s->backoff_max_s = opts->backoff_max_s > 0 ? opts->backoff_max_s : 5;
+    int rc = connect_with_backoff(s);
+    if (rc == RF_OK) rc = store_migrate(s);
+    if (rc < 0) {
+        rf_store_close(s);
+        return rc;
+    }
+    *out = s;
+    return RF_OK;
+}
+
+void rf_store_close(rf_store *s) {
+    if (!s) return;
+    if (s->conn) PQfinish(s->conn);
+    free(s->conninfo);
+    free(s);
+}
+
+int64_t rf_store_reconnects(const rf_store *s) {
+    return s->reconnects;
+}

@@ -1,0 +1,179 @@
+#include "tokenizer/server/tokenizer_service.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/utf8.h"
+#include "refinery.pb-c.h"
+#include "runtime/batch_decode.h"
+#include "tokenizer/batch.h"
+
+struct rf_tokenizer_service {
+    rf_tokenizer_service_opts o;
+    rf_tokenizer *tok;
+    rf_tok_state *stage_state; /* the stage loop's; RPC calls make their own */
+    rf_tok_encoding enc;
+};
+
+int rf_tokenizer_service_new(const rf_tokenizer_service_opts *o, rf_tokenizer_service **out) {
+    rf_tokenizer_service *s = calloc(1, sizeof *s);
+    if (!s) return RF_ERR_NOMEM;
+    s->o = *o;
+    int rc = rf_tokenizer_load(o->tokenizer, &s->tok);
+    if (!rc && !(s->stage_state = rf_tok_state_new(s->tok))) rc = RF_ERR_NOMEM;
+    if (rc) {
+        rf_tokenizer_service_free(s);
+        return rc;
+    }
+    *out = s;
+    return RF_OK;
+}
+
+void rf_tokenizer_service_free(rf_tokenizer_service *s) {
+    if (!s) return;
+    rf_tok_encoding_free(&s->enc);
+    rf_tok_state_free(s->stage_state);
+    rf_tokenizer_free(s->tok);
+    free(s);
+}
+
+/* ---- stage ---- */
+
+/* One output TokenBatch under construction; sequences own their ids. */
+typedef struct split_out {
+    Refinery__V1__TokenSequence *seqs;
+    Refinery__V1__TokenSequence **ptrs;
+    size_t n;
+} split_out;
+
+static void split_free(split_out *o) {
+    for (size_t i = 0; i < o->n; i++)
+        free(o->seqs[i].ids);
+    free(o->seqs);
+    free(o->ptrs);
+}
+
+static int produce_split(rf_tokenizer_service *s, rf_kafka_tracker *t, const char *topic,
+                         const Refinery__V1__DocumentBatch *in, split_out *o, bool eval) {
+    Refinery__V1__TokenBatch b = REFINERY__V1__TOKEN_BATCH__INIT;
+    b.run_id = in->run_id;
+    b.seq = in->seq;
+    b.eval = eval;
+    b.seqs = o->ptrs;
+    b.n_seqs = o->n;
+    size_t len = refinery__v1__token_batch__get_packed_size(&b);
+    uint8_t *buf = malloc(len + 1);
+    if (!buf) return RF_ERR_NOMEM;
+    refinery__v1__token_batch__pack(&b, buf);
+    int rc =
+        rf_kafka_produce_tracked(s->o.producer, t, topic, in->run_id, strlen(in->run_id), buf, len);
+    free(buf);
+    return rc;
+}
+
+int rf_tokenizer_service_process(void *user, const rf_kafka_msg *m, const rf_stage_batch_id *id,
+                                 rf_kafka_tracker *t, rf_store_counts *counts) {
+    rf_tokenizer_service *s = user;
+    Refinery__V1__DocumentBatch *in;
+    if (rf_svc_unpack_documents(m, &in) < 0) return RF_ERR_PARSE;
+    split_out out[2] = {{0}, {0}};
+    int64_t rejected = 0;
+    int rc = RF_OK;
+    for (int k = 0; k < 2 && !rc; k++)
+        if (!(out[k].seqs = calloc(in->n_docs + 1, sizeof *out[k].seqs)) ||
+            !(out[k].ptrs = calloc(in->n_docs + 1, sizeof *out[k].ptrs)))
+            rc = RF_ERR_NOMEM;
+    for (size_t i = 0; i < in->n_docs && !rc; i++) {
+        const Refinery__V1__Document *d = in->docs[i];
+        if (rf_tok_encode(s->stage_state, d->text, strlen(d->text), s->o.add_special, &s->enc)) {
+            rf_warn("tokenizer", "batch %s/%llu: document %s not tokenized: %s", in->run_id,
+                    (unsigned long long)in->seq, d->id, rf_errmsg());
+            rejected++;
+            continue;
+        }
+        int k = rf_split_is_eval(d->cluster, d->id, strlen(d->id), s->o.eval_fraction, s->o.seed);
+        Refinery__V1__TokenSequence *q = &out[k].seqs[out[k].n];
+        refinery__v1__token_sequence__init(q);
+        q->doc_id = d->id; /* borrowed from in */
+        q->label = d->label;
+        q->cluster = d->cluster;
+        q->n_ids = s->enc.len;
+        if (!(q->ids = malloc(s->enc.len * sizeof *q->ids + 1))) {
+            rc = RF_ERR_NOMEM;
+            break;
+        }
+        memcpy(q->ids, s->enc.ids, s->enc.len * sizeof *q->ids);
+        out[k].ptrs[out[k].n++] = q;
+    }
+    if (!rc) rc = produce_split(s, t, s->o.topic_train, in, &out[0], false);
+    if (!rc) rc = produce_split(s, t, s->o.topic_eval, in, &out[1], true);
+    if (!rc)
+        *counts = (rf_store_counts){
+            .in = (int64_t)in->n_docs, .out = (int64_t)(out[0].n + out[1].n), .rejected = rejected};
+    split_free(&out[0]);
+    split_free(&out[1]);
+    refinery__v1__document_batch__free_unpacked(in, NULL);
+    return rc;
+}
+
+/* ---- gRPC ---- */
+
+static grpc_status_code tokenize(rf_rpc_call *call, const ProtobufCMessage *msg, void *user) {
+    rf_tokenizer_service *s = user;
+    const Refinery__V1__TokenizeRequest *req = (const Refinery__V1__TokenizeRequest *)msg;
+    for (size_t i = 0; i < req->n_texts; i++) {
+        size_t len = strlen(req->texts[i]);
+        if (!rf_utf8_valid(req->texts[i], len))
+            return rf_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                               "texts[%zu] is not valid UTF-8 (first bad byte at %zu)", i,
+                               rf_utf8_first_invalid(req->texts[i], len));
+    }
+    rf_tok_state *st = rf_tok_state_new(s->tok);
+    Refinery__V1__TokenSequence *seqs = calloc(req->n_texts + 1, sizeof *seqs);
+    Refinery__V1__TokenSequence **ptrs = calloc(req->n_texts + 1, sizeof *ptrs);
+    rf_tok_encoding enc = {0};
+    grpc_status_code code = GRPC_STATUS_OK;
+    size_t n = 0;
+    if (!st || !seqs || !ptrs)
+        code = rf_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "no memory");
+    for (; n < req->n_texts && code == GRPC_STATUS_OK; n++) {
+        refinery__v1__token_sequence__init(&seqs[n]);
+        seqs[n].label = -1;
+        ptrs[n] = &seqs[n];
+        if (rf_tok_encode(st, req->texts[n], strlen(req->texts[n]), req->add_special_tokens,
+                          &enc)) {
+            code = rf_rpc_fail(call, GRPC_STATUS_INTERNAL, "texts[%zu]: %s", n, rf_errmsg());
+            break;
+        }
+        if (!(seqs[n].ids = malloc(enc.len * sizeof *seqs[n].ids + 1))) {
+            code = rf_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "no memory");
+            break;
+        }
+        memcpy(seqs[n].ids, enc.ids, enc.len * sizeof *seqs[n].ids);
+        seqs[n].n_ids = enc.len;
+    }
+    if (code == GRPC_STATUS_OK) {
+        Refinery__V1__TokenizeResponse resp = REFINERY__V1__TOKENIZE_RESPONSE__INIT;
+        resp.seqs = ptrs;
+        resp.n_seqs = n;
+        if (rf_rpc_send(call, &resp.base) < 0) code = rf_rpc_call_status(call);
+    }
+    for (size_t i = 0; seqs && i <= n && i < req->n_texts; i++)
+        free(seqs[i].ids);
+    free(seqs);
+    free(ptrs);
+    rf_tok_encoding_free(&enc);
+    rf_tok_state_free(st);
+    return code;
+}
+
+int rf_tokenizer_service_register(rf_tokenizer_service *s, rf_rpc_server *server) {
+    rf_rpc_method m = {.path = "/refinery.v1.Tokenizer/Tokenize",
+                       .kind = RF_RPC_UNARY,
+                       .request = &refinery__v1__tokenize_request__descriptor,
+                       .handler = tokenize,
+                       .user = s};
+    return rf_rpc_server_add(server, &m);
+}

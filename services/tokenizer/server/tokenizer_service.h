@@ -1,0 +1,45 @@
+/* The tokenizer service's work, on one loaded tokenizer:
+ *
+ * - stage (rf_stage_loop.process): DocumentBatch from docs.unique -> each
+ *   document encoded -> TokenBatch to tokens.train and to tokens.eval (both
+ *   always sent, possibly empty, with the input batch's (run_id, seq) and
+ *   `eval` set on the eval one). The split is rf_split_is_eval() on the
+ *   document's cluster, as the embedded tokenizer stage does. Counts: in,
+ *   out (sequences produced), rejected (documents the tokenizer failed on).
+ * - gRPC refinery.v1.Tokenizer/Tokenize (unary): every text encoded, in
+ *   order. A text that is not valid UTF-8 (proto3 strings must be) fails the
+ *   call with INVALID_ARGUMENT naming the text and byte, rather than being
+ *   repaired: a client should learn that its input is not what it meant. */
+#ifndef RF_SVC_TOKENIZER_SERVICE_H
+#define RF_SVC_TOKENIZER_SERVICE_H
+
+#include <stdbool.h>
+
+#include "runtime/kafka/kafka.h"
+#include "runtime/rpc/rpc.h"
+#include "runtime/store/store.h"
+#include "runtime/stage_loop.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct rf_tokenizer_service_opts {
+    const char *tokenizer; /* tokenizer.json (or anything rf_tokenizer_load takes) */
+    bool add_special;      /* stage: add the post-processor's special tokens */
+    double eval_fraction;
+    uint64_t seed;
+    rf_kafka_producer *producer; /* stage only */
+    const char *topic_train, *topic_eval;
+} rf_tokenizer_service_opts;
+
+typedef struct rf_tokenizer_service rf_tokenizer_service;
+
+int rf_tokenizer_service_new(const rf_tokenizer_service_opts *o, rf_tokenizer_service **out);
+void rf_tokenizer_service_free(rf_tokenizer_service *s);
+
+/* rf_stage_loop.process, user = the service (single-threaded use). */
+int rf_tokenizer_service_process(void *user, const rf_kafka_msg *m, const rf_stage_batch_id *id,
+                                 rf_kafka_tracker *t, rf_store_counts *counts);
+
+/* Adds /refinery.v1.Tokenizer/Tokenize to server (handlers run on its workers). */
+int rf_tokenizer_service_register(rf_tokenizer_service *s, rf_rpc_server *server);
+
+#endif

@@ -1,0 +1,115 @@
+/* refinery-trainer: the trainer service. Kafka tokens.train (TokenBatch) ->
+ * per-run intake files in --state, per-batch counts in PostgreSQL (stage
+ * "trainer"); a run whose intake is complete is trained in a background
+ * thread with the hyper-parameters of its spec, each checkpoint exported to
+ * --checkpoints, recorded in PostgreSQL and announced on `checkpoints`.
+ * SIGTERM: finish and commit the poll in progress, stop the training at a
+ * saved state (it resumes on the next start), exit 0. See
+ * services/README.md and trainer_service.h. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "runtime/kafka/kafka.h"
+#include "runtime/store/store.h"
+#include "runtime/stage_loop.h"
+#include "runtime/svc.h"
+#include "runtime/svc_main.h"
+#include "trainer/server/trainer_service.h"
+
+typedef struct config {
+    rf_svc_kafka kafka;
+    const char *pg, *state, *checkpoints, *model, *group, *topic_in, *topic_checkpoints;
+    int64_t threads, max_messages;
+    double cancel_poll_s;
+} config;
+
+static int run(void *cfg) {
+    config *c = cfg;
+    rf_svc_stage_env env = {0};
+    rf_trainer_service *svc = NULL;
+    rf_stage_loop l = {.stage = "trainer",
+                       .max_messages = (size_t)c->max_messages,
+                       .delivery_timeout_s = c->kafka.delivery_timeout_s,
+                       .identify = rf_stage_identify_batch,
+                       .process = rf_trainer_service_process};
+    int rc = rf_svc_stage_env_open(&env, "trainer", &c->kafka, c->pg);
+    rf_trainer_service_opts so = {.state_dir = c->state,
+                                  .checkpoints_dir = c->checkpoints,
+                                  .model = c->model,
+                                  .threads = (int)c->threads,
+                                  .pg = c->pg,
+                                  .store = env.store,
+                                  .producer = env.producer,
+                                  .topic_checkpoints = c->topic_checkpoints,
+                                  .delivery_timeout_s = c->kafka.delivery_timeout_s,
+                                  .cancel_poll_s = c->cancel_poll_s,
+                                  .stats = env.stats};
+    if (!rc && !(rc = rf_trainer_service_new(&so, &svc))) l.user = svc;
+    if (!rc) rc = rf_svc_stage_env_consume(&env, c->group, c->topic_in);
+    rf_svc_stage_env_wire(&env, &l);
+    if (rc) {
+        rf_error("trainer", "cannot start: %s", rf_errmsg());
+    } else {
+        rf_info("trainer", "%s -> %s, state %s, checkpoints %s at %s", c->topic_in,
+                c->topic_checkpoints, c->state, c->checkpoints, c->kafka.bootstrap);
+        /* The stage loop's steps, with the training scheduler between polls. */
+        while (!rc && !rf_svc_stopping()) {
+            rc = rf_stage_loop_step(&l);
+            if (rc >= 0) rc = rf_trainer_service_tick(svc);
+        }
+        if (rc < 0) rf_error("trainer", "stopped on error: %s", rf_errmsg());
+    }
+    rf_trainer_service_free(svc); /* stops a training at a saved state */
+    if (env.stats) rf_svc_log_stats("trainer", env.stats);
+    rf_svc_stage_env_close(&env);
+    rf_svc_kafka_free(&c->kafka);
+    return rc;
+}
+
+static int check(void *cfg) {
+    config *c = cfg;
+    if (!c->kafka.bootstrap || !c->pg || !c->state || !c->checkpoints)
+        return rf_fail(
+            RF_ERR_INVALID,
+            "--kafka, --pg, --state and --checkpoints (or their variables) are required");
+    if (c->threads < 0 || c->threads > 256 || c->max_messages < 1 || c->max_messages > 100000 ||
+        c->cancel_poll_s <= 0)
+        return rf_fail(RF_ERR_INVALID, "a numeric option is out of range (see --help)");
+    return RF_OK;
+}
+
+int main(int argc, char **argv) {
+    config c = {0};
+    const rf_opt opts[] = {
+        RF_SVC_KAFKA_OPTS(&c.kafka, "Kafka bootstrap servers host:port,... (required)"),
+        {"pg", "REFINERY_PG", RF_OPT_STR, &c.pg, NULL,
+         "PostgreSQL connection string (required): runs, progress, checkpoints, metrics"},
+        {"state", "REFINERY_TRAINER_STATE", RF_OPT_STR, &c.state, NULL,
+         "directory of the intake files and training state (required); a restart on it "
+         "resumes"},
+        {"checkpoints", "REFINERY_CHECKPOINTS", RF_OPT_STR, &c.checkpoints, NULL,
+         "directory of the exported checkpoints, <run>/step-<N>/ (required; shared with the "
+         "evaluator)"},
+        {"model", "REFINERY_MODEL", RF_OPT_STR, &c.model, NULL,
+         "Hugging Face model folder for runs whose spec names no trainer.model"},
+        {"threads", "REFINERY_THREADS", RF_OPT_INT, &c.threads, "0",
+         "training threads; 0: the spec's trainer.threads, else 1"},
+        {"group", "REFINERY_TRAINER_GROUP", RF_OPT_STR, &c.group, "refinery-trainer",
+         "Kafka consumer group"},
+        {"topic-in", "REFINERY_TOPIC_TRAIN", RF_OPT_STR, &c.topic_in, "tokens.train",
+         "input topic (TokenBatch)"},
+        {"topic-checkpoints", "REFINERY_TOPIC_CHECKPOINTS", RF_OPT_STR, &c.topic_checkpoints,
+         "checkpoints", "topic for the checkpoint announcements (CheckpointAnnounce)"},
+        {"max-messages", "REFINERY_MAX_MESSAGES", RF_OPT_INT, &c.max_messages, "16",
+         "input batches per poll (committed together)"},
+        {"cancel-poll", "REFINERY_CANCEL_POLL", RF_OPT_REAL, &c.cancel_poll_s, "2",
+         "seconds between checks of the training run's state (cancel)"},
+    };
+    const rf_svc_def def = {"trainer", "Trainer service: tokens.train -> training -> checkpoints.",
+                            opts,      sizeof opts / sizeof opts[0],
+                            check,     run,
+                            &c};
+    return rf_svc_main(&def, argc, argv);
+}
