@@ -16,7 +16,7 @@
 #include "common/utf8.h"
 #include "evaluator/evaluate.h"
 #include "refinery.pb-c.h"
-#include "svc/classifier.h"
+#include "evaluator/classifier.h"
 #include "svc/intake.h"
 #include "svc/svc.h"
 

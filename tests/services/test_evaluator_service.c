@@ -38,7 +38,7 @@
 #include "rpc/client.h"
 #include "rpc/rpc.h"
 #include "store/store.h"
-#include "svc/classifier.h"
+#include "evaluator/classifier.h"
 #include "svc/evaluator_service.h"
 #include "tokenizer/tokenizer.h"
 #include "trainer/dataset.h"
