@@ -36,6 +36,7 @@ int rf_predict_batch(rf_bert *m, const rf_dataset *d, const size_t *idx, int B, 
         free(scratch);
     }
     for (int r = 0; r < B; r++)
-        pred[r] = rf_softmax_argmax(m->logits + (size_t)r * K, K, probs ? probs + (size_t)r * K : NULL);
+        pred[r] =
+            rf_softmax_argmax(m->logits + (size_t)r * K, K, probs ? probs + (size_t)r * K : NULL);
     return RF_OK;
 }

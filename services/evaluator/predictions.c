@@ -46,7 +46,8 @@ static int load_jsonl(rf_pred_writer *w, const char *path) {
     w->ids = calloc(cap + 1, sizeof *w->ids);
     w->texts = calloc(cap + 1, sizeof *w->texts);
     int rc = jd && w->ids && w->texts ? RF_OK : RF_ERR_NOMEM;
-    if (!rc && (rc = rf_reader_open(path, 1 << 24, &r))) rc = rf_fail_ctx(rc, "cannot read %s", path);
+    if (!rc && (rc = rf_reader_open(path, 1 << 24, &r)))
+        rc = rf_fail_ctx(rc, "cannot read %s", path);
     rf_line line;
     while (!rc && (rc = rf_reader_next(r, &line)) == 1) {
         const rf_json *root;
@@ -58,8 +59,10 @@ static int load_jsonl(rf_pred_writer *w, const char *path) {
             continue;
         }
         if (w->n == cap) {
-            rc = rf_fail(RF_ERR_CORRUPT, "predictions: %s has more labelled records than the %zu "
-                         "loaded (changed meanwhile?)", path, cap);
+            rc = rf_fail(RF_ERR_CORRUPT,
+                         "predictions: %s has more labelled records than the %zu "
+                         "loaded (changed meanwhile?)",
+                         path, cap);
         } else {
             w->ids[w->n] = doc.id ? strdup(doc.id) : NULL;
             w->texts[w->n] = strndup(doc.text, doc.text_len);

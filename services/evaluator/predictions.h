@@ -2,8 +2,8 @@
  * sequence in data order:
  *   {"index":I,"id":"..","text":"..","label":GOLD,"pred":P,"probs":[p0,..]}
  * index  position of the sequence among the loaded data's sequences;
- * id     the document id: JSONL records carry it ("id"; omitted when a record
- *        has none). Token shards do not keep document ids (their records hold
+ * id     the document id: JSONL records carry it ("id"; the loader skips a
+ *        record without one). Token shards do not keep document ids (their records hold
  *        only start, len, label and the dedup cluster; tokenizer/shard.h), nor
  *        do TSV rows, so their lines have no "id": index identifies them;
  * text   the record's text for JSONL; for shards and TSV the token ids decoded

@@ -40,10 +40,10 @@ int rf_trainer_drive(const rf_trainer_spec *s, const rf_dataset *data,
     rf_bert_config cfg = {0};
     rf_bert *m = NULL;
     int k = s->num_labels ? s->num_labels : rf_dataset_num_labels(data);
-    int rc = k < 2 ? rf_fail(RF_ERR_INVALID,
-                             "trainer: the training data has %d label(s); need at least 2 classes",
-                             k)
-                   : RF_OK;
+    int rc = k < 2
+                 ? rf_fail(RF_ERR_INVALID,
+                           "trainer: the training data has %d label(s); need at least 2 classes", k)
+                 : RF_OK;
     if (!rc) rc = model_config(s->model, &cfg);
     if (!rc) rc = check_vocab(data, cfg.vocab_size, s->model);
     if (rc) return rc;
@@ -68,8 +68,8 @@ int rf_trainer_drive(const rf_trainer_spec *s, const rf_dataset *data,
                 r.steps);
     if (!rc && r.finished && s->export_dir) {
         if (!(rc = rf_export_hf(m, s->model, s->export_dir)))
-            rf_info("trainer", "exported %s (loss %.4f, %.0f tokens/s)", s->export_dir,
-                    r.last_loss, r.tokens_per_s);
+            rf_info("trainer", "exported %s (loss %.4f, %.0f tokens/s)", s->export_dir, r.last_loss,
+                    r.tokens_per_s);
     }
     rf_bert_free(m);
     if (res) *res = r;
