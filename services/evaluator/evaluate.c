@@ -35,7 +35,7 @@ int rf_evaluate_ex(rf_bert *m, const rf_dataset *d, int batch_size, const rf_eva
         for (int r = 0; r < nb && !rc; r++) {
             rf_metrics_add(out, d->label[idx[r]], pred[r], loss[r]);
             if (sink && sink->example)
-                rc = sink->example(sink->user, idx[r], d->label[idx[r]], pred[r],
+                rc = sink->example(sink->user, d, idx[r], d->label[idx[r]], pred[r],
                                    probs + (size_t)r * K, K);
         }
     }
@@ -52,22 +52,40 @@ int rf_evaluate(rf_bert *m, const rf_dataset *d, int batch_size, rf_metrics *out
     return rf_evaluate_ex(m, d, batch_size, NULL, out);
 }
 
-int rf_evaluate_run(const rf_eval_opts *o, rf_buf *json) {
+int rf_evaluate_model(const char *model_dir, int max_len, int batch_size, rf_eval_load_fn load,
+                      void *user, const rf_eval_sink *sink, rf_dataset *d, rf_metrics *mt) {
     rf_bert *m = NULL;
+    int rc = rf_bert_load(model_dir, 0, 0, rf_backend_cpu(), &m);
+    if (rc) return rf_fail_ctx(rc, "model %s", model_dir);
+    if (max_len > m->cfg.max_position) max_len = m->cfg.max_position;
+    rc = load(user, max_len, d);
+    if (!rc && (rc = rf_evaluate_ex(m, d, batch_size, sink, mt)))
+        rc = rf_fail_ctx(rc, "evaluating %s", model_dir);
+    rf_bert_free(m);
+    return rc;
+}
+
+static int load_files(void *user, int max_len, rf_dataset *d) {
+    const rf_eval_opts *o = user;
+    int rc = rf_dataset_load(d, o->data, o->model_dir, max_len, NULL, "evaluator");
+    if (!rc && d->n == 0)
+        rc = rf_fail(RF_ERR_INVALID, "eval: no labelled sequences in %s", o->data);
+    return rc;
+}
+
+int rf_evaluate_run(const rf_eval_opts *o, rf_buf *json) {
     rf_dataset d = {0};
     rf_metrics mt = {0};
     rf_pred_writer *pw = NULL;
     rf_buf b = RF_BUF_INIT;
     double t0 = rf_now();
-    int rc = rf_bert_load(o->model_dir, 0, 0, rf_backend_cpu(), &m);
-    int max_len = o->max_len;
-    if (!rc && max_len > m->cfg.max_position) max_len = m->cfg.max_position;
-    if (!rc) rc = rf_dataset_load(&d, o->data, o->model_dir, max_len, NULL, "evaluator");
-    if (!rc && d.n == 0) rc = rf_fail(RF_ERR_INVALID, "eval: no labelled sequences in %s", o->data);
-    if (!rc && o->predictions_path)
-        rc = rf_pred_writer_open(o->predictions_path, o->data, o->model_dir, &d, &pw);
+    int rc = RF_OK;
+    if (o->predictions_path)
+        rc = rf_pred_writer_open(o->predictions_path, o->data, o->model_dir, &pw);
     rf_eval_sink sink = {rf_pred_writer_example, pw};
-    if (!rc) rc = rf_evaluate_ex(m, &d, o->batch_size, pw ? &sink : NULL, &mt);
+    if (!rc)
+        rc = rf_evaluate_model(o->model_dir, o->max_len, o->batch_size, load_files, (void *)o,
+                               pw ? &sink : NULL, &d, &mt);
     if (!rc) rc = rf_metrics_to_json(&mt, &b);
     if (!rc) {
         b.len--; /* reopen the object to add provenance */
@@ -88,7 +106,6 @@ int rf_evaluate_run(const rf_eval_opts *o, rf_buf *json) {
     rf_buf_free(&b);
     rf_metrics_free(&mt);
     rf_dataset_free(&d);
-    rf_bert_free(m);
     return rc;
 }
 

@@ -17,11 +17,12 @@
 
 struct rf_pred_writer {
     char *path;
-    const rf_dataset *d;
     rf_tokenizer *tok; /* decodes the ids when there is no text (shards, TSV) */
-    char **ids;        /* JSONL: [d->n] record id (NULL: none) and text, in data order */
+    bool jsonl;
+    char **ids; /* JSONL: [n] record id (NULL: none) and text, in data order */
     char **texts;
-    size_t n;
+    size_t n, cap;
+    size_t lines; /* written so far */
     rf_buf out;
 };
 
@@ -42,10 +43,7 @@ static int load_jsonl(rf_pred_writer *w, const char *path) {
     rf_reader *r = NULL;
     rf_json_doc *jd = rf_json_doc_new();
     rf_doc doc = {0};
-    size_t cap = w->d->n;
-    w->ids = calloc(cap + 1, sizeof *w->ids);
-    w->texts = calloc(cap + 1, sizeof *w->texts);
-    int rc = jd && w->ids && w->texts ? RF_OK : RF_ERR_NOMEM;
+    int rc = jd ? RF_OK : RF_ERR_NOMEM;
     if (!rc && (rc = rf_reader_open(path, 1 << 24, &r)))
         rc = rf_fail_ctx(rc, "cannot read %s", path);
     rf_line line;
@@ -58,39 +56,38 @@ static int load_jsonl(rf_pred_writer *w, const char *path) {
             rf_doc_clear(&doc);
             continue;
         }
-        if (w->n == cap) {
-            rc = rf_fail(RF_ERR_CORRUPT,
-                         "predictions: %s has more labelled records than the %zu "
-                         "loaded (changed meanwhile?)",
-                         path, cap);
-        } else {
+        if (w->n == w->cap) {
+            size_t cap = w->cap ? 2 * w->cap : 256;
+            char **ids = realloc(w->ids, cap * sizeof *ids);
+            if (ids) w->ids = ids;
+            char **texts = ids ? realloc(w->texts, cap * sizeof *texts) : NULL;
+            if (texts) w->texts = texts;
+            if (!ids || !texts)
+                rc = RF_ERR_NOMEM;
+            else
+                w->cap = cap;
+        }
+        if (!rc) {
             w->ids[w->n] = doc.id ? strdup(doc.id) : NULL;
             w->texts[w->n] = strndup(doc.text, doc.text_len);
-            if ((doc.id && !w->ids[w->n]) || !w->texts[w->n]) rc = RF_ERR_NOMEM;
             w->n++;
+            if ((doc.id && !w->ids[w->n - 1]) || !w->texts[w->n - 1]) rc = RF_ERR_NOMEM;
         }
         rf_doc_clear(&doc);
     }
-    if (rc < 0)
-        rc = rf_fail_ctx(rc, "%s", path);
-    else if (w->n != cap)
-        rc = rf_fail(RF_ERR_CORRUPT, "predictions: %s has %zu labelled records, %zu were loaded",
-                     path, w->n, cap);
-    else
-        rc = RF_OK;
+    rc = rc < 0 ? rf_fail_ctx(rc, "%s", path) : RF_OK;
     rf_reader_close(r);
     rf_json_doc_free(jd);
     return rc;
 }
 
 int rf_pred_writer_open(const char *path, const char *data, const char *model_dir,
-                        const rf_dataset *d, rf_pred_writer **out) {
+                        rf_pred_writer **out) {
     rf_pred_writer *w = calloc(1, sizeof *w);
     if (!w) return RF_ERR_NOMEM;
-    w->d = d;
-    w->out = (rf_buf)RF_BUF_INIT;
     int rc = (w->path = strdup(path)) ? RF_OK : RF_ERR_NOMEM;
-    if (!rc && is_jsonl(data))
+    w->jsonl = is_jsonl(data);
+    if (!rc && w->jsonl)
         rc = load_jsonl(w, data);
     else if (!rc && rf_tokenizer_load(model_dir, &w->tok) != RF_OK)
         w->tok = NULL; /* no tokenizer in the folder: lines without text */
@@ -102,20 +99,27 @@ int rf_pred_writer_open(const char *path, const char *data, const char *model_di
     return RF_OK;
 }
 
-int rf_pred_writer_example(void *user, size_t i, int gold, int pred, const float *probs, int K) {
+int rf_pred_writer_example(void *user, const rf_dataset *d, size_t i, int gold, int pred,
+                           const float *probs, int K) {
     rf_pred_writer *w = user;
     rf_buf *b = &w->out;
+    if (w->jsonl && i >= w->n)
+        return rf_fail(RF_ERR_CORRUPT,
+                       "predictions: sequence %zu, but the data has %zu labelled records "
+                       "(changed meanwhile?)",
+                       i, w->n);
     int rc = rf_buf_printf(b, "{\"index\":%zu", i);
-    if (!rc && w->ids && w->ids[i]) {
+    w->lines++;
+    if (!rc && w->jsonl && w->ids[i]) {
         rc = rf_buf_puts(b, ",\"id\":");
         if (!rc) rc = rf_buf_append_json_str(b, w->ids[i], strlen(w->ids[i]));
     }
-    if (!rc && w->texts) {
+    if (!rc && w->jsonl) {
         rc = rf_buf_puts(b, ",\"text\":");
         if (!rc) rc = rf_buf_append_json_str(b, w->texts[i], strlen(w->texts[i]));
     } else if (!rc && w->tok) {
         rf_buf t = RF_BUF_INIT;
-        rc = rf_tok_decode(w->tok, w->d->tokens + w->d->start[i], w->d->len[i], true, &t);
+        rc = rf_tok_decode(w->tok, d->tokens + d->start[i], d->len[i], true, &t);
         if (!rc) rc = rf_buf_puts(b, ",\"text\":");
         if (!rc) rc = rf_buf_append_json_str(b, t.data ? t.data : "", t.len);
         rf_buf_free(&t);
@@ -128,6 +132,11 @@ int rf_pred_writer_example(void *user, size_t i, int gold, int pred, const float
 }
 
 int rf_pred_writer_commit(rf_pred_writer *w) {
+    if (w->jsonl && w->lines != w->n)
+        return rf_fail(RF_ERR_CORRUPT,
+                       "predictions: %zu labelled records in the data, %zu evaluated "
+                       "(changed meanwhile?)",
+                       w->n, w->lines);
     int rc = rf_write_file_atomic(w->path, w->out.data ? w->out.data : "", w->out.len);
     return rc ? rf_fail_ctx(rc, "eval: cannot write %s", w->path) : RF_OK;
 }

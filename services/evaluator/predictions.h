@@ -20,13 +20,15 @@
 
 typedef struct rf_pred_writer rf_pred_writer;
 
-/* For the dataset d loaded from data (rf_dataset_load) with model_dir's
- * tokenizer; d must outlive the writer. */
+/* For the dataset that rf_dataset_load makes of data with model_dir's
+ * tokenizer (JSONL: the ids and texts are read here). */
 int rf_pred_writer_open(const char *path, const char *data, const char *model_dir,
-                        const rf_dataset *d, rf_pred_writer **out);
+                        rf_pred_writer **out);
 /* An rf_eval_sink callback (user = the writer). */
-int rf_pred_writer_example(void *user, size_t i, int gold, int pred, const float *probs, int K);
-/* Writes the lines to path (temporary file, fsync, rename). */
+int rf_pred_writer_example(void *user, const rf_dataset *d, size_t i, int gold, int pred,
+                           const float *probs, int K);
+/* Writes the lines to path (temporary file, fsync, rename). For JSONL, every
+ * labelled record must have had its line (else the data changed meanwhile). */
 int rf_pred_writer_commit(rf_pred_writer *w);
 void rf_pred_writer_free(rf_pred_writer *w);
 
