@@ -175,10 +175,8 @@ static void test_cancel(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_max_len),
-        cmocka_unit_test(test_long_texts_train),
-        cmocka_unit_test(test_vocab),
-        cmocka_unit_test(test_one_label),
+        cmocka_unit_test(test_max_len), cmocka_unit_test(test_long_texts_train),
+        cmocka_unit_test(test_vocab),   cmocka_unit_test(test_one_label),
         cmocka_unit_test(test_cancel),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
