@@ -172,9 +172,10 @@ $(foreach f,$(TOOL_SRCS),$(eval $(call BIN_RULE,$(subst _,-,$(basename $(notdir 
 all: $(EXTRA_BINS)
 
 # tests/<m>/ links librefinery_<m>.a, common, proto and the modules named in
-# DEPS_<m> (set in services/<m>/module.mk, e.g. `DEPS_trainer := tokenizer`);
-# a tests/ directory that is not a module links every library.
-test_libs = $(if $(filter $(1),$(MODULES)),$(sort $(call lib_of,$(1)) $(foreach d,$(DEPS_$(1)),$(call lib_of,$(d))) $(call lib_of,common) $(call lib_of,proto)),$(LIBS))
+# DEPS_<m> (set in services/<m>/module.mk, e.g. `DEPS_trainer := tokenizer`)
+# and TEST_DEPS_<m> (what only the tests use, e.g. the trainer's tests score
+# with the evaluator); a tests/ directory that is not a module links every library.
+test_libs = $(if $(filter $(1),$(MODULES)),$(sort $(call lib_of,$(1)) $(foreach d,$(DEPS_$(1)) $(TEST_DEPS_$(1)),$(call lib_of,$(d))) $(call lib_of,common) $(call lib_of,proto)),$(LIBS))
 TEST_DIRS := $(notdir $(patsubst %/,%,$(dir $(TEST_SRCS))))
 define TEST_RULE
 $(BUILD)/tests/$(1)/%: $(BUILD)/obj/tests/$(1)/%.o $(TEST_SUPPORT) $(call test_libs,$(1))

@@ -1,6 +1,7 @@
-/* `refinery eval --model DIR --data SHARDS_OR_JSONL [--out REPORT.json]`:
- * accuracy, per-class and macro P/R/F1, confusion matrix and loss of a
- * sequence classifier, as JSON on stdout (and in --out). */
+/* `refinery eval --model DIR --data SHARDS_OR_JSONL [--out REPORT.json]
+ * [--predictions FILE]`: accuracy, per-class and macro P/R/F1, confusion
+ * matrix and loss of a sequence classifier, as JSON on stdout (and in --out),
+ * and one JSON line per example in --predictions (evaluator/predictions.h). */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -18,6 +19,11 @@ static void eval_usage(FILE *out) {
             "  --model DIR     Hugging Face folder (config.json, model.safetensors, tokenizer)\n"
             "  --data PATH     token shard prefix or directory, or JSONL documents with labels\n"
             "  --out FILE      also write the JSON report there\n"
+            "  --predictions FILE\n"
+            "                  one JSON line per example: index, id (JSONL records' id;\n"
+            "                  token shards keep none), text (JSONL's; shards and TSV: the\n"
+            "                  ids decoded with the model's tokenizer), label (gold), pred,\n"
+            "                  probs (softmax, pred = their arg-max)\n"
             "  --max-len N     truncate sequences to N tokens (default 128)\n"
             "  --batch N       sequences per forward pass (default 64)\n"
             "  --threads N     CPU threads (default: all)\n");
@@ -36,12 +42,16 @@ static int parse_pos(const char *opt, const char *s, int *out) {
 }
 
 static int cmd_eval(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
-        {"out", required_argument, 0, 'o'},   {"max-len", required_argument, 0, 'l'},
-        {"batch", required_argument, 0, 'b'}, {"threads", required_argument, 0, 't'},
-        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
-    const char *model = NULL, *data = NULL, *out = NULL;
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"data", required_argument, 0, 'd'},
+                                         {"out", required_argument, 0, 'o'},
+                                         {"max-len", required_argument, 0, 'l'},
+                                         {"batch", required_argument, 0, 'b'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"predictions", required_argument, 0, 'p'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *model = NULL, *data = NULL, *out = NULL, *preds = NULL;
     int max_len = 128, batch = 64, threads = 0, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -54,6 +64,9 @@ static int cmd_eval(int argc, char **argv) {
             break;
         case 'o':
             out = optarg;
+            break;
+        case 'p':
+            preds = optarg;
             break;
         case 'l':
             if (parse_pos("--max-len", optarg, &max_len)) return 2;
@@ -78,7 +91,13 @@ static int cmd_eval(int argc, char **argv) {
     }
     if (threads) rf_set_threads(threads);
     rf_buf json = RF_BUF_INIT;
-    int rc = rf_evaluate_path(model, data, max_len, batch, out, &json);
+    rf_eval_opts eo = {.model_dir = model,
+                       .data = data,
+                       .max_len = max_len,
+                       .batch_size = batch,
+                       .report_path = out,
+                       .predictions_path = preds};
+    int rc = rf_evaluate_run(&eo, &json);
     if (rc) {
         fprintf(stderr, "refinery eval: %s\n", rf_errmsg());
         rf_buf_free(&json);

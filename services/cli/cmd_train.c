@@ -1,15 +1,20 @@
 /* `refinery train SPEC.yaml`: fine-tunes a BERT classifier from the spec's
  * `trainer:` section (see services/trainer/spec.h), checkpointing into
  * `output` and exporting a Hugging Face folder. Rerunning after a kill resumes
- * from the last checkpoint. SIGINT/SIGTERM checkpoint and stop. */
+ * from the last checkpoint. SIGINT/SIGTERM checkpoint and stop. When `eval` is
+ * set, the export is then scored by the evaluator library into
+ * <output>/eval.json (the trainer itself does not evaluate). */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/command.h"
 #include "common/config.h"
+#include "common/buf.h"
 #include "common/error.h"
-#include "trainer/spec.h"
+#include "common/log.h"
+#include "evaluator/evaluate.h"
+#include "trainer/driver.h"
 
 static volatile int train_cancel;
 
@@ -50,7 +55,20 @@ static int cmd_train(int argc, char **argv) {
     s.opts.out_dir = s.output;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    rc = rf_trainer_run(&s, NULL, &train_cancel, report);
+    rf_trainer_hooks hooks = {.cancel = &train_cancel};
+    rf_train_result res = {0};
+    rc = rf_trainer_run(&s, &hooks, &res);
+    if (!rc && res.finished && s.eval) {
+        rf_buf json = RF_BUF_INIT;
+        rf_eval_opts eo = {.model_dir = s.export_dir,
+                           .data = s.eval,
+                           .max_len = s.max_len,
+                           .batch_size = s.eval_batch_size,
+                           .report_path = report};
+        rc = rf_evaluate_run(&eo, &json);
+        if (!rc) rf_info("trainer", "eval %s: %.*s", s.eval, (int)json.len - 1, json.data);
+        rf_buf_free(&json);
+    }
     if (rc) fprintf(stderr, "refinery train: %s\n", rf_errmsg());
     rf_cfg_free(root);
     return rc ? 1 : 0;

@@ -1,13 +1,13 @@
 /* Inference on a checkpoint folder, and the cache of loaded folders. */
 #include "evaluator/classifier.h"
 
-#include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
+#include "evaluator/predict.h"
 #include "tokenizer/tokenizer.h"
 #include "trainer/model.h"
 
@@ -52,50 +52,19 @@ int rf_classifier_num_labels(const rf_classifier *c) {
     return c->model->cfg.num_labels;
 }
 
-/* One padded batch of encodings: ids/types/valid [B*T]. */
-typedef struct padded {
-    int32_t *ids, *types;
-    uint8_t *valid;
-} padded;
-
-/* Texts idx[0..B) (encoded in enc) through the model; each one's label and
- * probabilities go to its own index in labels and probs. */
-static int forward(rf_classifier *c, const rf_tok_encoding *enc, const size_t *idx, int B,
-                   int32_t *labels, float *probs) {
-    size_t T = 1;
-    for (int b = 0; b < B; b++)
-        if (enc[idx[b]].len > T) T = enc[idx[b]].len;
-    padded p = {calloc((size_t)B * T, sizeof(int32_t)), calloc((size_t)B * T, sizeof(int32_t)),
-                calloc((size_t)B * T, 1)};
-    int rc = p.ids && p.types && p.valid ? RF_OK : RF_ERR_NOMEM;
-    for (int b = 0; b < B && !rc; b++)
-        for (size_t t = 0; t < enc[idx[b]].len; t++) {
-            p.ids[(size_t)b * T + t] = (int32_t)enc[idx[b]].ids[t];
-            p.valid[(size_t)b * T + t] = 1;
-        }
+/* Sequences idx[0..B) of d through the model (forward passes on one
+ * classifier take turns); each one's label and probabilities go to its own
+ * index in labels and probs. */
+static int forward(rf_classifier *c, const rf_dataset *d, const size_t *idx, int B,
+                   rf_batch_buf *bb, int32_t *pred, float *p, int32_t *labels, float *probs) {
     int K = c->model->cfg.num_labels;
-    if (!rc) {
-        rf_batch batch = {B, (int)T, p.ids, p.types, NULL, p.valid};
-        pthread_mutex_lock(&c->lock);
-        rc = rf_bert_forward(c->model, &batch, false, 0);
-        for (int b = 0; b < B && !rc; b++) {
-            const float *z = c->model->logits + (size_t)b * K;
-            float *out = probs + idx[b] * K;
-            int best = 0;
-            for (int k = 1; k < K; k++)
-                if (z[k] > z[best]) best = k;
-            double sum = 0;
-            for (int k = 0; k < K; k++)
-                sum += exp((double)z[k] - z[best]);
-            for (int k = 0; k < K; k++)
-                out[k] = (float)(exp((double)z[k] - z[best]) / sum);
-            labels[idx[b]] = best;
-        }
-        pthread_mutex_unlock(&c->lock);
+    pthread_mutex_lock(&c->lock);
+    int rc = rf_predict_batch(c->model, d, idx, B, bb, pred, p, NULL);
+    pthread_mutex_unlock(&c->lock);
+    for (int b = 0; b < B && !rc; b++) {
+        labels[idx[b]] = pred[b];
+        memcpy(probs + idx[b] * K, p + (size_t)b * K, (size_t)K * sizeof *probs);
     }
-    free(p.ids);
-    free(p.types);
-    free(p.valid);
     return rc;
 }
 
@@ -112,15 +81,22 @@ static int cmp_len(const void *a, const void *b) {
 int rf_classifier_run(rf_classifier *c, const char *const *texts, size_t n, int batch_size,
                       int32_t *labels, float *probs) {
     if (batch_size < 1) batch_size = 32;
+    int K = c->model->cfg.num_labels;
     rf_tok_state *st = rf_tok_state_new(c->tok);
-    rf_tok_encoding *enc = calloc(n + 1, sizeof *enc);
+    rf_tok_encoding enc = {0};
+    rf_dataset d = {0};
+    rf_batch_buf bb = {0};
     by_len *order = calloc(n + 1, sizeof *order);
     size_t *idx = calloc(n + 1, sizeof *idx);
-    int rc = st && enc && order && idx ? RF_OK : RF_ERR_NOMEM;
+    int32_t *pred = calloc((size_t)batch_size, sizeof *pred);
+    float *p = calloc((size_t)batch_size * K, sizeof *p);
+    int rc = st && order && idx && pred && p ? RF_OK : RF_ERR_NOMEM;
     for (size_t i = 0; i < n && !rc; i++) {
-        if ((rc = rf_tok_encode(st, texts[i], strlen(texts[i]), true, &enc[i])))
+        if ((rc = rf_tok_encode(st, texts[i], strlen(texts[i]), true, &enc)))
             rc = rf_fail_ctx(rc, "text %zu", i);
-        order[i] = (by_len){enc[i].len, i};
+        else /* sequence i of d, without a label */
+            rc = rf_dataset_add(&d, enc.ids, enc.len, -1);
+        order[i] = (by_len){enc.len, i};
     }
     /* Batches of similar lengths: little of each is padding. */
     if (!rc) qsort(order, n, sizeof *order, cmp_len);
@@ -128,13 +104,15 @@ int rf_classifier_run(rf_classifier *c, const char *const *texts, size_t n, int 
         idx[i] = order[i].i;
     for (size_t i = 0; i < n && !rc; i += (size_t)batch_size) {
         int B = n - i < (size_t)batch_size ? (int)(n - i) : batch_size;
-        rc = forward(c, enc, idx + i, B, labels, probs);
+        rc = forward(c, &d, idx + i, B, &bb, pred, p, labels, probs);
     }
-    for (size_t i = 0; enc && i < n; i++)
-        rf_tok_encoding_free(&enc[i]);
-    free(enc);
+    rf_tok_encoding_free(&enc);
+    rf_dataset_free(&d);
+    rf_batch_buf_free(&bb);
     free(order);
     free(idx);
+    free(pred);
+    free(p);
     rf_tok_state_free(st);
     return rc;
 }

@@ -1,5 +1,7 @@
 /* A checkpoint folder loaded for inference (model + its tokenizer), and a
  * small cache of them shared by the gRPC workers of refinery-evaluator.
+ * The forward pass, padding and softmax are evaluator/predict.h's, the ones
+ * rf_evaluate uses.
  *
  * Texts are tokenized as rf_dataset_load_jsonl does for evaluation ([CLS]
  * text [SEP], truncated to max_len, which is capped at the model's
@@ -9,8 +11,8 @@
  * rf_evaluate) and the softmax of its logits. The model's activation
  * buffers are its own, so forward passes on one classifier take turns
  * (a mutex); different classifiers run in parallel. */
-#ifndef RF_SVC_CLASSIFIER_H
-#define RF_SVC_CLASSIFIER_H
+#ifndef RF_EVAL_CLASSIFIER_H
+#define RF_EVAL_CLASSIFIER_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -5,13 +5,19 @@
 
 #include "common/error.h"
 #include "common/sys.h"
+#include "evaluator/predict.h"
+#include "evaluator/predictions.h"
 
-int rf_evaluate(rf_bert *m, const rf_dataset *d, int batch_size, rf_metrics *out) {
+int rf_evaluate_ex(rf_bert *m, const rf_dataset *d, int batch_size, const rf_eval_sink *sink,
+                   rf_metrics *out) {
     int K = m->cfg.num_labels, rc = rf_metrics_init(out, K);
     if (rc) return rc;
     size_t *idx = malloc((size_t)batch_size * sizeof *idx);
+    int32_t *pred = malloc((size_t)batch_size * sizeof *pred);
+    float *loss = malloc((size_t)batch_size * sizeof *loss);
+    float *probs = malloc((size_t)batch_size * K * sizeof *probs);
     rf_batch_buf bb = {0};
-    if (!idx) rc = RF_ERR_NOMEM;
+    if (!idx || !pred || !loss || !probs) rc = RF_ERR_NOMEM;
     size_t i = 0;
     while (!rc && i < d->n) {
         int nb = 0;
@@ -25,60 +31,90 @@ int rf_evaluate(rf_bert *m, const rf_dataset *d, int batch_size, rf_metrics *out
             idx[nb++] = i;
         }
         if (rc || nb == 0) break;
-        if ((rc = rf_batch_collate(&bb, d, idx, nb))) break;
-        rf_batch b = {bb.B, bb.T, bb.ids, bb.types, bb.labels, bb.valid};
-        if ((rc = rf_bert_forward(m, &b, false, 0))) break;
-        float losses[nb];
-        float *probs = malloc((size_t)nb * K * sizeof(float));
-        if (!probs) {
-            rc = RF_ERR_NOMEM;
-            break;
+        if ((rc = rf_predict_batch(m, d, idx, nb, &bb, pred, probs, loss))) break;
+        for (int r = 0; r < nb && !rc; r++) {
+            rf_metrics_add(out, d->label[idx[r]], pred[r], loss[r]);
+            if (sink && sink->example)
+                rc = sink->example(sink->user, d, idx[r], d->label[idx[r]], pred[r],
+                                   probs + (size_t)r * K, K);
         }
-        m->be->xent_fwd(probs, losses, m->logits, bb.labels, nb, K);
-        for (int r = 0; r < nb; r++) {
-            const float *z = m->logits + (size_t)r * K;
-            int best = 0;
-            for (int c = 1; c < K; c++)
-                if (z[c] > z[best]) best = c;
-            rf_metrics_add(out, bb.labels[r], best, losses[r]);
-        }
-        free(probs);
     }
     free(idx);
+    free(pred);
+    free(loss);
+    free(probs);
     rf_batch_buf_free(&bb);
     if (rc) rf_metrics_free(out);
     return rc;
 }
 
-int rf_evaluate_path(const char *model_dir, const char *data, int max_len, int batch_size,
-                     const char *report_path, rf_buf *json) {
+int rf_evaluate(rf_bert *m, const rf_dataset *d, int batch_size, rf_metrics *out) {
+    return rf_evaluate_ex(m, d, batch_size, NULL, out);
+}
+
+int rf_evaluate_model(const char *model_dir, int max_len, int batch_size, rf_eval_load_fn load,
+                      void *user, const rf_eval_sink *sink, rf_dataset *d, rf_metrics *mt) {
     rf_bert *m = NULL;
+    int rc = rf_bert_load(model_dir, 0, 0, rf_backend_cpu(), &m);
+    if (rc) return rf_fail_ctx(rc, "model %s", model_dir);
+    if (max_len > m->cfg.max_position) max_len = m->cfg.max_position;
+    rc = load(user, max_len, d);
+    if (!rc && (rc = rf_evaluate_ex(m, d, batch_size, sink, mt)))
+        rc = rf_fail_ctx(rc, "evaluating %s", model_dir);
+    rf_bert_free(m);
+    return rc;
+}
+
+static int load_files(void *user, int max_len, rf_dataset *d) {
+    const rf_eval_opts *o = user;
+    int rc = rf_dataset_load(d, o->data, o->model_dir, max_len, NULL, "evaluator");
+    if (!rc && d->n == 0)
+        rc = rf_fail(RF_ERR_INVALID, "eval: no labelled sequences in %s", o->data);
+    return rc;
+}
+
+int rf_evaluate_run(const rf_eval_opts *o, rf_buf *json) {
     rf_dataset d = {0};
     rf_metrics mt = {0};
+    rf_pred_writer *pw = NULL;
     rf_buf b = RF_BUF_INIT;
     double t0 = rf_now();
-    int rc = rf_bert_load(model_dir, 0, 0, rf_backend_cpu(), &m);
-    if (!rc) rc = rf_dataset_load(&d, data, model_dir, max_len, NULL, "evaluator");
-    if (!rc && d.n == 0) rc = rf_fail(RF_ERR_INVALID, "eval: no labelled sequences in %s", data);
-    if (!rc) rc = rf_evaluate(m, &d, batch_size, &mt);
+    int rc = RF_OK;
+    if (o->predictions_path)
+        rc = rf_pred_writer_open(o->predictions_path, o->data, o->model_dir, &pw);
+    rf_eval_sink sink = {rf_pred_writer_example, pw};
+    if (!rc)
+        rc = rf_evaluate_model(o->model_dir, o->max_len, o->batch_size, load_files, (void *)o,
+                               pw ? &sink : NULL, &d, &mt);
     if (!rc) rc = rf_metrics_to_json(&mt, &b);
     if (!rc) {
         b.len--; /* reopen the object to add provenance */
         rc = rf_buf_printf(&b, ",\"skipped\":%zu,\"seconds\":%.3f,\"model\":", d.skipped,
                            rf_now() - t0);
-        if (!rc) rc = rf_buf_append_json_str(&b, model_dir, strlen(model_dir));
+        if (!rc) rc = rf_buf_append_json_str(&b, o->model_dir, strlen(o->model_dir));
         if (!rc) rc = rf_buf_puts(&b, ",\"data\":");
-        if (!rc) rc = rf_buf_append_json_str(&b, data, strlen(data));
+        if (!rc) rc = rf_buf_append_json_str(&b, o->data, strlen(o->data));
         if (!rc) rc = rf_buf_puts(&b, "}\n");
     }
-    if (!rc && report_path) {
-        rc = rf_write_file_atomic(report_path, b.data, b.len);
-        if (rc) rc = rf_fail_ctx(rc, "eval: cannot write %s", report_path);
+    if (!rc && pw) rc = rf_pred_writer_commit(pw);
+    if (!rc && o->report_path) {
+        rc = rf_write_file_atomic(o->report_path, b.data, b.len);
+        if (rc) rc = rf_fail_ctx(rc, "eval: cannot write %s", o->report_path);
     }
     if (!rc && json) rc = rf_buf_append(json, b.data, b.len);
+    rf_pred_writer_free(pw);
     rf_buf_free(&b);
     rf_metrics_free(&mt);
     rf_dataset_free(&d);
-    rf_bert_free(m);
     return rc;
+}
+
+int rf_evaluate_path(const char *model_dir, const char *data, int max_len, int batch_size,
+                     const char *report_path, rf_buf *json) {
+    rf_eval_opts o = {.model_dir = model_dir,
+                      .data = data,
+                      .max_len = max_len,
+                      .batch_size = batch_size,
+                      .report_path = report_path};
+    return rf_evaluate_run(&o, json);
 }

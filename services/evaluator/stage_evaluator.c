@@ -3,6 +3,8 @@
  *   data        default <run_dir>/tokenizer/eval (held-out token shards)
  *   max_len     default 128
  *   batch_size  default 64
+ *   predictions default <run_dir>/evaluator/predictions.jsonl: one JSON line
+ *               per example (evaluator/predictions.h); "" writes none
  * Writes <run_dir>/evaluator/report.json and sets evaluator.* counters. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,18 +20,20 @@
 
 typedef struct eval_stage {
     rf_run_ctx *ctx;
-    const char *model, *data;
-    char *model_def, *data_def, *dir;
+    const char *model, *data, *preds;
+    char *model_def, *data_def, *preds_def, *dir;
     int max_len, batch;
 } eval_stage;
 
-static const char *const eval_keys[] = {"model", "data", "max_len", "batch_size", NULL};
+static const char *const eval_keys[] = {"model",      "data",        "max_len",
+                                        "batch_size", "predictions", NULL};
 
 static void eval_close(void *state) {
     eval_stage *e = state;
     if (!e) return;
     free(e->model_def);
     free(e->data_def);
+    free(e->preds_def);
     free(e->dir);
     free(e);
 }
@@ -42,11 +46,13 @@ static int eval_open(const rf_cfg *sec, rf_run_ctx *ctx, void **state) {
     int rc = RF_OK;
     if (asprintf(&e->model_def, "%s/model", ctx->run_dir) < 0 ||
         asprintf(&e->data_def, "%s/tokenizer/eval", ctx->run_dir) < 0 ||
-        asprintf(&e->dir, "%s/evaluator", ctx->run_dir) < 0)
+        asprintf(&e->dir, "%s/evaluator", ctx->run_dir) < 0 ||
+        asprintf(&e->preds_def, "%s/predictions.jsonl", e->dir) < 0)
         rc = RF_ERR_NOMEM;
     if (!rc && sec) rc = rf_cfg_check_keys(sec, eval_keys);
     if (!rc) rc = rf_cfg_str(sec, "model", e->model_def, &e->model);
     if (!rc) rc = rf_cfg_str(sec, "data", e->data_def, &e->data);
+    if (!rc) rc = rf_cfg_str(sec, "predictions", e->preds_def, &e->preds);
     if (!rc) rc = rf_cfg_int(sec, "max_len", 128, 2, 4096, &max_len);
     if (!rc) rc = rf_cfg_int(sec, "batch_size", 64, 1, 4096, &batch);
     if (rc) {
@@ -66,7 +72,13 @@ static int eval_run(void *state) {
     if (rc) return rc;
     snprintf(path, sizeof path, "%s/report.json", e->dir);
     rf_buf json = RF_BUF_INIT;
-    rc = rf_evaluate_path(e->model, e->data, e->max_len, e->batch, path, &json);
+    rf_eval_opts eo = {.model_dir = e->model,
+                       .data = e->data,
+                       .max_len = e->max_len,
+                       .batch_size = e->batch,
+                       .report_path = path,
+                       .predictions_path = e->preds && e->preds[0] ? e->preds : NULL};
+    rc = rf_evaluate_run(&eo, &json);
     if (!rc) {
         rf_json_doc *d = rf_json_doc_new();
         const rf_json *r;

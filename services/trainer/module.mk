@@ -1,6 +1,8 @@
-# The trainer reads token shards and tokenizes JSONL input (tokenizer), and
-# evaluates after training (evaluator).
-DEPS_trainer := tokenizer evaluator
+# The trainer reads token shards and tokenizes JSONL input (tokenizer). It does
+# not evaluate: `refinery train` calls the evaluator after the trainer driver.
+DEPS_trainer := tokenizer
+# Its tests score the trained model with the evaluator.
+TEST_DEPS_trainer := evaluator
 
 # OpenBLAS's OpenMP build, where Debian installs it beside the default pthread
 # build (libopenblas-openmp-dev): sgemm then runs on the same libgomp threads as

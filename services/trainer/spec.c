@@ -3,8 +3,6 @@
 #include <stdio.h>
 
 #include "common/error.h"
-#include "common/log.h"
-#include "evaluator/evaluate.h"
 
 const char *const rf_trainer_spec_keys[] = {"model",        "train",
                                             "eval",         "output",
@@ -79,52 +77,4 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
     if (!s->model)
         return rf_fail(RF_ERR_INVALID, "trainer.model: required (a Hugging Face model folder)");
     return RF_OK;
-}
-
-int rf_trainer_run(const rf_trainer_spec *s, rf_stats *stats, volatile int *cancel,
-                   const char *report_path) {
-    rf_dataset train = {0};
-    rf_bert *m = NULL;
-    int rc;
-    if (!s->train) return rf_fail(RF_ERR_INVALID, "trainer.train: no training data given");
-    if (s->threads > 0) rf_set_threads(s->threads);
-    if ((rc = rf_dataset_load(&train, s->train, s->model, s->max_len, stats, "trainer"))) goto out;
-    int k = s->num_labels ? s->num_labels : rf_dataset_num_labels(&train);
-    if (k < 2) {
-        rc = rf_fail(RF_ERR_INVALID, "trainer: %s has %d label(s); need at least 2 classes",
-                     s->train, k);
-        goto out;
-    }
-    rf_info("trainer", "%zu training sequences (%zu skipped), %d labels", train.n, train.skipped,
-            k);
-    if ((rc = rf_bert_load(s->model, k, s->opts.seed, rf_backend_cpu(), &m))) goto out;
-    rf_train_opts o = s->opts;
-    o.cancel = cancel;
-    rf_train_result res;
-    if ((rc = rf_train(&o, &train, m, &res))) goto out;
-    if (stats) {
-        rf_stats_set(stats, "trainer.steps", res.steps);
-        rf_stats_set(stats, "trainer.sequences", (int64_t)train.n);
-        rf_stats_set(stats, "trainer.tokens", (int64_t)res.tokens);
-        rf_stats_set_real(stats, "trainer.last_loss", res.last_loss);
-        rf_stats_set_real(stats, "trainer.tokens_per_s", res.tokens_per_s);
-    }
-    if (!res.finished) {
-        rf_info("trainer", "stopped at step %ld before the end; rerun to resume", res.steps);
-        goto out;
-    }
-    if ((rc = rf_export_hf(m, s->model, s->export_dir))) goto out;
-    rf_info("trainer", "exported %s (loss %.4f, %.0f tokens/s)", s->export_dir, res.last_loss,
-            res.tokens_per_s);
-    if (s->eval && report_path) {
-        rf_buf json = RF_BUF_INIT;
-        rc = rf_evaluate_path(s->export_dir, s->eval, s->max_len, s->eval_batch_size, report_path,
-                              &json);
-        if (!rc) rf_info("trainer", "eval %s: %.*s", s->eval, (int)json.len - 1, json.data);
-        rf_buf_free(&json);
-    }
-out:
-    rf_bert_free(m);
-    rf_dataset_free(&train);
-    return rc;
 }

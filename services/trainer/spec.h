@@ -24,9 +24,6 @@ extern const char *const rf_trainer_spec_keys[];
 
 int rf_trainer_spec_parse(const rf_cfg *section, rf_trainer_spec *s);
 
-/* Loads the model and data named by s, trains, exports, and (when s->eval is
- * set) writes an evaluation report to report_path. */
-int rf_trainer_run(const rf_trainer_spec *s, rf_stats *stats, volatile int *cancel,
-                   const char *report_path);
+/* Running a parsed spec: trainer/driver.h. */
 
 #endif

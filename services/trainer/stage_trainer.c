@@ -11,7 +11,7 @@
 #include "common/error.h"
 #include "common/stage.h"
 #include "pipeline/stages.h"
-#include "trainer/spec.h"
+#include "trainer/driver.h"
 
 typedef struct trainer_stage {
     rf_trainer_spec spec;
@@ -55,7 +55,8 @@ static int trainer_open(const rf_cfg *section, rf_run_ctx *ctx, void **state) {
 
 static int trainer_run(void *state) {
     trainer_stage *t = state;
-    return rf_trainer_run(&t->spec, t->ctx->stats, t->ctx->cancel, NULL);
+    rf_trainer_hooks h = {.cancel = t->ctx->cancel, .stats = t->ctx->stats};
+    return rf_trainer_run(&t->spec, &h, NULL);
 }
 
 const rf_stage_ops rf_trainer_stage = {

@@ -209,52 +209,50 @@ static int spec_opts(rf_evaluator_service *s, rf_store *store, const char *run, 
     return RF_OK;
 }
 
-/* Evaluates the folder on the run's intake. RF_OK with *why empty on
- * success; a problem of the data or folder is returned in why (the run
- * fails), a store error as the result. */
+/* The run's eval intake as the evaluator driver's data. */
+typedef struct intake_src {
+    const char *path, *run;
+    rf_intake_info info;
+} intake_src;
+
+static int load_intake(void *user, int max_len, rf_dataset *d) {
+    intake_src *src = user;
+    int rc = rf_intake_load(src->path, src->run, max_len, d, &src->info);
+    if (rc == RF_ERR_NOT_FOUND) return RF_OK; /* no eval batch ever came: an empty split */
+    return rc ? rf_fail_ctx(rc, "eval intake") : RF_OK;
+}
+
+/* Evaluates the folder on the run's intake through the evaluator driver
+ * (rf_evaluate_model, as `refinery run` and `refinery eval`). RF_OK with
+ * *why empty on success; a problem of the data or folder is returned in why
+ * (the run fails), a store error as the result. */
 static int evaluate(rf_evaluator_service *s, rf_store *store, const char *run, int64_t step,
                     const char *dir, char *why, size_t why_size) {
     char path[4096];
     intake_path(s, run, path, sizeof path);
     rf_dataset d = {0};
-    rf_intake_info info = {0};
     rf_metrics mt = {0};
-    rf_bert *m = NULL;
+    intake_src src = {path, run, {0}};
     int max_len, batch, store_rc = spec_opts(s, store, run, &max_len, &batch);
     if (store_rc) return store_rc;
-    int rc = rf_bert_load(dir, 0, 0, rf_backend_cpu(), &m);
+    int rc = rf_evaluate_model(dir, max_len, batch, load_intake, &src, NULL, &d, &mt);
     if (rc) {
-        snprintf(why, why_size, "checkpoint %s: %s", dir, rf_errmsg());
-        goto out;
-    }
-    if (max_len > m->cfg.max_position) max_len = m->cfg.max_position;
-    rc = rf_intake_load(path, run, max_len, &d, &info);
-    if (rc == RF_ERR_NOT_FOUND) rc = RF_OK; /* no eval batch ever came: an empty split */
-    if (rc) snprintf(why, why_size, "eval intake: %s", rf_errmsg());
-    size_t labelled = 0;
-    for (size_t i = 0; !rc && i < d.n; i++)
-        labelled += d.label[i] >= 0;
-    if (!rc && labelled == 0) {
+        snprintf(why, why_size, "%s", rf_errmsg()); /* names the folder or the intake */
+    } else if (mt.n == 0) {
         rf_warn("evaluator",
                 "run %s checkpoint %" PRId64 ": the eval split has no labelled sequences "
                 "(%" PRIu64 " sequences in %" PRIu64 " batches): recording n = 0, no metrics",
-                run, step, info.sequences, info.batches);
+                run, step, src.info.sequences, src.info.batches);
         store_rc = rf_store_eval_add(store, run, step, "n", 0);
-        goto out;
-    }
-    if (!rc && (rc = rf_evaluate(m, &d, batch, &mt)))
-        snprintf(why, why_size, "evaluating %s: %s", dir, rf_errmsg());
-    if (!rc) {
+    } else {
         store_rc = write_metrics(store, run, step, &mt);
         rf_info("evaluator",
                 "run %s checkpoint %" PRId64 ": accuracy %.4f macro-F1 %.4f loss %.4f on %" PRIu64
                 " sequences (%" PRIu64 " batches, %" PRIu64 " replays ignored)",
                 run, step, rf_metrics_accuracy(&mt), rf_metrics_macro(&mt).f1, rf_metrics_loss(&mt),
-                mt.n, info.batches, info.replays);
-        rf_metrics_free(&mt);
+                mt.n, src.info.batches, src.info.replays);
     }
-out:
-    rf_bert_free(m);
+    rf_metrics_free(&mt);
     rf_dataset_free(&d);
     return store_rc;
 }

@@ -20,7 +20,7 @@
 #include "common/sys.h"
 #include "refinery.pb-c.h"
 #include "runtime/intake.h"
-#include "trainer/spec.h"
+#include "trainer/driver.h"
 
 #define PATH_SIZE 4096
 #define SCAN_S    1.0 /* seconds between scans for a run to train */
@@ -237,16 +237,6 @@ static int load_data(rf_trainer_service *s, const job *j, int max_len, rf_datase
     return rc;
 }
 
-static int check_vocab(const rf_dataset *d, int vocab, const char *model) {
-    for (size_t i = 0; i < d->ntokens; i++)
-        if (d->tokens[i] >= (uint32_t)vocab)
-            return rf_fail(RF_ERR_INVALID,
-                           "token id %u is outside the vocabulary of %s (%d ids): data "
-                           "tokenized for another model?",
-                           d->tokens[i], model, vocab);
-    return RF_OK;
-}
-
 static int write_marker(const rf_trainer_service *s, const job *j, const rf_train_result *r) {
     char path[PATH_SIZE];
     rf_buf b = RF_BUF_INIT;
@@ -258,41 +248,31 @@ static int write_marker(const rf_trainer_service *s, const job *j, const rf_trai
     return rc;
 }
 
+/* The run's intake through the trainer driver (trainer/driver.h), which
+ * checks labels and vocabulary, loads the model and trains; the checkpoints
+ * go to on_checkpoint (the final one included), not to an export folder. */
 static int train_run(job *j) {
     rf_trainer_service *s = j->s;
     rf_cfg *root = NULL;
     rf_trainer_spec spec;
-    rf_bert_config cfg = {0};
     rf_dataset data = {0};
-    rf_bert *m = NULL;
     char path[PATH_SIZE];
+    int max_len = 0;
     int rc = load_spec(s, j->run_id, &root, &spec);
     if (!rc) {
         j->model = spec.model;
-        snprintf(path, sizeof path, "%s/config.json", spec.model);
-        rc = rf_bert_config_load(path, 0, &cfg);
-        if (rc) rf_fail_ctx(rc, "model %s", spec.model);
+        rc = rf_trainer_max_len(spec.model, spec.max_len, &max_len);
     }
-    if (!rc)
-        rc = load_data(s, j, spec.max_len < cfg.max_position ? spec.max_len : cfg.max_position,
-                       &data);
-    if (!rc) rc = check_vocab(&data, cfg.vocab_size, spec.model);
-    int k = spec.num_labels ? spec.num_labels : rf_dataset_num_labels(&data);
-    if (!rc && k < 2)
-        rc = rf_fail(RF_ERR_INVALID, "the training data has %d label(s); need at least 2 classes",
-                     k);
-    if (!rc) rc = rf_bert_load(spec.model, k, spec.opts.seed, rf_backend_cpu(), &m);
+    if (!rc) rc = load_data(s, j, max_len, &data);
     rf_train_result res = {0};
     if (!rc) {
-        rf_set_threads(s->o.threads > 0 ? s->o.threads : spec.threads > 0 ? spec.threads : 1);
         state_path(s, j->dirname, "train", path);
-        rf_train_opts o = spec.opts;
-        o.out_dir = path;
-        o.resume = true; /* a restarted service continues where it stopped */
-        o.cancel = &j->cancel;
-        o.on_checkpoint = on_checkpoint;
-        o.user = j;
-        rc = rf_train(&o, &data, m, &res);
+        spec.threads = s->o.threads > 0 ? s->o.threads : spec.threads > 0 ? spec.threads : 1;
+        spec.export_dir = NULL; /* the checkpoints are the service's exports */
+        spec.opts.out_dir = path;
+        spec.opts.resume = true; /* a restarted service continues where it stopped */
+        rf_trainer_hooks h = {.cancel = &j->cancel, .on_checkpoint = on_checkpoint, .user = j};
+        rc = rf_trainer_drive(&spec, &data, &h, &res);
     }
     if (!rc && res.finished) {
         rc = write_marker(s, j, &res);
@@ -301,7 +281,6 @@ static int train_run(job *j) {
     if (!rc && !res.finished)
         rf_info("trainer", "run %s: stopped at step %ld (%s); state kept", j->run_id, res.steps,
                 atomic_load(&j->run_cancelled) ? "run no longer running" : "service stopping");
-    rf_bert_free(m);
     rf_dataset_free(&data);
     rf_cfg_free(root);
     return rc;

@@ -1,0 +1,90 @@
+/* The trainer driver: see driver.h. */
+#include "trainer/driver.h"
+
+#include <stdio.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "trainer/bert_config.h"
+
+static int model_config(const char *model_dir, rf_bert_config *cfg) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", model_dir);
+    int rc = rf_bert_config_load(path, 0, cfg);
+    return rc ? rf_fail_ctx(rc, "model %s", model_dir) : RF_OK;
+}
+
+int rf_trainer_max_len(const char *model_dir, int max_len, int *out) {
+    rf_bert_config cfg = {0};
+    int rc = model_config(model_dir, &cfg);
+    if (rc) return rc;
+    *out = max_len < cfg.max_position ? max_len : cfg.max_position;
+    return RF_OK;
+}
+
+static int check_vocab(const rf_dataset *d, int vocab, const char *model) {
+    for (size_t i = 0; i < d->ntokens; i++)
+        if (d->tokens[i] >= (uint32_t)vocab)
+            return rf_fail(RF_ERR_INVALID,
+                           "token id %u is outside the vocabulary of %s (%d ids): data "
+                           "tokenized for another model?",
+                           d->tokens[i], model, vocab);
+    return RF_OK;
+}
+
+int rf_trainer_drive(const rf_trainer_spec *s, const rf_dataset *data,
+                     const rf_trainer_hooks *hooks, rf_train_result *res) {
+    static const rf_trainer_hooks none = {0};
+    const rf_trainer_hooks *h = hooks ? hooks : &none;
+    rf_train_result r = {0};
+    rf_bert_config cfg = {0};
+    rf_bert *m = NULL;
+    int k = s->num_labels ? s->num_labels : rf_dataset_num_labels(data);
+    int rc = k < 2
+                 ? rf_fail(RF_ERR_INVALID,
+                           "trainer: the training data has %d label(s); need at least 2 classes", k)
+                 : RF_OK;
+    if (!rc) rc = model_config(s->model, &cfg);
+    if (!rc) rc = check_vocab(data, cfg.vocab_size, s->model);
+    if (rc) return rc;
+    rf_info("trainer", "%zu training sequences (%zu skipped), %d labels", data->n, data->skipped,
+            k);
+    if (s->threads > 0) rf_set_threads(s->threads);
+    if ((rc = rf_bert_load(s->model, k, s->opts.seed, rf_backend_cpu(), &m))) return rc;
+    rf_train_opts o = s->opts;
+    o.cancel = h->cancel;
+    o.on_checkpoint = h->on_checkpoint;
+    o.user = h->user;
+    rc = rf_train(&o, data, m, &r);
+    if (!rc && h->stats) {
+        rf_stats_set(h->stats, "trainer.steps", r.steps);
+        rf_stats_set(h->stats, "trainer.sequences", (int64_t)data->n);
+        rf_stats_set(h->stats, "trainer.tokens", (int64_t)r.tokens);
+        rf_stats_set_real(h->stats, "trainer.last_loss", r.last_loss);
+        rf_stats_set_real(h->stats, "trainer.tokens_per_s", r.tokens_per_s);
+    }
+    if (!rc && !r.finished)
+        rf_info("trainer", "stopped at step %ld before the end; state kept, rerun to resume",
+                r.steps);
+    if (!rc && r.finished && s->export_dir) {
+        if (!(rc = rf_export_hf(m, s->model, s->export_dir)))
+            rf_info("trainer", "exported %s (loss %.4f, %.0f tokens/s)", s->export_dir, r.last_loss,
+                    r.tokens_per_s);
+    }
+    rf_bert_free(m);
+    if (res) *res = r;
+    return rc;
+}
+
+int rf_trainer_run(const rf_trainer_spec *s, const rf_trainer_hooks *hooks, rf_train_result *res) {
+    rf_dataset train = {0};
+    int max_len;
+    if (!s->train) return rf_fail(RF_ERR_INVALID, "trainer.train: no training data given");
+    int rc = rf_trainer_max_len(s->model, s->max_len, &max_len);
+    if (!rc)
+        rc = rf_dataset_load(&train, s->train, s->model, max_len, hooks ? hooks->stats : NULL,
+                             "trainer");
+    if (!rc) rc = rf_trainer_drive(s, &train, hooks, res);
+    rf_dataset_free(&train);
+    return rc;
+}
