@@ -42,10 +42,6 @@ typedef struct dedup_stage {
     rf_buf line;
 } dedup_stage;
 
-static const char *const dedup_keys[] = {"ngram",     "char_ngrams", "bands",   "rows",
-                                         "threshold", "verify",      "set_cap", "normalize",
-                                         "threads",   NULL};
-
 static int opts_from_cfg(const rf_cfg *sec, int threads, rf_dedup_opts *o) {
     int64_t ngram, bands, rows, set_cap, thr;
     bool char_mode, verify;
@@ -210,7 +206,7 @@ static int stage_finish(void *state, rf_emit_fn emit, void *emit_ctx) {
 const rf_stage_ops rf_dedup_stage = {
     .name = "dedup",
     .order = 20,
-    .keys = dedup_keys,
+    .keys = rf_dedup_keys,
     .open = stage_open,
     .process = stage_process,
     .finish = stage_finish,

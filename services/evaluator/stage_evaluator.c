@@ -25,9 +25,6 @@ typedef struct eval_stage {
     int max_len, batch;
 } eval_stage;
 
-static const char *const eval_keys[] = {"model",      "data",        "max_len",
-                                        "batch_size", "predictions", NULL};
-
 static void eval_close(void *state) {
     eval_stage *e = state;
     if (!e) return;
@@ -49,7 +46,7 @@ static int eval_open(const rf_cfg *sec, rf_run_ctx *ctx, void **state) {
         asprintf(&e->dir, "%s/evaluator", ctx->run_dir) < 0 ||
         asprintf(&e->preds_def, "%s/predictions.jsonl", e->dir) < 0)
         rc = RF_ERR_NOMEM;
-    if (!rc && sec) rc = rf_cfg_check_keys(sec, eval_keys);
+    if (!rc && sec) rc = rf_cfg_check_keys(sec, rf_evaluator_keys);
     if (!rc) rc = rf_cfg_str(sec, "model", e->model_def, &e->model);
     if (!rc) rc = rf_cfg_str(sec, "data", e->data_def, &e->data);
     if (!rc) rc = rf_cfg_str(sec, "predictions", e->preds_def, &e->preds);
@@ -100,7 +97,7 @@ static int eval_run(void *state) {
 const rf_stage_ops rf_evaluator_stage = {
     .name = "evaluator",
     .order = 50,
-    .keys = eval_keys,
+    .keys = rf_evaluator_keys,
     .open = eval_open,
     .run = eval_run,
     .close = eval_close,

@@ -25,7 +25,8 @@ typedef struct rf_pipeline_opts {
 int rf_pipeline_run(const rf_pipeline_opts *opts, char **run_dir);
 
 /* The shape checks rf_pipeline_run makes before opening anything: every
- * top-level key is `run` or a stage of `stages` (NULL: the five stages), the run: settings are
+ * top-level key is `run` or a stage of `stages` (NULL: the five stages'
+ * schema, pipeline/stages.h), the run: settings are
  * known and in range, each stage section is a mapping of that stage's keys, and there is at least
  * one stage section. Errors name the key and line. (The Control service checks submitted specs with
  * it.) */

@@ -16,4 +16,16 @@ extern const rf_stage_ops rf_evaluator_stage; /* order 50: batch */
 /* The five stages above, in order. */
 const rf_stage_table *rf_pipeline_stages(void);
 
+/* The keys of each stage's spec section, NULL-terminated; each in an object
+ * of its own (services/<stage>/keys.c, ingest/opts.c, trainer/spec.c). */
+extern const char *const rf_ingest_keys[];
+extern const char *const rf_dedup_keys[];
+extern const char *const rf_tokenizer_keys[];
+extern const char *const rf_trainer_spec_keys[];
+extern const char *const rf_evaluator_keys[];
+
+/* The same stages with only name, order and keys set: what checking a spec
+ * needs (rf_pipeline_check_spec's default), linking none of their code. */
+const rf_stage_table *rf_pipeline_schema(void);
+
 #endif

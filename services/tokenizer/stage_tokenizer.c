@@ -31,10 +31,6 @@
 #include "tokenizer/shard.h"
 #include "tokenizer/tokenizer.h"
 
-static const char *const tok_keys[] = {
-    "tokenizer", "max_length", "add_special_tokens", "eval_fraction", "seed",    "pack",
-    "block_len", "eos_token",  "batch_size",         "partitions",    "threads", NULL};
-
 enum { TRAIN, EVAL };
 static const char *const split_name[] = {"train", "eval"};
 
@@ -296,7 +292,7 @@ static int stage_finish(void *state, rf_emit_fn emit, void *emit_ctx) {
 const rf_stage_ops rf_tokenizer_stage = {
     .name = "tokenizer",
     .order = 30,
-    .keys = tok_keys,
+    .keys = rf_tokenizer_keys,
     .open = stage_open,
     .process = stage_process,
     .finish = stage_finish,

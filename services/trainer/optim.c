@@ -3,17 +3,6 @@
 #include <math.h>
 #include <omp.h>
 
-rf_adamw rf_adamw_defaults(void) {
-    return (rf_adamw){.lr = 5e-5f,
-                      .beta1 = 0.9f,
-                      .beta2 = 0.999f,
-                      .eps = 1e-8f,
-                      .weight_decay = 0.0f,
-                      .warmup_steps = 0,
-                      .total_steps = 0,
-                      .clip_norm = 1.0f};
-}
-
 float rf_adamw_lr(const rf_adamw *o, long step) {
     if (step < o->warmup_steps) return o->lr * (float)step / (float)o->warmup_steps;
     if (o->total_steps <= 0) return o->lr;

@@ -21,21 +21,6 @@ void rf_set_threads(int n) {
     openblas_set_num_threads(n);
 }
 
-rf_train_opts rf_train_defaults(void) {
-    rf_train_opts o = {0};
-    o.epochs = 1;
-    o.batch_size = 32;
-    o.grad_accum = 1;
-    o.optim = rf_adamw_defaults();
-    o.optim.warmup_steps = -1;
-    o.warmup_ratio = 0;
-    o.seed = 42;
-    o.shuffle = true;
-    o.dropout = true;
-    o.log_every = 50;
-    return o;
-}
-
 static uint64_t mix(uint64_t x) {
     x += 0x9e3779b97f4a7c15ull;
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
