@@ -196,7 +196,8 @@ static int reply(int fd, int status, const void *data, size_t n, double deadline
 
 /* One client: returns the rank it acknowledged as, or -1 (logged) when the
  * exchange failed or the client was refused. */
-static int serve_one(int fd, const rf_boot_opts *o, const void *blob, size_t len) {
+static int serve_one(int fd, const rf_boot_opts *o, const void *blob, size_t len,
+                     char last_refusal[512]) {
     double deadline = rf_now() + opt_or(o->io_timeout_s, 5);
     unsigned char h[HELLO_FIX] = {0};
     char run_id[RF_BOOT_MAX_RUN_ID + 1];
@@ -224,7 +225,9 @@ static int serve_one(int fd, const rf_boot_opts *o, const void *blob, size_t len
     else if (blen != len)
         snprintf(why, sizeof why, "blob size differs: client %u, rank 0 %zu", blen, len);
     if (why[0]) {
-        rf_warn("comm", "bootstrap: refused a client: %s", why);
+        if (strcmp(why, last_refusal) != 0) /* once, not at every retry */
+            rf_warn("comm", "bootstrap: refused a client: %s", why);
+        memcpy(last_refusal, why, sizeof why);
         reply(fd, 1, why, strlen(why), deadline);
         return -1;
     }
@@ -247,6 +250,7 @@ int rf_boot_serve(rf_boot_server *s, const rf_boot_opts *o, const void *blob, si
     unsigned char *got = calloc((size_t)o->world, 1);
     if (!got) return rf_fail(RF_ERR_NOMEM, "bootstrap: out of memory");
     double timeout = opt_or(o->timeout_s, 900), deadline = rf_now() + timeout;
+    char last_refusal[512] = "";
     while (have < need) {
         int w = wait_fd(s->fd, POLLIN, deadline);
         if (w <= 0) {
@@ -259,14 +263,14 @@ int rf_boot_serve(rf_boot_server *s, const rf_boot_opts *o, const void *blob, si
             for (int r = 1; r < o->world && m + 16 < sizeof missing; r++)
                 if (!got[r]) m += (size_t)snprintf(missing + m, sizeof missing - m, " %d", r);
             rc = rf_fail(RF_ERR_IO,
-                         "timeout: bootstrap rank 0 (run %s attempt %u, port %d) waited %.0f s; "
+                         "timeout: bootstrap rank 0 (run %s attempt %u, port %d) waited %.1f s; "
                          "%d of %d ranks fetched the id; missing:%s",
                          run_id_of(o), o->attempt, s->port, timeout, have, need, missing);
             break;
         }
         int fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) continue; /* EAGAIN, ECONNABORTED: the next poll decides */
-        int r = serve_one(fd, o, blob, len);
+        int r = serve_one(fd, o, blob, len, last_refusal);
         close(fd);
         if (r > 0 && !got[r]) {
             got[r] = 1;
@@ -357,7 +361,7 @@ int rf_boot_fetch(const char *host, int port, const rf_boot_opts *o, void *blob,
     double backoff_max = opt_or(o->backoff_max_s, 2), backoff = 0.1;
     double start = rf_now(), deadline = start + timeout, next_log = start + 30;
     int tries = 0;
-    char last[512] = "";
+    char last[512] = "", refused[512] = "";
     for (;;) {
         double left = deadline - rf_now();
         tries++;
@@ -368,8 +372,11 @@ int rf_boot_fetch(const char *host, int port, const rf_boot_opts *o, void *blob,
                         o->rank, host, port, tries);
             return RF_OK;
         }
-        if (strcmp(last, rf_errmsg()) != 0 && rc == RF_ERR_INVALID)
-            rf_warn("comm", "bootstrap: rank %d: %s; retrying", o->rank, rf_errmsg());
+        if (rc == RF_ERR_INVALID) { /* refused: maybe the next rank 0 is the right one */
+            if (strcmp(refused, rf_errmsg()) != 0)
+                rf_warn("comm", "bootstrap: rank %d: %s; retrying", o->rank, rf_errmsg());
+            snprintf(refused, sizeof refused, "%s", rf_errmsg());
+        }
         snprintf(last, sizeof last, "%s", rf_errmsg());
         double now = rf_now();
         if (now >= deadline) break;
@@ -383,7 +390,8 @@ int rf_boot_fetch(const char *host, int port, const rf_boot_opts *o, void *blob,
     }
     return rf_fail(RF_ERR_IO,
                    "timeout: bootstrap rank %d of %d gave up after %.1f s and %d tries waiting for "
-                   "rank 0 at %s:%d (run %s attempt %u); last error: %s",
+                   "rank 0 at %s:%d (run %s attempt %u); last error: %s%s%s",
                    o->rank, o->world, rf_now() - start, tries, host, port, run_id_of(o),
-                   o->attempt, last);
+                   o->attempt, last, refused[0] && strcmp(refused, last) ? "; earlier " : "",
+                   refused[0] && strcmp(refused, last) ? refused : "");
 }
