@@ -410,7 +410,8 @@ int rf_comm_test(rf_comm_req *r, int *done) {
         char what[160], why[600];
         describe(c, &r->call, what, sizeof what);
         snprintf(why, sizeof why, "comm (%s): %s failed: %s", c->be->name, what, rf_errmsg());
-        mark_broken(c, why);
+        r->done = 1;                          /* nothing more will come of it */
+        if (rc == RF_ERR_IO) mark_broken(c, why); /* the transport failed */
         return rf_fail(rc, "%s", why);
     }
     *done = r->done;
@@ -432,7 +433,7 @@ int rf_comm_wait(rf_comm_req *r) {
     for (unsigned spins = 0; !r->done; spins++) {
         int done;
         if ((rc = rf_comm_test(r, &done))) {
-            c->be->abandon(c, r);
+            if (rc == RF_ERR_IO) c->be->abandon(c, r);
             break;
         }
         if (done) break;

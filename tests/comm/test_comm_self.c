@@ -91,6 +91,19 @@ static void test_broadcast_barrier_send_recv(void **state) {
     assert_int_equal(rf_comm_recv(c, &r2, 1, RF_COMM_I32, 0), RF_ERR_INVALID);
     assert_non_null(strstr(rf_errmsg(), "no message"));
     assert_int_equal(rf_comm_send(c, &m2, 1, RF_COMM_I32, 1), RF_ERR_INVALID);
+    /* A receive posted before the send (irecv from prev, isend to next). */
+    rf_comm_req *rr, *rs;
+    int32_t ring_in[2] = {0}, ring_out[2] = {7, 8};
+    assert_int_equal(rf_comm_irecv(c, ring_in, 2, RF_COMM_I32, 0, &rr), RF_OK);
+    assert_int_equal(rf_comm_isend(c, ring_out, 2, RF_COMM_I32, 0, &rs), RF_OK);
+    assert_int_equal(rf_comm_wait(rs), RF_OK);
+    assert_int_equal(rf_comm_wait(rr), RF_OK);
+    assert_memory_equal(ring_in, ring_out, sizeof ring_out);
+    /* A posted receive of the wrong size fails when the send arrives. */
+    assert_int_equal(rf_comm_irecv(c, ring_in, 1, RF_COMM_I32, 0, &rr), RF_OK);
+    assert_int_equal(rf_comm_send(c, ring_out, 2, RF_COMM_I32, 0), RF_OK);
+    assert_int_equal(rf_comm_wait(rr), RF_ERR_INVALID);
+    assert_false(rf_comm_broken(c)); /* a usage error, not a broken group */
     /* A message never received is freed with the communicator. */
     assert_int_equal(rf_comm_send(c, w, 0, RF_COMM_F64, 0), RF_OK);
     assert_false(rf_comm_broken(c));
