@@ -297,7 +297,7 @@ size_t rf_comm_dtype_size(rf_comm_dtype t) {
 
 static const char *kind_name(rf_comm_kind k) {
     static const char *names[] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast",
-                                  "send",       "recv",           "barrier"};
+                                  "send",       "recv",           "barrier",    "send-recv"};
     return (unsigned)k < sizeof names / sizeof *names ? names[k] : "?";
 }
 
@@ -314,6 +314,9 @@ static void describe(const rf_comm *c, const rf_comm_call *k, char *s, size_t n)
         snprintf(s, n, "%s of %zu %s on rank %d of %d %s peer %d", kind_name(k->kind), k->count,
                  dtype_name(k->dtype), c->rank, c->world, k->kind == RF_COMM_K_SEND ? "to" : "from",
                  k->peer);
+    else if (k->kind == RF_COMM_K_SENDRECV)
+        snprintf(s, n, "send-recv of %zu %s on rank %d of %d to peer %d from peer %d", k->count,
+                 dtype_name(k->dtype), c->rank, c->world, k->peer, k->peer2);
     else if (k->kind == RF_COMM_K_BROADCAST)
         snprintf(s, n, "broadcast of %zu %s on rank %d of %d from root %d", k->count,
                  dtype_name(k->dtype), c->rank, c->world, k->peer);
@@ -355,7 +358,8 @@ static int check_call(const rf_comm *c, const rf_comm_call *k) {
                            dtype_name(k->dtype));
     }
     int needs_send = k->kind == RF_COMM_K_ALLREDUCE || k->kind == RF_COMM_K_REDUCE_SCATTER ||
-                     k->kind == RF_COMM_K_ALLGATHER || k->kind == RF_COMM_K_SEND;
+                     k->kind == RF_COMM_K_ALLGATHER || k->kind == RF_COMM_K_SEND ||
+                     k->kind == RF_COMM_K_SENDRECV;
     int needs_recv = k->kind != RF_COMM_K_SEND && k->kind != RF_COMM_K_BARRIER;
     if (k->count > 0 && ((needs_send && !k->send) || (needs_recv && !k->recv)))
         return rf_fail(RF_ERR_INVALID, "comm: %s with a NULL buffer", kind_name(k->kind));
@@ -365,6 +369,10 @@ static int check_call(const rf_comm *c, const rf_comm_call *k) {
         return rf_fail(RF_ERR_INVALID, "comm: %s with %s %d outside the group of %d",
                        kind_name(k->kind), k->kind == RF_COMM_K_BROADCAST ? "root" : "peer",
                        k->peer, c->world);
+    if (k->kind == RF_COMM_K_SENDRECV &&
+        (k->peer < 0 || k->peer >= c->world || k->peer2 < 0 || k->peer2 >= c->world))
+        return rf_fail(RF_ERR_INVALID, "comm: send-recv with peers %d, %d outside the group of %d",
+                       k->peer, k->peer2, c->world);
     return RF_OK;
 }
 
@@ -470,54 +478,62 @@ static int run(rf_comm *c, const rf_comm_call *k) {
 
 int rf_comm_iallreduce(rf_comm *c, const void *send, void *recv, size_t count, rf_comm_dtype t,
                        rf_comm_op op, rf_comm_req **req) {
-    return start(c, CALL(RF_COMM_K_ALLREDUCE, send, recv, count, t, op, 0), req);
+    return start(c, CALL(RF_COMM_K_ALLREDUCE, send, recv, count, t, op, 0, 0), req);
 }
 int rf_comm_ireduce_scatter(rf_comm *c, const void *send, void *recv, size_t count,
                             rf_comm_dtype t, rf_comm_op op, rf_comm_req **req) {
-    return start(c, CALL(RF_COMM_K_REDUCE_SCATTER, send, recv, count, t, op, 0), req);
+    return start(c, CALL(RF_COMM_K_REDUCE_SCATTER, send, recv, count, t, op, 0, 0), req);
 }
 int rf_comm_iallgather(rf_comm *c, const void *send, void *recv, size_t count, rf_comm_dtype t,
                        rf_comm_req **req) {
-    return start(c, CALL(RF_COMM_K_ALLGATHER, send, recv, count, t, RF_COMM_SUM, 0), req);
+    return start(c, CALL(RF_COMM_K_ALLGATHER, send, recv, count, t, RF_COMM_SUM, 0, 0), req);
 }
 int rf_comm_ibroadcast(rf_comm *c, void *buf, size_t count, rf_comm_dtype t, int root,
                        rf_comm_req **req) {
-    return start(c, CALL(RF_COMM_K_BROADCAST, buf, buf, count, t, RF_COMM_SUM, root), req);
+    return start(c, CALL(RF_COMM_K_BROADCAST, buf, buf, count, t, RF_COMM_SUM, root, 0), req);
 }
 int rf_comm_isend(rf_comm *c, const void *buf, size_t count, rf_comm_dtype t, int peer,
                   rf_comm_req **req) {
-    return start(c, CALL(RF_COMM_K_SEND, buf, NULL, count, t, RF_COMM_SUM, peer), req);
+    return start(c, CALL(RF_COMM_K_SEND, buf, NULL, count, t, RF_COMM_SUM, peer, 0), req);
 }
 int rf_comm_irecv(rf_comm *c, void *buf, size_t count, rf_comm_dtype t, int peer,
                   rf_comm_req **req) {
-    return start(c, CALL(RF_COMM_K_RECV, NULL, buf, count, t, RF_COMM_SUM, peer), req);
+    return start(c, CALL(RF_COMM_K_RECV, NULL, buf, count, t, RF_COMM_SUM, peer, 0), req);
+}
+int rf_comm_isendrecv(rf_comm *c, const void *send, int dst, void *recv, int src, size_t count,
+                      rf_comm_dtype t, rf_comm_req **req) {
+    return start(c, CALL(RF_COMM_K_SENDRECV, send, recv, count, t, RF_COMM_SUM, dst, src), req);
 }
 int rf_comm_ibarrier(rf_comm *c, rf_comm_req **req) {
-    return start(c, CALL(RF_COMM_K_BARRIER, NULL, NULL, 0, RF_COMM_U8, RF_COMM_SUM, 0), req);
+    return start(c, CALL(RF_COMM_K_BARRIER, NULL, NULL, 0, RF_COMM_U8, RF_COMM_SUM, 0, 0), req);
 }
 
 int rf_comm_allreduce(rf_comm *c, const void *send, void *recv, size_t count, rf_comm_dtype t,
                       rf_comm_op op) {
-    return run(c, CALL(RF_COMM_K_ALLREDUCE, send, recv, count, t, op, 0));
+    return run(c, CALL(RF_COMM_K_ALLREDUCE, send, recv, count, t, op, 0, 0));
 }
 int rf_comm_reduce_scatter(rf_comm *c, const void *send, void *recv, size_t count,
                            rf_comm_dtype t, rf_comm_op op) {
-    return run(c, CALL(RF_COMM_K_REDUCE_SCATTER, send, recv, count, t, op, 0));
+    return run(c, CALL(RF_COMM_K_REDUCE_SCATTER, send, recv, count, t, op, 0, 0));
 }
 int rf_comm_allgather(rf_comm *c, const void *send, void *recv, size_t count, rf_comm_dtype t) {
-    return run(c, CALL(RF_COMM_K_ALLGATHER, send, recv, count, t, RF_COMM_SUM, 0));
+    return run(c, CALL(RF_COMM_K_ALLGATHER, send, recv, count, t, RF_COMM_SUM, 0, 0));
 }
 int rf_comm_broadcast(rf_comm *c, void *buf, size_t count, rf_comm_dtype t, int root) {
-    return run(c, CALL(RF_COMM_K_BROADCAST, buf, buf, count, t, RF_COMM_SUM, root));
+    return run(c, CALL(RF_COMM_K_BROADCAST, buf, buf, count, t, RF_COMM_SUM, root, 0));
 }
 int rf_comm_send(rf_comm *c, const void *buf, size_t count, rf_comm_dtype t, int peer) {
-    return run(c, CALL(RF_COMM_K_SEND, buf, NULL, count, t, RF_COMM_SUM, peer));
+    return run(c, CALL(RF_COMM_K_SEND, buf, NULL, count, t, RF_COMM_SUM, peer, 0));
 }
 int rf_comm_recv(rf_comm *c, void *buf, size_t count, rf_comm_dtype t, int peer) {
-    return run(c, CALL(RF_COMM_K_RECV, NULL, buf, count, t, RF_COMM_SUM, peer));
+    return run(c, CALL(RF_COMM_K_RECV, NULL, buf, count, t, RF_COMM_SUM, peer, 0));
+}
+int rf_comm_sendrecv(rf_comm *c, const void *send, int dst, void *recv, int src, size_t count,
+                     rf_comm_dtype t) {
+    return run(c, CALL(RF_COMM_K_SENDRECV, send, recv, count, t, RF_COMM_SUM, dst, src));
 }
 int rf_comm_barrier(rf_comm *c) {
-    return run(c, CALL(RF_COMM_K_BARRIER, NULL, NULL, 0, RF_COMM_U8, RF_COMM_SUM, 0));
+    return run(c, CALL(RF_COMM_K_BARRIER, NULL, NULL, 0, RF_COMM_U8, RF_COMM_SUM, 0, 0));
 }
 
 int rf_comm_split(rf_comm *c, int color, int key, rf_comm **out) {

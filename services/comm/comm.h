@@ -23,7 +23,11 @@
  *     rank r's block at r*count. In place when send == recv + rank*count;
  *   - broadcast is in place, from `root`;
  *   - send/recv pair one sender with one receiver; messages between the same
- *     two ranks arrive in order. There are no tags.
+ *     two ranks arrive in order. There are no tags. With NCCL, point-to-point
+ *     operations of one rank run in the order issued, so a rank must never
+ *     wait on a receive whose matching send the peer issues only after its own
+ *     receive: a ring (send to next, receive from prev) is one
+ *     rf_comm_sendrecv, which runs both halves together on every backend.
  * Every rank of a group must issue the same collectives in the same order.
  *
  * Errors: every call returns RF_OK or a negative rf_err (common/error.h) with
@@ -159,6 +163,10 @@ int rf_comm_allgather(rf_comm *c, const void *send, void *recv, size_t count, rf
 int rf_comm_broadcast(rf_comm *c, void *buf, size_t count, rf_comm_dtype t, int root);
 int rf_comm_send(rf_comm *c, const void *buf, size_t count, rf_comm_dtype t, int peer);
 int rf_comm_recv(rf_comm *c, void *buf, size_t count, rf_comm_dtype t, int peer);
+/* Sends count elements of send to rank dst and receives count elements from
+ * rank src into recv, both at once (a ring shift, a pipeline exchange). */
+int rf_comm_sendrecv(rf_comm *c, const void *send, int dst, void *recv, int src, size_t count,
+                     rf_comm_dtype t);
 int rf_comm_barrier(rf_comm *c);
 
 /* Asynchronous variants: on RF_OK *req is a request the caller must pass to
@@ -176,6 +184,8 @@ int rf_comm_isend(rf_comm *c, const void *buf, size_t count, rf_comm_dtype t, in
                   rf_comm_req **req);
 int rf_comm_irecv(rf_comm *c, void *buf, size_t count, rf_comm_dtype t, int peer,
                   rf_comm_req **req);
+int rf_comm_isendrecv(rf_comm *c, const void *send, int dst, void *recv, int src, size_t count,
+                      rf_comm_dtype t, rf_comm_req **req);
 int rf_comm_ibarrier(rf_comm *c, rf_comm_req **req);
 
 /* Completes the request (within opts.timeout_s from this call) and frees it,

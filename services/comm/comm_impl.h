@@ -19,6 +19,7 @@ typedef enum rf_comm_kind {
     RF_COMM_K_SEND,
     RF_COMM_K_RECV,
     RF_COMM_K_BARRIER,
+    RF_COMM_K_SENDRECV,
 } rf_comm_kind;
 
 /* One operation, as the public call described it (checked by comm.c). */
@@ -29,7 +30,8 @@ typedef struct rf_comm_call {
     size_t count;
     rf_comm_dtype dtype;
     rf_comm_op op;
-    int peer; /* broadcast: root; send/recv: the other rank */
+    int peer;  /* broadcast: root; send, recv, sendrecv: the rank sent to or received from */
+    int peer2; /* sendrecv: the rank received from */
 } rf_comm_call;
 
 typedef struct rf_comm_backend {

@@ -25,6 +25,7 @@ typedef struct mpi_impl {
 
 typedef struct mpi_req {
     MPI_Request r;
+    MPI_Request r2; /* sendrecv: the receive (r is the send) */
     void *tmp;   /* reduce-scatter in place: the result before its copy to dst */
     void *dst;   /* where the result belongs */
     size_t n;    /* its elements */
@@ -115,6 +116,10 @@ static int mpi_start(rf_comm *c, const rf_comm_call *k, rf_comm_req *req) {
     case RF_COMM_K_BARRIER:
         rc = MPI_Ibarrier(m->comm, &q->r);
         break;
+    case RF_COMM_K_SENDRECV:
+        rc = MPI_Irecv(k->recv, n, t, k->peer2, TAG, m->comm, &q->r2);
+        if (rc == MPI_SUCCESS) rc = MPI_Isend(k->send, n, t, k->peer, TAG, m->comm, &q->r);
+        break;
     }
     if (rc != MPI_SUCCESS) {
         free(q->tmp);
@@ -139,7 +144,16 @@ static void divide(void *p, size_t n, rf_comm_dtype t, int world) {
 static int mpi_test(rf_comm *c, rf_comm_req *req, int *done) {
     mpi_req *q = (mpi_req *)req->be;
     MPI_Status st;
-    int flag = 0, rc = MPI_Test(&q->r, &flag, &st);
+    int flag = 0, rc;
+    if (req->call.kind == RF_COMM_K_SENDRECV) {
+        MPI_Request both[2] = {q->r, q->r2};
+        MPI_Status sts[2];
+        rc = MPI_Testall(2, both, &flag, sts);
+        q->r = both[0], q->r2 = both[1];
+        st = sts[1];
+    } else {
+        rc = MPI_Test(&q->r, &flag, &st);
+    }
     if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Test");
     if (!flag) return RF_OK;
     *done = 1;
@@ -150,7 +164,7 @@ static int mpi_test(rf_comm *c, rf_comm_req *req, int *done) {
         free(q->tmp);
         q->tmp = NULL;
     }
-    if (req->call.kind == RF_COMM_K_RECV) {
+    if (req->call.kind == RF_COMM_K_RECV || req->call.kind == RF_COMM_K_SENDRECV) {
         int got = 0;
         MPI_Get_count(&st, mtype(req->call.dtype), &got);
         if ((size_t)got != req->call.count)

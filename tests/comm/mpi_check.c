@@ -168,6 +168,17 @@ static void check_ring(rf_comm *c, size_t n) {
     for (size_t i = 0; i < n && bad == n; i++)
         if (in[i] != prev * 100000 + (int32_t)i) bad = i;
     CHECK(bad == n, "ring n %zu: wrong at %zu", n, bad);
+    /* The same shift as one send-recv, both ways round. */
+    for (int dir = 0; dir < 2; dir++) {
+        int to = dir ? prev : next, from = dir ? next : prev;
+        for (size_t i = 0; i < n; i++)
+            in[i] = -1;
+        OK(rf_comm_sendrecv(c, out, to, in, from, n, RF_COMM_I32));
+        bad = n;
+        for (size_t i = 0; i < n && bad == n; i++)
+            if (in[i] != from * 100000 + (int32_t)i) bad = i;
+        CHECK(bad == n, "send-recv dir %d n %zu: wrong at %zu", dir, n, bad);
+    }
     /* Blocking pairs: even ranks send first, odd ranks receive first. */
     if (world % 2 == 0) {
         int peer = rank ^ 1;

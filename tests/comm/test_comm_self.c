@@ -104,6 +104,11 @@ static void test_broadcast_barrier_send_recv(void **state) {
     assert_int_equal(rf_comm_send(c, ring_out, 2, RF_COMM_I32, 0), RF_OK);
     assert_int_equal(rf_comm_wait(rr), RF_ERR_INVALID);
     assert_false(rf_comm_broken(c)); /* a usage error, not a broken group */
+    /* A ring shift over one rank is a copy. */
+    int32_t sr_in[2] = {0};
+    assert_int_equal(rf_comm_sendrecv(c, ring_out, 0, sr_in, 0, 2, RF_COMM_I32), RF_OK);
+    assert_memory_equal(sr_in, ring_out, sizeof ring_out);
+    assert_int_equal(rf_comm_sendrecv(c, ring_out, 0, sr_in, 1, 2, RF_COMM_I32), RF_ERR_INVALID);
     /* A message never received is freed with the communicator. */
     assert_int_equal(rf_comm_send(c, w, 0, RF_COMM_F64, 0), RF_OK);
     assert_false(rf_comm_broken(c));
