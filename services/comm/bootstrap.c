@@ -391,7 +391,7 @@ int rf_boot_fetch(const char *host, int port, const rf_boot_opts *o, void *blob,
     return rf_fail(RF_ERR_IO,
                    "timeout: bootstrap rank %d of %d gave up after %.1f s and %d tries waiting for "
                    "rank 0 at %s:%d (run %s attempt %u); last error: %s%s%s",
-                   o->rank, o->world, rf_now() - start, tries, host, port, run_id_of(o),
-                   o->attempt, last, refused[0] && strcmp(refused, last) ? "; earlier " : "",
+                   o->rank, o->world, rf_now() - start, tries, host, port, run_id_of(o), o->attempt,
+                   last, refused[0] && strcmp(refused, last) ? "; earlier " : "",
                    refused[0] && strcmp(refused, last) ? refused : "");
 }

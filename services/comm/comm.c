@@ -55,8 +55,7 @@ static int env_int(const char *name, long lo, long hi, long *v, int *found) {
     errno = 0;
     long x = strtol(s, &end, 10);
     if (errno || *end || x < lo || x > hi)
-        return rf_fail(RF_ERR_INVALID, "%s=%s: expected an integer in [%ld, %ld]", name, s, lo,
-                       hi);
+        return rf_fail(RF_ERR_INVALID, "%s=%s: expected an integer in [%ld, %ld]", name, s, lo, hi);
     *v = x;
     return RF_OK;
 }
@@ -418,7 +417,7 @@ int rf_comm_test(rf_comm_req *r, int *done) {
         char what[160], why[600];
         describe(c, &r->call, what, sizeof what);
         snprintf(why, sizeof why, "comm (%s): %s failed: %s", c->be->name, what, rf_errmsg());
-        r->done = 1;                          /* nothing more will come of it */
+        r->done = 1;                              /* nothing more will come of it */
         if (rc == RF_ERR_IO) mark_broken(c, why); /* the transport failed */
         return rf_fail(rc, "%s", why);
     }
@@ -480,8 +479,8 @@ int rf_comm_iallreduce(rf_comm *c, const void *send, void *recv, size_t count, r
                        rf_comm_op op, rf_comm_req **req) {
     return start(c, CALL(RF_COMM_K_ALLREDUCE, send, recv, count, t, op, 0, 0), req);
 }
-int rf_comm_ireduce_scatter(rf_comm *c, const void *send, void *recv, size_t count,
-                            rf_comm_dtype t, rf_comm_op op, rf_comm_req **req) {
+int rf_comm_ireduce_scatter(rf_comm *c, const void *send, void *recv, size_t count, rf_comm_dtype t,
+                            rf_comm_op op, rf_comm_req **req) {
     return start(c, CALL(RF_COMM_K_REDUCE_SCATTER, send, recv, count, t, op, 0, 0), req);
 }
 int rf_comm_iallgather(rf_comm *c, const void *send, void *recv, size_t count, rf_comm_dtype t,
@@ -512,8 +511,8 @@ int rf_comm_allreduce(rf_comm *c, const void *send, void *recv, size_t count, rf
                       rf_comm_op op) {
     return run(c, CALL(RF_COMM_K_ALLREDUCE, send, recv, count, t, op, 0, 0));
 }
-int rf_comm_reduce_scatter(rf_comm *c, const void *send, void *recv, size_t count,
-                           rf_comm_dtype t, rf_comm_op op) {
+int rf_comm_reduce_scatter(rf_comm *c, const void *send, void *recv, size_t count, rf_comm_dtype t,
+                           rf_comm_op op) {
     return run(c, CALL(RF_COMM_K_REDUCE_SCATTER, send, recv, count, t, op, 0, 0));
 }
 int rf_comm_allgather(rf_comm *c, const void *send, void *recv, size_t count, rf_comm_dtype t) {
@@ -548,8 +547,8 @@ int rf_comm_split(rf_comm *c, int color, int key, rf_comm **out) {
     if (rc) {
         if (rc == RF_ERR_IO) {
             char why[600];
-            snprintf(why, sizeof why, "comm (%s): split on rank %d of %d failed: %s",
-                     c->be->name, c->rank, c->world, rf_errmsg());
+            snprintf(why, sizeof why, "comm (%s): split on rank %d of %d failed: %s", c->be->name,
+                     c->rank, c->world, rf_errmsg());
             mark_broken(c, why);
             rc = rf_fail(rc, "%s", why);
         }
@@ -564,8 +563,7 @@ int rf_comm_mesh_coords(int rank, int dp, int tp, int pp, int *dp_i, int *tp_i, 
     if (dp < 1 || tp < 1 || pp < 1 || (long long)dp * tp * pp > INT_MAX)
         return rf_fail(RF_ERR_INVALID, "comm: mesh dp=%d tp=%d pp=%d", dp, tp, pp);
     if (rank < 0 || rank >= dp * tp * pp)
-        return rf_fail(RF_ERR_INVALID, "comm: rank %d outside the mesh of %d", rank,
-                       dp * tp * pp);
+        return rf_fail(RF_ERR_INVALID, "comm: rank %d outside the mesh of %d", rank, dp * tp * pp);
     *tp_i = rank % tp;
     *pp_i = rank / tp % pp;
     *dp_i = rank / (tp * pp);

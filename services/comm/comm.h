@@ -157,8 +157,8 @@ size_t rf_comm_dtype_size(rf_comm_dtype t);
 /* Blocking collectives. */
 int rf_comm_allreduce(rf_comm *c, const void *send, void *recv, size_t count, rf_comm_dtype t,
                       rf_comm_op op);
-int rf_comm_reduce_scatter(rf_comm *c, const void *send, void *recv, size_t count,
-                           rf_comm_dtype t, rf_comm_op op);
+int rf_comm_reduce_scatter(rf_comm *c, const void *send, void *recv, size_t count, rf_comm_dtype t,
+                           rf_comm_op op);
 int rf_comm_allgather(rf_comm *c, const void *send, void *recv, size_t count, rf_comm_dtype t);
 int rf_comm_broadcast(rf_comm *c, void *buf, size_t count, rf_comm_dtype t, int root);
 int rf_comm_send(rf_comm *c, const void *buf, size_t count, rf_comm_dtype t, int peer);
@@ -174,8 +174,8 @@ int rf_comm_barrier(rf_comm *c);
  * NULL. */
 int rf_comm_iallreduce(rf_comm *c, const void *send, void *recv, size_t count, rf_comm_dtype t,
                        rf_comm_op op, rf_comm_req **req);
-int rf_comm_ireduce_scatter(rf_comm *c, const void *send, void *recv, size_t count,
-                            rf_comm_dtype t, rf_comm_op op, rf_comm_req **req);
+int rf_comm_ireduce_scatter(rf_comm *c, const void *send, void *recv, size_t count, rf_comm_dtype t,
+                            rf_comm_op op, rf_comm_req **req);
 int rf_comm_iallgather(rf_comm *c, const void *send, void *recv, size_t count, rf_comm_dtype t,
                        rf_comm_req **req);
 int rf_comm_ibroadcast(rf_comm *c, void *buf, size_t count, rf_comm_dtype t, int root,

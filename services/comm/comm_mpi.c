@@ -26,10 +26,10 @@ typedef struct mpi_impl {
 typedef struct mpi_req {
     MPI_Request r;
     MPI_Request r2; /* sendrecv: the receive (r is the send) */
-    void *tmp;   /* reduce-scatter in place: the result before its copy to dst */
-    void *dst;   /* where the result belongs */
-    size_t n;    /* its elements */
-    int average; /* divide by the world size on completion */
+    void *tmp;      /* reduce-scatter in place: the result before its copy to dst */
+    void *dst;      /* where the result belongs */
+    size_t n;       /* its elements */
+    int average;    /* divide by the world size on completion */
 } mpi_req;
 
 static int initialized_here; /* MPI_Init_thread was ours: MPI_Finalize is too */
@@ -85,8 +85,8 @@ static int mpi_start(rf_comm *c, const rf_comm_call *k, rf_comm_req *req) {
     q->dst = k->recv, q->n = k->count;
     switch (k->kind) {
     case RF_COMM_K_ALLREDUCE:
-        rc = MPI_Iallreduce(k->send == k->recv ? MPI_IN_PLACE : k->send, k->recv, n, t,
-                            mop(k->op), m->comm, &q->r);
+        rc = MPI_Iallreduce(k->send == k->recv ? MPI_IN_PLACE : k->send, k->recv, n, t, mop(k->op),
+                            m->comm, &q->r);
         break;
     case RF_COMM_K_REDUCE_SCATTER: {
         void *out = k->recv;
@@ -100,8 +100,7 @@ static int mpi_start(rf_comm *c, const rf_comm_call *k, rf_comm_req *req) {
     }
     case RF_COMM_K_ALLGATHER: {
         int in_place = (const char *)k->recv + (size_t)c->rank * k->count * esz == k->send;
-        rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : k->send, n, t, k->recv, n, t, m->comm,
-                            &q->r);
+        rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : k->send, n, t, k->recv, n, t, m->comm, &q->r);
         break;
     }
     case RF_COMM_K_BROADCAST:
@@ -279,8 +278,7 @@ int rf_comm_mpi_init(const rf_comm_opts *opts, rf_comm **out) {
         int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
         if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Init_thread");
         if (provided < MPI_THREAD_SERIALIZED)
-            return rf_fail(RF_ERR_UNSUPPORTED, "comm: MPI provides thread level %d only",
-                           provided);
+            return rf_fail(RF_ERR_UNSUPPORTED, "comm: MPI provides thread level %d only", provided);
         initialized_here = owns = 1;
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);

@@ -34,7 +34,7 @@
 _Static_assert(sizeof(ncclUniqueId) == RF_COMM_NCCL_ID_BYTES, "NCCL unique id size");
 
 typedef struct nccl_impl {
-    ncclComm_t comm;    /* NULL once aborted */
+    ncclComm_t comm; /* NULL once aborted */
     cudaStream_t stream;
     int device;
     float *scratch;     /* one device float: the barrier's all-reduce */

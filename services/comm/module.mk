@@ -20,10 +20,12 @@ EXCLUDE_SRCS += services/comm/comm_nccl.c
 endif
 
 # The program tests/comm/mpi.test.sh runs under mpirun. It lives outside
-# $(BUILD)/tests because tests/run.sh runs every binary there directly.
+# $(BUILD)/tests because tests/run.sh runs every binary there directly, and
+# links only what it uses (not every package: less for LeakSanitizer to see).
 EXTRA_BINS += $(BUILD)/comm/mpi_check
 $(BUILD)/comm/mpi_check: $(BUILD)/obj/tests/comm/mpi_check.o \
     $(BUILD)/lib/librefinery_comm.a $(BUILD)/lib/librefinery_common.a
 	@mkdir -p $(@D)
 	@echo '  LD     $@'
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(COMM_MPI_LIBS) \
+	    $(if $(filter 1,$(CUDA)),-L$(CUDA_HOME)/lib64 -lcudart -lnccl) -lm

@@ -64,14 +64,15 @@ static void check_allreduce(rf_comm *c, size_t n) {
             OK(rf_comm_allreduce(c, in_place ? y : x, y, n, RF_COMM_F32, ops[o]));
             size_t bad = n;
             for (size_t i = 0; i < n && bad == n; i++) {
-                double k = (double)(i % 13 + 1), want = ops[o] == RF_COMM_SUM ? sum_ranks_plus1(world) * k
-                                                     : ops[o] == RF_COMM_AVG ? sum_ranks_plus1(world) * k / world
-                                                     : ops[o] == RF_COMM_MAX ? world * k
-                                                                             : k;
+                double k = (double)(i % 13 + 1),
+                       want = ops[o] == RF_COMM_SUM   ? sum_ranks_plus1(world) * k
+                              : ops[o] == RF_COMM_AVG ? sum_ranks_plus1(world) * k / world
+                              : ops[o] == RF_COMM_MAX ? world * k
+                                                      : k;
                 if (fabs(y[i] - want) > 1e-6 * want) bad = i;
             }
-            CHECK(bad == n, "all-reduce op %d in_place %d n %zu: wrong at %zu (%g)", o, in_place,
-                  n, bad, bad < n ? y[bad] : 0.0);
+            CHECK(bad == n, "all-reduce op %d in_place %d n %zu: wrong at %zu (%g)", o, in_place, n,
+                  bad, bad < n ? y[bad] : 0.0);
         }
     free(x);
     free(y);

@@ -185,8 +185,7 @@ static void test_timeouts_are_bounded_and_clear(void **state) {
     assert_int_equal(rf_boot_listen("127.0.0.1", 0, &s), RF_OK);
     o.io_timeout_s = 0.2;
     t0 = rf_now();
-    assert_int_equal(rf_boot_fetch("127.0.0.1", rf_boot_server_port(s), &o, blob, BLOB),
-                     RF_ERR_IO);
+    assert_int_equal(rf_boot_fetch("127.0.0.1", rf_boot_server_port(s), &o, blob, BLOB), RF_ERR_IO);
     took = rf_now() - t0;
     assert_true(took >= 0.55 && took < 2.0);
     assert_non_null(strstr(rf_errmsg(), "timed out"));

@@ -11,12 +11,19 @@
 #include "comm/comm.h"
 #include "common/error.h"
 
-static const char *launch_vars[] = {
-    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-    "RANK",                 "WORLD_SIZE",           "JOB_COMPLETION_INDEX",
-    "REFINERY_WORLD_SIZE",  "MASTER_ADDR",          "MASTER_PORT",
-    "LOCAL_RANK",           "REFINERY_RUN_ID",      "REFINERY_ATTEMPT",
-    "REFINERY_COMM_TIMEOUT"};
+static const char *launch_vars[] = {"OMPI_COMM_WORLD_RANK",
+                                    "OMPI_COMM_WORLD_SIZE",
+                                    "OMPI_COMM_WORLD_LOCAL_RANK",
+                                    "RANK",
+                                    "WORLD_SIZE",
+                                    "JOB_COMPLETION_INDEX",
+                                    "REFINERY_WORLD_SIZE",
+                                    "MASTER_ADDR",
+                                    "MASTER_PORT",
+                                    "LOCAL_RANK",
+                                    "REFINERY_RUN_ID",
+                                    "REFINERY_ATTEMPT",
+                                    "REFINERY_COMM_TIMEOUT"};
 
 static int clear_env(void **state) {
     for (size_t i = 0; i < sizeof launch_vars / sizeof *launch_vars; i++)
