@@ -368,6 +368,23 @@ static int check_call(const rf_comm *c, const rf_comm_call *k) {
         return rf_fail(RF_ERR_INVALID, "comm: %s with %s %d outside the group of %d",
                        kind_name(k->kind), k->kind == RF_COMM_K_BROADCAST ? "root" : "peer",
                        k->peer, c->world);
+    /* Buffers may coincide only in NCCL's in-place layouts (comm.h). */
+    size_t es = rf_comm_dtype_size(k->dtype), w = (size_t)c->world;
+    size_t sbytes = k->count * es * (k->kind == RF_COMM_K_REDUCE_SCATTER ? w : 1);
+    size_t rbytes = k->count * es * (k->kind == RF_COMM_K_ALLGATHER ? w : 1);
+    uintptr_t sa = (uintptr_t)k->send, ra = (uintptr_t)k->recv;
+    int overlap = needs_send && needs_recv && k->count > 0 && sa < ra + rbytes && ra < sa + sbytes;
+    if (overlap) {
+        uintptr_t at = (uintptr_t)c->rank * k->count * es;
+        int in_place = k->kind == RF_COMM_K_ALLREDUCE        ? sa == ra
+                       : k->kind == RF_COMM_K_REDUCE_SCATTER ? ra == sa + at
+                       : k->kind == RF_COMM_K_ALLGATHER      ? sa == ra + at
+                                                             : 0;
+        if (!in_place)
+            return rf_fail(RF_ERR_INVALID,
+                           "comm: %s with overlapping buffers that are not the in-place layout",
+                           kind_name(k->kind));
+    }
     if (k->kind == RF_COMM_K_SENDRECV &&
         (k->peer < 0 || k->peer >= c->world || k->peer2 < 0 || k->peer2 >= c->world))
         return rf_fail(RF_ERR_INVALID, "comm: send-recv with peers %d, %d outside the group of %d",

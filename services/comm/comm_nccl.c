@@ -253,6 +253,7 @@ static int nccl_split(rf_comm *c, int color, int key, rf_comm *out) {
     /* The new communicator settles as its own non-blocking init. */
     rc = r == ncclSuccess || r == ncclInProgress ? RF_OK : nccl_fail(r, m->comm, "ncclCommSplit");
     if (rc == RF_OK && nc) rc = settle(nc, c->opts.timeout_s, "ncclCommSplit");
+    if (rc == RF_OK) rc = settle(m->comm, c->opts.timeout_s, "ncclCommSplit (parent)");
     if (rc == RF_OK && !nc) rc = rf_fail(RF_ERR_IO, "ncclCommSplit gave no communicator");
     if (rc == RF_OK) {
         r = ncclCommUserRank(nc, &out->rank);
@@ -279,10 +280,13 @@ static int nccl_destroy(rf_comm *c, int finalize) {
         } else {
             /* Flushes pending work (bounded), then frees. */
             rc = check(ncclCommFinalize(m->comm), m->comm, c->opts.timeout_s, "ncclCommFinalize");
-            if (rc == RF_OK)
-                rc = check(ncclCommDestroy(m->comm), NULL, c->opts.timeout_s, "ncclCommDestroy");
-            else
+            if (rc == RF_OK) {
+                ncclResult_t r = ncclCommDestroy(m->comm);
+                if (r != ncclSuccess && r != ncclInProgress)
+                    rc = nccl_fail(r, NULL, "ncclCommDestroy");
+            } else {
                 ncclCommAbort(m->comm);
+            }
         }
         m->comm = NULL;
     }

@@ -65,6 +65,15 @@ static void test_reductions_are_identity(void **state) {
     /* Averages are for floating point only. */
     assert_int_equal(rf_comm_allreduce(c, a, b, 3, RF_COMM_I64, RF_COMM_AVG), RF_ERR_INVALID);
     assert_non_null(strstr(rf_errmsg(), "average"));
+    /* Overlapping buffers other than the in-place layouts are refused. */
+    assert_int_equal(rf_comm_allreduce(c, src, src + 1, 3, RF_COMM_F32, RF_COMM_SUM),
+                     RF_ERR_INVALID);
+    assert_non_null(strstr(rf_errmsg(), "overlapping"));
+    assert_int_equal(rf_comm_allgather(c, src + 1, src, 3, RF_COMM_F32), RF_ERR_INVALID);
+    assert_int_equal(rf_comm_reduce_scatter(c, src, src + 2, 3, RF_COMM_F32, RF_COMM_SUM),
+                     RF_ERR_INVALID);
+    assert_int_equal(rf_comm_reduce_scatter(c, src, src, 3, RF_COMM_F32, RF_COMM_SUM), RF_OK);
+    assert_int_equal(rf_comm_allgather(c, src, src, 3, RF_COMM_F32), RF_OK);
     /* Reduce-scatter of world*count = count elements, all-gather of one block. */
     memset(dst, 0, sizeof dst);
     assert_int_equal(rf_comm_reduce_scatter(c, src, dst, N, RF_COMM_F32, RF_COMM_SUM), RF_OK);
