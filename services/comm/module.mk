@@ -5,7 +5,9 @@
 COMM_MPI_LIBS := $(shell pkg-config --libs ompi-c 2>/dev/null)
 ifneq ($(COMM_MPI_LIBS),)
 $(BUILD)/obj/services/comm/%.o: CPPFLAGS += -DREFINERY_MPI=1 $(shell pkg-config --cflags ompi-c)
-LDLIBS += $(COMM_MPI_LIBS)
+# --as-needed: only binaries that link the MPI backend (the refinery CLI, the
+# comm tests) depend on libmpi at run time, not every service.
+LDLIBS += -Wl,--push-state,--as-needed $(COMM_MPI_LIBS) -Wl,--pop-state
 else
 EXCLUDE_SRCS += services/comm/comm_mpi.c
 endif
