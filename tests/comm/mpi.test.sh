@@ -39,6 +39,9 @@ timed() {
 # the limit (plus slack for polling on an oversubscribed machine).
 survivors_timed_out() {
     local name=$1 want=$2 n
+    if grep -q '^FAIL' "$log"; then
+        echo "FAIL: $name:"; sed 's/^/    /' "$log"; fail=1; return
+    fi
     n=$(grep -cE '^rank [0-9]+: io after [0-9.]+ s: timeout: comm \(mpi\): all-reduce of 1 f32 on rank [0-9]+ of 4 did not complete' "$log")
     if [ "$n" -ne "$want" ]; then
         echo "FAIL: $name: $n of $want surviving ranks reported the timeout:"; sed 's/^/    /' "$log"; fail=1; return

@@ -302,6 +302,8 @@ static void check_meshes(rf_comm *c) {
 static int fault(rf_comm *c, int silent) {
     float x = 1, y = 0;
     OK(rf_comm_allreduce(c, &x, &y, 1, RF_COMM_F32, RF_COMM_SUM));
+    rf_comm *half; /* a group split before the failure breaks with its world */
+    OK(rf_comm_split(c, rank % 2, rank, &half));
     OK(rf_comm_barrier(c));
     if (rank == world - 1) {
         if (!silent) raise(SIGKILL);
@@ -322,6 +324,13 @@ static int fault(rf_comm *c, int silent) {
         fprintf(stderr, "FAIL rank %d: a broken group took another call\n", rank);
         return 1;
     }
+    t0 = rf_now();
+    rc = rf_comm_allreduce(half, &x, &y, 1, RF_COMM_F32, RF_COMM_SUM);
+    if (rc == RF_OK || !strstr(rf_errmsg(), "unusable") || rf_now() - t0 > 0.5) {
+        fprintf(stderr, "FAIL rank %d: a group split from the broken world took a call\n", rank);
+        return 1;
+    }
+    rf_comm_destroy(half);
     rf_comm_destroy(c);
     return 3;
 }
