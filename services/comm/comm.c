@@ -426,7 +426,8 @@ int rf_comm_test(rf_comm_req *r, int *done) {
     rf_comm *c = r->c;
     if (r->done) {
         *done = 1;
-        return RF_OK;
+        return r->err ? rf_fail(r->err, "comm (%s): the request failed earlier", c->be->name)
+                      : RF_OK;
     }
     if (c->sh->broken) return fail_broken(c);
     int rc = c->be->test(c, r, &r->done);
@@ -434,7 +435,7 @@ int rf_comm_test(rf_comm_req *r, int *done) {
         char what[160], why[600];
         describe(c, &r->call, what, sizeof what);
         snprintf(why, sizeof why, "comm (%s): %s failed: %s", c->be->name, what, rf_errmsg());
-        r->done = 1;                              /* nothing more will come of it */
+        r->done = 1, r->err = rc;                 /* nothing more will come of it */
         if (rc == RF_ERR_IO) mark_broken(c, why); /* the transport failed */
         return rf_fail(rc, "%s", why);
     }
@@ -454,12 +455,12 @@ int rf_comm_wait(rf_comm_req *r) {
     }
     double t0 = rf_now(), deadline = t0 + c->opts.timeout_s;
     long nap = 1000; /* ns; grows to 1 ms so that waiting ranks leave the cores to the others */
+    if (r->done && r->err) /* rf_comm_test saw it fail */
+        rc = c->sh->broken ? fail_broken(c)
+                           : rf_fail(r->err, "comm (%s): the request failed earlier", c->be->name);
     for (unsigned spins = 0; !r->done; spins++) {
         int done;
-        if ((rc = rf_comm_test(r, &done))) {
-            if (rc == RF_ERR_IO) c->be->abandon(c, r);
-            break;
-        }
+        if ((rc = rf_comm_test(r, &done))) break;
         if (done) break;
         if (rf_now() > deadline) {
             char what[160], why[512];
@@ -480,6 +481,7 @@ int rf_comm_wait(rf_comm_req *r) {
             if (nap < 1000000) nap *= 2;
         }
     }
+    if (r->err == RF_ERR_IO) c->be->abandon(c, r); /* the transport failed under it */
     free(r);
     return rc;
 }

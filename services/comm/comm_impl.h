@@ -78,7 +78,8 @@ struct rf_comm {
 struct rf_comm_req {
     rf_comm *c;
     rf_comm_call call;
-    int done;                        /* test reported completion */
+    int done;                        /* test reported completion, or failure */
+    int err;                         /* the failure test reported (0: none) */
     _Alignas(16) unsigned char be[]; /* backend->req_size bytes */
 };
 

@@ -120,6 +120,12 @@ static void test_broadcast_barrier_send_recv(void **state) {
     assert_int_equal(rf_comm_send(c, ring_out, 2, RF_COMM_I32, 0), RF_OK);
     assert_int_equal(rf_comm_wait(rr), RF_ERR_INVALID);
     assert_false(rf_comm_broken(c)); /* a usage error, not a broken group */
+    /* A failure seen by rf_comm_test is reported again by rf_comm_wait. */
+    assert_int_equal(rf_comm_irecv(c, ring_in, 2, RF_COMM_I32, 0, &rr), RF_OK);
+    int done = 0;
+    assert_int_equal(rf_comm_test(rr, &done), RF_ERR_INVALID);
+    assert_int_equal(done, 0);
+    assert_int_equal(rf_comm_wait(rr), RF_ERR_INVALID);
     /* A ring shift over one rank is a copy. */
     int32_t sr_in[2] = {0};
     assert_int_equal(rf_comm_sendrecv(c, ring_out, 0, sr_in, 0, 2, RF_COMM_I32), RF_OK);
