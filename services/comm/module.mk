@@ -31,3 +31,12 @@ $(BUILD)/comm/mpi_check: $(BUILD)/obj/tests/comm/mpi_check.o \
 	@echo '  LD     $@'
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(COMM_MPI_LIBS) \
 	    $(if $(filter 1,$(CUDA)),-L$(CUDA_HOME)/lib64 -lcudart -lnccl) -lm
+
+# A by-hand benchmark (not a test): rf_comm_allreduce against MPI_Allreduce.
+$(BUILD)/obj/tests/comm/bench_allreduce.o: CPPFLAGS += $(shell pkg-config --cflags ompi-c 2>/dev/null)
+$(BUILD)/comm/bench_allreduce: $(BUILD)/obj/tests/comm/bench_allreduce.o \
+    $(BUILD)/lib/librefinery_comm.a $(BUILD)/lib/librefinery_common.a
+	@mkdir -p $(@D)
+	@echo '  LD     $@'
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(COMM_MPI_LIBS) \
+	    $(if $(filter 1,$(CUDA)),-L$(CUDA_HOME)/lib64 -lcudart -lnccl) -lm
