@@ -3,8 +3,9 @@
 # backend only in the CUDA=1 build; without MPI, a process started by mpirun
 # gets RF_ERR_UNSUPPORTED and world-size-1 runs use the self backend.
 COMM_MPI_LIBS := $(shell pkg-config --libs ompi-c 2>/dev/null)
+COMM_MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
 ifneq ($(COMM_MPI_LIBS),)
-$(BUILD)/obj/services/comm/%.o: CPPFLAGS += -DREFINERY_MPI=1 $(shell pkg-config --cflags ompi-c)
+$(BUILD)/obj/services/comm/%.o: CPPFLAGS += -DREFINERY_MPI=1 $(COMM_MPI_CFLAGS)
 # --as-needed: only binaries that link the MPI backend (the refinery CLI, the
 # comm tests) depend on libmpi at run time, not every service.
 LDLIBS += -Wl,--push-state,--as-needed $(COMM_MPI_LIBS) -Wl,--pop-state
@@ -33,7 +34,7 @@ $(BUILD)/comm/mpi_check: $(BUILD)/obj/tests/comm/mpi_check.o \
 	    $(if $(filter 1,$(CUDA)),-L$(CUDA_HOME)/lib64 -lcudart -lnccl) -lm
 
 # A by-hand benchmark (not a test): rf_comm_allreduce against MPI_Allreduce.
-$(BUILD)/obj/tests/comm/bench_allreduce.o: CPPFLAGS += $(shell pkg-config --cflags ompi-c 2>/dev/null)
+$(BUILD)/obj/tests/comm/bench_allreduce.o: CPPFLAGS += $(COMM_MPI_CFLAGS)
 $(BUILD)/comm/bench_allreduce: $(BUILD)/obj/tests/comm/bench_allreduce.o \
     $(BUILD)/lib/librefinery_comm.a $(BUILD)/lib/librefinery_common.a
 	@mkdir -p $(@D)
