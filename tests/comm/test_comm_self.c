@@ -294,6 +294,13 @@ static void test_env_launch_paths(void **state) {
     rf_comm_destroy(c);
     clear_env(state);
 
+    /* mpirun -np 1 needs no MPI either. */
+    setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "1", 1);
+    c = open_self();
+    rf_comm_destroy(c);
+    clear_env(state);
+
     /* mpirun's variables win. */
     setenv("OMPI_COMM_WORLD_RANK", "3", 1);
     setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
