@@ -34,7 +34,7 @@ int rf_evaluate(rf_bert *m, const rf_dataset *d, int batch_size, rf_metrics *out
             rc = RF_ERR_NOMEM;
             break;
         }
-        m->be->xent_fwd(probs, losses, m->logits, bb.labels, nb, K);
+        m->be->xent_fwd(probs, losses, m->logits, bb.labels, NULL, nb, K);
         for (int r = 0; r < nb; r++) {
             const float *z = m->logits + (size_t)r * K;
             int best = 0;

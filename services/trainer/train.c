@@ -59,9 +59,12 @@ static void epoch_order(size_t *order, size_t n, bool shuffle, uint64_t seed, ui
 
 /* The checkpoint identity of a run (see rf_train_ident): every sequence's
  * tokens and label in order, and the options that shape the trajectory with
- * the schedule as resolved (total and warmup steps). Thread count, logging and
+ * the schedule as resolved (total and warmup steps) and the class weights as
+ * resolved (cw, K floats; NULL leaves the identity as it was before weights
+ * existed, so unweighted checkpoints still resume). Thread count, logging and
  * checkpoint cadence are left out: they do not change what is computed. */
-static rf_train_ident run_ident(const rf_dataset *d, const rf_train_opts *o, const rf_adamw *a) {
+static rf_train_ident run_ident(const rf_dataset *d, const rf_train_opts *o, const rf_adamw *a,
+                                const float *cw, int K) {
     rf_train_ident id = {rf_hash64(&d->n, sizeof d->n, 0), 0};
     for (size_t i = 0; i < d->n; i++) {
         id.data = rf_hash64(d->tokens + d->start[i], d->len[i] * sizeof *d->tokens, id.data);
@@ -76,7 +79,35 @@ static rf_train_ident run_ident(const rf_dataset *d, const rf_train_opts *o, con
                     o->shuffle,
                     o->dropout};
     id.opts = rf_hash64(u, sizeof u, rf_hash64(f, sizeof f, 0));
+    if (cw) id.opts = rf_hash64(cw, (size_t)K * sizeof *cw, id.opts ^ 0x636c617373ull);
     return id;
+}
+
+int rf_train_class_weights(const rf_train_opts *o, const rf_dataset *d, int K, float *w,
+                           bool *weighted) {
+    *weighted = o->class_weighting != RF_CW_NONE;
+    if (o->class_weighting == RF_CW_LIST) {
+        if (o->n_class_weights != K)
+            return rf_fail(RF_ERR_INVALID,
+                           "train: class_weights has %d weight(s) but the model has %d labels",
+                           o->n_class_weights, K);
+        memcpy(w, o->class_weights, (size_t)K * sizeof *w);
+    } else if (o->class_weighting == RF_CW_BALANCED) {
+        size_t count[K];
+        memset(count, 0, sizeof count);
+        for (size_t i = 0; i < d->n; i++)
+            count[d->label[i]]++;
+        for (int c = 0; c < K; c++)
+            w[c] = count[c] ? (float)((double)d->n / ((double)K * (double)count[c])) : 0.0f;
+    }
+    if (!*weighted) return RF_OK;
+    char line[1024];
+    int at = 0;
+    for (int c = 0; c < K && at < (int)sizeof line - 32; c++)
+        at += snprintf(line + at, sizeof line - (size_t)at, "%s%.4g", c ? ", " : "", w[c]);
+    rf_info("trainer", "class weights (%s): [%s]",
+            o->class_weighting == RF_CW_BALANCED ? "balanced" : "list", line);
+    return RF_OK;
 }
 
 static int write_summary(const char *dir, const rf_train_result *r, const rf_train_opts *o) {
@@ -119,9 +150,15 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
     opt.total_steps = total;
     if (opt.warmup_steps < 0) opt.warmup_steps = (long)ceil(o->warmup_ratio * (double)total);
 
+    int K = m->cfg.num_labels;
+    float cw[K];
+    bool weighted;
+    if ((rc = rf_train_class_weights(o, data, K, cw, &weighted))) return rc;
+    if ((rc = rf_bert_set_class_weights(m, weighted ? cw : NULL))) return rc;
+
     rf_train_state st = {0};
     rf_rng_seed(&st.rng, o->seed);
-    st.ident = run_ident(data, o, &opt);
+    st.ident = run_ident(data, o, &opt, weighted ? cw : NULL, K);
     char ckpt[4096];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.bin", o->out_dir);
     struct stat sb;
