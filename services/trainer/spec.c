@@ -10,35 +10,21 @@
 #include "common/log.h"
 #include "evaluator/evaluate.h"
 
-const char *const rf_trainer_spec_keys[] = {"model",
-                                            "train",
-                                            "eval",
-                                            "output",
-                                            "export",
-                                            "num_labels",
-                                            "epochs",
-                                            "max_steps",
-                                            "batch_size",
-                                            "grad_accum",
-                                            "max_len",
-                                            "lr",
-                                            "weight_decay",
-                                            "warmup_ratio",
-                                            "warmup_steps",
-                                            "clip_norm",
-                                            "beta1",
-                                            "beta2",
-                                            "eps",
-                                            "seed",
-                                            "dropout",
-                                            "checkpoint_every",
-                                            "log_every",
-                                            "resume",
-                                            "threads",
-                                            "eval_batch_size",
-                                            "shuffle",
-                                            "class_weights",
-                                            NULL};
+const char *const rf_trainer_spec_keys[] = {"model",        "train",
+                                            "eval",         "output",
+                                            "export",       "num_labels",
+                                            "epochs",       "max_steps",
+                                            "batch_size",   "grad_accum",
+                                            "max_len",      "lr",
+                                            "weight_decay", "warmup_ratio",
+                                            "warmup_steps", "clip_norm",
+                                            "beta1",        "beta2",
+                                            "eps",          "seed",
+                                            "dropout",      "checkpoint_every",
+                                            "log_every",    "resume",
+                                            "threads",      "eval_batch_size",
+                                            "shuffle",      "class_weights",
+                                            "sampler",      NULL};
 
 /* "spec.yaml:31: trainer.class_weights[1]: " (no line for environment values). */
 static int cw_fail(const rf_cfg *v, const char *what, const char *got) {
@@ -153,6 +139,13 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
     if ((rc = rf_cfg_bool(n, "resume", true, &b))) return rc;
     o->resume = b;
     if ((rc = parse_class_weights(n, s->num_labels, o))) return rc;
+    static const char *const samplers[] = {"shuffle", "balanced", NULL};
+    int sampler;
+    if ((rc = rf_cfg_enum(n, "sampler", samplers, 0, &sampler))) return rc;
+    o->balanced_sampler = sampler == 1;
+    if (o->balanced_sampler && !o->shuffle)
+        return rf_fail(RF_ERR_INVALID, "trainer.sampler: balanced draws at random; it cannot be "
+                                       "combined with shuffle: false");
 #undef STR
 #undef INT
 #undef REAL

@@ -57,6 +57,67 @@ static void epoch_order(size_t *order, size_t n, bool shuffle, uint64_t seed, ui
     }
 }
 
+/* The balanced sampler's classes: member indices grouped by label in data
+ * order (idx), class c at idx[start[c] .. start[c+1]), and the labels present. */
+typedef struct class_index {
+    size_t *idx, *start;
+    int *present, npresent;
+} class_index;
+
+static int class_index_build(class_index *ci, const rf_dataset *d, int K) {
+    ci->idx = malloc((d->n ? d->n : 1) * sizeof *ci->idx);
+    ci->start = calloc((size_t)K + 1, sizeof *ci->start);
+    ci->present = malloc((size_t)K * sizeof *ci->present);
+    ci->npresent = 0;
+    if (!ci->idx || !ci->start || !ci->present) return RF_ERR_NOMEM;
+    for (size_t i = 0; i < d->n; i++)
+        ci->start[d->label[i] + 1]++;
+    for (int c = 0; c < K; c++) {
+        if (ci->start[c + 1]) ci->present[ci->npresent++] = c;
+        ci->start[c + 1] += ci->start[c];
+    }
+    size_t *fill = calloc((size_t)K, sizeof *fill);
+    if (!fill) return RF_ERR_NOMEM;
+    for (size_t i = 0; i < d->n; i++)
+        ci->idx[ci->start[d->label[i]] + fill[d->label[i]]++] = i;
+    free(fill);
+    return RF_OK;
+}
+
+static void class_index_free(class_index *ci) {
+    free(ci->idx);
+    free(ci->start);
+    free(ci->present);
+}
+
+/* sampler: balanced. n draws with replacement: a class uniformly among those
+ * present, then a uniform member of it, so every class fills about the same
+ * share of each epoch (PyTorch's WeightedRandomSampler with weights
+ * 1/count[label], replacement=True). Seeded by (seed, epoch) like the shuffle. */
+static void balanced_order(size_t *order, size_t n, const class_index *ci, uint64_t seed,
+                           uint64_t epoch) {
+    rf_rng r;
+    rf_rng_seed(&r, mix(seed ^ mix(epoch + 1) ^ 0x62616c616e6365ull));
+    for (size_t i = 0; i < n; i++) {
+        int c = ci->present[rf_rng_below(&r, (uint64_t)ci->npresent)];
+        size_t cnt = ci->start[c + 1] - ci->start[c];
+        order[i] = ci->idx[ci->start[c] + (size_t)rf_rng_below(&r, cnt)];
+    }
+}
+
+int rf_train_epoch_order(const rf_train_opts *o, const rf_dataset *d, int K, uint64_t epoch,
+                         size_t *order) {
+    if (!o->balanced_sampler) {
+        epoch_order(order, d->n, o->shuffle, o->seed, epoch);
+        return RF_OK;
+    }
+    class_index ci = {0};
+    int rc = class_index_build(&ci, d, K);
+    if (!rc) balanced_order(order, d->n, &ci, o->seed, epoch);
+    class_index_free(&ci);
+    return rc;
+}
+
 /* The checkpoint identity of a run (see rf_train_ident): every sequence's
  * tokens and label in order, and the options that shape the trajectory with
  * the schedule as resolved (total and warmup steps) and the class weights as
@@ -80,6 +141,7 @@ static rf_train_ident run_ident(const rf_dataset *d, const rf_train_opts *o, con
                     o->dropout};
     id.opts = rf_hash64(u, sizeof u, rf_hash64(f, sizeof f, 0));
     if (cw) id.opts = rf_hash64(cw, (size_t)K * sizeof *cw, id.opts ^ 0x636c617373ull);
+    if (o->balanced_sampler) id.opts = rf_hash64("balanced", 8, id.opts);
     return id;
 }
 
@@ -172,7 +234,13 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
 
     size_t *order = malloc(n * sizeof *order);
     rf_batch_buf bb = {0};
+    class_index ci = {0};
     if (!order) return RF_ERR_NOMEM;
+    if (o->balanced_sampler && (rc = class_index_build(&ci, data, K))) {
+        free(order);
+        class_index_free(&ci);
+        return rc;
+    }
     double t0 = rf_now(), win_loss = 0, ck_loss = 0;
     long win_n = 0, ck_n = 0, done_this_run = 0;
     uint64_t tokens = 0;
@@ -180,10 +248,16 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
             "training %zu sequences, %d epoch(s), batch %zu x %zu accum, %ld steps, warmup %ld, "
             "lr %g",
             n, o->epochs, B, accum, total, opt.warmup_steps, opt.lr);
+    if (o->balanced_sampler)
+        rf_info("trainer", "balanced sampler: %d classes drawn equally often, with replacement",
+                ci.npresent);
     bool stop = false;
     uint64_t max_epochs = o->max_steps > 0 ? UINT64_MAX : (uint64_t)o->epochs;
     while (!rc && !stop && (long)st.step < total && st.epoch < max_epochs) {
-        epoch_order(order, n, o->shuffle, o->seed, st.epoch);
+        if (o->balanced_sampler)
+            balanced_order(order, n, &ci, o->seed, st.epoch);
+        else
+            epoch_order(order, n, o->shuffle, o->seed, st.epoch);
         while (!rc && !stop && st.pos < n && (long)st.step < total) {
             /* one optimizer step: up to accum micro-batches */
             rf_bert_zero_grad(m);
@@ -250,6 +324,7 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
     res->tokens_per_s = res->seconds > 0 ? (double)tokens / res->seconds : 0;
     res->finished = !rc && (long)st.step >= total;
     free(order);
+    class_index_free(&ci);
     rf_batch_buf_free(&bb);
     if (!rc) rc = write_summary(o->out_dir, res, o);
     return rc;

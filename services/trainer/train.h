@@ -43,6 +43,8 @@ typedef struct rf_train_opts {
     double warmup_ratio; /* used when optim.warmup_steps < 0 */
     uint64_t seed;
     bool shuffle;          /* false: every epoch in data order (side-by-side runs) */
+    bool balanced_sampler; /* each epoch: n draws with replacement, classes equally likely
+                              (replaces the shuffle; see train.c balanced_order) */
     bool dropout;          /* false: dropout off (deterministic parity runs) */
     long checkpoint_every; /* optimizer steps between checkpoints; 0 = at the end only */
     long log_every;        /* optimizer steps between log lines; 0 = none */
@@ -77,6 +79,11 @@ rf_train_opts rf_train_defaults(void);
  * length is not K is RF_ERR_INVALID. rf_train calls it. */
 int rf_train_class_weights(const rf_train_opts *o, const rf_dataset *d, int K, float *w,
                            bool *weighted);
+/* The order in which rf_train visits d's sequences in epoch `epoch` (order[d->n]):
+ * the seeded shuffle, data order (shuffle false), or the balanced sampler's
+ * draws. Labels must be in [0, K). */
+int rf_train_epoch_order(const rf_train_opts *o, const rf_dataset *d, int K, uint64_t epoch,
+                         size_t *order);
 int rf_train(const rf_train_opts *o, const rf_dataset *train, rf_bert *m, rf_train_result *res);
 
 /* Writes an HF folder: config.json (BertForSequenceClassification),

@@ -228,6 +228,17 @@ static void test_spec(void **state) {
                  "spec.yaml:4: trainer.class_weights: expected at least one weight above 0, got "
                  "'all zero'");
     expect_error("  class_weights: {a: 1}\n", "trainer.class_weights: expected 'balanced'");
+
+    assert_int_equal(parse("  num_labels: 2\n", &s), 0);
+    assert_false(s.opts.balanced_sampler);
+    assert_int_equal(parse("  sampler: shuffle\n", &s), 0);
+    assert_false(s.opts.balanced_sampler);
+    assert_int_equal(parse("  sampler: balanced\n", &s), 0);
+    assert_true(s.opts.balanced_sampler);
+    expect_error("  sampler: weighted\n", "spec.yaml:3: trainer.sampler");
+    expect_error("  sampler: balanced\n  shuffle: false\n",
+                 "trainer.sampler: balanced draws at random; it cannot be combined with shuffle: "
+                 "false");
 }
 
 /* ---- training: the weights change the run and are part of its identity ---- */
@@ -286,7 +297,8 @@ static void test_train_identity(void **state) {
     assert_int_equal(rf_train(&ob, &d, m, &res), 0);
     assert_false(res.finished);
     rf_bert_free(m);
-    rf_train_opts other[3] = {ob, ob, ob};
+    rf_train_opts other[4] = {ob, ob, ob, ob};
+    other[3].balanced_sampler = true; /* the sampler is part of the identity too */
     other[0].class_weighting = RF_CW_NONE;
     other[1].class_weighting = RF_CW_LIST;
     other[1].n_class_weights = 2;
@@ -294,11 +306,11 @@ static void test_train_identity(void **state) {
     other[2].class_weighting = RF_CW_LIST; /* the same values as balanced resolves: accepted */
     other[2].n_class_weights = 2;
     other[2].class_weights[0] = 2.0f, other[2].class_weights[1] = 24.0f / 36;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         other[i].stop_after = 0;
         m = load_tiny();
         int rc = rf_train(&other[i], &d, m, &res);
-        if (i < 2) {
+        if (i != 2) {
             assert_int_equal(rc, RF_ERR_INVALID);
             assert_non_null(strstr(rf_errmsg(), "training options differ"));
         } else {
@@ -307,6 +319,75 @@ static void test_train_identity(void **state) {
         }
         rf_bert_free(m);
     }
+    /* balanced sampler + weights: a kill and resume gives the uninterrupted run's bits */
+    rf_train_opts full = o;
+    full.balanced_sampler = true;
+    full.class_weighting = RF_CW_BALANCED;
+    full.dropout = true;
+    snprintf(out, sizeof out, "%s/sampler_full", tmpdir);
+    full.out_dir = out;
+    rf_bert *want = load_tiny();
+    assert_int_equal(rf_train(&full, &d, want, &res), 0);
+    assert_true(res.finished);
+    char out2[600];
+    snprintf(out2, sizeof out2, "%s/sampler_resume", tmpdir);
+    rf_train_opts part = full;
+    part.out_dir = out2;
+    part.resume = true;
+    part.stop_after = 5;
+    m = load_tiny();
+    assert_int_equal(rf_train(&part, &d, m, &res), 0);
+    assert_false(res.finished);
+    rf_bert_free(m);
+    part.stop_after = 0;
+    m = load_tiny();
+    assert_int_equal(rf_train(&part, &d, m, &res), 0);
+    assert_true(res.resumed && res.finished);
+    assert_memory_equal(m->params, want->params, m->nparams * sizeof(float));
+    rf_bert_free(m);
+    rf_bert_free(want);
+    rf_dataset_free(&d);
+}
+
+/* sampler: balanced. Each epoch has n draws; with 1 negative in 10 the two
+ * classes still fill about half each (binomial: 4,000 draws, sd ~32), every
+ * draw is a valid index of the drawn class, epochs differ, and the same seed
+ * gives the same draws. The default order stays a permutation. */
+static void test_balanced_sampler(void **state) {
+    rf_dataset d = {0};
+    uint32_t ids[3] = {1, 2, 3};
+    for (int i = 0; i < 4000; i++)
+        assert_int_equal(rf_dataset_add(&d, ids, 3, i % 10 != 0), 0);
+    size_t *a = malloc(d.n * sizeof *a), *b = malloc(d.n * sizeof *b);
+    rf_train_opts o = rf_train_defaults();
+    assert_int_equal(rf_train_epoch_order(&o, &d, 2, 0, a), 0);
+    size_t neg = 0;
+    char *seen = calloc(d.n, 1);
+    for (size_t i = 0; i < d.n; i++) {
+        assert_true(a[i] < d.n && !seen[a[i]]); /* a permutation */
+        seen[a[i]] = 1;
+        neg += d.label[a[i]] == 0;
+    }
+    assert_int_equal(neg, 400);
+    o.balanced_sampler = true;
+    assert_int_equal(rf_train_epoch_order(&o, &d, 2, 0, a), 0);
+    neg = 0;
+    for (size_t i = 0; i < d.n; i++) {
+        assert_true(a[i] < d.n);
+        neg += d.label[a[i]] == 0;
+    }
+    printf("balanced sampler: %zu of %zu draws negative (1 in 10 of the data)\n", neg, d.n);
+    assert_true(neg > 1800 && neg < 2200);
+    assert_int_equal(rf_train_epoch_order(&o, &d, 2, 0, b), 0);
+    assert_memory_equal(a, b, d.n * sizeof *a);
+    assert_int_equal(rf_train_epoch_order(&o, &d, 2, 1, b), 0);
+    assert_memory_not_equal(a, b, d.n * sizeof *a);
+    /* a class absent from the data is never drawn */
+    assert_int_equal(rf_train_epoch_order(&o, &d, 3, 0, b), 0);
+    for (size_t i = 0; i < d.n; i++)
+        assert_true(d.label[b[i]] < 2);
+    free(a), free(b), free(seen);
+
     rf_dataset_free(&d);
 }
 
@@ -326,7 +407,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_weighted_by_hand), cmocka_unit_test(test_null_weights_bitwise),
         cmocka_unit_test(test_balanced),         cmocka_unit_test(test_spec),
-        cmocka_unit_test(test_train_identity),
+        cmocka_unit_test(test_balanced_sampler), cmocka_unit_test(test_train_identity),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
