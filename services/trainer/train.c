@@ -149,7 +149,7 @@ int rf_train_class_weights(const rf_train_opts *o, const rf_dataset *d, int K, f
                            bool *weighted) {
     *weighted = o->class_weighting != RF_CW_NONE;
     if (o->class_weighting == RF_CW_LIST) {
-        if (o->n_class_weights != K)
+        if (o->n_class_weights != K || K > RF_TRAIN_MAX_CLASS_WEIGHTS)
             return rf_fail(RF_ERR_INVALID,
                            "train: class_weights has %d weight(s) but the model has %d labels",
                            o->n_class_weights, K);
