@@ -3,4 +3,4 @@
 #include "pipeline/stages.h"
 
 const char *const rf_evaluator_keys[] = {"model",      "data",        "max_len",
-                                        "batch_size", "predictions", NULL};
+                                         "batch_size", "predictions", NULL};

@@ -32,7 +32,7 @@ int rf_predict_batch(rf_bert *m, const rf_dataset *d, const size_t *idx, int B, 
          * scratch: the ones handed out are rf_softmax_argmax's. */
         float *scratch = malloc((size_t)B * K * sizeof *scratch);
         if (!scratch) return RF_ERR_NOMEM;
-        m->be->xent_fwd(scratch, loss, m->logits, bb->labels, B, K);
+        m->be->xent_fwd(scratch, loss, m->logits, bb->labels, NULL, B, K);
         free(scratch);
     }
     for (int r = 0; r < B; r++)

@@ -47,4 +47,3 @@ int rf_pipeline_check_spec(const rf_cfg *spec, const rf_stage_table *stages) {
                      n > 1 ? all[1]->name : "", n > 2 ? ", " : "", n > 2 ? "..." : "");
     return rc;
 }
-

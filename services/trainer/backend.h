@@ -46,10 +46,11 @@ typedef struct rf_backend {
     void (*residual_fwd)(float *out, const float *a, const float *b, size_t n, float p,
                          uint64_t seed);
     void (*residual_bwd)(float *da, float *db, const float *dout, size_t n, float p, uint64_t seed);
+    /* weights: NULL or num_labels class weights (see rf_op_xent_fwd) */
     float (*xent_fwd)(float *probs, float *losses, const float *logits, const int32_t *labels,
-                      int B, int K);
-    void (*xent_bwd)(float *dlogits, const float *probs, const int32_t *labels, int B, int K,
-                     float scale);
+                      const float *weights, int B, int K);
+    void (*xent_bwd)(float *dlogits, const float *probs, const int32_t *labels,
+                     const float *weights, int B, int K, float scale);
 } rf_backend;
 
 const rf_backend *rf_backend_cpu(void);

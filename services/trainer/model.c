@@ -212,10 +212,24 @@ void rf_bert_free(rf_bert *m) {
     be->free(m->types_dev);
     be->free(m->labels_dev);
     be->free(m->valid_dev);
+    be->free(m->class_weights_dev);
     free(m->p.layers);
     free(m->g.layers);
     free(m->tensors);
     free(m);
+}
+
+int rf_bert_set_class_weights(rf_bert *m, const float *w) {
+    const rf_backend *be = m->be;
+    if (!w) {
+        be->free(m->class_weights_dev);
+        m->class_weights_dev = NULL;
+        return RF_OK;
+    }
+    size_t bytes = (size_t)m->cfg.num_labels * sizeof(float);
+    if (!m->class_weights_dev && !(m->class_weights_dev = be->alloc(bytes))) return RF_ERR_NOMEM;
+    be->to_device(m->class_weights_dev, w, bytes);
+    return RF_OK;
 }
 
 const rf_tensor_info *rf_bert_find(const rf_bert *m, const char *name) {
@@ -494,7 +508,9 @@ int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout
     be->linear_fwd(a.logits, a.pooled_drop, m->p.cls_w, m->p.cls_b, B, C, K);
     m->logits = a.logits;
     m->probs = a.probs;
-    m->loss = bt->labels ? be->xent_fwd(a.probs, a.losses, a.logits, m->labels_dev, B, K) : 0.0f;
+    m->loss = bt->labels ? be->xent_fwd(a.probs, a.losses, a.logits, m->labels_dev,
+                                        m->class_weights_dev, B, K)
+                         : 0.0f;
     return RF_OK;
 }
 
@@ -514,7 +530,7 @@ void rf_bert_backward(rf_bert *m, float loss_scale) {
     size_t used = layout(c, B, T, m->dacts, &d, false);
     be->zero(m->dacts, used * sizeof(float));
 
-    be->xent_bwd(d.logits, a.probs, m->labels_dev, B, K, loss_scale);
+    be->xent_bwd(d.logits, a.probs, m->labels_dev, m->class_weights_dev, B, K, loss_scale);
     be->linear_bwd(d.pooled_drop, m->g.cls_w, m->g.cls_b, d.logits, a.pooled_drop, m->p.cls_w, B, C,
                    K);
     be->dropout_bwd(d.pooled, d.pooled_drop, (size_t)B * C, pc, site_seed(seed, head_site(c)));

@@ -61,9 +61,10 @@ typedef struct rf_bert {
     int32_t *ids_dev, *types_dev;
     uint8_t *valid_dev;
     rf_batch last;
+    float *class_weights_dev; /* [num_labels] loss weights, NULL = unweighted */
 
     float *logits, *probs; /* views into acts, [capB, num_labels] */
-    float loss;            /* mean loss of the last forward with labels */
+    float loss;            /* mean (class-weighted, if set) loss of the last forward */
     bool last_train;       /* dropout state of the last forward, for backward */
     uint64_t last_seed;
 } rf_bert;
@@ -72,6 +73,9 @@ typedef struct rf_bert {
 int rf_bert_new(const rf_bert_config *cfg, const rf_backend *be, rf_bert **out);
 void rf_bert_free(rf_bert *m);
 const rf_tensor_info *rf_bert_find(const rf_bert *m, const char *name);
+/* Copies num_labels class weights for the training loss (forward and backward:
+ * the weighted mean of rf_op_xent_fwd); NULL goes back to the plain mean. */
+int rf_bert_set_class_weights(rf_bert *m, const float *w);
 
 /* Loads an HF folder: config.json + model.safetensors. Names with or without the
  * "bert." prefix are accepted (BertModel checkpoints such as MiniLM have none).

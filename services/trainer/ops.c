@@ -392,9 +392,9 @@ void rf_op_residual_bwd(float *da, float *db, const float *dout, size_t n, float
     }
 }
 
-float rf_op_xent_fwd(float *probs, float *losses, const float *logits, const int32_t *labels, int B,
-                     int K) {
-    double total = 0;
+float rf_op_xent_fwd(float *probs, float *losses, const float *logits, const int32_t *labels,
+                     const float *weights, int B, int K) {
+    double total = 0, wsum = 0;
     int counted = 0;
     for (int b = 0; b < B; b++) {
         const float *z = logits + (size_t)b * K;
@@ -410,21 +410,40 @@ float rf_op_xent_fwd(float *probs, float *losses, const float *logits, const int
         losses[b] = 0;
         if (labels[b] < 0) continue;
         losses[b] = (float)(log(sum) + mx - z[labels[b]]);
-        total += losses[b];
         counted++;
+        if (weights) {
+            total += (double)weights[labels[b]] * losses[b];
+            wsum += weights[labels[b]];
+        } else {
+            total += losses[b];
+        }
     }
-    return counted ? (float)(total / counted) : 0.0f;
+    if (!weights) return counted ? (float)(total / counted) : 0.0f;
+    return wsum > 0 ? (float)(total / wsum) : 0.0f;
 }
 
-void rf_op_xent_bwd(float *dlogits, const float *probs, const int32_t *labels, int B, int K,
-                    float scale) {
-    int counted = 0;
+void rf_op_xent_bwd(float *dlogits, const float *probs, const int32_t *labels, const float *weights,
+                    int B, int K, float scale) {
+    if (!weights) { /* kept as it was so that unweighted training is bitwise unchanged */
+        int counted = 0;
+        for (int b = 0; b < B; b++)
+            counted += labels[b] >= 0;
+        if (!counted) return;
+        float s = scale / counted;
+        for (int b = 0; b < B; b++) {
+            if (labels[b] < 0) continue;
+            for (int k = 0; k < K; k++)
+                dlogits[(size_t)b * K + k] += s * (probs[(size_t)b * K + k] - (k == labels[b]));
+        }
+        return;
+    }
+    double wsum = 0;
     for (int b = 0; b < B; b++)
-        counted += labels[b] >= 0;
-    if (!counted) return;
-    float s = scale / counted;
+        if (labels[b] >= 0) wsum += weights[labels[b]];
+    if (!(wsum > 0)) return;
     for (int b = 0; b < B; b++) {
         if (labels[b] < 0) continue;
+        float s = (float)((double)scale * weights[labels[b]] / wsum);
         for (int k = 0; k < K; k++)
             dlogits[(size_t)b * K + k] += s * (probs[(size_t)b * K + k] - (k == labels[b]));
     }

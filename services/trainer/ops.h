@@ -68,12 +68,16 @@ void rf_op_residual_fwd(float *out, const float *a, const float *b, size_t n, fl
                         uint64_t seed);
 void rf_op_residual_bwd(float *da, float *db, const float *dout, size_t n, float p, uint64_t seed);
 
-/* Softmax cross-entropy, mean over rows with label >= 0 (label < 0 is ignored).
- * probs[B,K] keeps the softmax; returns the mean loss. */
-float rf_op_xent_fwd(float *probs, float *losses, const float *logits, const int32_t *labels, int B,
-                     int K);
-/* dlogits += scale * (probs - onehot) / (rows counted). */
-void rf_op_xent_bwd(float *dlogits, const float *probs, const int32_t *labels, int B, int K,
-                    float scale);
+/* Softmax cross-entropy over rows with label >= 0 (label < 0 is ignored).
+ * probs[B,K] keeps the softmax; losses[b] is row b's unweighted loss (0 when
+ * ignored). weights: NULL for the plain mean over counted rows, else K class
+ * weights and the weighted mean of PyTorch's CrossEntropyLoss(weight=w):
+ * sum_b w[y_b] * loss_b / sum_b w[y_b] (0 when that denominator is 0). */
+float rf_op_xent_fwd(float *probs, float *losses, const float *logits, const int32_t *labels,
+                     const float *weights, int B, int K);
+/* dlogits += scale * w[y_b] / sum_b w[y_b] * (probs - onehot); with weights
+ * NULL every w is 1, i.e. scale * (probs - onehot) / (rows counted). */
+void rf_op_xent_bwd(float *dlogits, const float *probs, const int32_t *labels, const float *weights,
+                    int B, int K, float scale);
 
 #endif

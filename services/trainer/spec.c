@@ -1,6 +1,10 @@
 #include "trainer/spec.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "common/error.h"
 
@@ -17,7 +21,68 @@ const char *const rf_trainer_spec_keys[] = {"model",        "train",
                                             "dropout",      "checkpoint_every",
                                             "log_every",    "resume",
                                             "threads",      "eval_batch_size",
-                                            "shuffle",      NULL};
+                                            "shuffle",      "class_weights",
+                                            "sampler",      NULL};
+
+/* "spec.yaml:31: trainer.class_weights[1]: " (no line for environment values). */
+static int cw_fail(const rf_cfg *v, const char *what, const char *got) {
+    if (rf_cfg_line(v))
+        return rf_fail(RF_ERR_INVALID, "%s:%d: %s: %s, got '%s'", rf_cfg_source(v), rf_cfg_line(v),
+                       rf_cfg_path(v), what, got);
+    return rf_fail(RF_ERR_INVALID, "%s: %s: %s, got '%s'", rf_cfg_source(v), rf_cfg_path(v), what,
+                   got);
+}
+
+/* trainer.class_weights: absent or "none", "balanced", or a list of
+ * num_labels non-negative numbers, not all zero. */
+static int parse_class_weights(const rf_cfg *n, int num_labels, rf_train_opts *o) {
+    static const char what[] = "expected 'balanced', 'none' or a list of one non-negative "
+                               "weight per label";
+    const rf_cfg *v = rf_cfg_get(n, "class_weights");
+    o->class_weighting = RF_CW_NONE;
+    if (!v) return RF_OK;
+    if (rf_cfg_kind_of(v) == RF_CFG_SCALAR) {
+        const char *x = rf_cfg_scalar(v);
+        if (strcmp(x, "balanced") == 0)
+            o->class_weighting = RF_CW_BALANCED;
+        else if (strcmp(x, "none") != 0)
+            return cw_fail(v, what, x);
+        return RF_OK;
+    }
+    if (rf_cfg_kind_of(v) != RF_CFG_SEQ) return cw_fail(v, what, "(a mapping)");
+    size_t len = rf_cfg_len(v);
+    char msg[160];
+    if (len == 0 || len > RF_TRAIN_MAX_CLASS_WEIGHTS ||
+        (num_labels > 0 && len != (size_t)num_labels)) {
+        char got[32];
+        snprintf(got, sizeof got, "%zu weight(s)", len);
+        if (num_labels > 0)
+            snprintf(msg, sizeof msg, "expected %d weights (num_labels)", num_labels);
+        else
+            snprintf(msg, sizeof msg, "expected one weight per label (1 to %d)",
+                     RF_TRAIN_MAX_CLASS_WEIGHTS);
+        return cw_fail(v, msg, got);
+    }
+    double total = 0;
+    for (size_t i = 0; i < len; i++) {
+        const rf_cfg *e = rf_cfg_at(v, i);
+        const char *x = rf_cfg_scalar(e);
+        if (!x)
+            return cw_fail(e, "expected a non-negative number (at most 1e6)",
+                           "(a mapping or list)");
+        char *end;
+        errno = 0;
+        double w = strtod(x, &end);
+        if (!x[0] || errno || *end || !isfinite(w) || w < 0 || w > 1e6)
+            return cw_fail(e, "expected a non-negative number (at most 1e6)", x);
+        o->class_weights[i] = (float)w;
+        total += w;
+    }
+    if (!(total > 0)) return cw_fail(v, "expected at least one weight above 0", "all zero");
+    o->class_weighting = RF_CW_LIST;
+    o->n_class_weights = (int)len;
+    return RF_OK;
+}
 
 int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
     int64_t i64;
@@ -71,6 +136,14 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
     o->shuffle = b;
     if ((rc = rf_cfg_bool(n, "resume", true, &b))) return rc;
     o->resume = b;
+    if ((rc = parse_class_weights(n, s->num_labels, o))) return rc;
+    static const char *const samplers[] = {"shuffle", "balanced", NULL};
+    int sampler;
+    if ((rc = rf_cfg_enum(n, "sampler", samplers, 0, &sampler))) return rc;
+    o->balanced_sampler = sampler == 1;
+    if (o->balanced_sampler && !o->shuffle)
+        return rf_fail(RF_ERR_INVALID, "trainer.sampler: balanced draws at random; it cannot be "
+                                       "combined with shuffle: false");
 #undef STR
 #undef INT
 #undef REAL

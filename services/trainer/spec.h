@@ -7,7 +7,9 @@
  *   num_labels       0 = largest label in the training data + 1
  *   epochs max_steps batch_size grad_accum max_len lr weight_decay warmup_ratio
  *   warmup_steps clip_norm beta1 beta2 eps seed dropout checkpoint_every
- *   log_every resume threads eval_batch_size shuffle */
+ *   log_every resume threads eval_batch_size shuffle
+ *   class_weights    none (default) | balanced | [w0, w1, ...] (one per label)
+ *   sampler          shuffle (default) | balanced (classes drawn equally often) */
 #ifndef RF_TR_SPEC_H
 #define RF_TR_SPEC_H
 

@@ -42,11 +42,75 @@ static void epoch_order(size_t *order, size_t n, bool shuffle, uint64_t seed, ui
     }
 }
 
+/* The balanced sampler's classes: member indices grouped by label in data
+ * order (idx), class c at idx[start[c] .. start[c+1]), and the labels present. */
+typedef struct class_index {
+    size_t *idx, *start;
+    int *present, npresent;
+} class_index;
+
+static int class_index_build(class_index *ci, const rf_dataset *d, int K) {
+    ci->idx = malloc((d->n ? d->n : 1) * sizeof *ci->idx);
+    ci->start = calloc((size_t)K + 1, sizeof *ci->start);
+    ci->present = malloc((size_t)K * sizeof *ci->present);
+    ci->npresent = 0;
+    if (!ci->idx || !ci->start || !ci->present) return RF_ERR_NOMEM;
+    for (size_t i = 0; i < d->n; i++)
+        ci->start[d->label[i] + 1]++;
+    for (int c = 0; c < K; c++) {
+        if (ci->start[c + 1]) ci->present[ci->npresent++] = c;
+        ci->start[c + 1] += ci->start[c];
+    }
+    size_t *fill = calloc((size_t)K, sizeof *fill);
+    if (!fill) return RF_ERR_NOMEM;
+    for (size_t i = 0; i < d->n; i++)
+        ci->idx[ci->start[d->label[i]] + fill[d->label[i]]++] = i;
+    free(fill);
+    return RF_OK;
+}
+
+static void class_index_free(class_index *ci) {
+    free(ci->idx);
+    free(ci->start);
+    free(ci->present);
+}
+
+/* sampler: balanced. n draws with replacement: a class uniformly among those
+ * present, then a uniform member of it, so every class fills about the same
+ * share of each epoch (PyTorch's WeightedRandomSampler with weights
+ * 1/count[label], replacement=True). Seeded by (seed, epoch) like the shuffle. */
+static void balanced_order(size_t *order, size_t n, const class_index *ci, uint64_t seed,
+                           uint64_t epoch) {
+    rf_rng r;
+    rf_rng_seed(&r, mix(seed ^ mix(epoch + 1) ^ 0x62616c616e6365ull));
+    for (size_t i = 0; i < n; i++) {
+        int c = ci->present[rf_rng_below(&r, (uint64_t)ci->npresent)];
+        size_t cnt = ci->start[c + 1] - ci->start[c];
+        order[i] = ci->idx[ci->start[c] + (size_t)rf_rng_below(&r, cnt)];
+    }
+}
+
+int rf_train_epoch_order(const rf_train_opts *o, const rf_dataset *d, int K, uint64_t epoch,
+                         size_t *order) {
+    if (!o->balanced_sampler) {
+        epoch_order(order, d->n, o->shuffle, o->seed, epoch);
+        return RF_OK;
+    }
+    class_index ci = {0};
+    int rc = class_index_build(&ci, d, K);
+    if (!rc) balanced_order(order, d->n, &ci, o->seed, epoch);
+    class_index_free(&ci);
+    return rc;
+}
+
 /* The checkpoint identity of a run (see rf_train_ident): every sequence's
  * tokens and label in order, and the options that shape the trajectory with
- * the schedule as resolved (total and warmup steps). Thread count, logging and
+ * the schedule as resolved (total and warmup steps) and the class weights as
+ * resolved (cw, K floats; NULL leaves the identity as it was before weights
+ * existed, so unweighted checkpoints still resume). Thread count, logging and
  * checkpoint cadence are left out: they do not change what is computed. */
-static rf_train_ident run_ident(const rf_dataset *d, const rf_train_opts *o, const rf_adamw *a) {
+static rf_train_ident run_ident(const rf_dataset *d, const rf_train_opts *o, const rf_adamw *a,
+                                const float *cw, int K) {
     rf_train_ident id = {rf_hash64(&d->n, sizeof d->n, 0), 0};
     for (size_t i = 0; i < d->n; i++) {
         id.data = rf_hash64(d->tokens + d->start[i], d->len[i] * sizeof *d->tokens, id.data);
@@ -61,7 +125,36 @@ static rf_train_ident run_ident(const rf_dataset *d, const rf_train_opts *o, con
                     o->shuffle,
                     o->dropout};
     id.opts = rf_hash64(u, sizeof u, rf_hash64(f, sizeof f, 0));
+    if (cw) id.opts = rf_hash64(cw, (size_t)K * sizeof *cw, id.opts ^ 0x636c617373ull);
+    if (o->balanced_sampler) id.opts = rf_hash64("balanced", 8, id.opts);
     return id;
+}
+
+int rf_train_class_weights(const rf_train_opts *o, const rf_dataset *d, int K, float *w,
+                           bool *weighted) {
+    *weighted = o->class_weighting != RF_CW_NONE;
+    if (o->class_weighting == RF_CW_LIST) {
+        if (o->n_class_weights != K || K > RF_TRAIN_MAX_CLASS_WEIGHTS)
+            return rf_fail(RF_ERR_INVALID,
+                           "train: class_weights has %d weight(s) but the model has %d labels",
+                           o->n_class_weights, K);
+        memcpy(w, o->class_weights, (size_t)K * sizeof *w);
+    } else if (o->class_weighting == RF_CW_BALANCED) {
+        size_t count[K];
+        memset(count, 0, sizeof count);
+        for (size_t i = 0; i < d->n; i++)
+            count[d->label[i]]++;
+        for (int c = 0; c < K; c++)
+            w[c] = count[c] ? (float)((double)d->n / ((double)K * (double)count[c])) : 0.0f;
+    }
+    if (!*weighted) return RF_OK;
+    char line[1024];
+    int at = 0;
+    for (int c = 0; c < K && at < (int)sizeof line - 32; c++)
+        at += snprintf(line + at, sizeof line - (size_t)at, "%s%.4g", c ? ", " : "", w[c]);
+    rf_info("trainer", "class weights (%s): [%s]",
+            o->class_weighting == RF_CW_BALANCED ? "balanced" : "list", line);
+    return RF_OK;
 }
 
 static int write_summary(const char *dir, const rf_train_result *r, const rf_train_opts *o) {
@@ -104,9 +197,15 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
     opt.total_steps = total;
     if (opt.warmup_steps < 0) opt.warmup_steps = (long)ceil(o->warmup_ratio * (double)total);
 
+    int K = m->cfg.num_labels;
+    float cw[K];
+    bool weighted;
+    if ((rc = rf_train_class_weights(o, data, K, cw, &weighted))) return rc;
+    if ((rc = rf_bert_set_class_weights(m, weighted ? cw : NULL))) return rc;
+
     rf_train_state st = {0};
     rf_rng_seed(&st.rng, o->seed);
-    st.ident = run_ident(data, o, &opt);
+    st.ident = run_ident(data, o, &opt, weighted ? cw : NULL, K);
     char ckpt[4096];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.bin", o->out_dir);
     struct stat sb;
@@ -120,7 +219,13 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
 
     size_t *order = malloc(n * sizeof *order);
     rf_batch_buf bb = {0};
+    class_index ci = {0};
     if (!order) return RF_ERR_NOMEM;
+    if (o->balanced_sampler && (rc = class_index_build(&ci, data, K))) {
+        free(order);
+        class_index_free(&ci);
+        return rc;
+    }
     double t0 = rf_now(), win_loss = 0, ck_loss = 0;
     long win_n = 0, ck_n = 0, done_this_run = 0;
     uint64_t tokens = 0;
@@ -128,10 +233,16 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
             "training %zu sequences, %d epoch(s), batch %zu x %zu accum, %ld steps, warmup %ld, "
             "lr %g",
             n, o->epochs, B, accum, total, opt.warmup_steps, opt.lr);
+    if (o->balanced_sampler)
+        rf_info("trainer", "balanced sampler: %d classes drawn equally often, with replacement",
+                ci.npresent);
     bool stop = false;
     uint64_t max_epochs = o->max_steps > 0 ? UINT64_MAX : (uint64_t)o->epochs;
     while (!rc && !stop && (long)st.step < total && st.epoch < max_epochs) {
-        epoch_order(order, n, o->shuffle, o->seed, st.epoch);
+        if (o->balanced_sampler)
+            balanced_order(order, n, &ci, o->seed, st.epoch);
+        else
+            epoch_order(order, n, o->shuffle, o->seed, st.epoch);
         while (!rc && !stop && st.pos < n && (long)st.step < total) {
             /* one optimizer step: up to accum micro-batches */
             rf_bert_zero_grad(m);
@@ -198,6 +309,7 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
     res->tokens_per_s = res->seconds > 0 ? (double)tokens / res->seconds : 0;
     res->finished = !rc && (long)st.step >= total;
     free(order);
+    class_index_free(&ci);
     rf_batch_buf_free(&bb);
     if (!rc) rc = write_summary(o->out_dir, res, o);
     return rc;

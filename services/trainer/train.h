@@ -24,6 +24,15 @@ typedef struct rf_train_checkpoint {
     double tokens_per_s; /* since this rf_train call started */
 } rf_train_checkpoint;
 
+/* Class weights of the training loss (see rf_op_xent_fwd). */
+typedef enum rf_class_weighting {
+    RF_CW_NONE,     /* plain mean: every labelled sequence counts the same */
+    RF_CW_BALANCED, /* sklearn's "balanced": w_c = n / (num_labels * count_c) over the training
+                       set given to rf_train; a class absent from it gets 0 */
+    RF_CW_LIST,     /* class_weights[0 .. n_class_weights-1], one per label */
+} rf_class_weighting;
+#define RF_TRAIN_MAX_CLASS_WEIGHTS 256
+
 typedef struct rf_train_opts {
     const char *out_dir; /* checkpoint.bin and train.json go here (created) */
     int epochs;          /* >= 1 */
@@ -34,12 +43,17 @@ typedef struct rf_train_opts {
     double warmup_ratio; /* used when optim.warmup_steps < 0 */
     uint64_t seed;
     bool shuffle;          /* false: every epoch in data order (side-by-side runs) */
+    bool balanced_sampler; /* each epoch: n draws with replacement, classes equally likely
+                              (replaces the shuffle; see train.c balanced_order) */
     bool dropout;          /* false: dropout off (deterministic parity runs) */
     long checkpoint_every; /* optimizer steps between checkpoints; 0 = at the end only */
     long log_every;        /* optimizer steps between log lines; 0 = none */
     bool resume;           /* continue from out_dir/checkpoint.bin when present */
     long stop_after;       /* > 0: return after this many steps (tests, time limits) */
     volatile int *cancel;  /* non-zero: checkpoint and stop */
+    rf_class_weighting class_weighting;
+    int n_class_weights; /* RF_CW_LIST: must equal the model's num_labels */
+    float class_weights[RF_TRAIN_MAX_CLASS_WEIGHTS];
     /* Optional: called at every scheduled checkpoint (each checkpoint_every
      * steps and the last step; not at a stop_after/cancel stop) with the
      * weights after that step, just BEFORE the state is saved, so that a crash
@@ -60,6 +74,16 @@ typedef struct rf_train_result {
 } rf_train_result;
 
 rf_train_opts rf_train_defaults(void);
+/* Resolves o's class weighting for the training set d and K labels into w[K]
+ * (logged); *weighted = false (w untouched) for RF_CW_NONE. A list whose
+ * length is not K is RF_ERR_INVALID. rf_train calls it. */
+int rf_train_class_weights(const rf_train_opts *o, const rf_dataset *d, int K, float *w,
+                           bool *weighted);
+/* The order in which rf_train visits d's sequences in epoch `epoch` (order[d->n]):
+ * the seeded shuffle, data order (shuffle false), or the balanced sampler's
+ * draws. Labels must be in [0, K). */
+int rf_train_epoch_order(const rf_train_opts *o, const rf_dataset *d, int K, uint64_t epoch,
+                         size_t *order);
 int rf_train(const rf_train_opts *o, const rf_dataset *train, rf_bert *m, rf_train_result *res);
 
 /* Writes an HF folder: config.json (BertForSequenceClassification),

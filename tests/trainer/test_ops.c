@@ -287,21 +287,40 @@ typedef struct {
     float *logits, *probs, *losses;
     int32_t *labels;
     int B, K;
+    const float *weights; /* NULL: plain mean */
 } xe_ctx;
 static void xe_fwd(check *c) {
     xe_ctx *k = c->ctx;
-    c->out[0] = rf_op_xent_fwd(k->probs, k->losses, k->logits, k->labels, k->B, k->K);
+    c->out[0] = rf_op_xent_fwd(k->probs, k->losses, k->logits, k->labels, k->weights, k->B, k->K);
 }
 static void test_xent(void **state) {
     int32_t labels[4] = {2, 0, -1, 1}; /* -1 is ignored */
     int B = 4, K = 3;
-    xe_ctx k = {randn(B * K, 2), zeros(B * K), zeros(B), labels, B, K};
+    xe_ctx k = {randn(B * K, 2), zeros(B * K), zeros(B), labels, B, K, NULL};
     float R = 1.0f, out;
     check c = {xe_fwd, &out, &R, 1, &k};
     objective(&c);
     float *d = zeros(B * K);
-    rf_op_xent_bwd(d, k.probs, labels, B, K, 1.0f);
+    rf_op_xent_bwd(d, k.probs, labels, NULL, B, K, 1.0f);
     expect_grad(&c, k.logits, B * K, d, "cross-entropy");
+    for (int i = 0; i < K; i++)
+        assert_true(d[2 * K + i] == 0.0f);
+    free(k.logits), free(k.probs), free(k.losses), free(d);
+}
+
+/* Class weights (PyTorch's CrossEntropyLoss(weight=w)): the gradient of the
+ * weighted mean, with a backward scale as gradient accumulation uses. */
+static void test_xent_weighted(void **state) {
+    int32_t labels[6] = {2, 0, -1, 1, 0, 2};
+    const float w[3] = {4.0f, 0.25f, 1.5f};
+    int B = 6, K = 3;
+    xe_ctx k = {randn(B * K, 2), zeros(B * K), zeros(B), labels, B, K, w};
+    float R = 0.5f, out; /* objective 0.5 * loss <-> backward scale 0.5 */
+    check c = {xe_fwd, &out, &R, 1, &k};
+    objective(&c);
+    float *d = zeros(B * K);
+    rf_op_xent_bwd(d, k.probs, labels, w, B, K, 0.5f);
+    expect_grad(&c, k.logits, B * K, d, "weighted cross-entropy");
     for (int i = 0; i < K; i++)
         assert_true(d[2 * K + i] == 0.0f);
     free(k.logits), free(k.probs), free(k.losses), free(d);
@@ -320,6 +339,7 @@ int main(void) {
         cmocka_unit_test(test_dropout_rate),
         cmocka_unit_test(test_embed),
         cmocka_unit_test(test_xent),
+        cmocka_unit_test(test_xent_weighted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
