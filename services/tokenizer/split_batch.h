@@ -46,10 +46,10 @@ typedef struct rf_tok_doc {
 } rf_tok_doc;
 
 typedef struct rf_tok_result {
-    const char *reject; /* NULL (kept), RF_TOK_REJECT_NO_TEXT or RF_TOK_REJECT_ENCODE */
-    char detail[192];   /* encode_failed: the tokenizer's message; else "" */
-    int split;          /* kept: RF_SPLIT_TRAIN or RF_SPLIT_EVAL */
-    uint64_t cluster;   /* kept: the split key (see above) */
+    const char *reject;  /* NULL (kept), RF_TOK_REJECT_NO_TEXT or RF_TOK_REJECT_ENCODE */
+    char detail[192];    /* encode_failed: the tokenizer's message; else "" */
+    int split;           /* kept: RF_SPLIT_TRAIN or RF_SPLIT_EVAL */
+    uint64_t cluster;    /* kept: the split key (see above) */
     rf_tok_encoding enc; /* kept: the ids, enc.ids[0..enc.len) */
 } rf_tok_result;
 
@@ -64,8 +64,7 @@ typedef struct rf_tok_splitter rf_tok_splitter;
 
 /* tok (borrowed) must outlive the splitter; its truncation and padding
  * settings apply. Returns 0 or RF_ERR_NOMEM / RF_ERR_INVALID (threads < 1). */
-int rf_tok_splitter_new(const rf_tokenizer *tok, const rf_tok_split_opts *o,
-                        rf_tok_splitter **out);
+int rf_tok_splitter_new(const rf_tokenizer *tok, const rf_tok_split_opts *o, rf_tok_splitter **out);
 void rf_tok_splitter_free(rf_tok_splitter *s);
 
 /* Encodes and splits docs[0..n). *out receives n results, owned by s and

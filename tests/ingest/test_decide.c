@@ -147,8 +147,8 @@ static int on_batch(void *ctx, rf_ingest_batch *b) {
         assert_true(doc->line >= 1 && doc->line <= s->n);
         const char *t = s->texts[doc->line - 1];
         assert_int_equal(rf_decide(s->d, t, strlen(t), &v), 0);
-        if (v.reject) fail_msg("line %llu kept, rf_decide: %s", (unsigned long long)doc->line,
-                               v.reject);
+        if (v.reject)
+            fail_msg("line %llu kept, rf_decide: %s", (unsigned long long)doc->line, v.reject);
         assert_int_equal(doc->text_len, v.len);
         assert_memory_equal(doc->text, v.text, v.len);
         s->kept++;
@@ -188,7 +188,8 @@ static void test_library_reading_agrees(void **state) {
         "Great",
         "Ich habe dieses Shampoo f\xc3\xbcr meine Frau gekauft und sie liebt es. Es riecht "
         "wunderbar, macht die Haare weich und gl\xc3\xa4nzend, und eine Flasche reicht monatelang.",
-        "Tabs\tand\x01" "controls are removed here",
+        "Tabs\tand\x01"
+        "controls are removed here",
         "\xef\xac\x81 ligature and   spaces  in a normal review",
         "A perfectly ordinary review of a perfectly ordinary kettle.",
     };
