@@ -31,7 +31,7 @@
  * unknown word fails to encode. */
 #define TINY_WP(UNK)                                                                               \
     "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,"                                   \
-    "\"added_tokens\":[{\"id\":0,\"content\":\"[PAD]\",\"special\":true,\"normalized\":false},"     \
+    "\"added_tokens\":[{\"id\":0,\"content\":\"[PAD]\",\"special\":true,\"normalized\":false},"    \
     "{\"id\":1,\"content\":\"[UNK]\",\"special\":true,\"normalized\":false},"                      \
     "{\"id\":2,\"content\":\"[CLS]\",\"special\":true,\"normalized\":false},"                      \
     "{\"id\":3,\"content\":\"[SEP]\",\"special\":true,\"normalized\":false}],"                     \
@@ -179,7 +179,8 @@ static void test_threads_agree(void **state) {
     enum { N = 500 };
     static rf_tok_doc docs[N];
     static char ids[N][16];
-    static const char *const texts[] = {"the cat sat.", "unable cats", "the dog", "", "sat sat sat"};
+    static const char *const texts[] = {"the cat sat.", "unable cats", "the dog", "",
+                                        "sat sat sat"};
     for (int i = 0; i < N; i++) {
         snprintf(ids[i], sizeof ids[i], "x%d", i);
         docs[i] = doc(ids[i], texts[i % 5], (uint64_t)(i % 7));
