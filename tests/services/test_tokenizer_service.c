@@ -150,7 +150,7 @@ static void test_process_rejects(void **state) {
     /* d0..d7: every 4th has no text, every 4th (offset 1) an unknown word. */
     enum { N = 8 };
     Refinery__V1__Document docs[N], *ptrs[N];
-    char ids[N][8];
+    char ids[N][16];
     for (int i = 0; i < N; i++) {
         refinery__v1__document__init(&docs[i]);
         snprintf(ids[i], sizeof ids[i], "d%d", i);
