@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "ingest/decide.h"
 #include "ingest/jsonl.h"
 
 #define EXCERPT_BYTES 80
@@ -19,11 +20,10 @@ struct rf_worker {
     bool keep_rejects;
     rf_field_map map;
     rf_json_doc *json;
-    rf_quality_scratch *quality; /* reused n-gram tables */
-    rf_buf text;                 /* joined text of a JSON record */
-    rf_buf norm;                 /* scratch of text_join_skip_contained */
-    rf_buf clean;                /* cleaned text */
-    rf_buf *augs;                /* o->augment.n_aug augmented copies */
+    rf_decider *decider; /* clean -> quality -> language (decide.h) */
+    rf_buf text;         /* joined text of a JSON record */
+    rf_buf norm;         /* scratch of text_join_skip_contained */
+    rf_buf *augs;        /* o->augment.n_aug augmented copies */
 };
 
 int rf_worker_new(const rf_ingest_opts *o, const rf_augmenter *aug, const rf_source *src,
@@ -35,10 +35,12 @@ int rf_worker_new(const rf_ingest_opts *o, const rf_augmenter *aug, const rf_sou
         o->text_fields, o->n_text_fields,           o->text_join, o->label_field, o->id_field,
         &o->label_map,  o->text_join_skip_contained};
     w->json = rf_json_doc_new();
-    w->quality = rf_quality_scratch_new();
+    rf_doc_rules rules;
+    rf_doc_rules_from_opts(o, &rules);
+    w->decider = rf_decider_new(&rules);
     size_t n_aug = aug ? o->augment.n_aug : 0;
     w->augs = n_aug ? calloc(n_aug, sizeof(rf_buf)) : NULL;
-    if (!w->json || !w->quality || (n_aug && !w->augs)) {
+    if (!w->json || !w->decider || (n_aug && !w->augs)) {
         rf_worker_free(w);
         return RF_ERR_NOMEM;
     }
@@ -49,10 +51,9 @@ int rf_worker_new(const rf_ingest_opts *o, const rf_augmenter *aug, const rf_sou
 void rf_worker_free(rf_worker *w) {
     if (!w) return;
     rf_json_doc_free(w->json);
-    rf_quality_scratch_free(w->quality);
+    rf_decider_free(w->decider);
     rf_buf_free(&w->text);
     rf_buf_free(&w->norm);
-    rf_buf_free(&w->clean);
     if (w->augs)
         for (size_t i = 0; i < w->o->augment.n_aug; i++)
             rf_buf_free(&w->augs[i]);
@@ -125,30 +126,21 @@ static void format_id(char *out, const char *base, uint64_t line) {
     out[n] = '\0';
 }
 
-/* Clean, filter, write, augment: the part shared by every input format. */
+/* Decide (clean, filter), write, augment: the part shared by every input format. */
 static int finish_record(rf_worker *w, rf_ibatch *b, const rf_rec *r, const char *text, size_t n,
                          int32_t label, const char *id, size_t id_len) {
     const rf_ingest_opts *o = w->o;
-    rf_clean_result res;
-    int rc = rf_clean_text(&o->clean, text, n, &w->clean, &res);
+    rf_verdict v;
+    int rc = rf_decide(w->decider, text, n, &v);
     if (rc) return rc;
-    b->utf8_repairs += (int64_t)res.utf8_repairs;
-    b->controls_removed += (int64_t)res.controls_removed;
-    b->nul_bytes += (int64_t)res.nul_bytes;
-    b->entities += (int64_t)res.entities_decoded;
-    b->tags += (int64_t)res.tags_removed;
-    if (res.reject) return reject(w, b, r, res.reject, text, n, NULL, 0);
-
-    const char *ctext = w->clean.data;
-    size_t clen = w->clean.len;
-    const char *why = NULL;
-    if (o->quality_enabled &&
-        (rc = rf_quality_check_with(&o->quality, w->quality, ctext, clen, &why)))
-        return rc;
-    if (!why && o->language.n_expected &&
-        (rc = rf_langid_check(&o->language, ctext, clen, &why, NULL)))
-        return rc;
-    if (why) return reject(w, b, r, why, ctext, clen, NULL, 0);
+    b->utf8_repairs += (int64_t)v.clean.utf8_repairs;
+    b->controls_removed += (int64_t)v.clean.controls_removed;
+    b->nul_bytes += (int64_t)v.clean.nul_bytes;
+    b->entities += (int64_t)v.clean.entities_decoded;
+    b->tags += (int64_t)v.clean.tags_removed;
+    if (v.reject) return reject(w, b, r, v.reject, v.text, v.len, NULL, 0);
+    const char *ctext = v.text;
+    size_t clen = v.len;
 
     char idbuf[ID_MAX];
     if (id) {

@@ -1,6 +1,7 @@
 /* Internal to the ingest stage: the worker side. Turns a batch of raw records
  * into output lines: JSON parsing and field extraction, label mapping, then
- * clean -> quality filter -> language filter -> augmentation, writing each
+ * the verdict of decide.h (clean -> quality filter -> language filter, the
+ * same function the service's Push path calls) and augmentation, writing each
  * record to docs_out or rejects_out and counting it. A worker holds scratch
  * buffers reused from batch to batch; one per thread. */
 #ifndef RF_INGEST_PROCESS_H

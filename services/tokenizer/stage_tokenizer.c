@@ -16,22 +16,26 @@
  *
  * Writes <run_dir>/tokenizer/{train,eval}.{bin,idx} (shard.h) and report.json
  * (token counts, padding of length-bucketed batches against naive padding,
- * partition imbalance). Documents pass on downstream unchanged. */
-#include <omp.h>
+ * partition imbalance). Documents pass on downstream unchanged.
+ *
+ * Encoding and the split are rf_tok_split_batch's (split_batch.h), the same
+ * function the tokenizer service calls: a document without text or one the
+ * tokenizer refuses is rejected (tokenizer.rejected.<reason>, logged) and the
+ * run goes on. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
-#include "common/hash.h"
+#include "common/log.h"
 #include "common/stage.h"
 #include "pipeline/stages.h"
 #include "common/sys.h"
 #include "tokenizer/batch.h"
 #include "tokenizer/shard.h"
+#include "tokenizer/split_batch.h"
 #include "tokenizer/tokenizer.h"
 
-enum { TRAIN, EVAL };
 static const char *const split_name[] = {"train", "eval"};
 
 typedef struct lenvec {
@@ -42,10 +46,10 @@ typedef struct lenvec {
 typedef struct tok_stage {
     rf_run_ctx *ctx;
     rf_tokenizer *tok;
-    rf_tok_state **states;
+    rf_tok_splitter *splitter;
+    rf_tok_doc *views; /* the current batch as rf_tok_docs */
+    size_t n_views;
     int threads;
-    rf_tok_encoding *encs; /* one per document of the current batch */
-    size_t n_encs;
     bool add_special, pack;
     double eval_fraction;
     uint64_t seed;
@@ -66,12 +70,8 @@ static void stage_close(void *state) {
         rf_packer_free(&s->packer[k]);
         free(s->lens[k].v);
     }
-    for (size_t i = 0; i < s->n_encs; i++)
-        rf_tok_encoding_free(&s->encs[i]);
-    free(s->encs);
-    for (int t = 0; s->states && t < s->threads; t++)
-        rf_tok_state_free(s->states[t]);
-    free(s->states);
+    free(s->views);
+    rf_tok_splitter_free(s->splitter);
     rf_tokenizer_free(s->tok);
     free(s);
 }
@@ -111,9 +111,13 @@ static int stage_open(const rf_cfg *sec, rf_run_ctx *ctx, void **state) {
         for (int k = 0; k < 2 && !rc; k++)
             rc = rf_packer_init(&s->packer[k], (uint32_t)s->block_len, s->eos_id);
     }
-    if (!rc && !(s->states = calloc((size_t)s->threads, sizeof *s->states))) rc = RF_ERR_NOMEM;
-    for (int t = 0; !rc && t < s->threads; t++)
-        if (!(s->states[t] = rf_tok_state_new(s->tok))) rc = RF_ERR_NOMEM;
+    if (!rc) {
+        rf_tok_split_opts so = {.add_special = s->add_special,
+                                .eval_fraction = s->eval_fraction,
+                                .seed = s->seed,
+                                .threads = s->threads};
+        rc = rf_tok_splitter_new(s->tok, &so, &s->splitter);
+    }
     snprintf(s->dir, sizeof s->dir, "%s/tokenizer", ctx->run_dir);
     if (!rc) rc = rf_mkdir_p(s->dir);
     for (int k = 0; k < 2 && !rc; k++) {
@@ -160,50 +164,38 @@ static int write_block(void *ctx, const uint32_t *block, uint32_t len) {
 static int stage_process(void *state, rf_doc_batch *in, rf_emit_fn emit, void *emit_ctx) {
     tok_stage *s = state;
     int rc = 0;
-    if (in->n > s->n_encs) {
-        rf_tok_encoding *e = realloc(s->encs, in->n * sizeof *e);
-        if (!e)
+    if (in->n > s->n_views) {
+        rf_tok_doc *v = realloc(s->views, in->n * sizeof *v);
+        if (!v)
             rc = RF_ERR_NOMEM;
         else {
-            memset(e + s->n_encs, 0, (in->n - s->n_encs) * sizeof *e);
-            s->encs = e;
-            s->n_encs = in->n;
+            s->views = v;
+            s->n_views = in->n;
         }
     }
-    char err[256] = "";
-    if (!rc) {
-#pragma omp parallel for num_threads(s->threads) schedule(dynamic, 16)
-        for (size_t i = 0; i < in->n; i++) {
-            const rf_doc *d = &in->docs[i];
-            rf_tok_state *st = s->states[omp_get_thread_num()];
-            s->encs[i].len = 0;
-            if (d->text && rf_tok_encode(st, d->text, d->text_len, s->add_special, &s->encs[i])) {
-#pragma omp critical(tokenizer_stage_err)
-                if (!err[0])
-                    snprintf(err, sizeof err, "document %s: %s", d->id ? d->id : "?", rf_errmsg());
-            }
-        }
-        if (err[0]) rc = rf_fail(RF_ERR_INVALID, "tokenizer: %s", err);
+    for (size_t i = 0; i < in->n && !rc; i++) {
+        const rf_doc *d = &in->docs[i];
+        s->views[i] = (rf_tok_doc){d->id, d->text, d->text_len, d->cluster};
     }
+    const rf_tok_result *res = NULL;
+    if (!rc) rc = rf_tok_split_batch(s->splitter, s->views, in->n, &res);
     /* written in stream order, so shards are deterministic whatever the threads */
     for (size_t i = 0; i < in->n && !rc; i++) {
         const rf_doc *d = &in->docs[i];
-        if (!d->text) {
-            rf_stats_add(s->ctx->stats, "tokenizer.skipped_no_text", 1);
+        const rf_tok_result *r = &res[i];
+        if (r->reject) {
+            rf_tok_result_count(r, s->ctx->stats);
+            rf_warn("tokenizer", "document %s rejected: %s%s%s", d->id ? d->id : "?", r->reject,
+                    r->detail[0] ? ": " : "", r->detail);
             continue;
         }
-        uint64_t cluster =
-            d->cluster ? d->cluster : rf_hash64(d->id ? d->id : "", d->id ? strlen(d->id) : 0, 0);
-        int k = rf_split_is_eval(d->cluster, d->id, d->id ? strlen(d->id) : 0, s->eval_fraction,
-                                 s->seed)
-                    ? EVAL
-                    : TRAIN;
-        const rf_tok_encoding *e = &s->encs[i];
+        int k = r->split;
+        const rf_tok_encoding *e = &r->enc;
         if (s->pack) {
             block_sink b = {s, k};
             rc = rf_packer_add(&s->packer[k], e->ids, e->len, write_block, &b);
         } else {
-            rc = rf_shard_writer_add(s->w[k], e->ids, (uint32_t)e->len, d->label, cluster);
+            rc = rf_shard_writer_add(s->w[k], e->ids, (uint32_t)e->len, d->label, r->cluster);
             if (!rc) rc = lens_push(&s->lens[k], (uint32_t)e->len);
         }
         s->docs[k]++;
@@ -220,10 +212,7 @@ static int stage_process(void *state, rf_doc_batch *in, rf_emit_fn emit, void *e
 static int write_report(tok_stage *s) {
     rf_buf b = RF_BUF_INIT;
     rf_stats *st = s->ctx->stats;
-    uint64_t repaired = 0;
-    for (int t = 0; t < s->threads; t++)
-        repaired += rf_tok_state_repaired(s->states[t]);
-    rf_stats_add(st, "tokenizer.repaired_utf8", (int64_t)repaired);
+    rf_stats_add(st, "tokenizer.repaired_utf8", (int64_t)rf_tok_splitter_repaired(s->splitter));
     rf_buf_printf(&b, "{\"pack\":%s,\"max_length\":%lld,\"batch_size\":%lld,\"splits\":{",
                   s->pack ? "true" : "false", (long long)s->max_length, (long long)s->batch_size);
     int rc = 0;

@@ -22,6 +22,7 @@
 #include "refinery.pb-c.h"
 #include "runtime/rpc/client.h"
 #include "runtime/rpc/rpc.h"
+#include "ingest/decide.h"
 #include "ingest/server/ingest_service.h"
 
 #define PUSH       "/refinery.v1.Ingest/Push"
@@ -310,6 +311,113 @@ static void test_bad_input_keeps_serving(void **state) {
     assert_int_equal(rf_stats_get(s, "rpc.Ingest.Push.RESOURCE_EXHAUSTED"), 1);
 }
 
+/* Push decides each document with rf_decide, as the embedded workers do:
+ * same kept text, same reject reason (filters included), the excerpt taken
+ * from the bytes the reason is about, and the cleaning counters. */
+static void test_push_verdicts_are_rf_decide(void **state) {
+    fixture *f = *state;
+    static const char *const texts[] = {
+        "  A fine   kettle,\tboils fast.  ",
+        "1  2 3\t4 5 6 7 8 9 10 11 12", /* excerpt: the cleaned text */
+        "   ",
+        "caf\xe9 is not UTF-8",
+        "Controls\x01 and\x02 more\x7f text here",
+        "\xef\xac\x81ne ligatures are folded by NFKC",
+        "12345 67890 and 424242 999",
+    };
+    enum { N = sizeof texts / sizeof texts[0] };
+    const char *const md[] = {"refinery-run-id", "run-v", NULL};
+    rf_rpc_stream *st;
+    assert_int_equal(rf_rpc_stream_open_md(f->client, PUSH, 20, md, &st), 0);
+    for (int i = 0; i < N; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "d%d", i);
+        Refinery__V1__Document d = REFINERY__V1__DOCUMENT__INIT;
+        d.id = id;
+        d.text = (char *)texts[i];
+        d.line = (uint64_t)i + 1;
+        assert_int_equal(rf_rpc_stream_send(st, &d.base), 0);
+    }
+    push_result r = end_push(st);
+    assert_int_equal(r.code, GRPC_STATUS_OK);
+    assert_int_equal(r.received, N);
+
+    /* The expected verdicts: the service's default rules. */
+    rf_ingest_service_opts so;
+    rf_ingest_service_opts_default(&so);
+    rf_doc_rules rules = {so.clean, so.quality_enabled, so.quality, so.language};
+    rules.clean.utf8 = RF_UTF8_REJECT;
+    rf_decider *dc = rf_decider_new(&rules);
+    assert_non_null(dc);
+    char *want_text[N];
+    const char *want_reason[N];
+    int kept = 0, filter_rejects = 0;
+    int64_t controls = 0;
+    for (int i = 0; i < N; i++) {
+        rf_verdict v;
+        assert_int_equal(rf_decide(dc, texts[i], strlen(texts[i]), &v), 0);
+        want_reason[i] = v.reject;
+        want_text[i] = strndup(v.text, v.len);
+        kept += !v.reject;
+        filter_rejects += v.reject && v.text != texts[i];
+        controls += (int64_t)v.clean.controls_removed;
+    }
+    rf_decider_free(dc);
+    assert_true(filter_rejects >= 1); /* the filters are exercised, not only cleaning */
+    assert_int_equal(r.accepted, kept);
+    assert_int_equal(r.rejected, N - kept);
+
+    const char *topics[] = {f->clean, f->rejected};
+    rf_kafka_opts ko = {.bootstrap = rf_kafka_mock_bootstrap(f->mock)};
+    rf_kafka_consumer *c;
+    assert_int_equal(rf_kafka_consumer_new(&ko, "verdicts", topics, 2, &c), 0);
+    int seen = 0, got[N] = {0};
+    double end = rf_now() + 20;
+    while (seen < N && rf_now() < end) {
+        rf_kafka_batch b;
+        assert_int_equal(rf_kafka_poll_batch(c, 100, 0.5, &b), 0);
+        for (size_t i = 0; i < b.n; i++) {
+            const rf_kafka_msg *m = &b.msgs[i];
+            if (!strcmp(m->topic, f->clean)) {
+                Refinery__V1__DocumentBatch *db =
+                    refinery__v1__document_batch__unpack(NULL, m->len, m->value);
+                assert_non_null(db);
+                for (size_t k = 0; k < db->n_docs; k++) {
+                    int x = atoi(db->docs[k]->id + 1);
+                    assert_true(x >= 0 && x < N);
+                    assert_null(want_reason[x]);
+                    assert_string_equal(db->docs[k]->text, want_text[x]);
+                    got[x]++;
+                    seen++;
+                }
+                refinery__v1__document_batch__free_unpacked(db, NULL);
+            } else {
+                Refinery__V1__Reject *rj = refinery__v1__reject__unpack(NULL, m->len, m->value);
+                assert_non_null(rj);
+                int x = atoi(rj->doc_id + 1);
+                assert_true(x >= 0 && x < N);
+                assert_non_null(want_reason[x]);
+                assert_string_equal(rj->reason, want_reason[x]);
+                size_t n = strlen(want_text[x]);
+                assert_int_equal(rj->excerpt.len, n < 64 ? n : 64);
+                assert_memory_equal(rj->excerpt.data, want_text[x], rj->excerpt.len);
+                got[x]++;
+                seen++;
+                refinery__v1__reject__free_unpacked(rj, NULL);
+            }
+        }
+        rf_kafka_batch_release(&b);
+    }
+    rf_kafka_consumer_free(c);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(got[i], 1);
+        free(want_text[i]);
+    }
+    assert_true(controls > 0);
+    assert_int_equal(rf_stats_get(rf_ingest_service_stats(f->svc), "ingest.clean.controls_removed"),
+                     controls);
+}
+
 /* Kafka unreachable: no summary, UNAVAILABLE, so the client pushes again. */
 static void test_kafka_outage_fails_stream(void **state) {
     fixture *f = *state;
@@ -327,6 +435,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_push_accounting, setup, teardown),
         cmocka_unit_test_setup_teardown(test_push_lists_accounting, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_push_verdicts_are_rf_decide, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_streams, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input_keeps_serving, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kafka_outage_fails_stream, setup, teardown),

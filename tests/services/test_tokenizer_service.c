@@ -1,6 +1,9 @@
 /* The tokenizer service's Tokenize handler in-process (ids equal to the
- * library's, invalid UTF-8 -> INVALID_ARGUMENT, the server keeps serving),
- * and, with arguments, the tools tokenizer_service.test.sh drives the
+ * library's, invalid UTF-8 -> INVALID_ARGUMENT, the server keeps serving);
+ * its consume path on the mock Kafka cluster (a document without text and one
+ * the tokenizer refuses are counted rejects, the others reach tokens.train /
+ * tokens.eval with rf_tok_split_batch's ids, split and cluster); and, with
+ * arguments, the tools tokenizer_service.test.sh drives the
  * refinery-tokenizer binary with:
  *   --tokenize PORT LINES     Tokenize (C client), one line of ids per input line
  *   --bad PORT                a text that is not UTF-8 must get INVALID_ARGUMENT
@@ -14,16 +17,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "common/error.h"
+#include "common/hash.h"
+#include "common/stats.h"
 #include "common/sys.h"
 #include "runtime/kafka/kafka.h"
+#include "runtime/kafka/mock.h"
 #include "refinery.pb-c.h"
 #include "runtime/rpc/client.h"
 #include "runtime/rpc/rpc.h"
 #include "tokenizer/server/tokenizer_service.h"
+#include "tokenizer/split_batch.h"
 
 #define METHOD "/refinery.v1.Tokenizer/Tokenize"
 
@@ -86,6 +94,151 @@ static void test_tokenize_in_process(void **state) {
     rf_rpc_client_free(c);
     rf_rpc_server_free(server);
     rf_tokenizer_service_free(svc);
+}
+
+/* A WordPiece tokenizer without unk_token: an unknown word fails to encode.
+ * ids: [PAD]0 [UNK]1 [CLS]2 [SEP]3 the4 cat5 sat6 ##s7 .8 */
+static const char no_unk_json[] =
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,"
+    "\"added_tokens\":[{\"id\":0,\"content\":\"[PAD]\",\"special\":true,\"normalized\":false},"
+    "{\"id\":1,\"content\":\"[UNK]\",\"special\":true,\"normalized\":false},"
+    "{\"id\":2,\"content\":\"[CLS]\",\"special\":true,\"normalized\":false},"
+    "{\"id\":3,\"content\":\"[SEP]\",\"special\":true,\"normalized\":false}],"
+    "\"normalizer\":{\"type\":\"BertNormalizer\",\"clean_text\":true,\"handle_chinese_chars\":true,"
+    "\"strip_accents\":null,\"lowercase\":true},\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"},"
+    "\"post_processor\":{\"type\":\"TemplateProcessing\","
+    "\"single\":[{\"SpecialToken\":{\"id\":\"[CLS]\",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\","
+    "\"type_id\":0}},{\"SpecialToken\":{\"id\":\"[SEP]\",\"type_id\":0}}],"
+    "\"pair\":[{\"SpecialToken\":{\"id\":\"[CLS]\",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\","
+    "\"type_id\":0}},{\"SpecialToken\":{\"id\":\"[SEP]\",\"type_id\":0}},{\"Sequence\":{\"id\":"
+    "\"B\",\"type_id\":1}},{\"SpecialToken\":{\"id\":\"[SEP]\",\"type_id\":1}}],"
+    "\"special_tokens\":{\"[CLS]\":{\"id\":\"[CLS]\",\"ids\":[2],\"tokens\":[\"[CLS]\"]},"
+    "\"[SEP]\":{\"id\":\"[SEP]\",\"ids\":[3],\"tokens\":[\"[SEP]\"]}}},"
+    "\"decoder\":{\"type\":\"WordPiece\",\"prefix\":\"##\",\"cleanup\":true},"
+    "\"model\":{\"type\":\"WordPiece\",\"continuing_subword_prefix\":\"##\","
+    "\"max_input_chars_per_word\":8,\"vocab\":{\"[PAD]\":0,\"[UNK]\":1,\"[CLS]\":2,\"[SEP]\":3,"
+    "\"the\":4,\"cat\":5,\"sat\":6,\"##s\":7,\".\":8}}}";
+
+static void test_process_rejects(void **state) {
+    char dir[] = "/tmp/rf_tok_svc_XXXXXX", path[128], train[64], eval[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(no_unk_json, f);
+    fclose(f);
+    snprintf(train, sizeof train, "tokens.train.%d", (int)getpid());
+    snprintf(eval, sizeof eval, "tokens.eval.%d", (int)getpid());
+    rf_kafka_mock *mock;
+    assert_int_equal(rf_kafka_mock_new(1, &mock), 0);
+    assert_int_equal(rf_kafka_mock_topic(mock, train, 1), 0);
+    assert_int_equal(rf_kafka_mock_topic(mock, eval, 1), 0);
+    rf_kafka_opts ko = {.bootstrap = rf_kafka_mock_bootstrap(mock), .delivery_timeout_s = 5};
+    rf_kafka_producer *producer;
+    assert_int_equal(rf_kafka_producer_new(&ko, &producer), 0);
+    rf_stats *stats = rf_stats_new();
+    rf_tokenizer_service_opts so = {.tokenizer = path,
+                                    .add_special = true,
+                                    .eval_fraction = 0.5,
+                                    .producer = producer,
+                                    .stats = stats,
+                                    .topic_train = train,
+                                    .topic_eval = eval};
+    rf_tokenizer_service *svc;
+    assert_int_equal(rf_tokenizer_service_new(&so, &svc), RF_OK);
+
+    /* d0..d7: every 4th has no text, every 4th (offset 1) an unknown word. */
+    enum { N = 8 };
+    Refinery__V1__Document docs[N], *ptrs[N];
+    char ids[N][16];
+    for (int i = 0; i < N; i++) {
+        refinery__v1__document__init(&docs[i]);
+        snprintf(ids[i], sizeof ids[i], "d%d", i);
+        docs[i].id = ids[i];
+        docs[i].text = i % 4 == 0 ? "" : i % 4 == 1 ? "the dog sat." : "The cats sat.";
+        docs[i].label = i % 2;
+        docs[i].cluster = i == 7 ? 777 : 0;
+        ptrs[i] = &docs[i];
+    }
+    Refinery__V1__DocumentBatch in = REFINERY__V1__DOCUMENT_BATCH__INIT;
+    in.run_id = "run-t";
+    in.seq = 3;
+    in.docs = ptrs;
+    in.n_docs = N;
+    size_t len = refinery__v1__document_batch__get_packed_size(&in);
+    uint8_t *buf = malloc(len);
+    refinery__v1__document_batch__pack(&in, buf);
+    rf_kafka_msg m = {.topic = "docs.unique", .value = buf, .len = len};
+    rf_stage_batch_id id = {0};
+    rf_kafka_tracker t = {0};
+    rf_store_counts counts = {0};
+    assert_int_equal(rf_tokenizer_service_process(svc, &m, &id, &t, &counts), RF_OK);
+    assert_int_equal(rf_kafka_wait(producer, &t, 10), RF_OK);
+    assert_int_equal(counts.in, N);
+    assert_int_equal(counts.out, 4);
+    assert_int_equal(counts.rejected, 4);
+    assert_int_equal(rf_stats_get(stats, "tokenizer.rejected.no_text"), 2);
+    assert_int_equal(rf_stats_get(stats, "tokenizer.rejected.encode_failed"), 2);
+
+    /* The kept documents, each once, as rf_tok_split_batch decides them. */
+    rf_tokenizer *tok;
+    assert_int_equal(rf_tokenizer_load(path, &tok), RF_OK);
+    rf_tok_split_opts o = {.add_special = true, .eval_fraction = 0.5, .threads = 1};
+    rf_tok_splitter *sp;
+    assert_int_equal(rf_tok_splitter_new(tok, &o, &sp), RF_OK);
+    rf_tok_doc views[N];
+    for (int i = 0; i < N; i++)
+        views[i] = (rf_tok_doc){ids[i], docs[i].text, strlen(docs[i].text), docs[i].cluster};
+    const rf_tok_result *res;
+    assert_int_equal(rf_tok_split_batch(sp, views, N, &res), RF_OK);
+    const char *topics[] = {train, eval};
+    rf_kafka_consumer *c;
+    assert_int_equal(rf_kafka_consumer_new(&ko, "collect", topics, 2, &c), 0);
+    int seen[N] = {0}, batches = 0;
+    double end = rf_now() + 20;
+    while (batches < 2 && rf_now() < end) {
+        rf_kafka_batch b;
+        assert_int_equal(rf_kafka_poll_batch(c, 100, 0.5, &b), 0);
+        for (size_t i = 0; i < b.n; i++) {
+            Refinery__V1__TokenBatch *tb =
+                refinery__v1__token_batch__unpack(NULL, b.msgs[i].len, b.msgs[i].value);
+            assert_non_null(tb);
+            assert_string_equal(tb->run_id, "run-t");
+            assert_int_equal(tb->seq, 3);
+            assert_int_equal(tb->eval, strcmp(b.msgs[i].topic, train) != 0);
+            for (size_t k = 0; k < tb->n_seqs; k++) {
+                const Refinery__V1__TokenSequence *q = tb->seqs[k];
+                int x = atoi(q->doc_id + 1);
+                assert_true(x >= 0 && x < N);
+                assert_null(res[x].reject);
+                seen[x]++;
+                assert_int_equal(res[x].split, tb->eval ? RF_SPLIT_EVAL : RF_SPLIT_TRAIN);
+                assert_int_equal(q->cluster, res[x].cluster);
+                assert_int_equal(q->label, x % 2);
+                assert_int_equal(q->n_ids, res[x].enc.len);
+                assert_memory_equal(q->ids, res[x].enc.ids, q->n_ids * sizeof *q->ids);
+            }
+            batches++;
+            refinery__v1__token_batch__free_unpacked(tb, NULL);
+        }
+        rf_kafka_batch_release(&b);
+    }
+    assert_int_equal(batches, 2); /* both splits, always */
+    for (int i = 0; i < N; i++)
+        assert_int_equal(seen[i], i % 4 >= 2 ? 1 : 0);
+    assert_int_equal(res[7].cluster, 777);
+    assert_int_equal(res[2].cluster, rf_hash64("d2", 2, 0));
+
+    rf_kafka_consumer_free(c);
+    rf_tok_splitter_free(sp);
+    rf_tokenizer_free(tok);
+    free(buf);
+    rf_tokenizer_service_free(svc);
+    rf_stats_free(stats);
+    rf_kafka_producer_free(producer);
+    rf_kafka_mock_free(mock);
+    unlink(path);
+    rmdir(dir);
 }
 
 static int tool_fail(const char *what) {
@@ -203,6 +356,7 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--bad")) return tool_bad(argv[2]);
     if (argc == 6 && !strcmp(argv[1], "--collect"))
         return tool_collect(argv[2], argv[3], atoi(argv[4]), argv[5]);
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_tokenize_in_process)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_tokenize_in_process),
+                                       cmocka_unit_test(test_process_rejects)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

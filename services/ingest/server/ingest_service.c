@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/sys.h"
+#include "ingest/decide.h"
 #include "ingest/ingest.h"
 #include "refinery.pb-c.h"
 
@@ -96,17 +97,10 @@ typedef struct progress {
     rf_store_counts counts;
 } progress;
 
-/* How a stream's texts are cleaned and filtered. */
-typedef struct text_opts {
-    rf_clean_opts clean;
-    bool quality_enabled;
-    rf_quality_opts quality;
-    rf_langid_opts language;
-} text_opts;
-
 typedef struct stream {
     rf_ingest_service *svc;
-    text_opts text;
+    rf_doc_rules rules; /* how the stream's texts are cleaned and filtered */
+    rf_decider *decider;
     const char *run_id;
     uint64_t id; /* for generated document ids */
     pending batch;
@@ -115,7 +109,6 @@ typedef struct stream {
     size_t ndone, capdone;
     rf_kafka_tracker tracker;
     Refinery__V1__PushSummary sum;
-    rf_buf clean;
 } stream;
 
 /* Closes the counts since the last cut under sequence number seq. */
@@ -190,43 +183,39 @@ static int keep(stream *st, const Refinery__V1__Document *d, const char *text, s
     return b->n >= st->svc->o.batch_docs ? send_batch(st) : RF_OK;
 }
 
-static int reject(stream *st, const Refinery__V1__Document *d, const char *reason) {
+/* excerpt[0..n): the bytes the reason is about (rf_verdict.text). */
+static int reject(stream *st, const Refinery__V1__Document *d, const char *reason,
+                  const char *excerpt, size_t n) {
     char name[96];
     snprintf(name, sizeof name, "ingest.rejected.%s", reason);
     rf_stats_add(st->svc->stats, name, 1);
     st->sum.rejected++;
     st->since.in++;
     st->since.rejected++;
-    size_t n = strlen(d->text);
     rf_kafka_reject r = {.run_id = st->run_id,
                          .doc_id = d->id,
                          .source = d->source[0] ? d->source : "push",
                          .line = d->line,
                          .offset = d->offset,
                          .reason = reason,
-                         .excerpt = d->text,
+                         .excerpt = excerpt,
                          .excerpt_len = n < 64 ? n : 64};
     return rf_kafka_produce_reject(st->svc->o.producer, &st->tracker, st->svc->o.topic_rejected,
                                    &r);
 }
 
-/* Cleans and filters one document; keeps or rejects it. */
+/* The verdict of decide.h on one document (the embedded stage's workers call
+ * the same rf_decide); keeps or rejects it. The label, id and source arrive
+ * mapped by the client (`refinery submit` maps them with the ingest library);
+ * kept documents are not augmented, as nowhere in the services. */
 static int ingest_one(stream *st, const Refinery__V1__Document *d) {
-    const text_opts *o = &st->text;
     st->sum.received++;
     rf_stats_add(st->svc->stats, "ingest.received", 1);
-    rf_clean_result cr;
-    rf_buf_reset(&st->clean);
-    int rc = rf_clean_text(&o->clean, d->text, strlen(d->text), &st->clean, &cr);
+    rf_verdict v;
+    int rc = rf_decide(st->decider, d->text, strlen(d->text), &v);
     if (rc < 0) return rc;
-    if (cr.reject) return reject(st, d, cr.reject);
-    const char *text = st->clean.data ? st->clean.data : "";
-    size_t len = st->clean.len;
-    const char *reason = NULL;
-    if (o->quality_enabled && (rc = rf_quality_check(&o->quality, text, len, &reason)) < 0)
-        return rc;
-    if (!reason && (rc = rf_langid_check(&o->language, text, len, &reason, NULL)) < 0) return rc;
-    return reason ? reject(st, d, reason) : keep(st, d, text, len);
+    rf_verdict_count_clean(&v, st->svc->stats);
+    return v.reject ? reject(st, d, v.reject, v.text, v.len) : keep(st, d, v.text, v.len);
 }
 
 /* With a store, the run must exist and take input (not sealed, not ended);
@@ -260,7 +249,8 @@ static grpc_status_code check_run(rf_rpc_call *call, rf_ingest_service *svc, con
  * embedded. Text stays UTF-8-or-rejected (proto3 strings). */
 static grpc_status_code stream_text_opts(rf_rpc_call *call, stream *st) {
     rf_ingest_service *svc = st->svc;
-    st->text = (text_opts){svc->o.clean, svc->o.quality_enabled, svc->o.quality, svc->o.language};
+    st->rules =
+        (rf_doc_rules){svc->o.clean, svc->o.quality_enabled, svc->o.quality, svc->o.language};
     if (!svc->o.store) return GRPC_STATUS_OK;
     char *spec = NULL;
     pthread_mutex_lock(&svc->store_mu);
@@ -278,8 +268,8 @@ static grpc_status_code stream_text_opts(rf_rpc_call *call, stream *st) {
     if (rc == RF_OK && (section = rf_cfg_get(cfg, "ingest")) &&
         rf_cfg_kind_of(section) == RF_CFG_MAP &&
         (rc = rf_ingest_opts_from_cfg(section, &io)) == RF_OK) {
-        st->text = (text_opts){io.clean, io.quality_enabled, io.quality, io.language};
-        st->text.clean.utf8 = RF_UTF8_REJECT;
+        rf_doc_rules_from_opts(&io, &st->rules);
+        st->rules.clean.utf8 = RF_UTF8_REJECT;
     }
     grpc_status_code code = rc < 0 ? rf_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
                                                  "run '%s': %s", st->run_id, rf_errmsg())
@@ -318,6 +308,10 @@ static grpc_status_code push_stream(rf_rpc_call *call, rf_ingest_service *svc, b
         rf_stats_add(svc->stats, "ingest.streams_failed", 1);
         return code;
     }
+    if (!(st.decider = rf_decider_new(&st.rules))) {
+        rf_stats_add(svc->stats, "ingest.streams_failed", 1);
+        return rf_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "ingest: out of memory");
+    }
     refinery__v1__push_summary__init(&st.sum);
     ProtobufCMessage *m;
     int r;
@@ -355,7 +349,7 @@ static grpc_status_code push_stream(rf_rpc_call *call, rf_ingest_service *svc, b
     if (code != GRPC_STATUS_OK) rf_stats_add(svc->stats, "ingest.streams_failed", 1);
     pending_free(&st.batch);
     free(st.done);
-    rf_buf_free(&st.clean);
+    rf_decider_free(st.decider);
     return code;
 }
 

@@ -75,7 +75,8 @@ static int serve(void *cfg) {
                                     .eval_fraction = c->eval_fraction,
                                     .seed = (uint64_t)c->seed,
                                     .topic_train = c->topic_train,
-                                    .topic_eval = c->topic_eval};
+                                    .topic_eval = c->topic_eval,
+                                    .stats = stats};
     int rc = stats ? RF_OK : RF_ERR_NOMEM;
     if (!rc && c->kafka.bootstrap) rc = rf_svc_kafka_opts(&c->kafka, "refinery-tokenizer", &ko);
     if (!rc && c->kafka.bootstrap && !(rc = rf_kafka_producer_new(&ko, &producer)))

@@ -8,13 +8,14 @@
 #include "common/utf8.h"
 #include "refinery.pb-c.h"
 #include "runtime/batch_decode.h"
-#include "tokenizer/batch.h"
+#include "tokenizer/split_batch.h"
 
 struct rf_tokenizer_service {
     rf_tokenizer_service_opts o;
     rf_tokenizer *tok;
-    rf_tok_state *stage_state; /* the stage loop's; RPC calls make their own */
-    rf_tok_encoding enc;
+    rf_tok_splitter *splitter; /* the stage loop's; RPC calls make their own state */
+    rf_tok_doc *views;         /* the current batch as rf_tok_docs */
+    size_t n_views;
 };
 
 int rf_tokenizer_service_new(const rf_tokenizer_service_opts *o, rf_tokenizer_service **out) {
@@ -22,7 +23,11 @@ int rf_tokenizer_service_new(const rf_tokenizer_service_opts *o, rf_tokenizer_se
     if (!s) return RF_ERR_NOMEM;
     s->o = *o;
     int rc = rf_tokenizer_load(o->tokenizer, &s->tok);
-    if (!rc && !(s->stage_state = rf_tok_state_new(s->tok))) rc = RF_ERR_NOMEM;
+    rf_tok_split_opts so = {.add_special = o->add_special,
+                            .eval_fraction = o->eval_fraction,
+                            .seed = o->seed,
+                            .threads = 1};
+    if (!rc) rc = rf_tok_splitter_new(s->tok, &so, &s->splitter);
     if (rc) {
         rf_tokenizer_service_free(s);
         return rc;
@@ -33,8 +38,8 @@ int rf_tokenizer_service_new(const rf_tokenizer_service_opts *o, rf_tokenizer_se
 
 void rf_tokenizer_service_free(rf_tokenizer_service *s) {
     if (!s) return;
-    rf_tok_encoding_free(&s->enc);
-    rf_tok_state_free(s->stage_state);
+    free(s->views);
+    rf_tok_splitter_free(s->splitter);
     rf_tokenizer_free(s->tok);
     free(s);
 }
@@ -73,6 +78,17 @@ static int produce_split(rf_tokenizer_service *s, rf_kafka_tracker *t, const cha
     return rc;
 }
 
+static int reserve_views(rf_tokenizer_service *s, size_t n) {
+    if (n <= s->n_views) return RF_OK;
+    rf_tok_doc *v = realloc(s->views, n * sizeof *v);
+    if (!v) return RF_ERR_NOMEM;
+    s->views = v;
+    s->n_views = n;
+    return RF_OK;
+}
+
+/* The batch through rf_tok_split_batch (split_batch.h, as the embedded stage
+ * does); kept sequences to their split's TokenBatch, rejects counted. */
 int rf_tokenizer_service_process(void *user, const rf_kafka_msg *m, const rf_stage_batch_id *id,
                                  rf_kafka_tracker *t, rf_store_counts *counts) {
     rf_tokenizer_service *s = user;
@@ -80,35 +96,44 @@ int rf_tokenizer_service_process(void *user, const rf_kafka_msg *m, const rf_sta
     if (rf_svc_unpack_documents(m, &in) < 0) return RF_ERR_PARSE;
     split_out out[2] = {{0}, {0}};
     int64_t rejected = 0;
-    int rc = RF_OK;
+    int rc = reserve_views(s, in->n_docs);
     for (int k = 0; k < 2 && !rc; k++)
         if (!(out[k].seqs = calloc(in->n_docs + 1, sizeof *out[k].seqs)) ||
             !(out[k].ptrs = calloc(in->n_docs + 1, sizeof *out[k].ptrs)))
             rc = RF_ERR_NOMEM;
     for (size_t i = 0; i < in->n_docs && !rc; i++) {
         const Refinery__V1__Document *d = in->docs[i];
-        if (rf_tok_encode(s->stage_state, d->text, strlen(d->text), s->o.add_special, &s->enc)) {
-            rf_warn("tokenizer", "batch %s/%llu: document %s not tokenized: %s", in->run_id,
-                    (unsigned long long)in->seq, d->id, rf_errmsg());
+        s->views[i] = (rf_tok_doc){d->id, d->text, strlen(d->text), d->cluster};
+    }
+    const rf_tok_result *res = NULL;
+    if (!rc) rc = rf_tok_split_batch(s->splitter, s->views, in->n_docs, &res);
+    for (size_t i = 0; i < in->n_docs && !rc; i++) {
+        const Refinery__V1__Document *d = in->docs[i];
+        const rf_tok_result *r = &res[i];
+        if (r->reject) {
+            rf_tok_result_count(r, s->o.stats);
+            rf_warn("tokenizer", "batch %s/%llu: document %s rejected: %s%s%s", in->run_id,
+                    (unsigned long long)in->seq, d->id, r->reject, r->detail[0] ? ": " : "",
+                    r->detail);
             rejected++;
             continue;
         }
-        int k = rf_split_is_eval(d->cluster, d->id, strlen(d->id), s->o.eval_fraction, s->o.seed);
+        int k = r->split;
         Refinery__V1__TokenSequence *q = &out[k].seqs[out[k].n];
         refinery__v1__token_sequence__init(q);
         q->doc_id = d->id; /* borrowed from in */
         q->label = d->label;
-        q->cluster = d->cluster;
-        q->n_ids = s->enc.len;
-        if (!(q->ids = malloc(s->enc.len * sizeof *q->ids + 1))) {
+        q->cluster = r->cluster;
+        q->n_ids = r->enc.len;
+        if (!(q->ids = malloc(r->enc.len * sizeof *q->ids + 1))) {
             rc = RF_ERR_NOMEM;
             break;
         }
-        memcpy(q->ids, s->enc.ids, s->enc.len * sizeof *q->ids);
+        memcpy(q->ids, r->enc.ids, r->enc.len * sizeof *q->ids);
         out[k].ptrs[out[k].n++] = q;
     }
-    if (!rc) rc = produce_split(s, t, s->o.topic_train, in, &out[0], false);
-    if (!rc) rc = produce_split(s, t, s->o.topic_eval, in, &out[1], true);
+    if (!rc) rc = produce_split(s, t, s->o.topic_train, in, &out[RF_SPLIT_TRAIN], false);
+    if (!rc) rc = produce_split(s, t, s->o.topic_eval, in, &out[RF_SPLIT_EVAL], true);
     if (!rc)
         *counts = (rf_store_counts){
             .in = (int64_t)in->n_docs, .out = (int64_t)(out[0].n + out[1].n), .rejected = rejected};

@@ -3,9 +3,12 @@
  * - stage (rf_stage_loop.process): DocumentBatch from docs.unique -> each
  *   document encoded -> TokenBatch to tokens.train and to tokens.eval (both
  *   always sent, possibly empty, with the input batch's (run_id, seq) and
- *   `eval` set on the eval one). The split is rf_split_is_eval() on the
- *   document's cluster, as the embedded tokenizer stage does. Counts: in,
- *   out (sequences produced), rejected (documents the tokenizer failed on).
+ *   `eval` set on the eval one). Encoding, split and rejects are
+ *   rf_tok_split_batch's (split_batch.h), the function the embedded tokenizer
+ *   stage calls: a sequence's cluster is the split key (the dedup cluster, or
+ *   the id's hash without one, as in the shards). Counts: in, out (sequences
+ *   produced), rejected (documents without text or that the tokenizer
+ *   refused, also counted in stats as tokenizer.rejected.<reason> and logged).
  * - gRPC refinery.v1.Tokenizer/Tokenize (unary): every text encoded, in
  *   order. A text that is not valid UTF-8 (proto3 strings must be) fails the
  *   call with INVALID_ARGUMENT naming the text and byte, rather than being
@@ -27,6 +30,7 @@ typedef struct rf_tokenizer_service_opts {
     double eval_fraction;
     uint64_t seed;
     rf_kafka_producer *producer; /* stage only */
+    rf_stats *stats;             /* stage: reject counters (may be NULL) */
     const char *topic_train, *topic_eval;
 } rf_tokenizer_service_opts;
 
