@@ -20,6 +20,7 @@
 #include "runtime/store/store.h"
 
 #include "../support/pg.h"
+#include "../support/skip.h"
 
 static test_pg pg_server;
 
@@ -269,7 +270,7 @@ static void test_checkpoints_and_results(void **state) {
 
 /* The server restarts between two statements: the next one reconnects. */
 static void test_server_restart(void **state) {
-    if (!pg_server.owned) skip();
+    if (!pg_server.owned) RF_SKIP("the server of $REFINERY_PG is not ours to stop or restart");
     rf_store *s = open_store(pg_server.conninfo);
     const char *id = run_id("restart");
     assert_int_equal(rf_store_run_create(s, id, "{}", NULL), 0);
@@ -288,7 +289,7 @@ static void test_server_restart(void **state) {
 
 /* The server comes up while the service is already trying to connect. */
 static void test_connect_backoff(void **state) {
-    if (!pg_server.owned) skip();
+    if (!pg_server.owned) RF_SKIP("the server of $REFINERY_PG is not ours to stop or restart");
     assert_int_equal(test_pg_cmd(&pg_server, "stop"), 0);
     double t0 = rf_now();
     rf_store_opts quick = {.conninfo = pg_server.conninfo, .attempts = 3, .backoff_s = 0.05};

@@ -11,6 +11,8 @@
 
 #include <cmocka.h>
 
+#include "../support/skip.h"
+
 #ifdef REFINERY_CUDA
 #include <cuda_runtime.h>
 
@@ -40,10 +42,10 @@ static double max_rel(const float *a, const float *b, size_t n) {
 
 static void test_twins(void **state) {
     int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        printf("SKIP: built with CUDA but no GPU is visible\n");
-        skip();
-    }
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0)
+        RF_SKIP("no GPU: %s",
+                e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found 0 devices");
     rf_rng r;
     rf_rng_seed(&r, 9);
     size_t n = 100000;
@@ -86,8 +88,7 @@ static void test_twins(void **state) {
 }
 #else
 static void test_twins(void **state) {
-    printf("SKIP: CUDA kernels are built only with make CUDA=1\n");
-    skip();
+    RF_SKIP("no CUDA: the kernels are built only with make CUDA=1");
 }
 #endif
 

@@ -18,6 +18,7 @@
 #include "parity_util.h"
 #include "trainer/model.h"
 #include "trainer/optim.h"
+#include "../support/skip.h"
 
 /* Elements whose step-0 gradient is non-zero but below this are left out of the post-AdamW
  * comparison: with |g| near Adam's eps (1e-8), the update m/(sqrt(v)+eps) is
@@ -89,8 +90,7 @@ static void test_minilm_parity(void **state) {
     struct stat st;
     snprintf(probe, sizeof probe, "%s/model.safetensors", dir);
     if (stat(probe, &st) != 0) {
-        printf("SKIP: MiniLM weights not found at %s (run scripts/fetch-minilm.sh)\n", dir);
-        skip();
+        RF_SKIP("MiniLM weights not found at %s (run scripts/fetch-minilm.sh)", dir);
     }
     rf_bert *m;
     if (rf_bert_load(dir, 2, 1, rf_backend_cpu(), &m)) fail_msg("load: %s", rf_errmsg());
