@@ -25,7 +25,7 @@ PKGS := libutf8proc libxxhash libzstd zlib yaml-0.1 openblas lmdb libprotobuf-c 
 # in place. A plain `make` without them stops at once and says what to run.
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
-PKG_MISSING := $(if $(PKG_LIBS),,$(shell for p in $(PKGS); do pkg-config --exists $$p || echo $$p; done))
+PKG_MISSING := $(if $(PKG_LIBS),,$(shell for p in $(PKGS); do pkg-config --exists $$p 2>/dev/null || echo $$p; done))
 
 OPT      ?= -O2 -march=native
 WARN     ?= -Wall -Wextra -Werror -Wno-unused-parameter
@@ -120,7 +120,7 @@ $(BUILD)/lib/librefinery_proto.a: $(PROTO_OBJ)
 	@echo '  AR     $@'
 	$(Q)ar rcs $@ $^
 
-$(BUILD)/gen/refinery.pb-c.c $(BUILD)/gen/refinery.pb-c.h: proto/refinery.proto
+$(BUILD)/gen/refinery.pb-c.c $(BUILD)/gen/refinery.pb-c.h &: proto/refinery.proto
 	@mkdir -p $(BUILD)/gen
 	@echo '  PROTOC $<'
 	$(Q)protoc-c --proto_path=proto --c_out=$(BUILD)/gen proto/refinery.proto

@@ -6,7 +6,7 @@ RPC_HEALTH_C := $(BUILD)/gen/health.pb-c.c
 RPC_HEALTH_H := $(BUILD)/gen/health.pb-c.h
 RPC_HEALTH_O := $(BUILD)/obj/gen/health.pb-c.o
 
-$(RPC_HEALTH_C) $(RPC_HEALTH_H): proto/health.proto
+$(RPC_HEALTH_C) $(RPC_HEALTH_H) &: proto/health.proto
 	@mkdir -p $(BUILD)/gen
 	protoc-c --proto_path=proto --c_out=$(BUILD)/gen proto/health.proto
 
