@@ -8,6 +8,8 @@
 #  2. localhost/refinery-build:<revision>: the project built in it (Containerfile.build);
 #  3. one FROM scratch image per service with only its binaries and shared libraries.
 # Prints the image sizes. Needs root (debootstrap) and network access to the Debian archive.
+# Run one with: podman ... run --read-only --ulimit nofile=1024:1024 --ulimit nproc=1024:1024
+# (a non-root container user needs an nproc limit runc may set here); docker/smoke.sh does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PODMAN=${PODMAN:-podman --storage-driver vfs --cgroup-manager cgroupfs --runtime runc}
