@@ -47,15 +47,28 @@ grep -q "kind: JobSet" "$tmp/gpu-4rank.yaml"
 grep -q "kind: Job$" "$tmp/job-3rank.yaml"
 
 echo "== validate (Kubernetes $K8S_MIN and $K8S_MAX) and check"
+# With the service binaries built (make test builds them), every REFINERY_*/KAFKA_*
+# variable the chart sets must be one the binary's --help lists.
+bin=${REFINERY_BUILD:-build}
+if [ -x "$bin/refinery-ingest" ]; then
+    mkdir -p "$tmp/help"
+    for s in ingest dedup tokenizer trainer evaluator; do "$bin/refinery-$s" --help >"$tmp/help/$s.txt" 2>&1 || true; done
+    export HELP_DIR=$tmp/help
+fi
 "$py" tests/deploy/check_chart.py "$K8S_MIN" "$K8S_MAX" "$tmp"/*.yaml
 
 echo "== the checks can fail"
-# A writable root filesystem, a world size that disagrees with the ranks, and a
-# field Kubernetes does not know must each be caught.
+# A writable root filesystem, a world size that disagrees with the ranks, a field
+# Kubernetes does not know, and a variable the binary does not read must each be caught.
 sed '0,/readOnlyRootFilesystem: true/s//readOnlyRootFilesystem: false/' "$tmp/defaults.yaml" >"$tmp/bad1.yaml"
 awk '/name: WORLD_SIZE/{print; getline; sub(/"4"/, "\"3\"")} {print}' "$tmp/gpu-4rank.yaml" >"$tmp/bad2.yaml"
 sed '0,/terminationGracePeriodSeconds: 45/s//terminationGracePeriodSecond: 45/' "$tmp/defaults.yaml" >"$tmp/bad3.yaml"
-for b in bad1 bad2 bad3; do
+bads="bad1 bad2 bad3"
+if [ -n "${HELP_DIR:-}" ]; then # a variable no binary reads
+    sed 's/name: REFINERY_DEDUP_INDEX/name: REFINERY_DEDUP_INDX/' "$tmp/defaults.yaml" >"$tmp/bad4.yaml"
+    bads="$bads bad4"
+fi
+for b in $bads; do
     cmp -s "$tmp/$b.yaml" "$tmp/defaults.yaml" && { echo "$b: the edit did not apply"; exit 1; }
     if out=$("$py" tests/deploy/check_chart.py "$K8S_MIN" "$K8S_MAX" "$tmp/$b.yaml"); then
         echo "$b: not caught"; exit 1

@@ -9,6 +9,8 @@ package has no schema for) has its Job template validated as a batch/v1 Job inst
 Then the assertions of tests/deploy/chart.test.sh run on the objects; each failure
 names the file and the object. Exit 0 when every check passes.
 """
+import os
+import re
 import sys
 
 import kubernetes_validate
@@ -17,7 +19,19 @@ import yaml
 GRPC_PORTS = {"ingest": 7101, "dedup": 7102, "tokenizer": 7103, "trainer": 7104, "evaluator": 7105}
 REFINERY = set(GRPC_PORTS)
 failures = []
+notes = set()
 checks = 0
+# The services/comm group contract (services/comm/README.md), read by the trainer's
+# collectives layer rather than its option parser.
+COMM_ENV = {"REFINERY_WORLD_SIZE", "REFINERY_RUN_ID", "REFINERY_ATTEMPT", "REFINERY_COMM_TIMEOUT",
+            "REFINERY_BOOTSTRAP_TIMEOUT"}
+# The gRPC health port being added to dedup and trainer (REFINERY_LISTEN, and TLS with it).
+PENDING = {"dedup": {"REFINERY_LISTEN", "REFINERY_TLS_CERT", "REFINERY_TLS_KEY", "REFINERY_TLS_CA"},
+           "trainer": {"REFINERY_LISTEN", "REFINERY_TLS_CERT", "REFINERY_TLS_KEY", "REFINERY_TLS_CA"}}
+HELP = {}  # component -> the variables its binary's --help lists (HELP_DIR/<component>.txt)
+if os.environ.get("HELP_DIR"):
+    for comp in GRPC_PORTS:
+        HELP[comp] = set(re.findall(r"\b(?:REFINERY|KAFKA)_[A-Z0-9_]+", open(f"{os.environ['HELP_DIR']}/{comp}.txt").read()))
 
 
 def fail(where, msg):
@@ -109,6 +123,16 @@ def check_refinery_container(o, c, component, values, where):
         else:
             check(p.get("grpc", {}).get("port") == port, where, f"{kind} is not a native gRPC probe on {port}")
     check(env.get("REFINERY_LISTEN", {}).get("value") == f"0.0.0.0:{port}", where, "REFINERY_LISTEN is not 0.0.0.0:<port>")
+    if component in HELP:  # every variable the chart sets is one the binary reads
+        for k in env:
+            if not (k.startswith("REFINERY_") or k.startswith("KAFKA_")):
+                continue
+            if component == "trainer" and k in COMM_ENV:
+                continue
+            if k not in HELP[component] and k in PENDING.get(component, ()):
+                notes.add(f"refinery-{component} --help has no {k} yet (the health-port contract)")
+                continue
+            check(k in HELP[component], where, f"sets {k}, which refinery-{component} --help does not list")
     check("valueFrom" in env.get("REFINERY_PG", {}), where, "REFINERY_PG does not come from a Secret")
     check(env.get("KAFKA_BOOTSTRAP", {}).get("value"), where, "KAFKA_BOOTSTRAP is empty")
     mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
@@ -225,6 +249,10 @@ def main():
         for comp in meta.get("dev", []):
             check(("StatefulSet", comp) in kinds, f, f"no development {comp}")
         print(f"{f}: {len(docs)} objects")
+    for x in sorted(notes):
+        print("NOTE", x)
+    if not HELP:
+        print("NOTE: no HELP_DIR: environment names not checked against the binaries")
     for x in failures:
         print("FAIL", x)
     print(f"{checks} checks, {len(failures)} failed")
