@@ -42,6 +42,9 @@ render job-3rank '{ranks: 3, gpus: 2}' --set trainer.controller=job,trainer.rank
 render tls-server-only '{tls: true, mutual: false, tls_secret: grpc, ranks: 1}' \
     --set tls.enabled=true,tls.secretName=grpc,networkPolicy.enabled=true
 render no-trainer '{trainer: false}' --set trainer.enabled=false
+# Chart.yaml's kubeVersion: the oldest supported version renders, an older one is refused.
+"$helm" template rf "$chart" --kube-version "$K8S_MIN" >/dev/null
+if "$helm" template rf "$chart" --kube-version 1.24.0 >/dev/null 2>&1; then echo "kubeVersion accepted 1.24"; exit 1; fi
 grep -q "kind: NetworkPolicy" "$tmp/external.yaml"
 grep -q "kind: JobSet" "$tmp/gpu-4rank.yaml"
 grep -q "kind: Job$" "$tmp/job-3rank.yaml"
