@@ -91,7 +91,7 @@ pkg-check:
 	@echo "missing packages for: $(PKG_MISSING); run 'make deps' (scripts/install-deps.sh) first" >&2
 	@exit 1
 
-.PHONY: all libs fuzz-bins demo deps test asan fuzz fuzz-build bench format clean check-format
+.PHONY: all libs fuzz-bins demo deps test asan fuzz fuzz-build bench format clean check-format images
 all: $(BUILD)/refinery $(EXTRA_BINS)
 
 deps:
@@ -213,6 +213,10 @@ fuzz: deps
 bench: deps
 	@$(MAKE) --no-print-directory all
 	@SHARED=$(SHARED) BUILD=$(BUILD) scripts/bench/run-all.sh
+
+# Container images (podman, debootstrap; see docker/build-images.sh). Not part of test.
+images:
+	@docker/build-images.sh
 
 format:
 	clang-format -i $$(git ls-files 'services/*.[ch]' 'services/*.cc' 'services/*.cu' 'tests/*.[ch]')
