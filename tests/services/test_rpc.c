@@ -442,6 +442,22 @@ static void test_bad_tls_config(void **state) {
     rf_rpc_server_free(s);
 }
 
+/* A second server on a port already in use fails to start (no SO_REUSEPORT
+ * sharing) and names the address; the first keeps serving. */
+static void test_busy_port(void **state) {
+    fixture *f = *state;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", rf_rpc_server_port(f->server));
+    rf_rpc_server_opts o = {.listen = addr, .workers = 1};
+    rf_rpc_server *s;
+    assert_int_equal(rf_rpc_server_new(&o, &s), 0);
+    assert_true(rf_rpc_server_start(s) < 0);
+    assert_non_null(strstr(rf_errmsg(), addr));
+    rf_rpc_server_free(s);
+    char *texts[] = {"ab"};
+    assert_int_equal(call_tokenize(f->client, texts, 1, 5, NULL), GRPC_STATUS_OK);
+}
+
 /* --- serve mode for external clients --- */
 
 static volatile sig_atomic_t stop_requested;
@@ -483,6 +499,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_unknown_method, setup, teardown),
         cmocka_unit_test(test_tls),
         cmocka_unit_test(test_bad_tls_config),
+        cmocka_unit_test_setup_teardown(test_busy_port, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

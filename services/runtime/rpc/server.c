@@ -182,13 +182,17 @@ int rf_rpc_server_start(rf_rpc_server *s) {
      * RESOURCE_EXHAUSTED and counts them; the core drops larger ones itself
      * (also RESOURCE_EXHAUSTED for the client, counted here as CANCELLED). */
     size_t hard = s->max_message > (size_t)INT32_MAX / 4 ? (size_t)INT32_MAX : 4 * s->max_message;
-    grpc_arg a[2] = {
+    /* gRPC core sets SO_REUSEPORT by default: a second server on a busy port
+     * would then bind too and split the traffic. Off, binding fails. */
+    grpc_arg a[3] = {
         {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH},
         {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH},
+        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ALLOW_REUSEPORT},
     };
     a[0].value.integer = (int)hard;
     a[1].value.integer = (int)s->max_message;
-    grpc_channel_args args = {.num_args = 2, .args = a};
+    a[2].value.integer = 0;
+    grpc_channel_args args = {.num_args = 3, .args = a};
     s->grpc = grpc_server_create(&args, NULL);
     s->workers = calloc((size_t)s->nworkers, sizeof *s->workers);
     if (!s->grpc || !s->workers) return RF_ERR_NOMEM;
@@ -204,7 +208,10 @@ int rf_rpc_server_start(rf_rpc_server *s) {
     if (rc < 0) return rc;
     s->port = grpc_server_add_http2_port(s->grpc, s->listen, creds);
     grpc_server_credentials_release(creds);
-    if (s->port <= 0) return rf_fail(RF_ERR_IO, "rpc: cannot listen on %s", s->listen);
+    if (s->port <= 0)
+        return rf_fail(RF_ERR_IO,
+                       "rpc: cannot listen on %s (address already in use, or not a local address)",
+                       s->listen);
     grpc_server_start(s->grpc);
     s->started = 1;
     s->nthreads = s->nworkers;

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# What an operator meets at startup (issue 15), with real service processes:
+# - a second refinery-tokenizer on a port already in use exits non-zero with
+#   an error naming the address (no SO_REUSEPORT sharing), and the first one
+#   keeps serving.
+. "$REFINERY_ROOT/tests/services/lib.sh"
+[ -d "$SHARED/data" ] || { echo "SHARED ($SHARED) is missing: see /work/shared/README.md" >&2; exit 1; }
+tok=$SHARED/data/tokenizers/all-MiniLM-L6-v2/tokenizer.json
+tokenizer=$REFINERY_BUILD/refinery-tokenizer
+tool=$REFINERY_BUILD/tests/services/test_tokenizer_service
+
+wait_port() { # FILE: prints the port once the service wrote it
+    for _ in $(seq 300); do [ -s "$1" ] && break; sleep 0.1; done
+    cat "$1"
+}
+
+# --- a busy port is an error at startup ---
+"$tokenizer" --tokenizer "$tok" --listen 127.0.0.1:0 --port-file "$TEST_DIR/port1" \
+    2>"$TEST_DIR/tok1.log" &
+pid1=$!
+env_track_pid $pid1
+port=$(wait_port "$TEST_DIR/port1")
+rc=0
+timeout 20 "$tokenizer" --tokenizer "$tok" --listen "127.0.0.1:$port" \
+    --port-file "$TEST_DIR/port2" 2>"$TEST_DIR/tok2.log" || rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then
+    echo "a second tokenizer on busy port $port did not fail (rc $rc)" >&2
+    exit 1
+fi
+grep -q "cannot listen on 127.0.0.1:$port" "$TEST_DIR/tok2.log" || {
+    echo "the error does not name the address:" >&2; cat "$TEST_DIR/tok2.log" >&2; exit 1
+}
+[ ! -s "$TEST_DIR/port2" ] || { echo "the second tokenizer wrote a port file" >&2; exit 1; }
+kill -0 $pid1
+printf 'a busy port\n' >"$TEST_DIR/one.txt"
+"$tool" --tokenize "$port" "$TEST_DIR/one.txt" >/dev/null
+echo "busy port: second tokenizer exited $rc: $(grep -o 'cannot listen[^"]*' "$TEST_DIR/tok2.log")"
