@@ -2,7 +2,8 @@
 # What an operator meets at startup (issue 15), with real service processes:
 # - a second refinery-tokenizer on a port already in use exits non-zero with
 #   an error naming the address (no SO_REUSEPORT sharing), and the first one
-#   keeps serving.
+#   keeps serving; gRPC core's own error about it is a JSON log line, like
+#   every line the service writes.
 . "$REFINERY_ROOT/tests/services/lib.sh"
 [ -d "$SHARED/data" ] || { echo "SHARED ($SHARED) is missing: see /work/shared/README.md" >&2; exit 1; }
 tok=$SHARED/data/tokenizers/all-MiniLM-L6-v2/tokenizer.json
@@ -30,6 +31,13 @@ fi
 grep -q "cannot listen on 127.0.0.1:$port" "$TEST_DIR/tok2.log" || {
     echo "the error does not name the address:" >&2; cat "$TEST_DIR/tok2.log" >&2; exit 1
 }
+# gRPC core's own line about the bind is a JSON log line too.
+grep -q '^{"ts":.*"level":"error","comp":"grpc","msg":".*Address already in use' "$TEST_DIR/tok2.log" || {
+    echo "no JSON line from gRPC core:" >&2; cat "$TEST_DIR/tok2.log" >&2; exit 1
+}
+if grep -qv '^{' "$TEST_DIR/tok2.log"; then
+    echo "a log line that is not JSON:" >&2; grep -v '^{' "$TEST_DIR/tok2.log" >&2; exit 1
+fi
 [ ! -s "$TEST_DIR/port2" ] || { echo "the second tokenizer wrote a port file" >&2; exit 1; }
 kill -0 $pid1
 printf 'a busy port\n' >"$TEST_DIR/one.txt"

@@ -15,9 +15,11 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <grpc/support/log.h>
 
 #include "common/buf.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "common/sys.h"
 #include "health.pb-c.h"
 #include "refinery.pb-c.h"
@@ -450,12 +452,59 @@ static void test_busy_port(void **state) {
     snprintf(addr, sizeof addr, "127.0.0.1:%d", rf_rpc_server_port(f->server));
     rf_rpc_server_opts o = {.listen = addr, .workers = 1};
     rf_rpc_server *s;
+    /* gRPC core's own error about the bind comes out as a JSON log line. */
+    FILE *log = tmpfile();
+    assert_non_null(log);
+    rf_log_set_output(log);
     assert_int_equal(rf_rpc_server_new(&o, &s), 0);
     assert_true(rf_rpc_server_start(s) < 0);
+    rf_log_set_output(NULL);
     assert_non_null(strstr(rf_errmsg(), addr));
     rf_rpc_server_free(s);
+    rewind(log);
+    char line[4096];
+    int seen = 0;
+    while (fgets(line, sizeof line, log))
+        if (strncmp(line, "{\"ts\":", 6) == 0 && strstr(line, "\"level\":\"error\"") &&
+            strstr(line, "\"comp\":\"grpc\"") && strstr(line, "Address already in use"))
+            seen = 1;
+    fclose(log);
+    assert_true(seen);
     char *texts[] = {"ab"};
     assert_int_equal(call_tokenize(f->client, texts, 1, 5, NULL), GRPC_STATUS_OK);
+}
+
+/* The hook maps each gRPC severity to the JSON logger's level, debug
+ * included when enabled. */
+static void test_grpc_log_hook(void **state) {
+    FILE *log = tmpfile();
+    assert_non_null(log);
+    rf_log_set_output(log);
+    rf_log_set_level(RF_LOG_DEBUG);
+    gpr_log_func_args a = {"src/core/x/y.cc", 12, GPR_LOG_SEVERITY_DEBUG, "d \"quoted\""};
+    rf_rpc_log_hook(&a);
+    a.severity = GPR_LOG_SEVERITY_INFO;
+    a.message = "i";
+    rf_rpc_log_hook(&a);
+    rf_log_set_level(RF_LOG_INFO);
+    a.severity = GPR_LOG_SEVERITY_DEBUG;
+    a.message = "dropped";
+    rf_rpc_log_hook(&a);
+    /* Through gRPC itself (gpr_log -> the installed function). */
+    rf_rpc_log_install();
+    gpr_log(GPR_ERROR, "from core %d", 7);
+    rf_log_set_output(NULL);
+    rewind(log);
+    char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf - 1, log);
+    buf[n] = 0;
+    fclose(log);
+    assert_non_null(strstr(
+        buf, "\"level\":\"debug\",\"comp\":\"grpc\",\"msg\":\"d \\\"quoted\\\" (y.cc:12)\""));
+    assert_non_null(strstr(buf, "\"level\":\"info\",\"comp\":\"grpc\",\"msg\":\"i (y.cc:12)\""));
+    assert_null(strstr(buf, "dropped"));
+    assert_non_null(
+        strstr(buf, "\"level\":\"error\",\"comp\":\"grpc\",\"msg\":\"from core 7 (test_rpc.c:"));
 }
 
 /* --- serve mode for external clients --- */
@@ -500,6 +549,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_tls),
         cmocka_unit_test(test_bad_tls_config),
         cmocka_unit_test_setup_teardown(test_busy_port, setup, teardown),
+        cmocka_unit_test(test_grpc_log_hook),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,6 +18,7 @@ int rf_rpc_server_new(const rf_rpc_server_opts *opts, rf_rpc_server **out) {
     if (!opts->listen || !*opts->listen) return rf_fail(RF_ERR_INVALID, "rpc: no listen address");
     rf_rpc_server *s = calloc(1, sizeof *s);
     if (!s) return RF_ERR_NOMEM;
+    rf_rpc_log_install();
     grpc_init();
     pthread_mutex_init(&s->health_mu, NULL);
     s->nworkers = opts->workers > 0 ? opts->workers : 4;
