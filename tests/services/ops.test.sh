@@ -3,7 +3,10 @@
 # - a second refinery-tokenizer on a port already in use exits non-zero with
 #   an error naming the address (no SO_REUSEPORT sharing), and the first one
 #   keeps serving; gRPC core's own error about it is a JSON log line, like
-#   every line the service writes.
+#   every line the service writes;
+# - a PostgreSQL database that does not exist, or a malformed connection
+#   string, ends refinery-ingest at once (exit 1, the reason logged), not
+#   after the connection retries.
 . "$REFINERY_ROOT/tests/services/lib.sh"
 [ -d "$SHARED/data" ] || { echo "SHARED ($SHARED) is missing: see /work/shared/README.md" >&2; exit 1; }
 tok=$SHARED/data/tokenizers/all-MiniLM-L6-v2/tokenizer.json
@@ -43,3 +46,20 @@ kill -0 $pid1
 printf 'a busy port\n' >"$TEST_DIR/one.txt"
 "$tool" --tokenize "$port" "$TEST_DIR/one.txt" >/dev/null
 echo "busy port: second tokenizer exited $rc: $(grep -o 'cannot listen[^"]*' "$TEST_DIR/tok2.log")"
+
+# --- configuration errors no retry can fix fail at once ---
+env_start pg
+ingest=$REFINERY_BUILD/refinery-ingest
+for pg in "$REFINERY_PG dbname=rf_no_such_db|3D000" "host=127.0.0.1 port|invalid PostgreSQL connection string"; do
+    rc=0
+    start=$(date +%s%N)
+    timeout 20 "$ingest" --listen 127.0.0.1:0 --kafka 127.0.0.1:1 --pg "${pg%|*}" \
+        2>"$TEST_DIR/ingest-pg.log" || rc=$?
+    ms=$((($(date +%s%N) - start) / 1000000))
+    [ $rc -eq 1 ] || { echo "ingest with --pg '${pg%|*}' exited $rc, not 1" >&2; exit 1; }
+    grep -q "cannot start: store: .*${pg#*|}" "$TEST_DIR/ingest-pg.log" || {
+        echo "no reason logged:" >&2; cat "$TEST_DIR/ingest-pg.log" >&2; exit 1
+    }
+    [ $ms -lt 3000 ] || { echo "ingest took $ms ms to give up on '${pg%|*}'" >&2; exit 1; }
+    echo "pg '${pg%|*}': exit $rc after $ms ms: $(grep -o 'store: [^"]*' "$TEST_DIR/ingest-pg.log")"
+done
