@@ -64,6 +64,16 @@ int rf_svc_grpc_open(const rf_svc_grpc *g, int (*reg)(void *user, rf_rpc_server 
     return rc;
 }
 
+int rf_svc_health_open(const rf_svc_grpc *g, const char *health, rf_rpc_server **out) {
+    rf_rpc_server_opts ro = rf_svc_grpc_server_opts(g);
+    *out = NULL;
+    int rc = rf_rpc_server_new(&ro, out);
+    if (!rc) rc = rf_rpc_server_set_health(*out, health, 0);
+    if (!rc) rc = rf_rpc_server_start(*out);
+    if (!rc) rc = rf_svc_grpc_write_port(g, *out);
+    return rc;
+}
+
 void rf_svc_grpc_close(const rf_svc_grpc *g, rf_rpc_server *s, const char *health,
                        rf_stats *stats) {
     if (!s) return;

@@ -6,7 +6,11 @@
 #   every line the service writes;
 # - a PostgreSQL database that does not exist, or a malformed connection
 #   string, ends refinery-ingest at once (exit 1, the reason logged), not
-#   after the connection retries.
+#   after the connection retries;
+# - refinery-dedup and refinery-trainer serve grpc.health.v1: Check SERVING
+#   for refinery.v1.Dedup / refinery.v1.Trainer and "" once their
+#   dependencies are open, and a Watch sees SERVING, then NOT_SERVING when
+#   the service is stopped, then the end of the stream (grpcio client).
 . "$REFINERY_ROOT/tests/services/lib.sh"
 [ -d "$SHARED/data" ] || { echo "SHARED ($SHARED) is missing: see /work/shared/README.md" >&2; exit 1; }
 tok=$SHARED/data/tokenizers/all-MiniLM-L6-v2/tokenizer.json
@@ -63,3 +67,30 @@ for pg in "$REFINERY_PG dbname=rf_no_such_db|3D000" "host=127.0.0.1 port|invalid
     [ $ms -lt 3000 ] || { echo "ingest took $ms ms to give up on '${pg%|*}'" >&2; exit 1; }
     echo "pg '${pg%|*}': exit $rc after $ms ms: $(grep -o 'store: [^"]*' "$TEST_DIR/ingest-pg.log")"
 done
+
+# --- health on dedup and the trainer ---
+env_start kafka
+venv=$(scripts/pyenv.sh test)
+health_case() { # NAME SERVICE ARGS...: Check, then Watch across a SIGTERM
+    local name=$1 service=$2 pid port wpid
+    shift 2
+    "$REFINERY_BUILD/refinery-$name" --listen 127.0.0.1:0 --port-file "$TEST_DIR/$name.port" "$@" \
+        2>"$TEST_DIR/$name.log" &
+    pid=$!
+    env_track_pid $pid
+    port=$(wait_port "$TEST_DIR/$name.port")
+    [ -n "$port" ] || { echo "refinery-$name wrote no port" >&2; exit 1; }
+    "$venv/bin/python" tests/services/health_client.py proto "$port" "$service" check
+    "$venv/bin/python" tests/services/health_client.py proto "$port" "$service" watch \
+        >"$TEST_DIR/$name.watch" 2>&1 &
+    wpid=$!
+    for _ in $(seq 300); do grep -q watching "$TEST_DIR/$name.watch" && break; sleep 0.1; done
+    grep -q watching "$TEST_DIR/$name.watch" || { cat "$TEST_DIR/$name.watch" >&2; exit 1; }
+    kill -TERM $pid
+    wait $pid
+    wait $wpid || { echo "the Watch on $name failed:" >&2; cat "$TEST_DIR/$name.watch" >&2; exit 1; }
+    tail -n 1 "$TEST_DIR/$name.watch"
+}
+health_case dedup refinery.v1.Dedup --index "$TEST_DIR/index"
+health_case trainer refinery.v1.Trainer --state "$TEST_DIR/trainer" --checkpoints "$TEST_DIR/ck" \
+    --threads 1

@@ -21,6 +21,7 @@ int rf_rpc_server_new(const rf_rpc_server_opts *opts, rf_rpc_server **out) {
     rf_rpc_log_install();
     grpc_init();
     pthread_mutex_init(&s->health_mu, NULL);
+    pthread_cond_init(&s->health_cv, NULL);
     s->nworkers = opts->workers > 0 ? opts->workers : 4;
     s->max_message = opts->max_message ? opts->max_message : RF_RPC_DEFAULT_MAX_MESSAGE;
     s->listen = strdup(opts->listen);
@@ -241,6 +242,7 @@ void rf_rpc_server_stop(rf_rpc_server *s, double grace_s) {
     if (!s->started || s->stopped) return;
     s->stopped = 1;
     rf_rpc_server_set_health(s, "", 0);
+    rpc_health_close(s);
     grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
     int tag;
     grpc_server_shutdown_and_notify(s->grpc, cq, &tag);
@@ -285,6 +287,7 @@ void rf_rpc_server_free(rf_rpc_server *s) {
     free(s->methods);
     rpc_health_free(s);
     pthread_mutex_destroy(&s->health_mu);
+    pthread_cond_destroy(&s->health_cv);
     rf_stats_free(s->stats);
     free(s->listen);
     free((char *)s->tls.cert_file);
