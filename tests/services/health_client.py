@@ -7,6 +7,9 @@
         Watch(SERVICE): the first status must be SERVING; prints "watching",
         then every status until the server ends the stream, which must end OK
         with NOT_SERVING last (the caller stops the service meanwhile)
+    health_client.py PROTO_DIR PORT SERVICE wait STATUS SECONDS
+        polls Check(SERVICE) until it is STATUS (SERVING, NOT_SERVING); the
+        server as a whole ("") must stay SERVING meanwhile; prints the time
 """
 import sys
 import time
@@ -58,5 +61,14 @@ elif mode == "watch":
         seen.append(r.status)
     assert seen[-1] == S.NOT_SERVING, seen
     print(f"{service}: Watch saw {[name[s] for s in seen]}, then the stream ended OK")
+elif mode == "wait":
+    want, limit = S.ServingStatus.Value(sys.argv[5]), float(sys.argv[6])
+    t0 = time.time()
+    while check(service) != want:
+        assert check("") == S.SERVING, "the server as a whole is not SERVING"
+        if time.time() - t0 > limit:
+            sys.exit(f"{service} not {sys.argv[5]} after {limit} s")
+        time.sleep(0.1)
+    print(f"{service}: {sys.argv[5]} after {time.time() - t0:.1f} s")
 else:
     sys.exit(f"unknown mode {mode}")

@@ -10,7 +10,10 @@
 # - refinery-dedup and refinery-trainer serve grpc.health.v1: Check SERVING
 #   for refinery.v1.Dedup / refinery.v1.Trainer and "" once their
 #   dependencies are open, and a Watch sees SERVING, then NOT_SERVING when
-#   the service is stopped, then the end of the stream (grpcio client).
+#   the service is stopped, then the end of the stream (grpcio client);
+# - readiness: refinery-dedup's refinery.v1.Dedup is NOT_SERVING while every
+#   Kafka broker is down and while PostgreSQL is stopped, SERVING again when
+#   they return ("" stays SERVING throughout), each change logged.
 . "$REFINERY_ROOT/tests/services/lib.sh"
 [ -d "$SHARED/data" ] || { echo "SHARED ($SHARED) is missing: see /work/shared/README.md" >&2; exit 1; }
 tok=$SHARED/data/tokenizers/all-MiniLM-L6-v2/tokenizer.json
@@ -94,3 +97,25 @@ health_case() { # NAME SERVICE ARGS...: Check, then Watch across a SIGTERM
 health_case dedup refinery.v1.Dedup --index "$TEST_DIR/index"
 health_case trainer refinery.v1.Trainer --state "$TEST_DIR/trainer" --checkpoints "$TEST_DIR/ck" \
     --threads 1
+
+# --- readiness follows the dependencies ---
+"$REFINERY_BUILD/refinery-dedup" --listen 127.0.0.1:0 --port-file "$TEST_DIR/ready.port" \
+    --index "$TEST_DIR/index2" --ready-interval 0.3 2>"$TEST_DIR/ready.log" &
+pid=$!
+env_track_pid $pid
+port=$(wait_port "$TEST_DIR/ready.port")
+hc() { "$venv/bin/python" tests/services/health_client.py proto "$port" refinery.v1.Dedup "$@"; }
+hc wait SERVING 30
+for b in 1 2 3; do scripts/test-env/kafka.sh cmd "$TEST_DIR" "down $b"; done
+hc wait NOT_SERVING 15
+grep -q '"refinery.v1.Dedup NOT_SERVING: Kafka unreachable: ' "$TEST_DIR/ready.log"
+for b in 1 2 3; do scripts/test-env/kafka.sh cmd "$TEST_DIR" "up $b"; done
+hc wait SERVING 30
+scripts/test-env/pg.sh stop "$TEST_DIR"
+hc wait NOT_SERVING 15
+grep -q '"refinery.v1.Dedup NOT_SERVING: PostgreSQL unreachable: ' "$TEST_DIR/ready.log"
+scripts/test-env/pg.sh restart "$TEST_DIR"
+hc wait SERVING 15
+kill -TERM $pid
+wait $pid
+grep -c '"comp":"ready"' "$TEST_DIR/ready.log"

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "dedup/server/dedup_service.h"
 #include "runtime/kafka/kafka.h"
+#include "runtime/ready.h"
 #include "runtime/rpc/rpc.h"
 #include "runtime/store/store.h"
 #include "runtime/stage_loop.h"
@@ -28,6 +29,7 @@ typedef struct config {
     const char *pg, *index, *group;
     const char *topic_in, *topic_unique, *topic_dups;
     int64_t threads, max_messages;
+    double ready_interval_s;
 } config;
 
 static int run(void *cfg) {
@@ -45,11 +47,16 @@ static int run(void *cfg) {
                        .process = rf_dedup_service_process,
                        .prepare = rf_dedup_service_prepare};
     rf_rpc_server *server = NULL;
+    rf_ready *ready = NULL;
     int rc = rf_svc_health_open(&c->grpc, HEALTH, &server);
     if (!rc) rc = rf_svc_stage_env_open(&env, "dedup", &c->kafka, c->pg);
     so.producer = env.producer;
     if (!rc && !(rc = rf_dedup_service_open(&so, &svc))) l.user = svc;
     if (!rc) rc = rf_svc_stage_env_consume(&env, c->group, c->topic_in);
+    /* Readiness: NOT_SERVING while PostgreSQL or Kafka does not answer. */
+    if (!rc) rc = rf_ready_new(server, HEALTH, c->ready_interval_s, &ready);
+    if (!rc) rc = rf_ready_add_pg(ready, c->pg);
+    if (!rc) rc = rf_ready_add_kafka(ready, env.producer);
     rf_svc_stage_env_wire(&env, &l);
     if (rc) {
         rf_error("dedup", "cannot start: %s", rf_errmsg());
@@ -58,11 +65,13 @@ static int run(void *cfg) {
                 c->topic_unique, c->topic_dups, c->kafka.bootstrap, c->index,
                 rf_rpc_server_port(server));
         rf_rpc_server_set_health(server, HEALTH, 1);
-        rc = rf_stage_loop_run(&l);
+        rc = rf_ready_start(ready);
+        if (!rc) rc = rf_stage_loop_run(&l);
         if (rc) rf_error("dedup", "stopped on error: %s", rf_errmsg());
         rf_dedup_service_report(svc, env.stats);
         rf_svc_log_stats("dedup", env.stats);
     }
+    rf_ready_free(ready);
     rf_svc_grpc_close(&c->grpc, server, HEALTH, NULL);
     rf_dedup_service_close(svc);
     rf_svc_stage_env_close(&env);
@@ -75,7 +84,8 @@ static int check(void *cfg) {
     if (!c->kafka.bootstrap || !c->pg || !c->index)
         return rf_fail(RF_ERR_INVALID,
                        "--kafka, --pg and --index (or their variables) are required");
-    if (c->threads < 1 || c->threads > 256 || c->max_messages < 1 || c->max_messages > 100000)
+    if (c->threads < 1 || c->threads > 256 || c->max_messages < 1 || c->max_messages > 100000 ||
+        !(c->ready_interval_s > 0))
         return rf_fail(RF_ERR_INVALID, "a numeric option is out of range (see --help)");
     return rf_svc_grpc_check(&c->grpc);
 }
@@ -101,6 +111,8 @@ int main(int argc, char **argv) {
          "threads hashing and signing a batch (decisions do not depend on it)"},
         {"max-messages", "REFINERY_MAX_MESSAGES", RF_OPT_INT, &c.max_messages, "16",
          "input batches per poll (committed together)"},
+        {"ready-interval", "REFINERY_READY_INTERVAL", RF_OPT_REAL, &c.ready_interval_s, "3",
+         "seconds between readiness probes of PostgreSQL and Kafka"},
     };
     const rf_svc_def def = {"dedup", "Dedup service: docs.clean -> docs.unique; gRPC health only.",
                             opts,    sizeof opts / sizeof opts[0],
