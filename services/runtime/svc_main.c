@@ -21,10 +21,10 @@ int rf_svc_main(const rf_svc_def *d, int argc, char **argv) {
 }
 
 int rf_svc_stage_env_open(rf_svc_stage_env *e, const char *name, rf_svc_kafka *k, const char *pg) {
-    char client[128];
-    snprintf(client, sizeof client, "refinery-%s", name);
+    /* In e, not on this stack: the consumer made later reads ko.client_id. */
+    snprintf(e->client_id, sizeof e->client_id, "refinery-%s", name);
     if (!(e->stats = rf_stats_new())) return RF_ERR_NOMEM;
-    int rc = rf_svc_kafka_opts(k, client, &e->ko);
+    int rc = rf_svc_kafka_opts(k, e->client_id, &e->ko);
     if (!rc) rc = rf_kafka_producer_new(&e->ko, &e->producer);
     if (!rc) {
         rf_store_opts sto = {.conninfo = pg};

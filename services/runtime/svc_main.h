@@ -35,6 +35,7 @@ int rf_svc_main(const rf_svc_def *def, int argc, char **argv);
 
 /* What a stage loop needs from the outside world. */
 typedef struct rf_svc_stage_env {
+    char client_id[64]; /* "refinery-<name>": ko.client_id points here */
     rf_kafka_opts ko;
     rf_kafka_producer *producer;
     rf_store *store;
