@@ -13,7 +13,13 @@
  * that text must be UTF-8 (proto3 strings) and must not contain NUL. Records
  * refused here (invalid JSON, a missing field, an unmapped label, ...) are
  * counted per reason in the summary and the first few shown on stderr.
- * Augmentation is not applied (the services do not augment). */
+ * Augmentation is not applied (the services do not augment).
+ *
+ * REFINERY__SECTION__KEY=value overrides apply as in `refinery run`: to the
+ * spec read here and to the spec sent to Control, which stores the effective
+ * one. With any override set the spec is sent re-emitted from the tree
+ * (comments dropped; line numbers in the server's errors are those of the
+ * re-emitted text), and stderr lists the overrides. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -21,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <yaml.h>
 
 #include "cli/command.h"
 #include "cli/remote.h"
@@ -248,12 +255,90 @@ static int load_inputs(rf_rpc_client *client, const submit_args *a, const char *
     return 0;
 }
 
-/* Reads the spec file and the client side of its ingest section. */
+static int emit_write(void *data, unsigned char *buf, size_t size) {
+    return rf_buf_append(data, buf, size) == RF_OK;
+}
+
+static int emit_node(yaml_emitter_t *em, const rf_cfg *n) {
+    yaml_event_t ev;
+    int ok = 1;
+    if (rf_cfg_kind_of(n) == RF_CFG_SCALAR) {
+        const char *v = rf_cfg_scalar(n);
+        return yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)v, (int)strlen(v), 1, 1,
+                                            YAML_ANY_SCALAR_STYLE) &&
+               yaml_emitter_emit(em, &ev);
+    }
+    int map = rf_cfg_kind_of(n) == RF_CFG_MAP;
+    ok = map ? yaml_mapping_start_event_initialize(&ev, NULL, NULL, 1, YAML_BLOCK_MAPPING_STYLE)
+             : yaml_sequence_start_event_initialize(&ev, NULL, NULL, 1, YAML_BLOCK_SEQUENCE_STYLE);
+    ok = ok && yaml_emitter_emit(em, &ev);
+    for (size_t i = 0; ok && i < rf_cfg_len(n); i++) {
+        if (map) {
+            const char *k = rf_cfg_key_at(n, i);
+            ok = yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)k, (int)strlen(k), 1,
+                                              1, YAML_ANY_SCALAR_STYLE) &&
+                 yaml_emitter_emit(em, &ev);
+        }
+        ok = ok && emit_node(em, rf_cfg_at(n, i));
+    }
+    if (!ok) return 0;
+    ok = map ? yaml_mapping_end_event_initialize(&ev) : yaml_sequence_end_event_initialize(&ev);
+    return ok && yaml_emitter_emit(em, &ev);
+}
+
+/* The tree as YAML (a new NUL-terminated string in *out). */
+static int emit_yaml(const rf_cfg *root, rf_buf *out) {
+    yaml_emitter_t em;
+    yaml_event_t ev;
+    if (!yaml_emitter_initialize(&em)) return RF_ERR_NOMEM;
+    yaml_emitter_set_output(&em, emit_write, out);
+    yaml_emitter_set_unicode(&em, 1);
+    int ok = yaml_stream_start_event_initialize(&ev, YAML_UTF8_ENCODING) &&
+             yaml_emitter_emit(&em, &ev) &&
+             yaml_document_start_event_initialize(&ev, NULL, NULL, NULL, 1) &&
+             yaml_emitter_emit(&em, &ev) && emit_node(&em, root) &&
+             yaml_document_end_event_initialize(&ev, 1) && yaml_emitter_emit(&em, &ev) &&
+             yaml_stream_end_event_initialize(&ev) && yaml_emitter_emit(&em, &ev) &&
+             yaml_emitter_flush(&em);
+    const char *problem = em.problem;
+    yaml_emitter_delete(&em);
+    if (!ok) return rf_fail(RF_ERR_INTERNAL, "cannot emit the spec: %s", problem ? problem : "?");
+    return rf_buf_putc(out, 0) == RF_OK ? RF_OK : RF_ERR_NOMEM;
+}
+
+/* Applies the REFINERY__* overrides to cfg, as `refinery run` does; with
+ * any set, replaces *text with the effective spec and lists them. */
+static int apply_overrides(rf_cfg *cfg, char **text, size_t *len) {
+    extern char **environ;
+    int count = 0;
+    for (char **e = environ; e && *e; e++)
+        if (strncmp(*e, "REFINERY__", 10) == 0 && strchr(*e, '=')) {
+            fprintf(stderr, "refinery submit: override %s\n", *e);
+            count++;
+        }
+    if (!count) return RF_OK;
+    int rc = rf_cfg_apply_env(cfg);
+    if (rc) return rc;
+    rf_buf b = RF_BUF_INIT;
+    if ((rc = emit_yaml(cfg, &b)) < 0) {
+        rf_buf_free(&b);
+        return rc;
+    }
+    free(*text);
+    *text = b.data;
+    *len = b.len - 1;
+    return RF_OK;
+}
+
+/* Reads the spec file (overrides applied), and unless the server reads the
+ * inputs, the client side of its ingest section. */
 static int load_spec(const submit_args *a, char **text, size_t *len, rf_cfg **cfg,
                      rf_ingest_opts *o, const char ***inputs, size_t *n) {
     const rf_cfg *section = NULL;
     int rc = rf_read_file(a->spec_path, 16u << 20, text, len);
     if (!rc) rc = rf_cfg_load_string(*text, *len, a->spec_path, cfg);
+    if (!rc) rc = apply_overrides(*cfg, text, len);
+    if (!rc && a->server_inputs) return RF_OK;
     if (!rc && !(section = rf_cfg_get(*cfg, "ingest")))
         rc = rf_fail(RF_ERR_INVALID, "%s: no ingest: section with inputs to push", a->spec_path);
     if (!rc) rc = rf_ingest_opts_from_cfg(section, o);
@@ -275,8 +360,7 @@ static int submit_run(const submit_args *a) {
     rf_ingest_opts o;
     rf_ingest_opts_default(&o);
     rf_rpc_client *client = NULL;
-    int rc = a->server_inputs ? rf_read_file(a->spec_path, 16u << 20, &text, &len)
-                              : load_spec(a, &text, &len, &cfg, &o, &inputs, &n);
+    int rc = load_spec(a, &text, &len, &cfg, &o, &inputs, &n);
     if (rc) {
         fprintf(stderr, "refinery submit: %s\n", rf_errmsg());
         rc = rc == RF_ERR_INVALID || rc == RF_ERR_PARSE ? 2 : 1;

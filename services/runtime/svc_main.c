@@ -21,10 +21,10 @@ int rf_svc_main(const rf_svc_def *d, int argc, char **argv) {
 }
 
 int rf_svc_stage_env_open(rf_svc_stage_env *e, const char *name, rf_svc_kafka *k, const char *pg) {
-    char client[128];
-    snprintf(client, sizeof client, "refinery-%s", name);
+    /* In e, not on this stack: the consumer made later reads ko.client_id. */
+    snprintf(e->client_id, sizeof e->client_id, "refinery-%s", name);
     if (!(e->stats = rf_stats_new())) return RF_ERR_NOMEM;
-    int rc = rf_svc_kafka_opts(k, client, &e->ko);
+    int rc = rf_svc_kafka_opts(k, e->client_id, &e->ko);
     if (!rc) rc = rf_kafka_producer_new(&e->ko, &e->producer);
     if (!rc) {
         rf_store_opts sto = {.conninfo = pg};
@@ -60,6 +60,16 @@ int rf_svc_grpc_open(const rf_svc_grpc *g, int (*reg)(void *user, rf_rpc_server 
     if (!rc) rc = reg(user, *out);
     if (!rc) rc = rf_rpc_server_start(*out);
     if (!rc) rc = rf_rpc_server_set_health(*out, health, 1);
+    if (!rc) rc = rf_svc_grpc_write_port(g, *out);
+    return rc;
+}
+
+int rf_svc_health_open(const rf_svc_grpc *g, const char *health, rf_rpc_server **out) {
+    rf_rpc_server_opts ro = rf_svc_grpc_server_opts(g);
+    *out = NULL;
+    int rc = rf_rpc_server_new(&ro, out);
+    if (!rc) rc = rf_rpc_server_set_health(*out, health, 0);
+    if (!rc) rc = rf_rpc_server_start(*out);
     if (!rc) rc = rf_svc_grpc_write_port(g, *out);
     return rc;
 }

@@ -35,6 +35,7 @@ int rf_svc_main(const rf_svc_def *def, int argc, char **argv);
 
 /* What a stage loop needs from the outside world. */
 typedef struct rf_svc_stage_env {
+    char client_id[64]; /* "refinery-<name>": ko.client_id points here */
     rf_kafka_opts ko;
     rf_kafka_producer *producer;
     rf_store *store;
@@ -60,6 +61,12 @@ void rf_svc_stage_env_close(rf_svc_stage_env *e);
  * server was made (rf_svc_grpc_close frees it). */
 int rf_svc_grpc_open(const rf_svc_grpc *g, int (*reg)(void *user, rf_rpc_server *s), void *user,
                      const char *health, rf_rpc_server **out);
+/* For a service with no gRPC methods of its own (dedup, trainer): a server
+ * with g's options serving only grpc.health.v1, with `health` NOT_SERVING
+ * until the service marks itself ready with
+ * rf_rpc_server_set_health(*out, health, 1). Opened first, so that a busy
+ * port fails the start before any dependency is waited for. */
+int rf_svc_health_open(const rf_svc_grpc *g, const char *health, rf_rpc_server **out);
 /* Marks `health` NOT_SERVING, gives running calls g's grace period, merges
  * the server's counters into stats (may be NULL) and frees it. NULL is a
  * no-op. */

@@ -82,6 +82,11 @@ bool rf_tokenizer_is_special(const rf_tokenizer *t, uint32_t id) {
     return id < t->vocab_size && t->id_special[id];
 }
 
+size_t rf_tokenizer_truncation(const rf_tokenizer *t, rf_tok_side *side) {
+    if (side) *side = t->trunc_side;
+    return t->trunc_max;
+}
+
 void rf_tokenizer_set_truncation(rf_tokenizer *t, size_t max_length, rf_tok_trunc_strategy strategy,
                                  rf_tok_side side) {
     t->trunc_max = max_length;

@@ -57,6 +57,8 @@ bool rf_tokenizer_is_special(const rf_tokenizer *tok, uint32_t id);
  * override). max_length 0 disables truncation. */
 void rf_tokenizer_set_truncation(rf_tokenizer *tok, size_t max_length,
                                  rf_tok_trunc_strategy strategy, rf_tok_side side);
+/* The truncation max_length (0: none) and side in effect. */
+size_t rf_tokenizer_truncation(const rf_tokenizer *tok, rf_tok_side *side);
 /* length 0 = pad to the longest of a batch ("BatchLongest"); enabled=false
  * disables padding. */
 void rf_tokenizer_set_padding(rf_tokenizer *tok, bool enabled, size_t length, uint32_t pad_id,

@@ -4,7 +4,7 @@
 # (mapped client-side, cleaned server-side) and seals the run, every record
 # accounted for; status, list, watch and cancel; a bad spec is refused naming
 # the key and line; unknown runs are NOT_FOUND; a sealed or cancelled run
-# takes no more pushes; classify against refinery-evaluator (gRPC side) with
+# takes no more pushes; REFINERY__* overrides reach the stored spec; classify against refinery-evaluator (gRPC side) with
 # a recorded checkpoint. The run's later stages are the end-to-end test's.
 . "$REFINERY_ROOT/tests/services/lib.sh"
 env_start pg kafka
@@ -79,6 +79,20 @@ row=$(psql "$REFINERY_PG" -Atc "SELECT sum(docs_in), sum(docs_out), sum(rejected
 [ "$row" = "4|3|1" ]
 [ "$(psql "$REFINERY_PG" -Atc "SELECT spec FROM runs WHERE id = 'cli-1'")" = "$(cat "$spec")" ]
 
+# REFINERY__* overrides apply to submit as to run: the stored spec is the
+# effective one (and the inputs, read here, are the same documents).
+summary=$(REFINERY__DEDUP__THRESHOLD=0.93 REFINERY__RUN__NAME=cli-override \
+    "$bin" submit "$spec" --run-id cli-ov 2>"$TEST_DIR/submit.err")
+cat "$TEST_DIR/submit.err"
+grep -q "override REFINERY__DEDUP__THRESHOLD=0.93" "$TEST_DIR/submit.err"
+[ "$(json accepted <<<"$summary")" = 3 ]
+stored=$(psql "$REFINERY_PG" -Atc "SELECT spec FROM runs WHERE id = 'cli-ov'")
+echo "stored spec with overrides:"; echo "$stored"
+grep -Eq "^  threshold: '?0.93'?$" <<<"$stored"
+grep -Eq "^  name: '?cli-override'?$" <<<"$stored"
+grep -q "$docs" <<<"$stored"
+! grep -q "0\.8" <<<"$stored"
+
 # A sealed run takes no more documents.
 expect_fail "status 9" "sealed" "$REFINERY_BUILD/refinery-push" --target "$REFINERY_SERVER" \
     --run cli-1 --input "$docs"
@@ -150,7 +164,7 @@ for f in watch4a watch4b; do tail -n 1 "$TEST_DIR/$f.out" | grep -q "cli-4 succe
 # The list: newest first, one line per run.
 "$bin" status >"$TEST_DIR/list"
 cat "$TEST_DIR/list"
-[ "$(wc -l <"$TEST_DIR/list")" -eq 4 ]
+[ "$(wc -l <"$TEST_DIR/list")" -eq 5 ] # cli-1, cli-ov, a generated id, cli-3, cli-4
 head -n 1 "$TEST_DIR/list" | grep -q '"run_id":"cli-4"'
 [ "$("$bin" status --limit 1 --lines | wc -l)" -eq 1 ]
 

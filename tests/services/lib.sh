@@ -7,6 +7,9 @@
 #   env_track_pid PID       # a background process to SIGTERM at exit
 set -euo pipefail
 cd "$REFINERY_ROOT"
+# Every service serves gRPC (dedup and the trainer their health) on a fixed
+# default port; tests take a free one unless they say --listen.
+export REFINERY_LISTEN=127.0.0.1:0
 TEST_DIR=$(mktemp -d /tmp/rf-svc-test.XXXXXX)
 _env_pids=()
 _env_pg=0 _env_kafka=0

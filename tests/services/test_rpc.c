@@ -15,9 +15,11 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <grpc/support/log.h>
 
 #include "common/buf.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "common/sys.h"
 #include "health.pb-c.h"
 #include "refinery.pb-c.h"
@@ -301,6 +303,88 @@ static void test_health(void **state) {
                      GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
 }
 
+#define PATH_WATCH "/grpc.health.v1.Health/Watch"
+#define H_SERVING  GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+#define H_NOT      GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
+#define H_UNKNOWN  GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN
+
+static rf_rpc_stream *watch(rf_rpc_client *c, const char *service, double timeout) {
+    Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+    req.service = (char *)service;
+    rf_rpc_stream *st;
+    if (rf_rpc_stream_open(c, PATH_WATCH, timeout, &st) < 0) return NULL;
+    if (rf_rpc_stream_send(st, &req.base) < 0 || rf_rpc_stream_close_send(st) < 0) {
+        rf_rpc_stream_finish(st, NULL);
+        return NULL;
+    }
+    return st;
+}
+
+/* The next status a Watch sends; -1 at its end (or a broken call). */
+static int watch_next(rf_rpc_stream *st) {
+    ProtobufCMessage *m;
+    if (rf_rpc_stream_recv(st, &grpc__health__v1__health_check_response__descriptor, &m) != 1)
+        return -1;
+    int status = ((Grpc__Health__V1__HealthCheckResponse *)m)->status;
+    protobuf_c_message_free_unpacked(m, NULL);
+    return status;
+}
+
+/* Watch: the current status at once, then each change; an unknown name is
+ * SERVICE_UNKNOWN until it is set; at most workers - 1 (here 2) at once;
+ * a Watch past its deadline frees its slot; stopping the server sends the
+ * last status and ends every Watch OK, without waiting for the grace. */
+static void test_health_watch(void **state) {
+    fixture *f = *state;
+    rf_rpc_stream *all = watch(f->client, "", 30);
+    assert_non_null(all);
+    assert_int_equal(watch_next(all), H_SERVING);
+    rf_rpc_stream *svc = watch(f->client, "refinery.v1.Ingest", 1.5);
+    assert_non_null(svc);
+    assert_int_equal(watch_next(svc), H_UNKNOWN);
+    rf_rpc_server_set_health(f->server, "refinery.v1.Ingest", 0);
+    assert_int_equal(watch_next(svc), H_NOT);
+    rf_rpc_server_set_health(f->server, "refinery.v1.Ingest", 0); /* no change: nothing sent */
+    rf_rpc_server_set_health(f->server, "refinery.v1.Ingest", 1);
+    assert_int_equal(watch_next(svc), H_SERVING);
+
+    /* A third Watch would take the last worker. */
+    rf_rpc_stream *third = watch(f->client, "", 30);
+    assert_non_null(third);
+    assert_int_equal(watch_next(third), -1);
+    rf_rpc_status st;
+    assert_int_equal(rf_rpc_stream_finish(third, &st), RF_ERR_IO);
+    assert_int_equal(st.code, GRPC_STATUS_RESOURCE_EXHAUSTED);
+    /* Check still has a worker. */
+    grpc_status_code code;
+    assert_int_equal(health(f->client, "", &code), H_SERVING);
+
+    /* A Watch that ends (its deadline) frees its slot. */
+    assert_int_equal(watch_next(svc), -1);
+    assert_int_equal(rf_rpc_stream_finish(svc, &st), RF_ERR_IO);
+    assert_int_equal(st.code, GRPC_STATUS_DEADLINE_EXCEEDED);
+    rf_rpc_stream *again = NULL;
+    for (int i = 0; i < 100 && !again; i++) {
+        rf_rpc_stream *w = watch(f->client, "refinery.v1.Ingest", 30);
+        if (w && watch_next(w) == H_SERVING) {
+            again = w;
+        } else {
+            if (w) rf_rpc_stream_finish(w, NULL);
+            usleep(20000);
+        }
+    }
+    assert_non_null(again);
+
+    double t0 = rf_now();
+    rf_rpc_server_stop(f->server, 10);
+    assert_true(rf_now() - t0 < 2);
+    assert_int_equal(watch_next(all), H_NOT);
+    assert_int_equal(watch_next(all), -1);
+    assert_int_equal(rf_rpc_stream_finish(all, &st), 0);
+    assert_int_equal(watch_next(again), -1); /* Ingest stayed SERVING: no new status */
+    assert_int_equal(rf_rpc_stream_finish(again, &st), 0);
+}
+
 static void test_deadline(void **state) {
     fixture *f = *state;
     char *texts[] = {"sleep"};
@@ -442,6 +526,69 @@ static void test_bad_tls_config(void **state) {
     rf_rpc_server_free(s);
 }
 
+/* A second server on a port already in use fails to start (no SO_REUSEPORT
+ * sharing) and names the address; the first keeps serving. */
+static void test_busy_port(void **state) {
+    fixture *f = *state;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", rf_rpc_server_port(f->server));
+    rf_rpc_server_opts o = {.listen = addr, .workers = 1};
+    rf_rpc_server *s;
+    /* gRPC core's own error about the bind comes out as a JSON log line. */
+    FILE *log = tmpfile();
+    assert_non_null(log);
+    rf_log_set_output(log);
+    assert_int_equal(rf_rpc_server_new(&o, &s), 0);
+    assert_true(rf_rpc_server_start(s) < 0);
+    rf_log_set_output(NULL);
+    assert_non_null(strstr(rf_errmsg(), addr));
+    rf_rpc_server_free(s);
+    rewind(log);
+    char line[4096];
+    int seen = 0;
+    while (fgets(line, sizeof line, log))
+        if (strncmp(line, "{\"ts\":", 6) == 0 && strstr(line, "\"level\":\"error\"") &&
+            strstr(line, "\"comp\":\"grpc\"") && strstr(line, "Address already in use"))
+            seen = 1;
+    fclose(log);
+    assert_true(seen);
+    char *texts[] = {"ab"};
+    assert_int_equal(call_tokenize(f->client, texts, 1, 5, NULL), GRPC_STATUS_OK);
+}
+
+/* The hook maps each gRPC severity to the JSON logger's level, debug
+ * included when enabled. */
+static void test_grpc_log_hook(void **state) {
+    FILE *log = tmpfile();
+    assert_non_null(log);
+    rf_log_set_output(log);
+    rf_log_set_level(RF_LOG_DEBUG);
+    gpr_log_func_args a = {"src/core/x/y.cc", 12, GPR_LOG_SEVERITY_DEBUG, "d \"quoted\""};
+    rf_rpc_log_hook(&a);
+    a.severity = GPR_LOG_SEVERITY_INFO;
+    a.message = "i";
+    rf_rpc_log_hook(&a);
+    rf_log_set_level(RF_LOG_INFO);
+    a.severity = GPR_LOG_SEVERITY_DEBUG;
+    a.message = "dropped";
+    rf_rpc_log_hook(&a);
+    /* Through gRPC itself (gpr_log -> the installed function). */
+    rf_rpc_log_install();
+    gpr_log(GPR_ERROR, "from core %d", 7);
+    rf_log_set_output(NULL);
+    rewind(log);
+    char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf - 1, log);
+    buf[n] = 0;
+    fclose(log);
+    assert_non_null(strstr(
+        buf, "\"level\":\"debug\",\"comp\":\"grpc\",\"msg\":\"d \\\"quoted\\\" (y.cc:12)\""));
+    assert_non_null(strstr(buf, "\"level\":\"info\",\"comp\":\"grpc\",\"msg\":\"i (y.cc:12)\""));
+    assert_null(strstr(buf, "dropped"));
+    assert_non_null(
+        strstr(buf, "\"level\":\"error\",\"comp\":\"grpc\",\"msg\":\"from core 7 (test_rpc.c:"));
+}
+
 /* --- serve mode for external clients --- */
 
 static volatile sig_atomic_t stop_requested;
@@ -477,12 +624,15 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_client_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(test_health, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_health_watch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadline, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oversized, setup, teardown),
         cmocka_unit_test_setup_teardown(test_invalid_protobuf, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_method, setup, teardown),
         cmocka_unit_test(test_tls),
         cmocka_unit_test(test_bad_tls_config),
+        cmocka_unit_test_setup_teardown(test_busy_port, setup, teardown),
+        cmocka_unit_test(test_grpc_log_hook),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -310,12 +310,56 @@ static void test_connect_backoff(void **state) {
     rf_store_close(s);
 }
 
+/* What no retry can fix fails at once (well under the 20 attempts with up
+ * to 1 s between them that open_store's options would allow), naming the
+ * reason; the server is up throughout. */
+static void test_permanent_errors(void **state) {
+    char info[1024];
+    const char *bad[][2] = {
+        {"host=localhost port", "invalid PostgreSQL connection string"},
+        {"postgresql://u:secret@[::1", "invalid PostgreSQL connection string"},
+        {"dbname=rf_no_such_db", "3D000"},
+        {"user=rf_no_such_role", "28000"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        if (strncmp(bad[i][0], "postgresql:", 11) == 0 || strncmp(bad[i][0], "host=", 5) == 0)
+            snprintf(info, sizeof info, "%s", bad[i][0]);
+        else
+            snprintf(info, sizeof info, "%s %s", pg_server.conninfo, bad[i][0]);
+        rf_store_opts o = {.conninfo = info, .attempts = 20, .backoff_s = 0.2, .backoff_max_s = 1};
+        rf_store *s = NULL;
+        double t0 = rf_now();
+        int rc = rf_store_open(&o, &s);
+        double took = rf_now() - t0;
+        print_message("%s -> %s (%.3f s)\n", bad[i][0], rf_errmsg(), took);
+        assert_int_equal(rc, RF_ERR_INVALID);
+        assert_null(s);
+        assert_non_null(strstr(rf_errmsg(), bad[i][1]));
+        assert_null(strstr(rf_errmsg(), "secret"));
+        assert_true(took < 2);
+    }
+    /* With connect_timeout set (each attempt polled with its own bound). */
+    if (strncmp(pg_server.conninfo, "host=", 5) == 0) {
+        rf_store *s = NULL;
+        snprintf(info, sizeof info, "%s dbname=rf_no_such_db connect_timeout=5",
+                 pg_server.conninfo);
+        rf_store_opts o = {.conninfo = info, .attempts = 20, .backoff_s = 0.2};
+        assert_int_equal(rf_store_open(&o, &s), RF_ERR_INVALID);
+        assert_non_null(strstr(rf_errmsg(), "rf_no_such_db"));
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_migrations),     cmocka_unit_test(test_concurrent_migrations),
-        cmocka_unit_test(test_runs),           cmocka_unit_test(test_progress_replay),
-        cmocka_unit_test(test_flow),           cmocka_unit_test(test_checkpoints_and_results),
-        cmocka_unit_test(test_server_restart), cmocka_unit_test(test_connect_backoff),
+        cmocka_unit_test(test_migrations),
+        cmocka_unit_test(test_concurrent_migrations),
+        cmocka_unit_test(test_runs),
+        cmocka_unit_test(test_progress_replay),
+        cmocka_unit_test(test_flow),
+        cmocka_unit_test(test_checkpoints_and_results),
+        cmocka_unit_test(test_server_restart),
+        cmocka_unit_test(test_connect_backoff),
+        cmocka_unit_test(test_permanent_errors),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

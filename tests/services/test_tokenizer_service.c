@@ -12,6 +12,7 @@
  *                             "doc_id<TAB>ids" lines to OUT, counts on stdout */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -91,6 +92,105 @@ static void test_tokenize_in_process(void **state) {
     rf_tok_encoding_free(&e);
     rf_tok_state_free(ts);
     rf_tokenizer_free(tok);
+    rf_rpc_client_free(c);
+    rf_rpc_server_free(server);
+    rf_tokenizer_service_free(svc);
+}
+
+static int tokenize_max(rf_rpc_client *c, char **texts, size_t n, bool special, uint32_t max,
+                        Refinery__V1__TokenizeResponse **out, rf_rpc_status *st) {
+    Refinery__V1__TokenizeRequest req = REFINERY__V1__TOKENIZE_REQUEST__INIT;
+    req.texts = texts;
+    req.n_texts = n;
+    req.add_special_tokens = special;
+    req.max_length = max;
+    *out = NULL;
+    return rf_rpc_unary(c, METHOD, &req.base, &refinery__v1__tokenize_response__descriptor,
+                        (ProtobufCMessage **)out, 30, st);
+}
+
+/* No silent truncation: each sequence says whether it was cut and how long
+ * it was; a request's max_length cuts as the tokenizer's own truncation
+ * would (compared with the library set to that length); above the server's
+ * limit (256 in MiniLM's tokenizer.json) is INVALID_ARGUMENT naming both. */
+static void test_tokenize_truncation(void **state) {
+    const char *shared = getenv("SHARED");
+    if (!shared) fail_msg("SHARED is not set: the tokenizer comes from the shared data");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/data/tokenizers/all-MiniLM-L6-v2/tokenizer.json", shared);
+    rf_tokenizer_service_opts so = {.tokenizer = path, .add_special = true};
+    rf_tokenizer_service *svc;
+    assert_int_equal(rf_tokenizer_service_new(&so, &svc), RF_OK);
+    rf_rpc_server_opts ro = {.listen = "127.0.0.1:0"};
+    rf_rpc_server *server;
+    assert_int_equal(rf_rpc_server_new(&ro, &server), RF_OK);
+    assert_int_equal(rf_tokenizer_service_register(svc, server), RF_OK);
+    assert_int_equal(rf_rpc_server_start(server), RF_OK);
+    char target[64];
+    snprintf(target, sizeof target, "127.0.0.1:%d", rf_rpc_server_port(server));
+    rf_rpc_client *c;
+    assert_int_equal(rf_rpc_client_new(target, NULL, 0, &c), RF_OK);
+
+    /* 400 repetitions of 4 words and a full stop: 2000 ids before the cut. */
+    size_t n_long = 0;
+    char *longtext = malloc(400 * 32);
+    for (int i = 0; i < 400; i++)
+        n_long += (size_t)sprintf(longtext + n_long, "the quick brown fox. ");
+    char *texts[] = {longtext, "Hello, world!", ""};
+    rf_tokenizer *ref, *full;
+    assert_int_equal(rf_tokenizer_load(path, &ref), RF_OK);
+    assert_int_equal(rf_tokenizer_load(path, &full), RF_OK);
+    rf_tok_side side;
+    assert_int_equal(rf_tokenizer_truncation(ref, &side), 256);
+    rf_tokenizer_set_truncation(full, 0, RF_TRUNC_LONGEST_FIRST, RF_SIDE_RIGHT);
+    rf_tok_encoding e = {0}, f = {0};
+    const uint32_t maxes[] = {0, 20, 256, 2};
+    for (int special = 0; special < 2; special++) {
+        for (size_t m = 0; m < sizeof maxes / sizeof maxes[0]; m++) {
+            if (special && maxes[m] == 2) continue; /* below [CLS] [SEP] + 1: see below */
+            Refinery__V1__TokenizeResponse *resp;
+            rf_rpc_status st;
+            assert_int_equal(tokenize_max(c, texts, 3, special, maxes[m], &resp, &st), RF_OK);
+            assert_int_equal(resp->n_seqs, 3);
+            rf_tokenizer_set_truncation(ref, maxes[m] ? maxes[m] : 256, RF_TRUNC_LONGEST_FIRST,
+                                        side);
+            rf_tok_state *rs = rf_tok_state_new(ref), *fs = rf_tok_state_new(full);
+            for (size_t i = 0; i < 3; i++) {
+                assert_int_equal(rf_tok_encode(rs, texts[i], strlen(texts[i]), special, &e), 0);
+                assert_int_equal(rf_tok_encode(fs, texts[i], strlen(texts[i]), special, &f), 0);
+                const Refinery__V1__TokenSequence *q = resp->seqs[i];
+                assert_int_equal(q->n_ids, e.len);
+                assert_memory_equal(q->ids, e.ids, e.len * sizeof *e.ids);
+                assert_int_equal(q->original_length, f.len);
+                assert_int_equal(q->truncated, f.len > e.len);
+            }
+            /* The long text is cut, the short ones are not. */
+            assert_true(resp->seqs[0]->truncated);
+            assert_int_equal(resp->seqs[0]->original_length, 2000 + 2 * special);
+            if (maxes[m] != 2) assert_false(resp->seqs[1]->truncated);
+            rf_tok_state_free(rs);
+            rf_tok_state_free(fs);
+            protobuf_c_message_free_unpacked(&resp->base, NULL);
+        }
+    }
+    Refinery__V1__TokenizeResponse *resp;
+    rf_rpc_status st;
+    assert_int_equal(tokenize_max(c, texts, 1, true, 257, &resp, &st), RF_ERR_IO);
+    assert_int_equal(st.code, GRPC_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(st.message, "max_length 257"));
+    assert_non_null(strstr(st.message, "limit 256"));
+    assert_int_equal(tokenize_max(c, texts, 1, true, 1, &resp, &st), RF_ERR_IO);
+    assert_int_equal(st.code, GRPC_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(st.message, "special tokens"));
+    /* still serving */
+    assert_int_equal(tokenize_max(c, texts + 1, 1, true, 0, &resp, &st), RF_OK);
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+
+    rf_tok_encoding_free(&e);
+    rf_tok_encoding_free(&f);
+    rf_tokenizer_free(ref);
+    rf_tokenizer_free(full);
+    free(longtext);
     rf_rpc_client_free(c);
     rf_rpc_server_free(server);
     rf_tokenizer_service_free(svc);
@@ -357,6 +457,7 @@ int main(int argc, char **argv) {
     if (argc == 6 && !strcmp(argv[1], "--collect"))
         return tool_collect(argv[2], argv[3], atoi(argv[4]), argv[5]);
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_tokenize_in_process),
+                                       cmocka_unit_test(test_tokenize_truncation),
                                        cmocka_unit_test(test_process_rejects)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

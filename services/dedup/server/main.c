@@ -2,6 +2,8 @@
  * the dedup engine, whose index lives in --index and survives restarts ->
  * docs.unique (kept documents) and docs.duplicates (the others), per-batch
  * counts in PostgreSQL, input offsets committed once all that is durable.
+ * gRPC: grpc.health.v1 only (refinery.v1.Dedup SERVING once its Kafka,
+ * PostgreSQL and index are open; Check and Watch).
  * SIGTERM: finish and commit the poll in progress, exit 0. See
  * services/README.md and dedup_service.h. */
 #include <stdio.h>
@@ -10,18 +12,24 @@
 #include "common/buf.h"
 #include "common/error.h"
 #include "common/log.h"
-#include "runtime/kafka/kafka.h"
-#include "runtime/store/store.h"
 #include "dedup/server/dedup_service.h"
+#include "runtime/kafka/kafka.h"
+#include "runtime/ready.h"
+#include "runtime/rpc/rpc.h"
+#include "runtime/store/store.h"
 #include "runtime/stage_loop.h"
 #include "runtime/svc.h"
 #include "runtime/svc_main.h"
 
+#define HEALTH "refinery.v1.Dedup"
+
 typedef struct config {
+    rf_svc_grpc grpc;
     rf_svc_kafka kafka;
     const char *pg, *index, *group;
     const char *topic_in, *topic_unique, *topic_dups;
     int64_t threads, max_messages;
+    double ready_interval_s;
 } config;
 
 static int run(void *cfg) {
@@ -38,21 +46,33 @@ static int run(void *cfg) {
                        .identify = rf_stage_identify_batch,
                        .process = rf_dedup_service_process,
                        .prepare = rf_dedup_service_prepare};
-    int rc = rf_svc_stage_env_open(&env, "dedup", &c->kafka, c->pg);
+    rf_rpc_server *server = NULL;
+    rf_ready *ready = NULL;
+    int rc = rf_svc_health_open(&c->grpc, HEALTH, &server);
+    if (!rc) rc = rf_svc_stage_env_open(&env, "dedup", &c->kafka, c->pg);
     so.producer = env.producer;
     if (!rc && !(rc = rf_dedup_service_open(&so, &svc))) l.user = svc;
     if (!rc) rc = rf_svc_stage_env_consume(&env, c->group, c->topic_in);
+    /* Readiness: NOT_SERVING while PostgreSQL or Kafka does not answer. */
+    if (!rc) rc = rf_ready_new(server, HEALTH, c->ready_interval_s, &ready);
+    if (!rc) rc = rf_ready_add_pg(ready, c->pg);
+    if (!rc) rc = rf_ready_add_kafka(ready, env.producer);
     rf_svc_stage_env_wire(&env, &l);
     if (rc) {
         rf_error("dedup", "cannot start: %s", rf_errmsg());
     } else {
-        rf_info("dedup", "%s -> %s / %s at %s, index %s", c->topic_in, c->topic_unique,
-                c->topic_dups, c->kafka.bootstrap, c->index);
-        rc = rf_stage_loop_run(&l);
+        rf_info("dedup", "%s -> %s / %s at %s, index %s, health on port %d", c->topic_in,
+                c->topic_unique, c->topic_dups, c->kafka.bootstrap, c->index,
+                rf_rpc_server_port(server));
+        rf_rpc_server_set_health(server, HEALTH, 1);
+        rc = rf_ready_start(ready);
+        if (!rc) rc = rf_stage_loop_run(&l);
         if (rc) rf_error("dedup", "stopped on error: %s", rf_errmsg());
         rf_dedup_service_report(svc, env.stats);
         rf_svc_log_stats("dedup", env.stats);
     }
+    rf_ready_free(ready);
+    rf_svc_grpc_close(&c->grpc, server, HEALTH, NULL);
     rf_dedup_service_close(svc);
     rf_svc_stage_env_close(&env);
     rf_svc_kafka_free(&c->kafka);
@@ -64,14 +84,16 @@ static int check(void *cfg) {
     if (!c->kafka.bootstrap || !c->pg || !c->index)
         return rf_fail(RF_ERR_INVALID,
                        "--kafka, --pg and --index (or their variables) are required");
-    if (c->threads < 1 || c->threads > 256 || c->max_messages < 1 || c->max_messages > 100000)
+    if (c->threads < 1 || c->threads > 256 || c->max_messages < 1 || c->max_messages > 100000 ||
+        !(c->ready_interval_s > 0))
         return rf_fail(RF_ERR_INVALID, "a numeric option is out of range (see --help)");
-    return RF_OK;
+    return rf_svc_grpc_check(&c->grpc);
 }
 
 int main(int argc, char **argv) {
     config c = {0};
     const rf_opt opts[] = {
+        RF_SVC_GRPC_OPTS(&c.grpc, "127.0.0.1:7102"),
         RF_SVC_KAFKA_OPTS(&c.kafka, "Kafka bootstrap servers host:port,... (required)"),
         {"pg", "REFINERY_PG", RF_OPT_STR, &c.pg, NULL,
          "PostgreSQL connection string (required): per-batch progress, replay detection"},
@@ -89,8 +111,10 @@ int main(int argc, char **argv) {
          "threads hashing and signing a batch (decisions do not depend on it)"},
         {"max-messages", "REFINERY_MAX_MESSAGES", RF_OPT_INT, &c.max_messages, "16",
          "input batches per poll (committed together)"},
+        {"ready-interval", "REFINERY_READY_INTERVAL", RF_OPT_REAL, &c.ready_interval_s, "3",
+         "seconds between readiness probes of PostgreSQL and Kafka"},
     };
-    const rf_svc_def def = {"dedup", "Dedup service: docs.clean -> docs.unique.",
+    const rf_svc_def def = {"dedup", "Dedup service: docs.clean -> docs.unique; gRPC health only.",
                             opts,    sizeof opts / sizeof opts[0],
                             check,   run,
                             &c};

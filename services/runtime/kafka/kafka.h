@@ -37,6 +37,9 @@ typedef struct rf_kafka_producer rf_kafka_producer;
 int rf_kafka_producer_new(const rf_kafka_opts *o, rf_kafka_producer **out);
 /* Flushes (up to delivery_timeout_s) and frees. */
 void rf_kafka_producer_free(rf_kafka_producer *p);
+/* Whether a broker answers: a metadata request within timeout_s. RF_OK, or
+ * RF_ERR_IO with librdkafka's reason. Thread-safe (readiness probes). */
+int rf_kafka_producer_ping(rf_kafka_producer *p, double timeout_s);
 /* Delivery accounting of one unit of work (a batch, a gRPC stream) among
  * several that share a producer from different threads, where a
  * producer-wide flush cannot tell whose message failed. Zero-initialize it;

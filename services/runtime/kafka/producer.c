@@ -89,6 +89,13 @@ void rf_kafka_producer_free(rf_kafka_producer *p) {
     free(p);
 }
 
+int rf_kafka_producer_ping(rf_kafka_producer *p, double timeout_s) {
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t e = rd_kafka_metadata(p->rk, 0, NULL, &md, (int)(timeout_s * 1000));
+    if (md) rd_kafka_metadata_destroy(md);
+    return e ? rf_fail(RF_ERR_IO, "kafka: no broker answers: %s", rd_kafka_err2str(e)) : RF_OK;
+}
+
 static int fatal_error(rf_kafka_producer *p) {
     char why[256];
     rd_kafka_resp_err_t e = rd_kafka_fatal_error(p->rk, why, sizeof why);

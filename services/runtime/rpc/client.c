@@ -28,6 +28,7 @@ int rf_rpc_client_new(const char *target, const rf_rpc_tls *tls, size_t max_mess
         return rf_fail(RF_ERR_RANGE, "rpc: max_message %zu too large", max_message);
     rf_rpc_client *c = calloc(1, sizeof *c);
     if (!c) return RF_ERR_NOMEM;
+    rf_rpc_log_install();
     grpc_init();
     grpc_channel_credentials *creds;
     int rc = rf_rpc_channel_creds(tls, &creds);

@@ -34,8 +34,11 @@ struct rf_rpc_server {
     int started, stopped;
     rf_stats *stats;
     pthread_mutex_t health_mu;
+    pthread_cond_t health_cv; /* broadcast on every health change and at stop */
     rpc_health *health;
     size_t nhealth;
+    int health_closed; /* stopping: Watch calls end (under health_mu) */
+    int nwatches;      /* Watch calls running (under health_mu) */
 };
 
 struct rf_rpc_call {
@@ -56,8 +59,10 @@ struct rf_rpc_call {
 /* Runs one batch of ops on the call and waits for it: 1 when it succeeded. */
 int rpc_call_batch(rf_rpc_call *call, const grpc_op *ops, size_t n);
 
-/* Registers /grpc.health.v1.Health/Check on s. */
+/* Registers /grpc.health.v1.Health/Check and /Watch on s. */
 int rpc_health_register(rf_rpc_server *s);
+/* Ends the Watch calls (each sends its last status and finishes OK). */
+void rpc_health_close(rf_rpc_server *s);
 void rpc_health_free(rf_rpc_server *s);
 
 #endif

@@ -70,6 +70,13 @@ typedef struct rf_rpc_server_opts {
 
 #define RF_RPC_DEFAULT_MAX_MESSAGE (4u << 20)
 
+/* Routes gRPC core's log through common/log.h (component "grpc"; DEBUG,
+ * INFO, ERROR map to debug, info, error). Idempotent; rf_rpc_server_new and
+ * rf_rpc_client_new call it. rf_rpc_log_hook is the gpr_log_func itself. */
+void rf_rpc_log_install(void);
+struct gpr_log_func_args;
+void rf_rpc_log_hook(struct gpr_log_func_args *args);
+
 int rf_rpc_server_new(const rf_rpc_server_opts *opts, rf_rpc_server **out);
 /* Adds a method; only before rf_rpc_server_start. */
 int rf_rpc_server_add(rf_rpc_server *s, const rf_rpc_method *m);

@@ -18,8 +18,10 @@ int rf_rpc_server_new(const rf_rpc_server_opts *opts, rf_rpc_server **out) {
     if (!opts->listen || !*opts->listen) return rf_fail(RF_ERR_INVALID, "rpc: no listen address");
     rf_rpc_server *s = calloc(1, sizeof *s);
     if (!s) return RF_ERR_NOMEM;
+    rf_rpc_log_install();
     grpc_init();
     pthread_mutex_init(&s->health_mu, NULL);
+    pthread_cond_init(&s->health_cv, NULL);
     s->nworkers = opts->workers > 0 ? opts->workers : 4;
     s->max_message = opts->max_message ? opts->max_message : RF_RPC_DEFAULT_MAX_MESSAGE;
     s->listen = strdup(opts->listen);
@@ -182,13 +184,17 @@ int rf_rpc_server_start(rf_rpc_server *s) {
      * RESOURCE_EXHAUSTED and counts them; the core drops larger ones itself
      * (also RESOURCE_EXHAUSTED for the client, counted here as CANCELLED). */
     size_t hard = s->max_message > (size_t)INT32_MAX / 4 ? (size_t)INT32_MAX : 4 * s->max_message;
-    grpc_arg a[2] = {
+    /* gRPC core sets SO_REUSEPORT by default: a second server on a busy port
+     * would then bind too and split the traffic. Off, binding fails. */
+    grpc_arg a[3] = {
         {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH},
         {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH},
+        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ALLOW_REUSEPORT},
     };
     a[0].value.integer = (int)hard;
     a[1].value.integer = (int)s->max_message;
-    grpc_channel_args args = {.num_args = 2, .args = a};
+    a[2].value.integer = 0;
+    grpc_channel_args args = {.num_args = 3, .args = a};
     s->grpc = grpc_server_create(&args, NULL);
     s->workers = calloc((size_t)s->nworkers, sizeof *s->workers);
     if (!s->grpc || !s->workers) return RF_ERR_NOMEM;
@@ -204,7 +210,10 @@ int rf_rpc_server_start(rf_rpc_server *s) {
     if (rc < 0) return rc;
     s->port = grpc_server_add_http2_port(s->grpc, s->listen, creds);
     grpc_server_credentials_release(creds);
-    if (s->port <= 0) return rf_fail(RF_ERR_IO, "rpc: cannot listen on %s", s->listen);
+    if (s->port <= 0)
+        return rf_fail(RF_ERR_IO,
+                       "rpc: cannot listen on %s (address already in use, or not a local address)",
+                       s->listen);
     grpc_server_start(s->grpc);
     s->started = 1;
     s->nthreads = s->nworkers;
@@ -233,6 +242,7 @@ void rf_rpc_server_stop(rf_rpc_server *s, double grace_s) {
     if (!s->started || s->stopped) return;
     s->stopped = 1;
     rf_rpc_server_set_health(s, "", 0);
+    rpc_health_close(s);
     grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
     int tag;
     grpc_server_shutdown_and_notify(s->grpc, cq, &tag);
@@ -277,6 +287,7 @@ void rf_rpc_server_free(rf_rpc_server *s) {
     free(s->methods);
     rpc_health_free(s);
     pthread_mutex_destroy(&s->health_mu);
+    pthread_cond_destroy(&s->health_cv);
     rf_stats_free(s->stats);
     free(s->listen);
     free((char *)s->tls.cert_file);

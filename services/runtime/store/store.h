@@ -1,9 +1,12 @@
 /* PostgreSQL metadata store (libpq).
  *
  * rf_store_open connects (retrying with exponential backoff while the server
- * is not up yet), then applies the embedded migrations that are missing, in
- * one transaction under a transaction-level advisory lock, so that several
- * services starting at once migrate exactly once.
+ * is not up yet: RF_ERR_IO after the last attempt), then applies the embedded migrations that are
+ * missing, in one transaction under a transaction-level advisory lock, so that several services
+ * starting at once migrate exactly once. What no retry can fix fails at once with RF_ERR_INVALID
+ * and the reason: a connection string libpq cannot parse, a database that does not exist (SQLSTATE
+ * 3D000), an authentication failure (28P01, 28000). connect_timeout in the connection string (or
+ * PGCONNECT_TIMEOUT) bounds each attempt.
  *
  * Every statement with values is sent with PQexecParams (no SQL is built from
  * data). When the connection drops, the next statement reconnects with

@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/sys.h"
 #include "runtime/kafka/kafka.h"
+#include "runtime/ready.h"
 #include "runtime/rpc/rpc.h"
 #include "runtime/store/store.h"
 #include "runtime/stage_loop.h"
@@ -28,7 +29,7 @@ typedef struct config {
     const char *pg, *tokenizer, *group;
     const char *topic_in, *topic_train, *topic_eval;
     int64_t max_messages, seed;
-    double eval_fraction;
+    double eval_fraction, ready_interval_s;
     bool no_special;
 } config;
 
@@ -69,6 +70,7 @@ static int serve(void *cfg) {
     rf_kafka_producer *producer = NULL;
     rf_tokenizer_service *svc = NULL;
     rf_rpc_server *server = NULL;
+    rf_ready *ready = NULL;
     rf_stats *stats = rf_stats_new();
     rf_tokenizer_service_opts so = {.tokenizer = c->tokenizer,
                                     .add_special = !c->no_special,
@@ -83,6 +85,11 @@ static int serve(void *cfg) {
         so.producer = producer;
     if (!rc) rc = rf_tokenizer_service_new(&so, &svc);
     if (!rc) rc = rf_svc_grpc_open(&c->grpc, register_methods, svc, HEALTH, &server);
+    /* Readiness of the consume side: NOT_SERVING while PostgreSQL or Kafka
+     * does not answer. */
+    if (!rc && producer && !(rc = rf_ready_new(server, HEALTH, c->ready_interval_s, &ready)) &&
+        !(rc = rf_ready_add_pg(ready, c->pg)) && !(rc = rf_ready_add_kafka(ready, producer)))
+        rc = rf_ready_start(ready);
     if (rc) {
         rf_error("tokenizer", "cannot start: %s", rf_errmsg());
     } else {
@@ -92,11 +99,14 @@ static int serve(void *cfg) {
             rc = consume(c, &ko, svc, producer, stats);
         else
             rf_svc_wait_signal(-1);
+        rf_ready_free(ready);
+        ready = NULL;
         rf_info("tokenizer", "stopping (calls get up to %.0fs)", c->grpc.grace_s);
         rf_svc_grpc_close(&c->grpc, server, HEALTH, stats);
         server = NULL;
         rf_svc_log_stats("tokenizer", stats);
     }
+    rf_ready_free(ready);
     rf_svc_grpc_close(&c->grpc, server, HEALTH, NULL);
     rf_tokenizer_service_free(svc);
     rf_kafka_producer_free(producer);
@@ -114,7 +124,8 @@ static int check(void *cfg) {
     int rc = rf_svc_grpc_check(&c->grpc);
     if (rc) return rc;
     if (c->max_messages < 1 || c->max_messages > 100000 || c->eval_fraction < 0 ||
-        c->eval_fraction > 1 || c->seed < 0 || c->kafka.delivery_timeout_s <= 0)
+        c->eval_fraction > 1 || c->seed < 0 || c->kafka.delivery_timeout_s <= 0 ||
+        !(c->ready_interval_s > 0))
         return rf_fail(RF_ERR_INVALID, "a numeric option is out of range (see --help)");
     return RF_OK;
 }
@@ -143,6 +154,8 @@ int main(int argc, char **argv) {
          "consume path: do not add special tokens (Tokenize has its own flag)"},
         {"max-messages", "REFINERY_MAX_MESSAGES", RF_OPT_INT, &c.max_messages, "16",
          "input batches per poll (committed together)"},
+        {"ready-interval", "REFINERY_READY_INTERVAL", RF_OPT_REAL, &c.ready_interval_s, "3",
+         "seconds between readiness probes of PostgreSQL and Kafka (with --kafka)"},
     };
     const rf_svc_def def = {"tokenizer",
                             "Tokenizer service: docs.unique -> tokens.train / tokens.eval, and "

@@ -13,6 +13,9 @@
 struct rf_tokenizer_service {
     rf_tokenizer_service_opts o;
     rf_tokenizer *tok;
+    rf_tokenizer *full;        /* the same tokenizer without truncation or padding: lengths */
+    size_t limit;              /* tok's truncation max_length (0: none) */
+    rf_tok_side side;          /* and the side it cuts */
     rf_tok_splitter *splitter; /* the stage loop's; RPC calls make their own state */
     rf_tok_doc *views;         /* the current batch as rf_tok_docs */
     size_t n_views;
@@ -23,6 +26,12 @@ int rf_tokenizer_service_new(const rf_tokenizer_service_opts *o, rf_tokenizer_se
     if (!s) return RF_ERR_NOMEM;
     s->o = *o;
     int rc = rf_tokenizer_load(o->tokenizer, &s->tok);
+    if (!rc) rc = rf_tokenizer_load(o->tokenizer, &s->full);
+    if (!rc) {
+        s->limit = rf_tokenizer_truncation(s->tok, &s->side);
+        rf_tokenizer_set_truncation(s->full, 0, RF_TRUNC_LONGEST_FIRST, RF_SIDE_RIGHT);
+        rf_tokenizer_set_padding(s->full, false, 0, 0, 0, 0, RF_SIDE_RIGHT);
+    }
     rf_tok_split_opts so = {.add_special = o->add_special,
                             .eval_fraction = o->eval_fraction,
                             .seed = o->seed,
@@ -41,6 +50,7 @@ void rf_tokenizer_service_free(rf_tokenizer_service *s) {
     free(s->views);
     rf_tok_splitter_free(s->splitter);
     rf_tokenizer_free(s->tok);
+    rf_tokenizer_free(s->full);
     free(s);
 }
 
@@ -145,9 +155,74 @@ int rf_tokenizer_service_process(void *user, const rf_kafka_msg *m, const rf_sta
 
 /* ---- gRPC ---- */
 
+/* Cuts a full (untruncated, unpadded) encoding to max ids as the tokenizer's
+ * truncation would: the special tokens the template added (the runs of
+ * special_mask at both ends; a single sequence has them nowhere else) stay,
+ * the text's ids are cut on `side`. Fails when max is below those. */
+static int cut_encoding(rf_tok_encoding *e, size_t max, rf_tok_side side) {
+    size_t pre = 0, post = 0;
+    while (pre < e->len && e->special_mask[pre])
+        pre++;
+    while (post < e->len - pre && e->special_mask[e->len - 1 - post])
+        post++;
+    if (e->len <= max) return RF_OK;
+    if (max < pre + post)
+        return rf_fail(RF_ERR_INVALID, "max_length %zu is below the %zu special tokens", max,
+                       pre + post);
+    size_t body = e->len - pre - post, keep = max - pre - post;
+    if (side == RF_SIDE_LEFT)
+        memmove(e->ids + pre, e->ids + pre + (body - keep), keep * sizeof *e->ids);
+    memmove(e->ids + pre + keep, e->ids + pre + body, post * sizeof *e->ids);
+    e->len = max;
+    return RF_OK;
+}
+
+static size_t unpadded(const rf_tok_encoding *e) {
+    size_t n = 0;
+    for (size_t i = 0; i < e->len; i++)
+        n += e->attention_mask[i];
+    return n;
+}
+
+/* Encodes one text for Tokenize into seq: the server's tokenizer as loaded
+ * (max 0), or cut to max; truncated and original_length say what was cut. */
+static int encode_one(rf_tokenizer_service *s, rf_tok_state *st, rf_tok_state *full,
+                      const char *text, bool special, size_t max, rf_tok_encoding *enc,
+                      Refinery__V1__TokenSequence *seq) {
+    size_t original;
+    int rc;
+    if (max == 0) {
+        if ((rc = rf_tok_encode(st, text, strlen(text), special, enc))) return rc;
+        original = unpadded(enc);
+        /* Only a sequence that reached the limit may have been cut. */
+        if (s->limit && original >= s->limit) {
+            rf_tok_encoding f = {0};
+            rc = rf_tok_encode(full, text, strlen(text), special, &f);
+            original = f.len;
+            rf_tok_encoding_free(&f);
+            if (rc) return rc;
+        }
+        seq->truncated = s->limit && original > s->limit;
+    } else {
+        if ((rc = rf_tok_encode(full, text, strlen(text), special, enc))) return rc;
+        original = enc->len;
+        if ((rc = cut_encoding(enc, max, s->side))) return rc;
+        seq->truncated = original > enc->len;
+    }
+    if (!(seq->ids = malloc(enc->len * sizeof *seq->ids + 1))) return RF_ERR_NOMEM;
+    memcpy(seq->ids, enc->ids, enc->len * sizeof *seq->ids);
+    seq->n_ids = enc->len;
+    seq->original_length = original > UINT32_MAX ? UINT32_MAX : (uint32_t)original;
+    return RF_OK;
+}
+
 static grpc_status_code tokenize(rf_rpc_call *call, const ProtobufCMessage *msg, void *user) {
     rf_tokenizer_service *s = user;
     const Refinery__V1__TokenizeRequest *req = (const Refinery__V1__TokenizeRequest *)msg;
+    if (s->limit && req->max_length > s->limit)
+        return rf_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                           "max_length %u is above the server's limit %zu", req->max_length,
+                           s->limit);
     for (size_t i = 0; i < req->n_texts; i++) {
         size_t len = strlen(req->texts[i]);
         if (!rf_utf8_valid(req->texts[i], len))
@@ -156,28 +231,31 @@ static grpc_status_code tokenize(rf_rpc_call *call, const ProtobufCMessage *msg,
                                rf_utf8_first_invalid(req->texts[i], len));
     }
     rf_tok_state *st = rf_tok_state_new(s->tok);
+    rf_tok_state *full = rf_tok_state_new(s->full);
     Refinery__V1__TokenSequence *seqs = calloc(req->n_texts + 1, sizeof *seqs);
     Refinery__V1__TokenSequence **ptrs = calloc(req->n_texts + 1, sizeof *ptrs);
     rf_tok_encoding enc = {0};
     grpc_status_code code = GRPC_STATUS_OK;
     size_t n = 0;
-    if (!st || !seqs || !ptrs)
+    if (!st || !full || !seqs || !ptrs)
         code = rf_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "no memory");
     for (; n < req->n_texts && code == GRPC_STATUS_OK; n++) {
         refinery__v1__token_sequence__init(&seqs[n]);
         seqs[n].label = -1;
         ptrs[n] = &seqs[n];
-        if (rf_tok_encode(st, req->texts[n], strlen(req->texts[n]), req->add_special_tokens,
-                          &enc)) {
+        int rc = encode_one(s, st, full, req->texts[n], req->add_special_tokens, req->max_length,
+                            &enc, &seqs[n]);
+        if (rc == RF_ERR_NOMEM) {
+            code = rf_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "no memory");
+            break;
+        } else if (rc == RF_ERR_INVALID) {
+            code =
+                rf_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "texts[%zu]: %s", n, rf_errmsg());
+            break;
+        } else if (rc) {
             code = rf_rpc_fail(call, GRPC_STATUS_INTERNAL, "texts[%zu]: %s", n, rf_errmsg());
             break;
         }
-        if (!(seqs[n].ids = malloc(enc.len * sizeof *seqs[n].ids + 1))) {
-            code = rf_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "no memory");
-            break;
-        }
-        memcpy(seqs[n].ids, enc.ids, enc.len * sizeof *seqs[n].ids);
-        seqs[n].n_ids = enc.len;
     }
     if (code == GRPC_STATUS_OK) {
         Refinery__V1__TokenizeResponse resp = REFINERY__V1__TOKENIZE_RESPONSE__INIT;
@@ -190,6 +268,7 @@ static grpc_status_code tokenize(rf_rpc_call *call, const ProtobufCMessage *msg,
     free(seqs);
     free(ptrs);
     rf_tok_encoding_free(&enc);
+    rf_tok_state_free(full);
     rf_tok_state_free(st);
     return code;
 }

@@ -3,6 +3,8 @@
  * "trainer"); a run whose intake is complete is trained in a background
  * thread with the hyper-parameters of its spec, each checkpoint exported to
  * --checkpoints, recorded in PostgreSQL and announced on `checkpoints`.
+ * gRPC: grpc.health.v1 only (refinery.v1.Trainer SERVING once its Kafka and
+ * PostgreSQL are open; Check and Watch).
  * SIGTERM: finish and commit the poll in progress, stop the training at a
  * saved state (it resumes on the next start), exit 0. See
  * services/README.md and trainer_service.h. */
@@ -12,17 +14,22 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "runtime/kafka/kafka.h"
+#include "runtime/ready.h"
+#include "runtime/rpc/rpc.h"
 #include "runtime/store/store.h"
 #include "runtime/stage_loop.h"
 #include "runtime/svc.h"
 #include "runtime/svc_main.h"
 #include "trainer/server/trainer_service.h"
 
+#define HEALTH "refinery.v1.Trainer"
+
 typedef struct config {
+    rf_svc_grpc grpc;
     rf_svc_kafka kafka;
     const char *pg, *state, *checkpoints, *model, *group, *topic_in, *topic_checkpoints;
     int64_t threads, max_messages;
-    double cancel_poll_s;
+    double cancel_poll_s, ready_interval_s;
 } config;
 
 static int run(void *cfg) {
@@ -34,7 +41,10 @@ static int run(void *cfg) {
                        .delivery_timeout_s = c->kafka.delivery_timeout_s,
                        .identify = rf_stage_identify_batch,
                        .process = rf_trainer_service_process};
-    int rc = rf_svc_stage_env_open(&env, "trainer", &c->kafka, c->pg);
+    rf_rpc_server *server = NULL;
+    rf_ready *ready = NULL;
+    int rc = rf_svc_health_open(&c->grpc, HEALTH, &server);
+    if (!rc) rc = rf_svc_stage_env_open(&env, "trainer", &c->kafka, c->pg);
     rf_trainer_service_opts so = {.state_dir = c->state,
                                   .checkpoints_dir = c->checkpoints,
                                   .model = c->model,
@@ -48,12 +58,19 @@ static int run(void *cfg) {
                                   .stats = env.stats};
     if (!rc && !(rc = rf_trainer_service_new(&so, &svc))) l.user = svc;
     if (!rc) rc = rf_svc_stage_env_consume(&env, c->group, c->topic_in);
+    /* Readiness: NOT_SERVING while PostgreSQL or Kafka does not answer. */
+    if (!rc) rc = rf_ready_new(server, HEALTH, c->ready_interval_s, &ready);
+    if (!rc) rc = rf_ready_add_pg(ready, c->pg);
+    if (!rc) rc = rf_ready_add_kafka(ready, env.producer);
     rf_svc_stage_env_wire(&env, &l);
     if (rc) {
         rf_error("trainer", "cannot start: %s", rf_errmsg());
     } else {
-        rf_info("trainer", "%s -> %s, state %s, checkpoints %s at %s", c->topic_in,
-                c->topic_checkpoints, c->state, c->checkpoints, c->kafka.bootstrap);
+        rf_info("trainer", "%s -> %s, state %s, checkpoints %s at %s, health on port %d",
+                c->topic_in, c->topic_checkpoints, c->state, c->checkpoints, c->kafka.bootstrap,
+                rf_rpc_server_port(server));
+        rf_rpc_server_set_health(server, HEALTH, 1);
+        rc = rf_ready_start(ready);
         /* The stage loop's steps, with the training scheduler between polls. */
         while (!rc && !rf_svc_stopping()) {
             rc = rf_stage_loop_step(&l);
@@ -61,6 +78,8 @@ static int run(void *cfg) {
         }
         if (rc < 0) rf_error("trainer", "stopped on error: %s", rf_errmsg());
     }
+    rf_ready_free(ready);
+    rf_svc_grpc_close(&c->grpc, server, HEALTH, NULL);
     rf_trainer_service_free(svc); /* stops a training at a saved state */
     if (env.stats) rf_svc_log_stats("trainer", env.stats);
     rf_svc_stage_env_close(&env);
@@ -75,14 +94,15 @@ static int check(void *cfg) {
             RF_ERR_INVALID,
             "--kafka, --pg, --state and --checkpoints (or their variables) are required");
     if (c->threads < 0 || c->threads > 256 || c->max_messages < 1 || c->max_messages > 100000 ||
-        c->cancel_poll_s <= 0)
+        c->cancel_poll_s <= 0 || !(c->ready_interval_s > 0))
         return rf_fail(RF_ERR_INVALID, "a numeric option is out of range (see --help)");
-    return RF_OK;
+    return rf_svc_grpc_check(&c->grpc);
 }
 
 int main(int argc, char **argv) {
     config c = {0};
     const rf_opt opts[] = {
+        RF_SVC_GRPC_OPTS(&c.grpc, "127.0.0.1:7104"),
         RF_SVC_KAFKA_OPTS(&c.kafka, "Kafka bootstrap servers host:port,... (required)"),
         {"pg", "REFINERY_PG", RF_OPT_STR, &c.pg, NULL,
          "PostgreSQL connection string (required): runs, progress, checkpoints, metrics"},
@@ -106,6 +126,8 @@ int main(int argc, char **argv) {
          "input batches per poll (committed together)"},
         {"cancel-poll", "REFINERY_CANCEL_POLL", RF_OPT_REAL, &c.cancel_poll_s, "2",
          "seconds between checks of the training run's state (cancel)"},
+        {"ready-interval", "REFINERY_READY_INTERVAL", RF_OPT_REAL, &c.ready_interval_s, "3",
+         "seconds between readiness probes of PostgreSQL and Kafka"},
     };
     const rf_svc_def def = {"trainer", "Trainer service: tokens.train -> training -> checkpoints.",
                             opts,      sizeof opts / sizeof opts[0],
