@@ -33,6 +33,10 @@ typedef struct rf_trainer_hooks {
  * not the spec's parallel.dp. Call it before loading anything. */
 int rf_trainer_check_group(const rf_trainer_spec *s, const rf_comm *comm);
 
+/* The group the trainer stage of `refinery run` trains with (NULL = one
+ * process): set by the pipeline runner, which owns it through the CLI. */
+void rf_trainer_stage_set_group(rf_comm *comm);
+
 /* The max_len to load data with: max_len capped at the max_position_embeddings
  * of model_dir/config.json. */
 int rf_trainer_max_len(const char *model_dir, int max_len, int *out);
