@@ -387,6 +387,15 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
         rf_info("trainer", "rank %d of %d, zero %d: shard [%zu, %zu) of %zu parameters", g.rank,
                 g.world, g.zero, g.lo, g.hi, m->nparams);
     }
+    { /* what this rank holds for the optimizer (see the README's ZeRO table) */
+        double mb = 1.0 / (1024.0 * 1024.0);
+        rf_info("trainer",
+                "rank %d memory: params %.2f MiB, grads %.2f MiB, moments %.2f MiB (%zu "
+                "parameters)",
+                g.rank, (double)m->npadded * sizeof(float) * mb,
+                (double)m->npadded * sizeof(float) * mb,
+                2.0 * (double)m->nmoments * sizeof(float) * mb, m->nparams);
+    }
     FILE *metrics = NULL;
     if (g.rank == 0) {
         char mpath[4096];
@@ -510,6 +519,9 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
     res->tokens_per_s = res->seconds > 0 ? (double)tokens / res->seconds : 0;
     res->finished = !rc && (long)st.step >= total;
     res->comm_bytes = g.bytes;
+    if (g.c)
+        rf_info("trainer", "rank %d: %llu bytes sent in collectives, peak RSS %lld KiB", g.rank,
+                (unsigned long long)g.bytes, (long long)rf_peak_rss_kb());
     if (metrics) fclose(metrics);
     free(order);
     class_index_free(&ci);
