@@ -134,6 +134,21 @@ expect_fail() { # expect_fail PATTERN cmd...
     if [ $rc -eq 0 ] || ! grep -q "$pat" err; then echo "expected failure with '$pat' from: $*"; cat err; exit 1; fi
     echo "clear error: $(grep -m1 "$pat" err | head -c 200)"
 }
+# rank 0's data stage fails: it tells the others, which stop at once
+cat > fail.yaml <<YAML
+run:
+  name: dp-fail
+ingest:
+  inputs: [$tmp/does-not-exist.jsonl]
+trainer:
+  model: $root/tests/fixtures/trainer/tiny-bert
+  max_len: 16
+  threads: 1
+  parallel: {dp: 2}
+YAML
+start=$(date +%s)
+expect_fail "rank 1: run: rank 0 failed before training" mpi -np 2 "$bin" run fail.yaml --out runF --no-progress
+[ $(( $(date +%s) - start )) -lt 30 ] || { echo "the other rank did not stop promptly"; exit 1; }
 spec bad 4 0
 expect_fail "parallel.dp is 4 but the group has 2 rank(s)" mpi -np 2 "$bin" train bad.yaml
 test ! -d bad
