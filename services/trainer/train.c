@@ -297,6 +297,32 @@ static int dp_save(dp_group *g, const char *path, rf_bert *m, const rf_train_sta
     return rc;
 }
 
+/* Opens <out_dir>/metrics.jsonl for this run: truncated for a fresh start; on
+ * resume at step `step` the lines of later steps (written after the last
+ * checkpoint by the run that stopped) are dropped, so every step appears once. */
+static FILE *open_metrics(const char *dir, bool resumed, uint64_t step) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    if (!resumed) return fopen(path, "w");
+    char *old = NULL;
+    size_t len = 0;
+    rf_buf keep = RF_BUF_INIT;
+    if (rf_read_file(path, (size_t)1 << 30, &old, &len) == RF_OK) {
+        for (size_t at = 0; at < len;) {
+            char *nl = memchr(old + at, '\n', len - at);
+            size_t end = nl ? (size_t)(nl - old) + 1 : len;
+            unsigned long long s;
+            if (sscanf(old + at, "{\"step\":%llu", &s) == 1 && s <= step && nl)
+                rf_buf_append(&keep, old + at, end - at);
+            at = end;
+        }
+        free(old);
+    }
+    int rc = rf_write_file_atomic(path, keep.data ? keep.data : "", keep.len);
+    rf_buf_free(&keep);
+    return rc ? NULL : fopen(path, "a");
+}
+
 /* One line per optimizer step in <out_dir>/metrics.jsonl (rank 0). */
 static void write_metrics(FILE *f, uint64_t step, double loss, float lr, float norm,
                           uint64_t tokens, double seconds, uint64_t bytes) {
@@ -398,20 +424,18 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
     }
     FILE *metrics = NULL;
     if (g.rank == 0) {
-        char mpath[4096];
-        snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", o->out_dir);
-        if (!(metrics = fopen(mpath, res->resumed ? "a" : "w")))
-            return rf_fail(RF_ERR_IO, "train: cannot open %s", mpath);
+        if (!(metrics = open_metrics(o->out_dir, res->resumed, st.step)))
+            return rf_fail(RF_ERR_IO, "train: cannot open %s/metrics.jsonl", o->out_dir);
     }
 
     size_t *order = malloc(n * sizeof *order);
     rf_batch_buf bb = {0};
     class_index ci = {0};
-    if (!order) return RF_ERR_NOMEM;
-    if (o->balanced_sampler && (rc = class_index_build(&ci, data, K))) {
+    if (!order || (o->balanced_sampler && (rc = class_index_build(&ci, data, K)))) {
         free(order);
         class_index_free(&ci);
-        return rc;
+        if (metrics) fclose(metrics);
+        return order ? rc : RF_ERR_NOMEM;
     }
     double t0 = rf_now(), win_loss = 0, ck_loss = 0;
     long win_n = 0, ck_n = 0, done_this_run = 0;
