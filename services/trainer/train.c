@@ -414,13 +414,12 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
                 g.world, g.zero, g.lo, g.hi, m->nparams);
     }
     { /* what this rank holds for the optimizer (see the README's ZeRO table) */
-        double mb = 1.0 / (1024.0 * 1024.0);
+        size_t pb = m->npadded * sizeof(float), mb = 2 * m->nmoments * sizeof(float);
         rf_info("trainer",
-                "rank %d memory: params %.2f MiB, grads %.2f MiB, moments %.2f MiB (%zu "
-                "parameters)",
-                g.rank, (double)m->npadded * sizeof(float) * mb,
-                (double)m->npadded * sizeof(float) * mb,
-                2.0 * (double)m->nmoments * sizeof(float) * mb, m->nparams);
+                "rank %d memory: params %zu B, grads %zu B, moments %zu B (%.2f + %.2f + %.2f MiB; "
+                "%zu parameters)",
+                g.rank, pb, pb, mb, (double)pb / 1048576.0, (double)pb / 1048576.0,
+                (double)mb / 1048576.0, m->nparams);
     }
     FILE *metrics = NULL;
     if (g.rank == 0) {
