@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/buf.h"
 #include "common/error.h"
@@ -410,8 +411,8 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
                            "train: the ranks found different checkpoints in %s (steps %lld and "
                            "%lld; 0 = none): the output directory must be shared by all ranks",
                            o->out_dir, (long long)-lohi[1] - 1, (long long)lohi[0] - 1);
-        rf_info("trainer", "rank %d of %d, zero %d: shard [%zu, %zu) of %zu parameters", g.rank,
-                g.world, g.zero, g.lo, g.hi, m->nparams);
+        rf_info("trainer", "rank %d of %d (pid %d), zero %d: shard [%zu, %zu) of %zu parameters",
+                g.rank, g.world, (int)getpid(), g.zero, g.lo, g.hi, m->nparams);
     }
     { /* what this rank holds for the optimizer (see the README's ZeRO table) */
         size_t pb = m->npadded * sizeof(float), mb = 2 * m->nmoments * sizeof(float);

@@ -6,7 +6,9 @@
 # which runs are bitwise equal). Then checkpoints across layouts: 2 steps at
 # dp2/zero2 resumed by 1 process, 3 steps at 1 process resumed at dp4/zero1,
 # both against the uninterrupted run; and the clear errors (world size !=
-# dp, zero 3). Skips (77) without mpirun or a refinery built without MPI.
+# dp, zero 3), a rank-0 data stage failing in `refinery run`, and a rank
+# killed mid-training then relaunched. Skips (77) without mpirun or a refinery
+# built without MPI.
 set -euo pipefail
 bin=$REFINERY_BIN
 root=$REFINERY_ROOT
@@ -154,6 +156,33 @@ test "$(grep -c 'run complete' run2.out)" = 1   # rank 0 alone reports
 test -f run2/evaluator/report.json && test -f run2/stats.json
 for d in run1 run2; do mkdir -p "c$d"; ln -s "../$d/model" "c$d/model"; ln -s "../$d/trainer/metrics.jsonl" "c$d/metrics.jsonl"; done
 echo -n "refinery run dp2/zero1 vs 1 process: "; cmp_runs crun1 crun2
+
+# a rank killed (-9) mid-training: mpirun ends the group non-zero promptly;
+# relaunching resumes from the last checkpoint and ends bitwise equal to an
+# uninterrupted run of the same group (same world size, same reductions)
+for k in k1 k2; do
+    spec $k 2 2 "$(printf "  max_steps: 3000\n  checkpoint_every: 100\n")"
+    sed -i 's/^  epochs: 2$//; 0,/^  checkpoint_every: 1$/s///' $k.yaml
+done
+mpi -np 2 "$bin" train k1.yaml 2>k1.log
+mpi -np 2 "$bin" train k2.yaml 2>k2a.log &
+mp=$!
+for _ in $(seq 1 1000); do
+    [ -f k2/checkpoint.bin ] && grep -q '"rank 1 of 2 (pid' k2a.log && break
+    sleep 0.01
+done
+pid=$(grep -o '"msg":"rank 1 of 2 (pid [0-9]*' k2a.log | grep -o '[0-9]*$')
+start=$(date +%s)
+kill -9 "$pid"
+set +e; wait $mp; rc=$?; set -e
+[ $rc -ne 0 ] || { echo "mpirun exited 0 after a rank was killed"; exit 1; }
+[ $(( $(date +%s) - start )) -lt 30 ] || { echo "the group did not end promptly"; exit 1; }
+test ! -d k2/model
+mpi -np 2 "$bin" train k2.yaml 2>k2b.log
+at=$(grep -o 'resumed from k2/checkpoint.bin at step [0-9]*' k2b.log | head -1)
+[ -n "$at" ] || { echo "the relaunch did not resume"; exit 1; }
+cmp k1/model/model.safetensors k2/model/model.safetensors
+echo -n "rank 1 killed (mpirun exit $rc), relaunch ${at#resumed from k2/checkpoint.bin }: "; cmp_runs k1 k2
 
 # errors before any work: world size != dp, zero 3
 expect_fail() { # expect_fail PATTERN cmd...
