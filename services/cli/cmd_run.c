@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/command.h"
+#include "comm/comm.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "pipeline/pipeline.h"
@@ -58,16 +59,30 @@ static int cmd_run(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
-    rf_pipeline_opts opts = {argv[optind], out_dir, progress ? stderr : NULL, &run_cancel, NULL};
-    char *run_dir = NULL;
-    int rc = rf_pipeline_run(&opts, &run_dir);
+    /* under mpirun: a group; the data stages run on rank 0, every rank trains */
+    rf_comm *comm = NULL;
+    int rc = rf_comm_init_from_env(NULL, &comm);
     if (rc) {
-        fprintf(stderr, "refinery run: %s\n", rf_errmsg()[0] ? rf_errmsg() : rf_err_name(rc));
-        if (run_dir) fprintf(stderr, "refinery run: partial results in %s\n", run_dir);
-    } else {
+        fprintf(stderr, "refinery run: %s\n", rf_errmsg());
+        return 2;
+    }
+    int rank = rf_comm_rank(comm);
+    rf_pipeline_opts opts = {argv[optind], out_dir, progress && rank == 0 ? stderr : NULL,
+                             &run_cancel, NULL};
+    char *run_dir = NULL;
+    rc = rf_pipeline_run_group(&opts, comm, &run_dir);
+    if (rc) {
+        const char *msg = rf_errmsg()[0] ? rf_errmsg() : rf_err_name(rc);
+        if (rf_comm_world(comm) > 1)
+            fprintf(stderr, "refinery run: rank %d: %s\n", rank, msg);
+        else
+            fprintf(stderr, "refinery run: %s\n", msg);
+        if (run_dir && rank == 0) fprintf(stderr, "refinery run: partial results in %s\n", run_dir);
+    } else if (rank == 0) {
         printf("run complete: %s (stats in %s/stats.json)\n", run_dir, run_dir);
     }
     free(run_dir);
+    rf_comm_destroy(comm);
     if (rc == RF_ERR_INVALID || rc == RF_ERR_PARSE || rc == RF_ERR_NOT_FOUND) return 2;
     return rc ? 1 : 0;
 }

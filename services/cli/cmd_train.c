@@ -3,7 +3,12 @@
  * `output` and exporting a Hugging Face folder. Rerunning after a kill resumes
  * from the last checkpoint. SIGINT/SIGTERM checkpoint and stop. When `eval` is
  * set, the export is then scored by the evaluator library into
- * <output>/eval.json (the trainer itself does not evaluate). */
+ * <output>/eval.json (the trainer itself does not evaluate).
+ *
+ * Data parallel: `scripts/mpirun.sh -np N build/refinery train SPEC.yaml` with
+ * trainer.parallel.dp = N. The CLI owns the group (rf_comm_init_from_env: the
+ * self backend when not under mpirun); every rank loads the data and trains,
+ * rank 0 alone writes the checkpoint, the export and the evaluation. */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,6 +17,7 @@
 #include "common/config.h"
 #include "common/buf.h"
 #include "common/error.h"
+#include "comm/comm.h"
 #include "common/log.h"
 #include "evaluator/evaluate.h"
 #include "trainer/driver.h"
@@ -32,7 +38,9 @@ static int cmd_train(int argc, char **argv) {
                 "  num_labels, epochs, max_steps, batch_size, grad_accum, max_len, lr,\n"
                 "  weight_decay, warmup_ratio, warmup_steps, clip_norm, beta1, beta2, eps,\n"
                 "  seed, dropout, checkpoint_every, log_every, resume, threads,\n"
-                "  eval_batch_size. REFINERY__TRAINER__LR=1e-5 style overrides apply.\n");
+                "  eval_batch_size, parallel: {dp: N, zero: 0|1|2}.\n"
+                "  REFINERY__TRAINER__LR=1e-5 style overrides apply.\n"
+                "  Data parallel: scripts/mpirun.sh -np N refinery train SPEC.yaml (dp: N).\n");
         return argc == 2 ? 0 : 2;
     }
     rf_cfg *root = NULL;
@@ -53,12 +61,20 @@ static int cmd_train(int argc, char **argv) {
     }
     snprintf(report, sizeof report, "%s/eval.json", s.output);
     s.opts.out_dir = s.output;
+    rf_comm *comm = NULL;
+    if ((rc = rf_comm_init_from_env(NULL, &comm)) || (rc = rf_trainer_check_group(&s, comm))) {
+        fprintf(stderr, "refinery train: %s\n", rf_errmsg());
+        rf_comm_destroy(comm);
+        rf_cfg_free(root);
+        return 2;
+    }
+    int rank = rf_comm_rank(comm);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    rf_trainer_hooks hooks = {.cancel = &train_cancel};
+    rf_trainer_hooks hooks = {.cancel = &train_cancel, .comm = comm};
     rf_train_result res = {0};
     rc = rf_trainer_run(&s, &hooks, &res);
-    if (!rc && res.finished && s.eval) {
+    if (!rc && res.finished && s.eval && rank == 0) {
         rf_buf json = RF_BUF_INIT;
         rf_eval_opts eo = {.model_dir = s.export_dir,
                            .data = s.eval,
@@ -69,7 +85,9 @@ static int cmd_train(int argc, char **argv) {
         if (!rc) rf_info("trainer", "eval %s: %.*s", s.eval, (int)json.len - 1, json.data);
         rf_buf_free(&json);
     }
-    if (rc) fprintf(stderr, "refinery train: %s\n", rf_errmsg());
+    if (rc) fprintf(stderr, "refinery train: rank %d: %s\n", rank, rf_errmsg());
+    /* a broken group is not finalized (see comm.h): exiting non-zero ends the others */
+    rf_comm_destroy(comm);
     rf_cfg_free(root);
     return rc ? 1 : 0;
 }

@@ -17,6 +17,7 @@
 #include "common/stats.h"
 #include "common/sys.h"
 #include "pipeline/stages.h"
+#include "trainer/driver.h"
 
 #define MAX_ACTIVE 16
 
@@ -314,7 +315,60 @@ static FILE *open_run_log(const char *dir) {
     return f;
 }
 
+/* Rank 0's word to the other ranks of a group: the data stages' outcome and
+ * the run directory. */
+typedef struct group_word {
+    int32_t rc;
+    char dir[4092];
+} group_word;
+
+static int group_announce(rf_comm *c, int rc, const char *dir) {
+    group_word w = {.rc = rc};
+    snprintf(w.dir, sizeof w.dir, "%s", dir ? dir : "");
+    int crc = rf_comm_broadcast(c, &w, sizeof w, RF_COMM_U8, 0);
+    return crc ? rf_fail_ctx(crc, "run: telling the other ranks") : RF_OK;
+}
+
+static const rf_stage_ops *find_trainer(run *r, size_t *at) {
+    for (size_t i = 0; i < r->nslots; i++)
+        if (!strcmp(r->slots[i].ops->name, "trainer")) {
+            *at = i;
+            return r->slots[i].ops;
+        }
+    return NULL;
+}
+
+/* Ranks 1..N-1: wait for rank 0's data stages, then train with the group. */
+static int run_follower(run *r, rf_comm *c, int64_t threads, char **run_dir) {
+    group_word w;
+    int rc = rf_comm_broadcast(c, &w, sizeof w, RF_COMM_U8, 0);
+    if (rc) return rf_fail_ctx(rc, "run: waiting for rank 0's data stages");
+    if (w.rc)
+        return rf_fail(w.rc, "run: rank 0 failed before training (%s); see its log",
+                       rf_err_name(w.rc));
+    w.dir[sizeof w.dir - 1] = 0;
+    if (!(*run_dir = strdup(w.dir))) return RF_ERR_NOMEM;
+    size_t at = 0;
+    const rf_stage_ops *t = find_trainer(r, &at);
+    r->ctx = (rf_run_ctx){*run_dir, r->spec, rf_stats_new(), r->cancel, (int)threads};
+    if (!r->ctx.stats) return RF_ERR_NOMEM;
+    void *state = NULL;
+    rc = t->open(rf_cfg_get(r->spec, t->name), &r->ctx, &state);
+    if (!rc) {
+        rf_trainer_stage_set_group(c);
+        rc = t->run(state);
+        rf_trainer_stage_set_group(NULL);
+    }
+    if (rc) rc = stage_error(rc, t->name);
+    if (state && t->close) t->close(state);
+    return rc;
+}
+
 int rf_pipeline_run(const rf_pipeline_opts *o, char **run_dir) {
+    return rf_pipeline_run_group(o, NULL, run_dir);
+}
+
+int rf_pipeline_run_group(const rf_pipeline_opts *o, rf_comm *comm, char **run_dir) {
     static volatile int no_cancel;
     run *r = calloc(1, sizeof *r);
     if (!r) return RF_ERR_NOMEM;
@@ -327,6 +381,19 @@ int rf_pipeline_run(const rf_pipeline_opts *o, char **run_dir) {
     int64_t threads = 0, depth = 0;
     if (!rc) rc = rf_cfg_int(r->spec, "run.threads", rf_ncpu(), 1, 1024, &threads);
     if (!rc) rc = rf_cfg_int(r->spec, "run.queue_depth", 8, 1, 4096, &depth);
+    rf_comm *grp = comm && rf_comm_world(comm) > 1 ? comm : NULL;
+    size_t trainer_at = 0;
+    bool announced = false, waiting = false; /* waiting: the other ranks wait for our word */
+    if (!rc && grp && !find_trainer(r, &trainer_at))
+        rc = rf_fail(RF_ERR_INVALID,
+                     "run: %d ranks but the spec has no trainer: section (only "
+                     "the trainer runs in parallel)",
+                     rf_comm_world(grp));
+    if (!rc && grp && rf_comm_rank(grp) > 0) {
+        rc = run_follower(r, grp, threads, run_dir);
+        goto out;
+    }
+    waiting = !rc && grp; /* every rank made the same checks of the same spec */
     char *dir = NULL;
     if (!rc) rc = make_run_dir(r, o->out_dir, &dir);
     if (rc) goto out;
@@ -354,8 +421,14 @@ int rf_pipeline_run(const rf_pipeline_opts *o, char **run_dir) {
     for (size_t i = r->nstream; i < r->nslots && !rc; i++) {
         slot *s = &r->slots[i];
         rf_info("run", "stage %s", s->ops->name);
+        if (grp && i == trainer_at) { /* the data is ready: the other ranks join */
+            announced = true;
+            if ((rc = group_announce(grp, RF_OK, dir))) break;
+            rf_trainer_stage_set_group(grp);
+        }
         double ts = rf_now();
         rc = s->ops->run(s->state);
+        if (grp && i == trainer_at) rf_trainer_stage_set_group(NULL);
         s->seconds = rf_now() - ts;
         if (!rc && *r->cancel) rc = rf_fail(RF_ERR_CANCELED, "run canceled");
         if (rc && rc != RF_ERR_CANCELED) rc = stage_error(rc, s->ops->name);
@@ -375,6 +448,13 @@ int rf_pipeline_run(const rf_pipeline_opts *o, char **run_dir) {
         fclose(log_file);
     }
 out:
+    if (waiting && !announced && !rf_comm_broken(grp)) {
+        /* the others wait for rank 0's word: tell them it failed */
+        char keep[1024];
+        snprintf(keep, sizeof keep, "%s", rf_errmsg());
+        group_announce(grp, rc ? rc : RF_ERR_INTERNAL, NULL);
+        if (rc) rf_fail(rc, "%s", keep);
+    }
     if (r->ctx.stats) rf_stats_free(r->ctx.stats);
     rf_cfg_free(r->spec);
     free(r);

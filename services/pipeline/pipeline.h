@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 
+#include "comm/comm.h"
 #include "common/config.h"
 #include "common/stage.h"
 
@@ -23,6 +24,16 @@ typedef struct rf_pipeline_opts {
 /* Runs the pipeline. On return *run_dir (malloc'd, caller frees) names the run
  * directory if one was created. Returns 0 or a negative rf_err with rf_errmsg(). */
 int rf_pipeline_run(const rf_pipeline_opts *opts, char **run_dir);
+
+/* The same for one rank of a data-parallel group (comm NULL or of world size
+ * 1: rf_pipeline_run). Rank 0 runs every stage; the data stages (those before
+ * the trainer) run on rank 0 only: the other ranks wait for its word, which
+ * carries the run directory (a broadcast, bounded by the group's timeout:
+ * REFINERY_COMM_TIMEOUT must cover the data stages), then every rank runs the
+ * trainer stage with the group, and only rank 0 runs what follows it (export,
+ * evaluator) and writes stats.json and run.log. The caller owns the group; the
+ * spec must have a trainer: section. */
+int rf_pipeline_run_group(const rf_pipeline_opts *opts, rf_comm *comm, char **run_dir);
 
 /* The shape checks rf_pipeline_run makes before opening anything: every
  * top-level key is `run` or a stage of `stages` (NULL: the five stages'

@@ -12,6 +12,11 @@
 #define HEADER_WORDS 11         /* nparams step epoch pos rng[4] micro ident.data ident.opts */
 
 int rf_checkpoint_save(const char *path, const rf_bert *m, const rf_train_state *s) {
+    return rf_checkpoint_save_blocks(path, m, m->m, m->v, s);
+}
+
+int rf_checkpoint_save_blocks(const char *path, const rf_bert *m, const float *mom1,
+                              const float *mom2, const rf_train_state *s) {
     size_t np = m->nparams, len = 8 + 8 * HEADER_WORDS + 3 * np * sizeof(float) + 8;
     uint8_t *buf = malloc(len);
     if (!buf) return rf_fail(RF_ERR_NOMEM, "checkpoint: no memory for %zu bytes", len);
@@ -22,7 +27,7 @@ int rf_checkpoint_save(const char *path, const rf_bert *m, const rf_train_state 
     memcpy(p, MAGIC, 8);
     memcpy(p + 8, hdr, sizeof hdr);
     p += 8 + sizeof hdr;
-    const float *blocks[3] = {m->params, m->m, m->v};
+    const float *blocks[3] = {m->params, mom1, mom2};
     for (int b = 0; b < 3; b++) {
         m->be->to_host(p, blocks[b], np * sizeof(float));
         p += np * sizeof(float);
@@ -36,6 +41,11 @@ int rf_checkpoint_save(const char *path, const rf_bert *m, const rf_train_state 
 }
 
 int rf_checkpoint_load(const char *path, rf_bert *m, rf_train_state *s) {
+    return rf_checkpoint_load_range(path, m, s, 0, m->nparams);
+}
+
+int rf_checkpoint_load_range(const char *path, rf_bert *m, rf_train_state *s, size_t lo,
+                             size_t hi) {
     char *buf;
     size_t len, np = m->nparams;
     int rc = rf_read_file(path, (size_t)64 << 30, &buf, &len);
@@ -78,12 +88,17 @@ int rf_checkpoint_load(const char *path, rf_bert *m, rf_train_state *s) {
                      (unsigned long long)(hdr[9] != s->ident.data ? s->ident.data : s->ident.opts));
         goto out;
     }
-    const char *p = buf + 8 + sizeof hdr;
-    float *blocks[3] = {m->params, m->m, m->v};
-    for (int b = 0; b < 3; b++) {
-        m->be->to_device(blocks[b], p, np * sizeof(float));
-        p += np * sizeof(float);
+    if (lo > hi || hi > np || hi - lo > m->nmoments) {
+        rc = rf_fail(RF_ERR_INVALID, "checkpoint %s: moment range [%zu, %zu) does not fit", path,
+                     lo, hi);
+        goto out;
     }
+    const char *p = buf + 8 + sizeof hdr;
+    m->be->to_device(m->params, p, np * sizeof(float));
+    p += np * sizeof(float);
+    m->be->to_device(m->m, p + lo * sizeof(float), (hi - lo) * sizeof(float));
+    p += np * sizeof(float);
+    m->be->to_device(m->v, p + lo * sizeof(float), (hi - lo) * sizeof(float));
     s->step = hdr[1];
     s->epoch = hdr[2];
     s->pos = hdr[3];

@@ -44,4 +44,12 @@ int rf_checkpoint_save(const char *path, const rf_bert *m, const rf_train_state 
  * or mismatched files give RF_ERR_CORRUPT/RF_ERR_INVALID. */
 int rf_checkpoint_load(const char *path, rf_bert *m, rf_train_state *s);
 
+/* Data-parallel ranks (see train.c): the same file, whatever the world size or
+ * ZeRO stage. save_blocks writes m's params with full moments given apart
+ * (rank 0 gathers them from the shards); load_range restores all params and
+ * only the moments of [lo, hi) into m->m/m->v (a shard of hi - lo floats). */
+int rf_checkpoint_save_blocks(const char *path, const rf_bert *m, const float *mom1,
+                              const float *mom2, const rf_train_state *s);
+int rf_checkpoint_load_range(const char *path, rf_bert *m, rf_train_state *s, size_t lo, size_t hi);
+
 #endif

@@ -32,6 +32,16 @@ static int check_vocab(const rf_dataset *d, int vocab, const char *model) {
     return RF_OK;
 }
 
+int rf_trainer_check_group(const rf_trainer_spec *s, const rf_comm *comm) {
+    int world = comm ? rf_comm_world(comm) : 1, dp = s->dp > 0 ? s->dp : 1;
+    if (world != dp)
+        return rf_fail(RF_ERR_INVALID,
+                       "trainer.parallel.dp is %d but the group has %d rank(s) (world size): start "
+                       "it with mpirun -np %d, or set dp: %d",
+                       dp, world, dp, world);
+    return RF_OK;
+}
+
 int rf_trainer_drive(const rf_trainer_spec *s, const rf_dataset *data,
                      const rf_trainer_hooks *hooks, rf_train_result *res) {
     static const rf_trainer_hooks none = {0};
@@ -40,10 +50,11 @@ int rf_trainer_drive(const rf_trainer_spec *s, const rf_dataset *data,
     rf_bert_config cfg = {0};
     rf_bert *m = NULL;
     int k = s->num_labels ? s->num_labels : rf_dataset_num_labels(data);
-    int rc = k < 2
-                 ? rf_fail(RF_ERR_INVALID,
-                           "trainer: the training data has %d label(s); need at least 2 classes", k)
-                 : RF_OK;
+    int rc = rf_trainer_check_group(s, h->comm);
+    if (rc) return rc;
+    rc = k < 2 ? rf_fail(RF_ERR_INVALID,
+                         "trainer: the training data has %d label(s); need at least 2 classes", k)
+               : RF_OK;
     if (!rc) rc = model_config(s->model, &cfg);
     if (!rc) rc = check_vocab(data, cfg.vocab_size, s->model);
     if (rc) return rc;
@@ -55,6 +66,8 @@ int rf_trainer_drive(const rf_trainer_spec *s, const rf_dataset *data,
     o.cancel = h->cancel;
     o.on_checkpoint = h->on_checkpoint;
     o.user = h->user;
+    o.comm = h->comm;
+    int rank = h->comm ? rf_comm_rank(h->comm) : 0;
     rc = rf_train(&o, data, m, &r);
     if (!rc && h->stats) {
         rf_stats_set(h->stats, "trainer.steps", r.steps);
@@ -66,7 +79,7 @@ int rf_trainer_drive(const rf_trainer_spec *s, const rf_dataset *data,
     if (!rc && !r.finished)
         rf_info("trainer", "stopped at step %ld before the end; state kept, rerun to resume",
                 r.steps);
-    if (!rc && r.finished && s->export_dir) {
+    if (!rc && r.finished && s->export_dir && rank == 0) {
         if (!(rc = rf_export_hf(m, s->model, s->export_dir)))
             rf_info("trainer", "exported %s (loss %.4f, %.0f tokens/s)", s->export_dir, r.last_loss,
                     r.tokens_per_s);
@@ -80,7 +93,8 @@ int rf_trainer_run(const rf_trainer_spec *s, const rf_trainer_hooks *hooks, rf_t
     rf_dataset train = {0};
     int max_len;
     if (!s->train) return rf_fail(RF_ERR_INVALID, "trainer.train: no training data given");
-    int rc = rf_trainer_max_len(s->model, s->max_len, &max_len);
+    int rc = rf_trainer_check_group(s, hooks ? hooks->comm : NULL);
+    if (!rc) rc = rf_trainer_max_len(s->model, s->max_len, &max_len);
     if (!rc)
         rc = rf_dataset_load(&train, s->train, s->model, max_len, hooks ? hooks->stats : NULL,
                              "trainer");

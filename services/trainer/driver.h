@@ -24,7 +24,18 @@ typedef struct rf_trainer_hooks {
     /* Called at each checkpoint (rf_train_opts.on_checkpoint), user passed back. */
     int (*on_checkpoint)(void *user, const rf_bert *m, const rf_train_checkpoint *c);
     void *user;
+    /* The data-parallel group (owned by the caller; NULL = one process). Its
+     * world size must equal the spec's parallel.dp. Only rank 0 exports. */
+    rf_comm *comm;
 } rf_trainer_hooks;
+
+/* RF_ERR_INVALID, naming both, when the group's world size (1 for NULL) is
+ * not the spec's parallel.dp. Call it before loading anything. */
+int rf_trainer_check_group(const rf_trainer_spec *s, const rf_comm *comm);
+
+/* The group the trainer stage of `refinery run` trains with (NULL = one
+ * process): set by the pipeline runner, which owns it through the CLI. */
+void rf_trainer_stage_set_group(rf_comm *comm);
 
 /* The max_len to load data with: max_len capped at the max_position_embeddings
  * of model_dir/config.json. */

@@ -195,6 +195,7 @@ int rf_bert_new(const rf_bert_config *cfg, const rf_backend *be, rf_bert **out) 
                    : rc;
     }
     bind(m, m->params, &m->p);
+    m->npadded = m->nparams;
     *out = m;
     return RF_OK;
 }
@@ -373,18 +374,32 @@ int rf_bert_save_safetensors(const rf_bert *m, const char *path) {
 }
 
 int rf_bert_enable_training(rf_bert *m) {
+    return rf_bert_enable_training_sharded(m, m->nparams, m->nparams);
+}
+
+int rf_bert_enable_training_sharded(rf_bert *m, size_t padded, size_t moments) {
     if (m->grads) return RF_OK;
-    size_t bytes = m->nparams * sizeof(float);
-    m->grads = m->be->alloc(bytes);
-    m->m = m->be->alloc(bytes);
-    m->v = m->be->alloc(bytes);
+    if (padded < m->nparams) padded = m->nparams;
+    if (padded > m->nparams) { /* room for the collectives' padding: move params */
+        float *p = m->be->alloc(padded * sizeof(float));
+        if (!p) return rf_fail(RF_ERR_NOMEM, "model: no memory for padded parameters");
+        m->be->to_host(p, m->params, m->nparams * sizeof(float)); /* host backends only */
+        m->be->free(m->params);
+        m->params = p;
+        bind(m, m->params, &m->p);
+    }
+    m->npadded = padded;
+    m->nmoments = moments;
+    m->grads = m->be->alloc(padded * sizeof(float));
+    m->m = m->be->alloc((moments ? moments : 1) * sizeof(float));
+    m->v = m->be->alloc((moments ? moments : 1) * sizeof(float));
     if (!m->grads || !m->m || !m->v) return rf_fail(RF_ERR_NOMEM, "model: no memory for grads");
     bind(m, m->grads, &m->g);
     return RF_OK;
 }
 
 void rf_bert_zero_grad(rf_bert *m) {
-    if (m->grads) m->be->zero(m->grads, m->nparams * sizeof(float));
+    if (m->grads) m->be->zero(m->grads, m->npadded * sizeof(float));
 }
 
 int rf_bert_reserve(rf_bert *m, int B, int T) {

@@ -52,7 +52,9 @@ typedef struct rf_bert {
     size_t ntensors;
     size_t nparams;
     float *params, *grads, *m, *v; /* grads/m/v allocated by rf_bert_enable_training */
-    rf_bert_params p, g;           /* views into params and grads */
+    size_t npadded;      /* floats allocated for params and grads (>= nparams, tail zero) */
+    size_t nmoments;     /* floats in m and v: nparams, or a ZeRO shard's */
+    rf_bert_params p, g; /* views into params and grads */
 
     int capB, capT;      /* activation arena capacity */
     float *acts, *dacts; /* dacts: the same layout without the attention probabilities */
@@ -92,6 +94,11 @@ int rf_bert_save_safetensors(const rf_bert *m, const char *path);
 
 /* Allocates gradients and AdamW moments (zeroed). */
 int rf_bert_enable_training(rf_bert *m);
+/* The same for a data-parallel rank: params and grads get `padded` floats
+ * (>= nparams; the zero tail lets reduce-scatter/all-gather work in place on
+ * equal blocks; params move, so views are rebound: host backends only), m and
+ * v `moments` floats (the rank's ZeRO shard, or nparams). */
+int rf_bert_enable_training_sharded(rf_bert *m, size_t padded, size_t moments);
 /* Ensures activation capacity for B x T. */
 int rf_bert_reserve(rf_bert *m, int B, int T);
 

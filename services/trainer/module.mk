@@ -1,6 +1,6 @@
 # The trainer reads token shards and tokenizes JSONL input (tokenizer). It does
 # not evaluate: `refinery train` calls the evaluator after the trainer driver.
-DEPS_trainer := tokenizer
+DEPS_trainer := tokenizer comm
 # Its tests score the trained model with the evaluator.
 TEST_DEPS_trainer := evaluator
 

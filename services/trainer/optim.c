@@ -60,8 +60,14 @@ static void adamw_range(float *restrict p, const float *restrict g, float *restr
 }
 
 void rf_adamw_step(rf_bert *m, const rf_adamw *o, long step, float lr) {
+    rf_adamw_step_range(m, o, step, lr, 0, m->nparams, m->m, m->v);
+}
+
+void rf_adamw_step_range(rf_bert *m, const rf_adamw *o, long step, float lr, size_t lo, size_t hi,
+                         float *mom1, float *mom2) {
     /* Same operation order as torch's single-tensor AdamW: bias corrections in
-     * double, m by lerp, v by mul + addcmul, then addcdiv. */
+     * double, m by lerp, v by mul + addcmul, then addcdiv. Every element is
+     * updated on its own, so a range gives exactly the full update's values. */
     float b1 = o->beta1, b2 = o->beta2;
     double bc1 = 1.0 - pow(b1, (double)(step + 1)), bc2 = 1.0 - pow(b2, (double)(step + 1));
     float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
@@ -70,10 +76,15 @@ void rf_adamw_step(rf_bert *m, const rf_adamw *o, long step, float lr) {
         size_t id = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads();
         for (size_t t = 0; t < m->ntensors; t++) {
             const rf_tensor_info *ti = &m->tensors[t];
-            size_t lo = ti->numel * id / nt, hi = ti->numel * (id + 1) / nt, off = ti->offset + lo;
+            /* the part of tensor t inside [lo, hi): a shard may cut it anywhere,
+             * and its decay flag still comes from the tensor */
+            size_t a = ti->offset > lo ? ti->offset : lo;
+            size_t b = ti->offset + ti->numel < hi ? ti->offset + ti->numel : hi;
+            if (a >= b) continue;
+            size_t len = b - a, x = len * id / nt, y = len * (id + 1) / nt, off = a + x;
             float decay = ti->decay ? 1.0f - lr * o->weight_decay : 1.0f;
-            adamw_range(m->params + off, m->grads + off, m->m + off, m->v + off, hi - lo, decay, b1,
-                        b2, step_size, bc2_sqrt, o->eps);
+            adamw_range(m->params + off, m->grads + off, mom1 + (off - lo), mom2 + (off - lo),
+                        y - x, decay, b1, b2, step_size, bc2_sqrt, o->eps);
         }
     }
 }

@@ -26,5 +26,11 @@ float rf_clip_grads(rf_bert *m, float clip_norm);
 /* One AdamW update with learning rate lr; step is 0-based (bias correction
  * uses step + 1). */
 void rf_adamw_step(rf_bert *m, const rf_adamw *o, long step, float lr);
+/* The same update restricted to parameters [lo, hi) (a ZeRO shard): mom1/mom2
+ * hold the moments of that range only (mom1[0] is element lo). Each tensor's
+ * weight-decay flag applies to the part of it inside the range. Element for
+ * element equal to rf_adamw_step. */
+void rf_adamw_step_range(rf_bert *m, const rf_adamw *o, long step, float lr, size_t lo, size_t hi,
+                         float *mom1, float *mom2);
 
 #endif

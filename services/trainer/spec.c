@@ -22,7 +22,8 @@ const char *const rf_trainer_spec_keys[] = {"model",        "train",
                                             "log_every",    "resume",
                                             "threads",      "eval_batch_size",
                                             "shuffle",      "class_weights",
-                                            "sampler",      NULL};
+                                            "sampler",      "parallel",
+                                            "stop_after",   NULL};
 
 /* "spec.yaml:31: trainer.class_weights[1]: " (no line for environment values). */
 static int cw_fail(const rf_cfg *v, const char *what, const char *got) {
@@ -121,6 +122,7 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
     INT("grad_accum", 1, 1, 65536, o->grad_accum);
     INT("seed", 42, 0, INT64_MAX, o->seed);
     INT("checkpoint_every", 0, 0, 1000000000, o->checkpoint_every);
+    INT("stop_after", 0, 0, 1000000000, o->stop_after);
     INT("log_every", 50, 0, 1000000000, o->log_every);
     INT("warmup_steps", -1, -1, 1000000000, o->optim.warmup_steps);
     REAL("lr", 5e-5, 0, 10, o->optim.lr);
@@ -144,6 +146,22 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
     if (o->balanced_sampler && !o->shuffle)
         return rf_fail(RF_ERR_INVALID, "trainer.sampler: balanced draws at random; it cannot be "
                                        "combined with shuffle: false");
+    /* parallel: {dp: N, zero: 0|1|2|3}; tp/pp come with tensor/pipeline parallelism */
+    s->dp = 1;
+    const rf_cfg *par = rf_cfg_get(n, "parallel");
+    if (par) {
+        static const char *const pkeys[] = {"dp", "zero", NULL};
+        if (rf_cfg_kind_of(par) != RF_CFG_MAP)
+            return rf_fail(RF_ERR_INVALID, "trainer.parallel: expected a mapping {dp: N, zero: "
+                                           "0|1|2}");
+        if ((rc = rf_cfg_check_keys(par, pkeys))) return rc;
+        INT("parallel.dp", 1, 1, 65536, s->dp);
+        INT("parallel.zero", 0, 0, 3, o->zero);
+        if (o->zero == 3)
+            return rf_fail(RF_ERR_UNSUPPORTED,
+                           "trainer.parallel.zero: 3 (parameters sharded) is not implemented yet; "
+                           "use 0, 1 or 2");
+    }
 #undef STR
 #undef INT
 #undef REAL

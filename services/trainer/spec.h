@@ -8,8 +8,13 @@
  *   epochs max_steps batch_size grad_accum max_len lr weight_decay warmup_ratio
  *   warmup_steps clip_norm beta1 beta2 eps seed dropout checkpoint_every
  *   log_every resume threads eval_batch_size shuffle
+ *   stop_after       > 0: stop (checkpointed) after this many steps of this run;
+ *                    rerun to resume (tests, time limits)
  *   class_weights    none (default) | balanced | [w0, w1, ...] (one per label)
- *   sampler          shuffle (default) | balanced (classes drawn equally often) */
+ *   sampler          shuffle (default) | balanced (classes drawn equally often)
+ *   parallel         {dp: N, zero: 0|1|2}: N data-parallel ranks (the world size
+ *                    of the group the caller starts, e.g. mpirun -np N), ZeRO
+ *                    stage (see train.c); zero 3 is refused (not implemented) */
 #ifndef RF_TR_SPEC_H
 #define RF_TR_SPEC_H
 
@@ -19,6 +24,7 @@
 typedef struct rf_trainer_spec {
     const char *model, *train, *eval, *output, *export_dir; /* strings live in the rf_cfg tree */
     int num_labels, max_len, threads, eval_batch_size;
+    int dp; /* parallel.dp (1 when absent); the ZeRO stage is opts.zero */
     rf_train_opts opts;
 } rf_trainer_spec;
 

@@ -4,7 +4,9 @@
  *   output  <run_dir>/trainer           (checkpoint.bin, train.json)
  *   export  <run_dir>/model             (the fine-tuned Hugging Face folder)
  *   threads the runner's thread count
- * Rerunning into the same run directory resumes from the checkpoint. */
+ * Rerunning into the same run directory resumes from the checkpoint.
+ * Under mpirun the pipeline hands the group over with
+ * rf_trainer_stage_set_group (driver.h); every rank runs this stage. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -53,9 +55,15 @@ static int trainer_open(const rf_cfg *section, rf_run_ctx *ctx, void **state) {
     return RF_OK;
 }
 
+static rf_comm *stage_group; /* set by the pipeline for `refinery run` under mpirun */
+
+void rf_trainer_stage_set_group(rf_comm *comm) {
+    stage_group = comm;
+}
+
 static int trainer_run(void *state) {
     trainer_stage *t = state;
-    rf_trainer_hooks h = {.cancel = t->ctx->cancel, .stats = t->ctx->stats};
+    rf_trainer_hooks h = {.cancel = t->ctx->cancel, .stats = t->ctx->stats, .comm = stage_group};
     return rf_trainer_run(&t->spec, &h, NULL);
 }
 

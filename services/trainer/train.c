@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/buf.h"
 #include "common/error.h"
@@ -14,6 +15,7 @@
 #include "common/log.h"
 #include "common/sys.h"
 #include "trainer/checkpoint.h"
+#include "comm/comm.h"
 
 void rf_set_threads(int n) {
     if (n < 1) n = 1;
@@ -175,6 +177,165 @@ static int write_summary(const char *dir, const rf_train_result *r, const rf_tra
     return rc;
 }
 
+/* Data parallel. The ranks of o->comm each run this loop on the same data and
+ * options. Every micro-batch that one process would take is cut into `world`
+ * contiguous slices (rank r: sequences [nb*r/world, nb*(r+1)/world)), so the
+ * data order is unchanged. The loss of a micro-batch is the (class-weighted)
+ * mean over its labelled rows, so rank r scales its local gradient by its
+ * share w_r / w (w_r its rows' weight sum, w the whole micro-batch's, which
+ * every rank computes from the data it holds: no collective needed) and the
+ * gradients are SUM-reduced: N ranks compute the gradient of one rank up to
+ * float summation order. Loss, token counts, the gradient norm and clipping
+ * are global.
+ *
+ * ZeRO over the flat blocks, rank r owning [lo, hi) = rf_comm_shard(n):
+ *   zero 0: all-reduce the whole gradient block; every rank runs full AdamW.
+ *   zero 1: all-reduce; AdamW on [lo, hi) with moments allocated for the shard
+ *           only; all-gather the parameters.
+ *   zero 2: reduce-scatter the gradients (rank r keeps [lo, hi)); the norm is
+ *           the all-reduced sum of the shards' squares; AdamW on the shard;
+ *           all-gather the parameters.
+ * Communication is one call per step after backward (no bucketed overlap yet).
+ * comm_bytes counts what a ring implementation sends per rank for each call
+ * (all-reduce 2(N-1)/N x bytes, reduce-scatter and all-gather (N-1)/N x the
+ * full vector, broadcast the buffer once), so it compares with the ZeRO
+ * paper's 2 psi / 3 psi; MPI may pick another algorithm. */
+typedef struct dp_group {
+    rf_comm *c; /* NULL at world size 1: no collective is called */
+    int world, rank, zero;
+    size_t lo, hi, block; /* rank's shard of the nparams floats; block = ceil(n/world) */
+    uint64_t bytes;       /* ring-model bytes sent so far */
+} dp_group;
+
+static int dp_fail(int rc, const char *what) {
+    return rf_fail_ctx(rc, "train: %s", what);
+}
+
+static int dp_allreduce(dp_group *g, void *buf, size_t n, rf_comm_dtype t, rf_comm_op op) {
+    g->bytes += 2 * (uint64_t)(g->world - 1) * n * rf_comm_dtype_size(t) / (uint64_t)g->world;
+    int rc = rf_comm_allreduce(g->c, buf, buf, n, t, op);
+    return rc ? dp_fail(rc, "all-reduce") : RF_OK;
+}
+
+/* The parameters after each rank updated its shard: all-gather in place. */
+static int dp_gather_params(dp_group *g, rf_bert *m) {
+    g->bytes += (uint64_t)(g->world - 1) * g->block * sizeof(float);
+    int rc = rf_comm_allgather(g->c, m->params + (size_t)g->rank * g->block, m->params, g->block,
+                               RF_COMM_F32);
+    return rc ? dp_fail(rc, "all-gather of the parameters") : RF_OK;
+}
+
+/* The weight of sequences idx[0..n): the loss's denominator (see rf_op_xent_fwd). */
+static double batch_weight(const rf_dataset *d, const size_t *idx, size_t n, const float *cw) {
+    double w = 0;
+    for (size_t i = 0; i < n; i++)
+        w += cw ? (double)cw[d->label[idx[i]]] : 1.0;
+    return w;
+}
+
+/* Gradient sync, clipping and the AdamW step of one optimizer step; returns
+ * the global gradient norm before clipping in *norm. */
+static int dp_step(dp_group *g, rf_bert *m, const rf_adamw *opt, long step, float lr, float *norm) {
+    int rc;
+    if (!g->c) { /* one process: exactly the code that ran before data parallelism */
+        *norm = rf_clip_grads(m, opt->clip_norm);
+        rf_adamw_step(m, opt, step, lr);
+        return RF_OK;
+    }
+    if (g->zero < 2) {
+        if ((rc = dp_allreduce(g, m->grads, m->nparams, RF_COMM_F32, RF_COMM_SUM))) return rc;
+        *norm = rf_clip_grads(m, opt->clip_norm); /* every rank: the same full gradient */
+    } else {
+        g->bytes += (uint64_t)(g->world - 1) * g->block * sizeof(float);
+        rc = rf_comm_reduce_scatter(g->c, m->grads, m->grads + (size_t)g->rank * g->block, g->block,
+                                    RF_COMM_F32, RF_COMM_SUM);
+        if (rc) return dp_fail(rc, "reduce-scatter of the gradients");
+        double ss = 0;
+        for (size_t i = g->lo; i < g->hi; i++)
+            ss += (double)m->grads[i] * m->grads[i];
+        if ((rc = dp_allreduce(g, &ss, 1, RF_COMM_F64, RF_COMM_SUM))) return rc;
+        *norm = (float)sqrt(ss);
+        float coef = opt->clip_norm / (*norm + 1e-6f); /* as rf_clip_grads */
+        if (opt->clip_norm > 0 && coef < 1.0f)
+            for (size_t i = g->lo; i < g->hi; i++)
+                m->grads[i] *= coef;
+    }
+    if (g->zero == 0) {
+        rf_adamw_step(m, opt, step, lr);
+        return RF_OK;
+    }
+    rf_adamw_step_range(m, opt, step, lr, g->lo, g->hi, m->m, m->v);
+    return dp_gather_params(g, m);
+}
+
+/* Writes the checkpoint from rank 0; with sharded moments rank 0 first
+ * receives every rank's block of m and v (transient full buffers on rank 0). */
+static int dp_save(dp_group *g, const char *path, rf_bert *m, const rf_train_state *st) {
+    if (!g->c || g->zero == 0) return g->rank == 0 ? rf_checkpoint_save(path, m, st) : RF_OK;
+    int rc = RF_OK;
+    if (g->rank != 0) {
+        g->bytes += 2 * g->block * sizeof(float);
+        if ((rc = rf_comm_send(g->c, m->m, g->block, RF_COMM_F32, 0)) ||
+            (rc = rf_comm_send(g->c, m->v, g->block, RF_COMM_F32, 0)))
+            return dp_fail(rc, "sending the moments to rank 0");
+        return RF_OK;
+    }
+    size_t full = g->block * (size_t)g->world;
+    float *mm = malloc(full * sizeof *mm), *vv = malloc(full * sizeof *vv);
+    if (!mm || !vv) rc = rf_fail(RF_ERR_NOMEM, "train: no memory to gather the moments");
+    if (!rc) {
+        memcpy(mm, m->m, g->block * sizeof *mm);
+        memcpy(vv, m->v, g->block * sizeof *vv);
+    }
+    for (int r = 1; r < g->world && !rc; r++) {
+        if ((rc = rf_comm_recv(g->c, mm + (size_t)r * g->block, g->block, RF_COMM_F32, r)) ||
+            (rc = rf_comm_recv(g->c, vv + (size_t)r * g->block, g->block, RF_COMM_F32, r)))
+            rc = dp_fail(rc, "receiving the moments");
+    }
+    if (!rc) rc = rf_checkpoint_save_blocks(path, m, mm, vv, st);
+    free(mm);
+    free(vv);
+    return rc;
+}
+
+/* Opens <out_dir>/metrics.jsonl for this run: truncated for a fresh start; on
+ * resume at step `step` the lines of later steps (written after the last
+ * checkpoint by the run that stopped) are dropped, so every step appears once. */
+static FILE *open_metrics(const char *dir, bool resumed, uint64_t step) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    if (!resumed) return fopen(path, "w");
+    char *old = NULL;
+    size_t len = 0;
+    rf_buf keep = RF_BUF_INIT;
+    if (rf_read_file(path, (size_t)1 << 30, &old, &len) == RF_OK) {
+        for (size_t at = 0; at < len;) {
+            char *nl = memchr(old + at, '\n', len - at);
+            size_t end = nl ? (size_t)(nl - old) + 1 : len;
+            unsigned long long s;
+            if (sscanf(old + at, "{\"step\":%llu", &s) == 1 && s <= step && nl)
+                rf_buf_append(&keep, old + at, end - at);
+            at = end;
+        }
+        free(old);
+    }
+    int rc = rf_write_file_atomic(path, keep.data ? keep.data : "", keep.len);
+    rf_buf_free(&keep);
+    return rc ? NULL : fopen(path, "a");
+}
+
+/* One line per optimizer step in <out_dir>/metrics.jsonl (rank 0). */
+static void write_metrics(FILE *f, uint64_t step, double loss, float lr, float norm,
+                          uint64_t tokens, double seconds, uint64_t bytes) {
+    if (!f) return;
+    fprintf(f,
+            "{\"step\":%llu,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%llu,"
+            "\"tokens_per_s\":%.1f,\"comm_bytes\":%llu}\n",
+            (unsigned long long)step, loss, (double)lr, (double)norm, (unsigned long long)tokens,
+            seconds > 0 ? (double)tokens / seconds : 0, (unsigned long long)bytes);
+    fflush(f);
+}
+
 int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_train_result *res) {
     memset(res, 0, sizeof *res);
     if (data->n == 0) return rf_fail(RF_ERR_INVALID, "train: no training sequences");
@@ -184,8 +345,24 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
         if (data->label[i] < 0 || data->label[i] >= m->cfg.num_labels)
             return rf_fail(RF_ERR_INVALID, "train: sequence %zu has label %d outside [0, %d)", i,
                            data->label[i], m->cfg.num_labels);
-    int rc = rf_bert_enable_training(m);
+    dp_group g = {.world = 1, .zero = 0, .lo = 0, .hi = m->nparams, .block = m->nparams};
+    if (o->zero < 0 || o->zero > 2)
+        return rf_fail(RF_ERR_UNSUPPORTED, "train: zero stage %d %s", o->zero,
+                       o->zero == 3 ? "(parameters sharded) is not implemented yet; use 0, 1 or 2"
+                                    : "is not a ZeRO stage (0, 1 or 2)");
+    if (o->comm && rf_comm_world(o->comm) > 1) {
+        g.c = o->comm;
+        g.world = rf_comm_world(o->comm);
+        g.rank = rf_comm_rank(o->comm);
+        g.zero = o->zero;
+        g.block = rf_comm_shard(m->nparams, g.world, g.rank, &g.lo, &g.hi);
+    }
+    int rc = g.zero ? rf_bert_enable_training_sharded(m, g.block * (size_t)g.world, g.block)
+                    : rf_bert_enable_training(m);
     if (rc) return rc;
+    if ((g.zero && m->npadded < g.block * (size_t)g.world) ||
+        m->nmoments < (g.zero ? g.block : m->nparams))
+        return rf_fail(RF_ERR_INVALID, "train: training buffers were allocated for another layout");
     if ((rc = rf_mkdir_p(o->out_dir)))
         return rf_fail_ctx(rc, "train: cannot create %s", o->out_dir);
 
@@ -209,22 +386,56 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
     char ckpt[4096];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.bin", o->out_dir);
     struct stat sb;
+    if (g.c) { /* every rank starts from rank 0's weights */
+        g.bytes += m->nparams * sizeof(float);
+        if ((rc = rf_comm_broadcast(g.c, m->params, m->nparams, RF_COMM_F32, 0)))
+            return dp_fail(rc, "broadcast of the initial weights");
+    }
     if (o->resume && stat(ckpt, &sb) == 0) {
-        if ((rc = rf_checkpoint_load(ckpt, m, &st))) return rc;
+        /* the single-file checkpoint of any world size: every rank takes all
+         * the weights and the moments of its own shard */
+        if ((rc = g.zero ? rf_checkpoint_load_range(ckpt, m, &st, g.lo, g.hi)
+                         : rf_checkpoint_load(ckpt, m, &st)))
+            return rc;
         res->resumed = true;
         rf_info("trainer", "resumed from %s at step %llu (epoch %llu, position %llu)", ckpt,
                 (unsigned long long)st.step, (unsigned long long)st.epoch,
                 (unsigned long long)st.pos);
     }
+    if (g.c) { /* the ranks must resume from the same step (a shared output directory) */
+        int64_t lohi[2] = {res->resumed ? (int64_t)st.step + 1 : 0, 0};
+        lohi[1] = -lohi[0];
+        if ((rc = dp_allreduce(&g, lohi, 2, RF_COMM_I64, RF_COMM_MAX))) return rc;
+        if (lohi[0] != -lohi[1])
+            return rf_fail(RF_ERR_INVALID,
+                           "train: the ranks found different checkpoints in %s (steps %lld and "
+                           "%lld; 0 = none): the output directory must be shared by all ranks",
+                           o->out_dir, (long long)-lohi[1] - 1, (long long)lohi[0] - 1);
+        rf_info("trainer", "rank %d of %d (pid %d), zero %d: shard [%zu, %zu) of %zu parameters",
+                g.rank, g.world, (int)getpid(), g.zero, g.lo, g.hi, m->nparams);
+    }
+    { /* what this rank holds for the optimizer (see the README's ZeRO table) */
+        size_t pb = m->npadded * sizeof(float), mb = 2 * m->nmoments * sizeof(float);
+        rf_info("trainer",
+                "rank %d memory: params %zu B, grads %zu B, moments %zu B (%.2f + %.2f + %.2f MiB; "
+                "%zu parameters)",
+                g.rank, pb, pb, mb, (double)pb / 1048576.0, (double)pb / 1048576.0,
+                (double)mb / 1048576.0, m->nparams);
+    }
+    FILE *metrics = NULL;
+    if (g.rank == 0) {
+        if (!(metrics = open_metrics(o->out_dir, res->resumed, st.step)))
+            return rf_fail(RF_ERR_IO, "train: cannot open %s/metrics.jsonl", o->out_dir);
+    }
 
     size_t *order = malloc(n * sizeof *order);
     rf_batch_buf bb = {0};
     class_index ci = {0};
-    if (!order) return RF_ERR_NOMEM;
-    if (o->balanced_sampler && (rc = class_index_build(&ci, data, K))) {
+    if (!order || (o->balanced_sampler && (rc = class_index_build(&ci, data, K)))) {
         free(order);
         class_index_free(&ci);
-        return rc;
+        if (metrics) fclose(metrics);
+        return order ? rc : RF_ERR_NOMEM;
     }
     double t0 = rf_now(), win_loss = 0, ck_loss = 0;
     long win_n = 0, ck_n = 0, done_this_run = 0;
@@ -237,6 +448,7 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
         rf_info("trainer", "balanced sampler: %d classes drawn equally often, with replacement",
                 ci.npresent);
     bool stop = false;
+    uint64_t bytes_before = g.bytes;
     uint64_t max_epochs = o->max_steps > 0 ? UINT64_MAX : (uint64_t)o->epochs;
     while (!rc && !stop && (long)st.step < total && st.epoch < max_epochs) {
         if (o->balanced_sampler)
@@ -248,26 +460,43 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
             rf_bert_zero_grad(m);
             size_t left = n - st.pos, group = (left + B - 1) / B;
             if (group > accum) group = accum;
+            double t_step = rf_now(), step_sums[2] = {0, 0}; /* loss sum, tokens */
             for (size_t k = 0; k < group && !rc; k++) {
                 size_t nb = n - st.pos < B ? n - st.pos : B;
-                if ((rc = rf_batch_collate(&bb, data, order + st.pos, (int)nb))) break;
-                rf_batch b = {bb.B, bb.T, bb.ids, bb.types, bb.labels, bb.valid};
+                /* this rank's slice of the micro-batch one process would take */
+                size_t a = nb * (size_t)g.rank / (size_t)g.world;
+                size_t e = nb * (size_t)(g.rank + 1) / (size_t)g.world;
+                const float *w = weighted ? cw : NULL;
+                double wl = batch_weight(data, order + st.pos + a, e - a, w);
+                double wg = g.c ? batch_weight(data, order + st.pos, nb, w) : wl;
                 uint64_t dseed = rf_rng_next(&st.rng);
-                if ((rc = rf_bert_forward(m, &b, o->dropout, dseed))) break;
-                rf_bert_backward(m, 1.0f / (float)group);
-                win_loss += m->loss;
-                win_n++;
-                ck_loss += m->loss;
-                ck_n++;
-                for (size_t i = 0; i < (size_t)bb.B * bb.T; i++)
-                    tokens += bb.valid[i];
+                if (e > a) {
+                    if ((rc = rf_batch_collate(&bb, data, order + st.pos + a, (int)(e - a)))) break;
+                    rf_batch b = {bb.B, bb.T, bb.ids, bb.types, bb.labels, bb.valid};
+                    if ((rc = rf_bert_forward(m, &b, o->dropout, dseed))) break;
+                    if (!g.c)
+                        rf_bert_backward(m, 1.0f / (float)group);
+                    else if (wg > 0)
+                        rf_bert_backward(m, (float)(wl / wg / (double)group));
+                    step_sums[0] += g.c ? (wg > 0 ? (double)m->loss * wl / wg : 0) : m->loss;
+                    for (size_t i = 0; i < (size_t)bb.B * bb.T; i++)
+                        step_sums[1] += bb.valid[i];
+                }
                 st.pos += nb;
                 st.micro++;
             }
             if (rc) break;
-            float gn = rf_clip_grads(m, opt.clip_norm);
-            float lr = rf_adamw_lr(&opt, (long)st.step);
-            rf_adamw_step(m, &opt, (long)st.step, lr);
+            if (g.c && (rc = dp_allreduce(&g, step_sums, 2, RF_COMM_F64, RF_COMM_SUM))) break;
+            win_loss += step_sums[0];
+            win_n += (long)group;
+            ck_loss += step_sums[0];
+            ck_n += (long)group;
+            tokens += (uint64_t)step_sums[1];
+            float gn = 0, lr = rf_adamw_lr(&opt, (long)st.step);
+            if ((rc = dp_step(&g, m, &opt, (long)st.step, lr, &gn))) break;
+            write_metrics(metrics, st.step + 1, step_sums[0] / (double)group, lr, gn,
+                          (uint64_t)step_sums[1], rf_now() - t_step, g.bytes - bytes_before);
+            bytes_before = g.bytes;
             st.step++;
             done_this_run++;
             if (st.pos >= n) {
@@ -275,6 +504,11 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
                 st.pos = 0;
             }
             bool cancel = o->cancel && *o->cancel;
+            if (g.c) { /* a signal may reach the ranks at different steps: stop together */
+                uint8_t any = cancel;
+                if ((rc = dp_allreduce(&g, &any, 1, RF_COMM_U8, RF_COMM_MAX))) break;
+                cancel = any;
+            }
             bool stop_now = (o->stop_after > 0 && done_this_run >= o->stop_after) || cancel;
             if (o->log_every > 0 && ((long)st.step % o->log_every == 0 || (long)st.step == total)) {
                 double dt = rf_now() - t0;
@@ -289,7 +523,7 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
             bool scheduled =
                 (o->checkpoint_every > 0 && (long)st.step % o->checkpoint_every == 0) ||
                 (long)st.step == total;
-            if (scheduled && o->on_checkpoint) {
+            if (scheduled && o->on_checkpoint && g.rank == 0) {
                 double dt = rf_now() - t0;
                 rf_train_checkpoint c = {(long)st.step, total, ck_loss / (double)(ck_n ? ck_n : 1),
                                          lr, dt > 0 ? (double)tokens / dt : 0};
@@ -297,7 +531,7 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
                 ck_loss = 0;
                 ck_n = 0;
             }
-            if (!rc && (scheduled || stop_now)) rc = rf_checkpoint_save(ckpt, m, &st);
+            if (!rc && (scheduled || stop_now)) rc = dp_save(&g, ckpt, m, &st);
             if (stop_now) stop = true;
             if (st.pos == 0) break; /* epoch finished: reshuffle */
         }
@@ -308,10 +542,15 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
     res->tokens = tokens;
     res->tokens_per_s = res->seconds > 0 ? (double)tokens / res->seconds : 0;
     res->finished = !rc && (long)st.step >= total;
+    res->comm_bytes = g.bytes;
+    if (g.c)
+        rf_info("trainer", "rank %d: %llu bytes sent in collectives, peak RSS %lld KiB", g.rank,
+                (unsigned long long)g.bytes, (long long)rf_peak_rss_kb());
+    if (metrics) fclose(metrics);
     free(order);
     class_index_free(&ci);
     rf_batch_buf_free(&bb);
-    if (!rc) rc = write_summary(o->out_dir, res, o);
+    if (!rc && g.rank == 0) rc = write_summary(o->out_dir, res, o);
     return rc;
 }
 

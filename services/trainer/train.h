@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "comm/comm.h"
 #include "trainer/dataset.h"
 #include "trainer/model.h"
 #include "trainer/optim.h"
@@ -61,6 +62,15 @@ typedef struct rf_train_opts {
      * for this step. Non-zero stops training with that error. */
     int (*on_checkpoint)(void *user, const rf_bert *m, const rf_train_checkpoint *c);
     void *user;
+    /* Data parallelism (see "Data parallel" in train.c). comm NULL or of world
+     * size 1: one process, unchanged. Otherwise every rank of comm calls
+     * rf_train with the same data and options; each takes a contiguous slice
+     * of every micro-batch, and zero picks what is sharded over the flat
+     * blocks: 0 nothing (gradients all-reduced), 1 the AdamW moments, 2 also
+     * the gradients (reduce-scattered). Only rank 0 writes files and calls
+     * on_checkpoint. The caller owns comm. */
+    rf_comm *comm;
+    int zero;
 } rf_train_opts;
 
 typedef struct rf_train_result {
@@ -70,7 +80,8 @@ typedef struct rf_train_result {
     uint64_t tokens; /* non-padding tokens processed */
     double tokens_per_s;
     bool resumed;
-    bool finished; /* false when stopped early (stop_after, cancel) */
+    bool finished;       /* false when stopped early (stop_after, cancel) */
+    uint64_t comm_bytes; /* bytes this rank sent in collectives (ring model; see train.c) */
 } rf_train_result;
 
 rf_train_opts rf_train_defaults(void);
