@@ -146,7 +146,7 @@ ingest_props=${BENCH_INGEST_KAFKA_PROPS:-$KAFKA_PROPERTIES;compression.type=lz4}
 pids+=($!); ingest_pid=$!
 for _ in $(seq 300); do [ -s "$work/ingest.port" ] && break; sleep 0.1; done
 [ -s "$work/ingest.port" ] || { echo "refinery-ingest did not start" >&2; cat "$work/ingest.log" >&2; exit 1; }
-"$BUILD/refinery-dedup" --index "$work/index" --threads 2 2>"$work/dedup.log" &
+"$BUILD/refinery-dedup" --listen 127.0.0.1:0 --index "$work/index" --threads 2 2>"$work/dedup.log" &
 pids+=($!); dedup_pid=$!
 "$BUILD/refinery-tokenizer" --tokenizer "$tok" --listen 127.0.0.1:0 --port-file "$work/tok.port" \
     2>"$work/tokenizer.log" &
