@@ -37,13 +37,13 @@ timed() {
 
 # Every survivor must say "rank R: io after T s: timeout: ..." with T within
 # the limit (plus slack for polling on an oversubscribed machine).
-survivors_timed_out() {
-    local name=$1 want=$2 n
+survivors_timed_out() { # NAME WANT [MIN]: WANT survivors report the timeout (at least MIN)
+    local name=$1 want=$2 min=${3:-$2} n
     if grep -q '^FAIL' "$log"; then
         echo "FAIL: $name:"; sed 's/^/    /' "$log"; fail=1; return
     fi
     n=$(grep -cE '^rank [0-9]+: io after [0-9.]+ s: timeout: comm \(mpi\): all-reduce of 1 f32 on rank [0-9]+ of 4 did not complete' "$log")
-    if [ "$n" -ne "$want" ]; then
+    if [ "$n" -lt "$min" ] || [ "$n" -gt "$want" ]; then
         echo "FAIL: $name: $n of $want surviving ranks reported the timeout:"; sed 's/^/    /' "$log"; fail=1; return
     fi
     local worst
@@ -51,7 +51,7 @@ survivors_timed_out() {
     if awk -v w="$worst" -v l="$limit" 'BEGIN{exit !(w > l + 1.5)}'; then
         echo "FAIL: $name: a survivor took $worst s, the limit is $limit s"; fail=1; return
     fi
-    echo "ok: $name: $want survivors failed in <= $worst s with a timeout"
+    echo "ok: $name: $n of $want survivors failed in <= $worst s with a timeout"
 }
 
 # 1. kill -9 under a plain mpirun: mpirun itself ends the job; it must exit
@@ -75,12 +75,15 @@ else
 fi
 
 # 3. A rank alive but silent: the others time out, exit 3, and mpirun ends
-#    the job non-zero.
+#    the job non-zero. mpirun kills the remaining ranks as soon as the first
+#    survivor exits, so on a loaded machine a slower survivor may be ended
+#    before it prints: at least one must report the timeout, and none may
+#    report anything else.
 timed env REFINERY_COMM_TIMEOUT=$limit timeout -k 5 60 scripts/mpirun.sh -np 4 "$bin" fault-silent
 if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
     echo "FAIL: fault-silent: mpirun exit $rc after ${took} ms"; sed 's/^/    /' "$log"; fail=1
 else
-    survivors_timed_out "fault-silent (mpirun exit $rc after ${took} ms)" 3
+    survivors_timed_out "fault-silent (mpirun exit $rc after ${took} ms)" 3 1
 fi
 
 exit $fail
