@@ -32,11 +32,11 @@ render() {
 }
 echo "== helm template"
 render defaults '{ranks: 1, hpa: [tokenizer, evaluator]}'
-render gpu-4rank '{ranks: 4, gpus: 1, hpa: [tokenizer, evaluator]}' -f deploy/gpu-4rank.yaml
+render gpu-4rank '{ranks: 4, gpus: 1, cuda: true, hpa: [tokenizer, evaluator]}' -f deploy/gpu-4rank.yaml
 render tls '{tls: true, mutual: true, tls_secret: refinery-grpc-tls, ranks: 1}' -f deploy/tls.yaml
 render external '{ranks: 1, hpa: [tokenizer, evaluator]}' -f deploy/external.yaml
 render dev-instances '{ranks: 1, dev: [postgresql, kafka]}' -f deploy/dev-instances.yaml
-render production '{ns: ml, tls: true, mutual: true, tls_secret: refinery-grpc-tls, ranks: 4, gpus: 1}' \
+render production '{ns: ml, tls: true, mutual: true, tls_secret: refinery-grpc-tls, ranks: 4, gpus: 1, cuda: true}' \
     -n ml -f deploy/external.yaml -f deploy/gpu-4rank.yaml -f deploy/tls.yaml
 render job-3rank '{ranks: 3, gpus: 2}' --set trainer.controller=job,trainer.ranks=3,trainer.gpus=2
 render tls-server-only '{tls: true, mutual: false, tls_secret: grpc, ranks: 1}' \
@@ -97,5 +97,6 @@ refuse /tls/enabled --set-string tls.enabled=yes
 refuse /ingest/workers --set ingest.workers=many
 refuse /trainer/controller --set trainer.controller=statefulset
 refuse "'replicaz'" --set tokenizer.replicaz=3
+refuse /trainer/imageComponent --set trainer.imageComponent=trainer-rocm
 refuse /migrations/enabled --set-string migrations.enabled=sometimes
 echo "chart: all checks passed"

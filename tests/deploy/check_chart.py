@@ -267,6 +267,8 @@ def main():
                     check_refinery_container(o, c, comp, values, where)
                 if comp == "trainer":
                     trainer = check_trainer(o, where, services, meta.get("ns", "default"))
+                    cuda = bool(re.search(r"(^|/)refinery-trainer-cuda:", c["image"]))
+                    check(cuda == bool(meta.get("cuda")), where, f"trainer image {c['image']} (CUDA image expected: {bool(meta.get('cuda'))})")
                 if comp == "migrations":
                     migrations += 1
                     check_migrations(o, ingest_pg, where)
