@@ -25,9 +25,6 @@ checks = 0
 # collectives layer rather than its option parser.
 COMM_ENV = {"REFINERY_WORLD_SIZE", "REFINERY_RUN_ID", "REFINERY_ATTEMPT", "REFINERY_COMM_TIMEOUT",
             "REFINERY_BOOTSTRAP_TIMEOUT"}
-# The gRPC health port being added to dedup and trainer (REFINERY_LISTEN, and TLS with it).
-PENDING = {"dedup": {"REFINERY_LISTEN", "REFINERY_TLS_CERT", "REFINERY_TLS_KEY", "REFINERY_TLS_CA"},
-           "trainer": {"REFINERY_LISTEN", "REFINERY_TLS_CERT", "REFINERY_TLS_KEY", "REFINERY_TLS_CA"}}
 HELP = {}  # component -> the variables its binary's --help lists (HELP_DIR/<component>.txt)
 HELP_TEXT = {}
 if os.environ.get("HELP_DIR"):
@@ -130,9 +127,6 @@ def check_refinery_container(o, c, component, values, where):
             if not (k.startswith("REFINERY_") or k.startswith("KAFKA_")):
                 continue
             if component == "trainer" and k in COMM_ENV:
-                continue
-            if k not in HELP[component] and k in PENDING.get(component, ()):
-                notes.add(f"refinery-{component} --help has no {k} yet (the health-port contract)")
                 continue
             check(k in HELP[component], where, f"sets {k}, which refinery-{component} --help does not list")
     check("valueFrom" in env.get("REFINERY_PG", {}), where, "REFINERY_PG does not come from a Secret")
