@@ -45,6 +45,12 @@ for s in $SERVICES; do
         --build-arg VERSION="$VERSION" --build-arg REVISION="$REVISION" \
         -t "localhost/refinery-$s:$VERSION" docker/
 done
+# vfs storage keeps every layer whole (the build stage is 1.1 GB): drop the build stages
+# of other revisions and the untagged images earlier builds left behind.
+for old in $($PODMAN images --format '{{.Repository}}:{{.Tag}}' localhost/refinery-build); do
+    [ "$old" = "localhost/refinery-build:$REVISION" ] || $PODMAN rmi "$old" >/dev/null || true
+done
+$PODMAN image prune -f >/dev/null || true
 echo "images (version $VERSION, revision $REVISION):"
 for s in $SERVICES; do
     $PODMAN image inspect --format "{{.Size}}" "localhost/refinery-$s:$VERSION" |

@@ -6,8 +6,12 @@
 # batches at trainer and evaluator, checkpoints to the last step, metrics, state
 # succeeded; then status and classify) with the five services running from the
 # images under podman instead of build/: read-only root filesystem, UID 10001, the
-# host network (PostgreSQL and the mock Kafka cluster run as in e2e.test.sh). While
+# host network (PostgreSQL and the mock Kafka cluster run as in e2e.test.sh), or with
+# E2E_NETWORK="--pod NAME" in a podman pod (tests/deploy/containers.test.sh runs this
+# script inside the pod's network namespace, so PostgreSQL and the mock join it). While
 # they run, every process of every container must be non-root (podman top).
+# Before the services start, the image's `refinery-ingest --migrate-only` (the chart's
+# migration hook) migrates the empty database, twice (the second run changes nothing).
 # Every service must then exit 0 on SIGTERM (forwarded by podman run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +19,7 @@ export REFINERY_ROOT=$PWD
 export SHARED=${SHARED:-$(cd .. && pwd)/shared}
 export REFINERY_BIN=$PWD/build/refinery
 PODMAN=${PODMAN:-podman --storage-driver vfs --cgroup-manager cgroupfs --runtime runc}
+E2E_NETWORK=${E2E_NETWORK:---network host}
 VERSION=${VERSION:-$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}/\1/p' charts/refinery/Chart.yaml)}
 export KAFKA_MOCK_BIN=$PWD/build/refinery-kafka-mock
 [ -x "$REFINERY_BIN" ] && [ -x "$KAFKA_MOCK_BIN" ] || { echo "SKIP: run make first"; exit 77; }
@@ -33,7 +38,7 @@ for s in ingest dedup tokenizer trainer evaluator; do
 #!/usr/bin/env bash
 envs=()
 for v in \$(env | grep -oE '^(REFINERY|KAFKA)_[A-Z0-9_]+'); do envs+=(-e "\$v"); done
-exec $PODMAN run --rm --label refinery-e2e=$$ --network host --read-only \\
+exec $PODMAN run --rm --label refinery-e2e=$$ $E2E_NETWORK --read-only \\
     --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 \\
     -v "$REFINERY_ROOT/tests/fixtures:$REFINERY_ROOT/tests/fixtures:ro" -v "$TEST_DIR:$TEST_DIR" \\
     "\${envs[@]}" localhost/refinery-$s:$VERSION "\$@"
@@ -44,12 +49,25 @@ done
 reviews=$SHARED/data/amazon/Appliances_5.json.gz
 e2e_env
 e2e_spec "$TEST_DIR/cli.yaml" "$reviews"
+# The chart's pre-install hook first: the ingest image with --migrate-only migrates the
+# empty database (and a second run is a no-op), before any service starts.
+for i in 1 2; do
+    "$REFINERY_BUILD/refinery-ingest" --migrate-only 2>"$TEST_DIR/migrate$i.log" ||
+        { cat "$TEST_DIR/migrate$i.log"; exit 1; }
+    grep -o 'schema version [0-9]*' "$TEST_DIR/migrate$i.log"
+done
+[ "$(sql 'select count(*) from schema_migrations')" = "$(ls services/runtime/store/migrations/*.sql | wc -l)" ]
 for s in ingest dedup tokenizer trainer evaluator; do svc_start $s; done
 export REFINERY_SERVER=127.0.0.1:${PORT[ingest]} REFINERY_EVALUATOR=127.0.0.1:${PORT[evaluator]}
 
 # Every process in the five containers runs as a non-root user.
 ids=$($PODMAN ps -q --filter "label=refinery-e2e=$$")
 [ "$(echo "$ids" | wc -w)" -eq 5 ] || { echo "expected 5 containers, got: $ids"; exit 1; }
+if [[ $E2E_NETWORK == --pod\ * ]]; then # all five in the one pod, sharing its network namespace
+    pods=$($PODMAN ps --pod --filter "label=refinery-e2e=$$" --format '{{.PodName}}' | sort -u)
+    [ "$pods" = "${E2E_NETWORK#--pod }" ] || { echo "containers outside pod ${E2E_NETWORK#--pod }: $pods"; exit 1; }
+    echo "five service containers in pod $pods"
+fi
 for id in $ids; do
     $PODMAN top "$id" huser user args | tail -n +2
     $PODMAN top "$id" huser | tail -n +2 | while read -r u; do

@@ -32,16 +32,17 @@ render() {
 }
 echo "== helm template"
 render defaults '{ranks: 1, hpa: [tokenizer, evaluator]}'
-render gpu-4rank '{ranks: 4, gpus: 1, hpa: [tokenizer, evaluator]}' -f deploy/gpu-4rank.yaml
+render gpu-4rank '{ranks: 4, gpus: 1, cuda: true, hpa: [tokenizer, evaluator]}' -f deploy/gpu-4rank.yaml
 render tls '{tls: true, mutual: true, tls_secret: refinery-grpc-tls, ranks: 1}' -f deploy/tls.yaml
 render external '{ranks: 1, hpa: [tokenizer, evaluator]}' -f deploy/external.yaml
 render dev-instances '{ranks: 1, dev: [postgresql, kafka]}' -f deploy/dev-instances.yaml
-render production '{ns: ml, tls: true, mutual: true, tls_secret: refinery-grpc-tls, ranks: 4, gpus: 1}' \
+render production '{ns: ml, tls: true, mutual: true, tls_secret: refinery-grpc-tls, ranks: 4, gpus: 1, cuda: true}' \
     -n ml -f deploy/external.yaml -f deploy/gpu-4rank.yaml -f deploy/tls.yaml
 render job-3rank '{ranks: 3, gpus: 2}' --set trainer.controller=job,trainer.ranks=3,trainer.gpus=2
 render tls-server-only '{tls: true, mutual: false, tls_secret: grpc, ranks: 1}' \
     --set tls.enabled=true,tls.secretName=grpc,networkPolicy.enabled=true
 render no-trainer '{trainer: false}' --set trainer.enabled=false
+render no-migrations '{migrations: false}' --set migrations.enabled=false
 # Chart.yaml's kubeVersion: the oldest supported version renders, an older one is refused.
 "$helm" template rf "$chart" --kube-version "$K8S_MIN" >/dev/null
 if "$helm" template rf "$chart" --kube-version 1.24.0 >/dev/null 2>&1; then echo "kubeVersion accepted 1.24"; exit 1; fi
@@ -66,7 +67,12 @@ echo "== the checks can fail"
 sed '0,/readOnlyRootFilesystem: true/s//readOnlyRootFilesystem: false/' "$tmp/defaults.yaml" >"$tmp/bad1.yaml"
 awk '/name: WORLD_SIZE/{print; getline; sub(/"4"/, "\"3\"")} {print}' "$tmp/gpu-4rank.yaml" >"$tmp/bad2.yaml"
 sed '0,/terminationGracePeriodSeconds: 45/s//terminationGracePeriodSecond: 45/' "$tmp/defaults.yaml" >"$tmp/bad3.yaml"
-bads="bad1 bad2 bad3"
+# The migration hook Job: no pre-upgrade hook, not --migrate-only, its DSN from another Secret.
+sed 's/helm.sh\/hook: pre-install,pre-upgrade/helm.sh\/hook: pre-install/' "$tmp/defaults.yaml" >"$tmp/bad5.yaml"
+sed 's/command: \["refinery-ingest", "--migrate-only"\]/command: ["refinery-ingest"]/' "$tmp/defaults.yaml" >"$tmp/bad6.yaml"
+awk '/name: rf-refinery-migrations$/{m=1} m && /name: refinery-postgresql$/{sub(/refinery-postgresql/, "other-secret"); m=0} {print}' \
+    "$tmp/defaults.yaml" >"$tmp/bad7.yaml"
+bads="bad1 bad2 bad3 bad5 bad6 bad7"
 if [ -n "${HELP_DIR:-}" ]; then # a variable no binary reads
     sed 's/name: REFINERY_DEDUP_INDEX/name: REFINERY_DEDUP_INDX/' "$tmp/defaults.yaml" >"$tmp/bad4.yaml"
     bads="$bads bad4"
@@ -91,4 +97,6 @@ refuse /tls/enabled --set-string tls.enabled=yes
 refuse /ingest/workers --set ingest.workers=many
 refuse /trainer/controller --set trainer.controller=statefulset
 refuse "'replicaz'" --set tokenizer.replicaz=3
+refuse /trainer/imageComponent --set trainer.imageComponent=trainer-rocm
+refuse /migrations/enabled --set-string migrations.enabled=sometimes
 echo "chart: all checks passed"

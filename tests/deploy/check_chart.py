@@ -25,13 +25,12 @@ checks = 0
 # collectives layer rather than its option parser.
 COMM_ENV = {"REFINERY_WORLD_SIZE", "REFINERY_RUN_ID", "REFINERY_ATTEMPT", "REFINERY_COMM_TIMEOUT",
             "REFINERY_BOOTSTRAP_TIMEOUT"}
-# The gRPC health port being added to dedup and trainer (REFINERY_LISTEN, and TLS with it).
-PENDING = {"dedup": {"REFINERY_LISTEN", "REFINERY_TLS_CERT", "REFINERY_TLS_KEY", "REFINERY_TLS_CA"},
-           "trainer": {"REFINERY_LISTEN", "REFINERY_TLS_CERT", "REFINERY_TLS_KEY", "REFINERY_TLS_CA"}}
 HELP = {}  # component -> the variables its binary's --help lists (HELP_DIR/<component>.txt)
+HELP_TEXT = {}
 if os.environ.get("HELP_DIR"):
     for comp in GRPC_PORTS:
-        HELP[comp] = set(re.findall(r"\b(?:REFINERY|KAFKA)_[A-Z0-9_]+", open(f"{os.environ['HELP_DIR']}/{comp}.txt").read()))
+        HELP_TEXT[comp] = open(f"{os.environ['HELP_DIR']}/{comp}.txt").read()
+        HELP[comp] = set(re.findall(r"\b(?:REFINERY|KAFKA)_[A-Z0-9_]+", HELP_TEXT[comp]))
 
 
 def fail(where, msg):
@@ -129,9 +128,6 @@ def check_refinery_container(o, c, component, values, where):
                 continue
             if component == "trainer" and k in COMM_ENV:
                 continue
-            if k not in HELP[component] and k in PENDING.get(component, ()):
-                notes.add(f"refinery-{component} --help has no {k} yet (the health-port contract)")
-                continue
             check(k in HELP[component], where, f"sets {k}, which refinery-{component} --help does not list")
     check("valueFrom" in env.get("REFINERY_PG", {}), where, "REFINERY_PG does not come from a Secret")
     check(env.get("KAFKA_BOOTSTRAP", {}).get("value"), where, "KAFKA_BOOTSTRAP is empty")
@@ -153,6 +149,34 @@ def check_refinery_container(o, c, component, values, where):
         for k in ("REFINERY_TLS_CERT", "REFINERY_TLS_KEY", "REFINERY_TLS_CA"):
             check(k not in env, where, f"{k} set with TLS off")
         check("/etc/refinery/tls" not in mounts, where, "TLS mount with TLS off")
+
+
+def check_migrations(o, ingest_pg, where):
+    """The pre-install/pre-upgrade hook Job: refinery-ingest --migrate-only, the DSN from
+    the same Secret key the ingest Deployment reads, nothing restarted in place."""
+    check(o["kind"] == "Job", where, "migrations is not a Job")
+    ann = o["metadata"].get("annotations", {})
+    hooks = set(ann.get("helm.sh/hook", "").split(","))
+    check(hooks == {"pre-install", "pre-upgrade"}, where, f"hook annotation {ann.get('helm.sh/hook')!r}")
+    check("before-hook-creation" in ann.get("helm.sh/hook-delete-policy", ""), where,
+          "no before-hook-creation delete policy (a failed Job would block the next try)")
+    check("helm.sh/hook-weight" in ann, where, "no hook weight")
+    spec = pod_spec(o)
+    check(spec.get("restartPolicy") == "Never", where, "restartPolicy is not Never")
+    check(isinstance(o["spec"].get("activeDeadlineSeconds"), int), where, "no activeDeadlineSeconds")
+    c = spec["containers"][0]
+    check(c.get("command") == ["refinery-ingest", "--migrate-only"], where, f"command {c.get('command')}")
+    check(re.search(r"(^|/)refinery-ingest:", c["image"]), where, f"image {c['image']} is not the ingest image")
+    env = env_of(c)
+    pg = env.get("REFINERY_PG", {})
+    check("value" not in pg and pg.get("valueFrom", {}).get("secretKeyRef"), where,
+          "REFINERY_PG does not come from a Secret")
+    check(pg.get("valueFrom") == ingest_pg, where, f"REFINERY_PG from {pg.get('valueFrom')}, ingest's from {ingest_pg}")
+    if HELP:
+        check("--migrate-only" in HELP_TEXT.get("ingest", ""), where, "refinery-ingest --help has no --migrate-only")
+        for n in env:
+            if n.startswith(("REFINERY_", "KAFKA_")):
+                check(n in HELP["ingest"], where, f"{n} is not an option of refinery-ingest")
 
 
 def check_trainer(o, where, services, ns):
@@ -217,6 +241,10 @@ def main():
         services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
         seen = set()
         trainer = None
+        ingest = [d for d in docs if d["kind"] == "Deployment"
+                  and d["metadata"]["labels"].get("app.kubernetes.io/component") == "ingest"]
+        ingest_pg = env_of(pod_spec(ingest[0])["containers"][0]).get("REFINERY_PG", {}).get("valueFrom") if ingest else None
+        migrations = 0
         for o in docs:
             where = f"{f}: {name(o)}"
             validate(o, where, (vmin, vmax))
@@ -233,6 +261,11 @@ def main():
                     check_refinery_container(o, c, comp, values, where)
                 if comp == "trainer":
                     trainer = check_trainer(o, where, services, meta.get("ns", "default"))
+                    cuda = bool(re.search(r"(^|/)refinery-trainer-cuda:", c["image"]))
+                    check(cuda == bool(meta.get("cuda")), where, f"trainer image {c['image']} (CUDA image expected: {bool(meta.get('cuda'))})")
+                if comp == "migrations":
+                    migrations += 1
+                    check_migrations(o, ingest_pg, where)
         for comp in REFINERY:
             if comp != "trainer" or meta.get("trainer", True):
                 check(comp in seen, f, f"no {comp} workload rendered")
@@ -246,6 +279,9 @@ def main():
             check(trainer[0] == meta["ranks"], f, f"{trainer[0]} ranks rendered, {meta['ranks']} asked")
             check(str(trainer[1]) == str(meta.get("gpus")) if meta.get("gpus") else trainer[1] is None,
                   f, f"nvidia.com/gpu limit {trainer[1]}, {meta.get('gpus')} asked")
+        # The migration hook: with an external PostgreSQL only (see templates/migrations.yaml).
+        want = meta.get("migrations", not meta.get("dev"))
+        check(migrations == (1 if want else 0), f, f"{migrations} migration Jobs rendered, {int(want)} expected")
         for comp in meta.get("dev", []):
             check(("StatefulSet", comp) in kinds, f, f"no development {comp}")
         print(f"{f}: {len(docs)} objects")

@@ -10,6 +10,8 @@
  * let running streams finish (up to --grace seconds), stop loads at a
  * recorded batch, finish and commit the source's poll, deliver what was
  * produced, exit 0.
+ * --migrate-only: apply the PostgreSQL migrations (rf_store_open), log the
+ * schema version and exit 0 (the chart's pre-install/pre-upgrade hook Job).
  * See services/README.md. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +39,7 @@ typedef struct config {
     const char *topic_clean, *topic_rejected, *spec, *pg, *input_root, *source_topic, *source_group;
     int64_t batch_docs, max_in_flight, max_watches, source_max_messages;
     double load_rate;
+    bool migrate_only;
 } config;
 
 /* Settings from the `ingest:` section of a pipeline spec (the same keys as
@@ -75,8 +78,29 @@ static int start_source(config *c, const rf_kafka_opts *ko, rf_kafka_producer *p
     return rc;
 }
 
+/* --migrate-only: rf_store_open applies the embedded migrations that are missing
+ * (under its advisory lock, so it is safe beside running services). */
+static int migrate_only(const config *c) {
+    rf_store_opts sto = {.conninfo = c->pg};
+    rf_store *store = NULL;
+    int version = 0;
+    int rc = rf_store_open(&sto, &store);
+    if (rc == RF_OK) rc = rf_store_schema_version(store, &version);
+    if (rc == RF_OK)
+        rf_info("ingest", "migrations applied: schema version %d", version);
+    else
+        rf_error("ingest", "migration failed: %s", rf_errmsg());
+    rf_store_close(store);
+    return rc;
+}
+
 static int serve(void *cfg) {
     config *c = cfg;
+    if (c->migrate_only) {
+        int rc = migrate_only(c);
+        rf_svc_kafka_free(&c->kafka);
+        return rc;
+    }
     rf_kafka_opts ko;
     rf_kafka_producer *producer = NULL;
     rf_store *store = NULL, *control_store = NULL;
@@ -172,6 +196,8 @@ static int serve(void *cfg) {
 
 static int check(void *cfg) {
     config *c = cfg;
+    if (c->migrate_only)
+        return c->pg ? RF_OK : rf_fail(RF_ERR_INVALID, "--migrate-only needs --pg / REFINERY_PG");
     if (!c->kafka.bootstrap)
         return rf_fail(RF_ERR_INVALID, "--kafka / KAFKA_BOOTSTRAP is required");
     int rc = rf_svc_grpc_check(&c->grpc);
@@ -213,6 +239,8 @@ int main(int argc, char **argv) {
          "concurrent Control.Watch calls (each holds a worker); 0 = half the workers"},
         {"batch-docs", "REFINERY_BATCH_DOCS", RF_OPT_INT, &c.batch_docs, "256",
          "kept documents per DocumentBatch"},
+        {"migrate-only", NULL, RF_OPT_BOOL, &c.migrate_only, "false",
+         "apply the PostgreSQL migrations (--pg), print the schema version, exit (no Kafka)"},
         {"max-in-flight", "REFINERY_KAFKA_MAX_IN_FLIGHT", RF_OPT_INT, &c.max_in_flight, "10000",
          "Kafka messages awaiting delivery before producing blocks"},
     };
