@@ -214,7 +214,8 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	@SHARED=$(SHARED) BUILD=$(BUILD) scripts/bench/run-all.sh
 
-# Container images (podman, debootstrap; see docker/build-images.sh). Not part of test.
+# Container images (podman, debootstrap; see docker/build-images.sh). make test builds them
+# too, in tests/deploy/containers.test.sh.
 images:
 	@docker/build-images.sh
 
