@@ -52,7 +52,7 @@ static void on_signal(int sig) {
 static void usage(FILE *out) {
     fprintf(out,
             "usage: refinery submit SPEC.yaml [--run-id ID] [--server-inputs] [--watch] [--json]\n"
-            "                [server options]\n"
+            "                [--stall-timeout S] [--unreachable-timeout S] [server options]\n"
             "Submits the spec as a run (Control.Submit), pushes the documents of its\n"
             "ingest.inputs (Ingest.PushLists; read and mapped here, cleaned and filtered by the\n"
             "server), seals the run and prints a JSON summary: records read, pushed,\n"
@@ -62,8 +62,9 @@ static void usage(FILE *out) {
             "relative, and seals the run when they are in; prints the run id, the inputs\n"
             "and the batch size. The load goes on if this command stops.\n"
             "--watch then follows the run like `refinery watch` (--json: JSON lines) and\n"
-            "exits 0 only if it succeeds.\n\n%s",
-            rf_remote_usage);
+            "exits 0 only if it succeeds; the watch options and exit statuses below apply\n"
+            "to it (before the watch: 1 for a failure, 2 for a bad spec or usage).\n\n%s%s",
+            rf_watch_usage, rf_remote_usage);
 }
 
 /* The PushLists call the ingest library's batches are streamed into. */
@@ -172,8 +173,9 @@ static void show_rejects(FILE *rejects, int64_t total) {
 
 typedef struct submit_args {
     const char *spec_path, *run_id;
-    bool watch, json, server_inputs;
+    bool watch, server_inputs;
     rf_remote r;
+    rf_watch_opts w;
 } submit_args;
 
 /* Pushes the inputs into run_id; fills *sum. Returns 0 or the exit status. */
@@ -352,6 +354,14 @@ static int load_spec(const submit_args *a, char **text, size_t *len, rf_cfg **cf
     return rc;
 }
 
+/* --watch: follows the run; Ctrl-C now simply ends the command (the
+ * handlers stop a push, which is over). */
+static int watch(rf_rpc_client *client, const submit_args *a, const char *run_id) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    return rf_remote_watch(client, &a->r, "submit", run_id, &a->w);
+}
+
 static int submit_run(const submit_args *a) {
     char *text = NULL;
     size_t len = 0, n = 0;
@@ -386,7 +396,7 @@ static int submit_run(const submit_args *a) {
     if (a->server_inputs) {
         fprintf(stderr, "refinery submit: run %s submitted; the server loads its inputs\n", run_id);
         rc = load_inputs(client, a, run_id);
-        if (rc == 0 && a->watch) rc = rf_remote_watch(client, "submit", run_id, a->json);
+        if (rc == 0 && a->watch) rc = watch(client, a, run_id);
         goto out;
     }
     fprintf(stderr, "refinery submit: run %s submitted; pushing %zu input(s)\n", run_id, n);
@@ -408,7 +418,7 @@ static int submit_run(const submit_args *a) {
     if (rc)
         fprintf(stderr, "refinery submit: run %s is not sealed: its input is incomplete\n", run_id);
     else if (a->watch)
-        rc = rf_remote_watch(client, "submit", run_id, a->json);
+        rc = watch(client, a, run_id);
 out:
     rf_rpc_client_free(client);
     free(inputs);
@@ -420,6 +430,7 @@ out:
 
 static int cmd_submit(int argc, char **argv) {
     static const struct option longopts[] = {RF_REMOTE_LONGOPTS,
+                                             RF_WATCH_LONGOPTS,
                                              {"run-id", required_argument, NULL, 'r'},
                                              {"watch", no_argument, NULL, 'w'},
                                              {"server-inputs", no_argument, NULL, 's'},
@@ -428,10 +439,12 @@ static int cmd_submit(int argc, char **argv) {
                                              {NULL, 0, NULL, 0}};
     submit_args a = {0};
     rf_remote_init(&a.r);
+    if (rf_watch_opts_init(&a.w) < 0) return 2;
     int c;
     optind = 0;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         int shared = rf_remote_option(&a.r, c, optarg);
+        if (!shared) shared = rf_watch_option(&a.w, c, optarg);
         if (shared < 0) return 2;
         if (shared) continue;
         switch (c) {
@@ -445,7 +458,7 @@ static int cmd_submit(int argc, char **argv) {
             a.server_inputs = true;
             break;
         case 'j':
-            a.json = true;
+            a.w.json = true;
             break;
         case 'h':
             usage(stdout);

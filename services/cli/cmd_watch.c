@@ -6,30 +6,34 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: refinery watch RUN [--json] [server options]\n"
+            "usage: refinery watch RUN [--json] [--stall-timeout S] [--unreachable-timeout S]\n"
+            "                [server options]\n"
             "Prints a progress line (--json: the status as JSON) whenever the run changes,\n"
-            "until it ends. Exit status 0 when it succeeded, 1 when it failed or was\n"
-            "cancelled (or the watch could not continue).\n\n%s",
-            rf_remote_usage);
+            "until it ends, or gives up when it makes no progress or the server gives no\n"
+            "status for too long (the exit status says which).\n\n%s%s",
+            rf_watch_usage, rf_remote_usage);
 }
 
 static int cmd_watch(int argc, char **argv) {
     static const struct option longopts[] = {RF_REMOTE_LONGOPTS,
+                                             RF_WATCH_LONGOPTS,
                                              {"json", no_argument, NULL, 'j'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     rf_remote r;
     rf_remote_init(&r);
-    bool json = false;
+    rf_watch_opts w;
+    if (rf_watch_opts_init(&w) < 0) return 2;
     int c;
     optind = 0;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         int shared = rf_remote_option(&r, c, optarg);
+        if (!shared) shared = rf_watch_option(&w, c, optarg);
         if (shared < 0) return 2;
         if (shared) continue;
         switch (c) {
         case 'j':
-            json = true;
+            w.json = true;
             break;
         case 'h':
             usage(stdout);
@@ -45,7 +49,7 @@ static int cmd_watch(int argc, char **argv) {
     }
     rf_rpc_client *client;
     if (rf_remote_connect(&r, r.server, "watch", &client) < 0) return 1;
-    int rc = rf_remote_watch(client, "watch", argv[optind], json);
+    int rc = rf_remote_watch(client, &r, "watch", argv[optind], &w);
     rf_rpc_client_free(client);
     return rc;
 }

@@ -1,6 +1,8 @@
 /* Shared client plumbing of the service commands (see remote.h). */
 #include "cli/remote.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -8,14 +10,71 @@
 
 #include "common/buf.h"
 #include "common/error.h"
+#include "common/sys.h"
 
-#define WATCH_RETRIES 60 /* reconnections of a broken watch, one second apart */
+/* While it trains the trainer shows progress only at checkpoints (with
+ * checkpoint_every 0: the last one only); examples/amazon.yaml trains for
+ * several minutes on 2 cores. The default leaves room for that. */
+#define STALL_DEFAULT_S       900.0
+#define UNREACHABLE_DEFAULT_S 30.0
+#define PAUSE_MIN_S           0.25  /* first pause before asking a silent server again, */
+#define PAUSE_MAX_S           5.0   /* doubling up to this */
+#define POLL_S                1.0   /* Control.Get period when polling */
+#define RENEW_S               300.0 /* a Watch call lasts at most this long, then Get checks */
 
 const char rf_remote_usage[] =
     "server:    --server HOST:PORT (REFINERY_SERVER, default 127.0.0.1:7101)\n"
     "           --evaluator HOST:PORT (REFINERY_EVALUATOR, default 127.0.0.1:7105)\n"
     "           --tls-ca PEM  --tls-cert PEM  --tls-key PEM  --tls-server-name NAME\n"
     "           --timeout SECONDS (each unary call, default 30)\n";
+
+const char rf_watch_usage[] =
+    "watch:     --stall-timeout SECONDS (REFINERY_STALL_TIMEOUT, default 900; 0: never)\n"
+    "             give up when neither the run's state nor any stage's counts, its\n"
+    "             checkpoint or its evaluation changed for this long (while it trains,\n"
+    "             the trainer shows progress only at checkpoints: trainer.checkpoint_every)\n"
+    "           --unreachable-timeout SECONDS (REFINERY_UNREACHABLE_TIMEOUT, default 30;\n"
+    "             0: never) give up when the server gave no status for this long\n"
+    "             (unreachable, or UNAVAILABLE); meanwhile it is asked again after\n"
+    "             0.25 s, then twice as long each time, up to 5 s\n"
+    "exit:      0 the run succeeded; 1 it failed or was cancelled, or the watch\n"
+    "           broke; 2 usage error or invalid argument; 3 stalled (no progress for\n"
+    "           --stall-timeout); 4 the server gave no status for --unreachable-timeout\n";
+
+/* A timeout in seconds: a finite number >= 0. */
+static int parse_timeout(const char *what, const char *arg, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(arg, &end);
+    if (end == arg || *end || errno || !isfinite(v) || v < 0 || v > 1e9) {
+        fprintf(stderr, "refinery: %s expects a number of seconds >= 0, got '%s'\n", what, arg);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int rf_watch_opts_init(rf_watch_opts *w) {
+    memset(w, 0, sizeof *w);
+    w->stall_s = STALL_DEFAULT_S;
+    w->unreachable_s = UNREACHABLE_DEFAULT_S;
+    const char *s = getenv("REFINERY_STALL_TIMEOUT"), *u = getenv("REFINERY_UNREACHABLE_TIMEOUT");
+    if (s && *s && parse_timeout("REFINERY_STALL_TIMEOUT", s, &w->stall_s) < 0) return -1;
+    if (u && *u && parse_timeout("REFINERY_UNREACHABLE_TIMEOUT", u, &w->unreachable_s) < 0)
+        return -1;
+    return 0;
+}
+
+int rf_watch_option(rf_watch_opts *w, int c, const char *arg) {
+    switch (c) {
+    case RF_WATCH_OPT_STALL:
+        return parse_timeout("--stall-timeout", arg, &w->stall_s) < 0 ? -1 : 1;
+    case RF_WATCH_OPT_UNREACHABLE:
+        return parse_timeout("--unreachable-timeout", arg, &w->unreachable_s) < 0 ? -1 : 1;
+    default:
+        return 0;
+    }
+}
 
 void rf_remote_init(rf_remote *r) {
     memset(r, 0, sizeof *r);
@@ -158,13 +217,125 @@ void rf_remote_print_line(FILE *out, const Refinery__V1__RunStatus *s) {
     fflush(out);
 }
 
-/* One Watch call: prints every status; *state gets the last one's state. */
-static int watch_once(rf_rpc_client *c, const char *run_id, bool json, char *state, size_t size,
-                      rf_rpc_status *st) {
+/* ---- following a run ---- */
+
+typedef struct watcher {
+    rf_rpc_client *c;
+    const rf_remote *r;
+    const rf_watch_opts *w;
+    const char *cmd, *run_id;
+    Refinery__V1__RunStatus *last; /* the last status seen (owned), NULL before one */
+    uint8_t *last_packed;          /* and packed, to print only changes */
+    size_t last_len;
+    double progress_at; /* rf_now() of the last progress (or of the start) */
+    double down_since;  /* rf_now() since which the server gives no status; < 0: it does */
+    double pause;       /* before asking a silent server again */
+    rf_rpc_status err;  /* why it gave none, the last time */
+    bool poll;          /* no room for a watch on the server: Get every POLL_S */
+} watcher;
+
+static void sleep_s(double s) {
+    if (s <= 0) return;
+    struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+    }
+}
+
+static bool ended(const char *state) {
+    return !strcmp(state, "succeeded") || !strcmp(state, "failed") || !strcmp(state, "cancelled");
+}
+
+static bool counts_equal(const Refinery__V1__StageCounts *a, const Refinery__V1__StageCounts *b) {
+    return !strcmp(a->stage, b->stage) && a->batches == b->batches && a->docs_in == b->docs_in &&
+           a->docs_out == b->docs_out && a->rejected == b->rejected &&
+           a->duplicate == b->duplicate && a->complete == b->complete;
+}
+
+/* Progress from a to b: the run's state, sealing or error, a stage's counts,
+ * its checkpoint or evaluation changed (timestamps alone are not progress). */
+static bool progressed(const Refinery__V1__RunStatus *a, const Refinery__V1__RunStatus *b) {
+    if (strcmp(a->state, b->state) || strcmp(a->error, b->error) || a->sealed != b->sealed ||
+        a->checkpoint_step != b->checkpoint_step || a->eval_step != b->eval_step ||
+        a->n_stages != b->n_stages)
+        return true;
+    for (size_t i = 0; i < a->n_stages; i++)
+        if (!counts_equal(a->stages[i], b->stages[i])) return true;
+    return false;
+}
+
+/* Takes s: notes progress, prints it when it differs from the last one. */
+static int observe(watcher *wt, Refinery__V1__RunStatus *s) {
+    size_t len = refinery__v1__run_status__get_packed_size(s);
+    uint8_t *packed = malloc(len ? len : 1);
+    if (!packed) {
+        protobuf_c_message_free_unpacked(&s->base, NULL);
+        return RF_ERR_NOMEM;
+    }
+    refinery__v1__run_status__pack(s, packed);
+    if (!wt->last || progressed(wt->last, s)) wt->progress_at = rf_now();
+    if (!wt->last || len != wt->last_len || memcmp(packed, wt->last_packed, len) != 0) {
+        if (wt->w->json)
+            rf_remote_print_json(stdout, s);
+        else
+            rf_remote_print_line(stdout, s);
+    }
+    if (wt->last) protobuf_c_message_free_unpacked(&wt->last->base, NULL);
+    free(wt->last_packed);
+    wt->last = s;
+    wt->last_packed = packed;
+    wt->last_len = len;
+    return RF_OK;
+}
+
+static bool run_ended(const watcher *wt) {
+    return wt->last && ended(wt->last->state);
+}
+
+/* The server gave no status (since t, if it did until now). */
+static void went_silent(watcher *wt, double t, const rf_rpc_status *st) {
+    wt->err = *st;
+    if (wt->down_since >= 0) return;
+    wt->down_since = t;
+    fprintf(stderr, "refinery %s: no status from %s: %s: %s; asking again", wt->cmd, wt->r->server,
+            rf_rpc_status_name(st->code), st->message);
+    if (wt->w->unreachable_s > 0)
+        fprintf(stderr, " for up to %g s\n", wt->w->unreachable_s);
+    else
+        fputs(" until it answers\n", stderr);
+}
+
+/* Control.Get: observes the status; < 0 with *st on failure. */
+static int get_status(watcher *wt, rf_rpc_status *st) {
+    rf_remote r = *wt->r;
+    /* The call's deadline also bounds a connection that hangs (no refusal). */
+    if (wt->w->unreachable_s > 0) {
+        double left = wt->w->unreachable_s;
+        if (wt->down_since >= 0) left -= rf_now() - wt->down_since;
+        if (left < 0.1) left = 0.1;
+        if (left < r.timeout_s) r.timeout_s = left;
+    }
+    Refinery__V1__RunStatus *s = NULL;
+    int rc = rf_remote_run_call(wt->c, &r, "Get", wt->run_id, &s, st);
+    if (rc < 0) return rc;
+    if (wt->down_since >= 0) {
+        fprintf(stderr, "refinery %s: %s answers again\n", wt->cmd, wt->r->server);
+        wt->pause = PAUSE_MIN_S;
+    }
+    wt->down_since = -1;
+    if ((rc = observe(wt, s)) < 0) {
+        st->code = GRPC_STATUS_RESOURCE_EXHAUSTED;
+        snprintf(st->message, sizeof st->message, "out of memory");
+    }
+    return rc;
+}
+
+/* One Control.Watch call of at most timeout_s (0: no deadline): observes
+ * every status until the run ends or the call does. */
+static int watch_call(watcher *wt, double timeout_s, rf_rpc_status *st) {
     Refinery__V1__RunRef ref = REFINERY__V1__RUN_REF__INIT;
-    ref.run_id = (char *)run_id;
+    ref.run_id = (char *)wt->run_id;
     rf_rpc_stream *ws;
-    int rc = rf_rpc_stream_open(c, "/refinery.v1.Control/Watch", 0, &ws);
+    int rc = rf_rpc_stream_open(wt->c, "/refinery.v1.Control/Watch", timeout_s, &ws);
     if (rc < 0) {
         st->code = GRPC_STATUS_UNAVAILABLE;
         snprintf(st->message, sizeof st->message, "%s", rf_errmsg());
@@ -172,76 +343,129 @@ static int watch_once(rf_rpc_client *c, const char *run_id, bool json, char *sta
     }
     if (rf_rpc_stream_send(ws, &ref.base) == RF_OK) rf_rpc_stream_close_send(ws);
     ProtobufCMessage *m;
-    while (rf_rpc_stream_recv(ws, &refinery__v1__run_status__descriptor, &m) == 1) {
-        const Refinery__V1__RunStatus *s = (const Refinery__V1__RunStatus *)m;
-        snprintf(state, size, "%s", s->state);
-        if (json)
-            rf_remote_print_json(stdout, s);
-        else
-            rf_remote_print_line(stdout, s);
-        protobuf_c_message_free_unpacked(m, NULL);
+    rc = RF_OK;
+    while (rc == RF_OK && rf_rpc_stream_recv(ws, &refinery__v1__run_status__descriptor, &m) == 1) {
+        wt->pause = PAUSE_MIN_S; /* the watch works */
+        rc = observe(wt, (Refinery__V1__RunStatus *)m);
     }
-    return rf_rpc_stream_finish(ws, st);
+    int done = rf_rpc_stream_finish(ws, st);
+    if (rc < 0) {
+        st->code = GRPC_STATUS_RESOURCE_EXHAUSTED;
+        snprintf(st->message, sizeof st->message, "out of memory");
+        return rc;
+    }
+    return run_ended(wt) ? RF_OK : done;
 }
 
-static bool ended(const char *state) {
-    return !strcmp(state, "succeeded") || !strcmp(state, "failed") || !strcmp(state, "cancelled");
+static int give_up_silent(const watcher *wt, double now) {
+    fprintf(stderr,
+            "refinery %s: giving up: no status from the Control server at %s for %.1f s "
+            "(--unreachable-timeout %g); last error: %s: %s\n",
+            wt->cmd, wt->r->server, now - wt->down_since, wt->w->unreachable_s,
+            rf_rpc_status_name(wt->err.code), wt->err.message);
+    return RF_WATCH_UNREACHABLE;
 }
 
-/* When the server has no room for another watch: Control.Get once a second,
- * printing the status when it changes. */
-static int poll_status(rf_rpc_client *c, const char *run_id, bool json, char *state, size_t size,
-                       rf_rpc_status *st) {
-    rf_remote r;
-    rf_remote_init(&r);
-    uint8_t *last = NULL;
-    size_t last_len = 0;
-    int rc = RF_OK;
-    while (!ended(state)) {
-        Refinery__V1__RunStatus *s;
-        if ((rc = rf_remote_run_call(c, &r, "Get", run_id, &s, st)) < 0) break;
-        size_t len = refinery__v1__run_status__get_packed_size(s);
-        uint8_t *now = malloc(len ? len : 1);
-        if (!now) {
-            protobuf_c_message_free_unpacked(&s->base, NULL);
-            rc = RF_ERR_NOMEM;
-            break;
-        }
-        refinery__v1__run_status__pack(s, now);
-        if (!last || len != last_len || memcmp(now, last, len) != 0) {
-            snprintf(state, size, "%s", s->state);
-            if (json)
-                rf_remote_print_json(stdout, s);
-            else
-                rf_remote_print_line(stdout, s);
-        }
-        free(last);
-        last = now;
-        last_len = len;
-        protobuf_c_message_free_unpacked(&s->base, NULL);
-        if (!ended(state)) sleep(1);
+static void put_counts(rf_buf *b, const Refinery__V1__StageCounts *c) {
+    rf_buf_printf(b, "%s %llu>%llu (batches %llu)", c->stage, (unsigned long long)c->docs_in,
+                  (unsigned long long)c->docs_out, (unsigned long long)c->batches);
+}
+
+static int give_up_stalled(const watcher *wt, double now) {
+    const Refinery__V1__RunStatus *s = wt->last;
+    rf_buf stuck = RF_BUF_INIT, done = RF_BUF_INIT;
+    for (size_t i = 0; i < s->n_stages; i++) {
+        rf_buf *b = s->stages[i]->complete ? &done : &stuck;
+        if (b->len) rf_buf_puts(b, ", ");
+        put_counts(b, s->stages[i]);
     }
-    free(last);
+    time_t at = time(NULL) - (time_t)(now - wt->progress_at);
+    struct tm tm;
+    char ts[16];
+    strftime(ts, sizeof ts, "%H:%M:%S", localtime_r(&at, &tm));
+    /* Caught up but not ended: the trainer is training (or died doing so). */
+    bool training = false;
+    for (size_t i = 0; i < s->n_stages; i++)
+        if (!strcmp(s->stages[i]->stage, "trainer")) training = s->stages[i]->complete;
+    fprintf(stderr,
+            "refinery %s: giving up: run %s (%s%s) made no progress for %.1f s "
+            "(--stall-timeout %g), since %s; not moving: %s; complete: %s%s\n",
+            wt->cmd, wt->run_id, s->state, s->sealed ? ", sealed" : ", not sealed",
+            now - wt->progress_at, wt->w->stall_s, ts,
+            stuck.len ? stuck.data : "no stage (the run has not ended)",
+            done.len ? done.data : "none",
+            training ? "; the trainer has all its input and shows progress only at checkpoints "
+                       "(trainer.checkpoint_every): a longer --stall-timeout may be needed"
+                     : "");
+    rf_buf_free(&stuck);
+    rf_buf_free(&done);
+    return RF_WATCH_STALLED;
+}
+
+static bool transient(grpc_status_code code) {
+    return code == GRPC_STATUS_UNAVAILABLE || code == GRPC_STATUS_DEADLINE_EXCEEDED;
+}
+
+/* The loop: Get (the status now, and whether the server answers), then give
+ * up or wait, then Watch until the stall deadline (or Get once a second). */
+static int follow(watcher *wt) {
+    const rf_watch_opts *w = wt->w;
+    for (;;) {
+        rf_rpc_status st = {0};
+        double t0 = rf_now();
+        if (get_status(wt, &st) < 0) {
+            if (!transient(st.code)) return rf_remote_report(wt->cmd, &st);
+            went_silent(wt, t0, &st);
+        }
+        if (run_ended(wt)) return RF_OK;
+        double now = rf_now();
+        if (wt->down_since >= 0) {
+            double left = w->unreachable_s - (now - wt->down_since);
+            if (w->unreachable_s > 0 && left <= 0) return give_up_silent(wt, now);
+            sleep_s(w->unreachable_s > 0 && left < wt->pause ? left : wt->pause);
+            wt->pause = fmin(wt->pause * 2, PAUSE_MAX_S);
+            continue;
+        }
+        double stall_left = w->stall_s > 0 ? w->stall_s - (now - wt->progress_at) : RENEW_S;
+        if (stall_left <= 0) return give_up_stalled(wt, now);
+        if (wt->poll) {
+            sleep_s(fmin(POLL_S, stall_left));
+            continue;
+        }
+        if (watch_call(wt, fmin(stall_left, RENEW_S), &st) == RF_OK) {
+            if (run_ended(wt)) return RF_OK;
+            continue; /* the server ended the call early: Get tells why */
+        }
+        if (st.code == GRPC_STATUS_RESOURCE_EXHAUSTED) {
+            fprintf(stderr, "refinery %s: %s; polling instead\n", wt->cmd, st.message);
+            wt->poll = true;
+        } else if (st.code == GRPC_STATUS_UNAVAILABLE) {
+            /* Restarting, its store down, ...: Get says whether it answers. The
+             * pause grows until a watch delivers again, so a server that takes
+             * Gets but ends each Watch at once is not asked in a loop. */
+            sleep_s(wt->pause);
+            wt->pause = fmin(wt->pause * 2, PAUSE_MAX_S);
+        } else if (st.code != GRPC_STATUS_DEADLINE_EXCEEDED) { /* the deadline: Get checks */
+            return rf_remote_report(wt->cmd, &st);
+        }
+    }
+}
+
+int rf_remote_watch(rf_rpc_client *c, const rf_remote *r, const char *cmd, const char *run_id,
+                    const rf_watch_opts *w) {
+    watcher wt = {.c = c, .r = r, .w = w, .cmd = cmd, .run_id = run_id};
+    wt.progress_at = rf_now();
+    wt.down_since = -1;
+    wt.pause = PAUSE_MIN_S;
+    int rc = follow(&wt);
+    if (rc == RF_OK) {
+        if (strcmp(wt.last->state, "succeeded") != 0) {
+            fprintf(stderr, "refinery %s: run %s %s%s%s\n", cmd, run_id, wt.last->state,
+                    wt.last->error[0] ? ": " : "", wt.last->error);
+            rc = RF_WATCH_ENDED_BADLY;
+        }
+    }
+    if (wt.last) protobuf_c_message_free_unpacked(&wt.last->base, NULL);
+    free(wt.last_packed);
     return rc;
-}
-
-int rf_remote_watch(rf_rpc_client *c, const char *cmd, const char *run_id, bool json) {
-    char state[32] = "";
-    rf_rpc_status st = {0};
-    for (int attempt = 0;; attempt++) {
-        int rc = watch_once(c, run_id, json, state, sizeof state, &st);
-        if (rc < 0 && st.code == GRPC_STATUS_RESOURCE_EXHAUSTED) {
-            fprintf(stderr, "refinery %s: %s; polling instead\n", cmd, st.message);
-            rc = poll_status(c, run_id, json, state, sizeof state, &st);
-        }
-        if (ended(state)) break;
-        /* Only an unavailable server (restarting, store down) is worth waiting for. */
-        bool retry = (rc == RF_OK || st.code == GRPC_STATUS_UNAVAILABLE) && attempt < WATCH_RETRIES;
-        if (!retry) return rc < 0 ? rf_remote_report(cmd, &st) : 1;
-        if (rc < 0) fprintf(stderr, "refinery %s: %s; watching again\n", cmd, st.message);
-        sleep(1);
-    }
-    if (!strcmp(state, "succeeded")) return 0;
-    fprintf(stderr, "refinery %s: run %s %s\n", cmd, run_id, state);
-    return 1;
 }

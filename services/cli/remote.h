@@ -71,11 +71,50 @@ void rf_remote_print_json(FILE *out, const Refinery__V1__RunStatus *s);
 /* The status as one human-readable progress line. */
 void rf_remote_print_line(FILE *out, const Refinery__V1__RunStatus *s);
 
-/* Follows run_id with Control.Watch, printing a line (or JSON with json) per
- * change, until it ends; reconnects for a while when the server is
- * unavailable, and polls Control.Get once a second when it has no room for
- * another watch. Returns the exit status: 0 succeeded, 1 failed or
- * cancelled or the watch broke. */
-int rf_remote_watch(rf_rpc_client *c, const char *cmd, const char *run_id, bool json);
+/* How `watch` and `submit --watch` follow a run, and when they give up. */
+typedef struct rf_watch_opts {
+    bool json;            /* JSON lines instead of progress lines */
+    double stall_s;       /* give up after this long without progress; 0 = never */
+    double unreachable_s; /* give up after the server gave no status this long */
+} rf_watch_opts;
+
+/* Exit statuses of a watch (2 stays a usage error or INVALID_ARGUMENT). */
+enum {
+    RF_WATCH_SUCCEEDED = 0,
+    RF_WATCH_ENDED_BADLY = 1, /* the run failed or was cancelled, or the watch broke */
+    RF_WATCH_STALLED = 3,     /* no progress for stall_s */
+    RF_WATCH_UNREACHABLE = 4, /* no status from the server for unreachable_s */
+};
+
+enum {
+    RF_WATCH_OPT_STALL = 0x1100,
+    RF_WATCH_OPT_UNREACHABLE,
+};
+
+#define RF_WATCH_LONGOPTS                                                                          \
+    {"stall-timeout", required_argument, NULL, RF_WATCH_OPT_STALL}, {                              \
+        "unreachable-timeout", required_argument, NULL, RF_WATCH_OPT_UNREACHABLE                   \
+    }
+
+/* Help text of the watch options and the exit statuses. */
+extern const char rf_watch_usage[];
+
+/* Defaults (stall 900 s, unreachable 30 s), then REFINERY_STALL_TIMEOUT and
+ * REFINERY_UNREACHABLE_TIMEOUT; -1 (message printed) for a bad value. */
+int rf_watch_opts_init(rf_watch_opts *w);
+/* Applies option c as rf_remote_option does (1, 0 or -1). */
+int rf_watch_option(rf_watch_opts *w, int c, const char *arg);
+
+/* Follows run_id until it ends, printing a line (or JSON) per change. Uses
+ * Control.Watch, or polls Control.Get once a second when the server has no
+ * room for another watch. Progress is a change of the run's state, sealing,
+ * error, any stage's counts, its checkpoint or its evaluation; without any
+ * for w->stall_s it gives up, naming the stages that have not moved. When
+ * the server gives no status (unreachable, or UNAVAILABLE: restarting, its
+ * store down) it retries with a growing pause, and gives up after
+ * w->unreachable_s naming the address and the last error. Returns one of
+ * the RF_WATCH_* statuses (2 for INVALID_ARGUMENT). */
+int rf_remote_watch(rf_rpc_client *c, const rf_remote *r, const char *cmd, const char *run_id,
+                    const rf_watch_opts *w);
 
 #endif

@@ -161,11 +161,55 @@ cat "$TEST_DIR/watch4a.out" "$TEST_DIR/watch4b.out"
 grep -q "polling instead" "$TEST_DIR/watch4b.out"
 for f in watch4a watch4b; do tail -n 1 "$TEST_DIR/$f.out" | grep -q "cli-4 succeeded"; done
 
+# Giving up. Only ingest runs here, so a sealed run stalls at dedup: watch
+# exits 3 after --stall-timeout, naming the stages that have not moved with
+# their last counts (and submit --watch likewise, its timeout from the
+# environment). Against a port where nothing listens it exits 4 after
+# --unreachable-timeout, naming the address and the error, retrying with
+# growing pauses meanwhile instead of in a loop.
+"$bin" submit "$spec" --run-id cli-5 >/dev/null 2>&1
+timed() { # timed NAME command...: output in NAME.out and NAME.err; sets rc and secs
+    local name=$1 start
+    shift
+    start=$(date +%s.%N)
+    rc=0
+    "$@" >"$TEST_DIR/$name.out" 2>"$TEST_DIR/$name.err" || rc=$?
+    secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+    cat "$TEST_DIR/$name.out" "$TEST_DIR/$name.err"
+    echo "$name: exit $rc after $secs s"
+}
+within() { awk -v s="$secs" -v lo="$1" -v hi="$2" 'BEGIN { exit !(s >= lo && s < hi) }'; }
+timed stall "$bin" watch cli-5 --stall-timeout 3
+[ $rc -eq 3 ]
+within 3 8
+grep -q "cli-5 running sealed | ingest 4>3 rej 1 done | dedup 0>0 |" "$TEST_DIR/stall.out"
+grep -q "giving up: run cli-5 (running, sealed) made no progress for 3.[0-9] s (--stall-timeout 3)" \
+    "$TEST_DIR/stall.err"
+grep -q "not moving: dedup 0>0 (batches 0), tokenizer 0>0 (batches 0), trainer 0>0 (batches 0), evaluator 0>0 (batches 0); complete: ingest 4>3 (batches 1)$" \
+    "$TEST_DIR/stall.err"
+timed stall6 env REFINERY_STALL_TIMEOUT=2 "$bin" submit "$spec" --run-id cli-6 --watch --json
+[ $rc -eq 3 ]
+within 2 8
+grep -q '"run_id":"cli-6","state":"running"' "$TEST_DIR/stall6.out"
+grep -q "refinery submit: giving up: run cli-6 .* (--stall-timeout 2).*not moving: dedup 0>0" \
+    "$TEST_DIR/stall6.err"
+nobody=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+timed down "$bin" watch cli-5 --server 127.0.0.1:$nobody --unreachable-timeout 2
+[ $rc -eq 4 ]
+within 2 6
+grep -q "giving up: no status from the Control server at 127.0.0.1:$nobody for 2.[0-9] s (--unreachable-timeout 2); last error: UNAVAILABLE: .*127.0.0.1:$nobody" \
+    "$TEST_DIR/down.err"
+[ "$(wc -l <"$TEST_DIR/down.err")" -eq 2 ] # the first failure and the verdict, no retry lines
+[ ! -s "$TEST_DIR/down.out" ]
+# Bad timeouts are usage errors.
+rc=0; "$bin" watch cli-5 --stall-timeout soon 2>/dev/null || rc=$?; [ $rc -eq 2 ]
+rc=0; REFINERY_UNREACHABLE_TIMEOUT=-1 "$bin" watch cli-5 2>/dev/null || rc=$?; [ $rc -eq 2 ]
+
 # The list: newest first, one line per run.
 "$bin" status >"$TEST_DIR/list"
 cat "$TEST_DIR/list"
-[ "$(wc -l <"$TEST_DIR/list")" -eq 5 ] # cli-1, cli-ov, a generated id, cli-3, cli-4
-head -n 1 "$TEST_DIR/list" | grep -q '"run_id":"cli-4"'
+[ "$(wc -l <"$TEST_DIR/list")" -eq 7 ] # cli-1, cli-ov, a generated id, cli-3, cli-4, cli-5, cli-6
+head -n 1 "$TEST_DIR/list" | grep -q '"run_id":"cli-6"'
 [ "$("$bin" status --limit 1 --lines | wc -l)" -eq 1 ]
 
 # classify against refinery-evaluator (gRPC side only), with a checkpoint
