@@ -354,12 +354,15 @@ static int load_spec(const submit_args *a, char **text, size_t *len, rf_cfg **cf
     return rc;
 }
 
-/* --watch: follows the run; Ctrl-C now simply ends the command (the
- * handlers stop a push, which is over). */
-static int watch(rf_rpc_client *client, const submit_args *a, const char *run_id) {
+/* --watch: follows the run on a channel of its own (this one freed, see
+ * rf_remote_watch); Ctrl-C now simply ends the command (the handlers stop a
+ * push, which is over). */
+static int watch(rf_rpc_client **client, const submit_args *a, const char *run_id) {
+    rf_rpc_client_free(*client);
+    *client = NULL;
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
-    return rf_remote_watch(client, &a->r, "submit", run_id, &a->w);
+    return rf_remote_watch(&a->r, "submit", run_id, &a->w);
 }
 
 static int submit_run(const submit_args *a) {
@@ -396,7 +399,7 @@ static int submit_run(const submit_args *a) {
     if (a->server_inputs) {
         fprintf(stderr, "refinery submit: run %s submitted; the server loads its inputs\n", run_id);
         rc = load_inputs(client, a, run_id);
-        if (rc == 0 && a->watch) rc = watch(client, a, run_id);
+        if (rc == 0 && a->watch) rc = watch(&client, a, run_id);
         goto out;
     }
     fprintf(stderr, "refinery submit: run %s submitted; pushing %zu input(s)\n", run_id, n);
@@ -418,7 +421,7 @@ static int submit_run(const submit_args *a) {
     if (rc)
         fprintf(stderr, "refinery submit: run %s is not sealed: its input is incomplete\n", run_id);
     else if (a->watch)
-        rc = watch(client, a, run_id);
+        rc = watch(&client, a, run_id);
 out:
     rf_rpc_client_free(client);
     free(inputs);

@@ -47,11 +47,7 @@ static int cmd_watch(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    rf_rpc_client *client;
-    if (rf_remote_connect(&r, r.server, "watch", &client) < 0) return 1;
-    int rc = rf_remote_watch(client, &r, "watch", argv[optind], &w);
-    rf_rpc_client_free(client);
-    return rc;
+    return rf_remote_watch(&r, "watch", argv[optind], &w);
 }
 
 static const rf_command watch_cmd = {"watch", "follow a run until it ends (Control)", cmd_watch};

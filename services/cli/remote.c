@@ -220,7 +220,7 @@ void rf_remote_print_line(FILE *out, const Refinery__V1__RunStatus *s) {
 /* ---- following a run ---- */
 
 typedef struct watcher {
-    rf_rpc_client *c;
+    rf_rpc_client *c; /* owned: replaced while the server gives no status */
     const rf_remote *r;
     const rf_watch_opts *w;
     const char *cmd, *run_id;
@@ -304,8 +304,26 @@ static void went_silent(watcher *wt, double t, const rf_rpc_status *st) {
         fputs(" until it answers\n", stderr);
 }
 
+/* A new channel in place of the old one. While the server is away gRPC
+ * waits longer and longer (up to 2 minutes) before it tries to connect
+ * again, and calls fail at once meanwhile: a server back after 15 s was seen
+ * 12 s late. A new channel (the old one gone, and with it the connection it
+ * shared) connects when asked. */
+static int reconnect(watcher *wt, rf_rpc_status *st) {
+    rf_rpc_client *fresh;
+    if (rf_remote_connect(wt->r, wt->r->server, wt->cmd, &fresh) < 0) {
+        st->code = GRPC_STATUS_UNAVAILABLE;
+        snprintf(st->message, sizeof st->message, "%s", rf_errmsg());
+        return RF_ERR_IO;
+    }
+    rf_rpc_client_free(wt->c);
+    wt->c = fresh;
+    return RF_OK;
+}
+
 /* Control.Get: observes the status; < 0 with *st on failure. */
 static int get_status(watcher *wt, rf_rpc_status *st) {
+    if (wt->down_since >= 0 && reconnect(wt, st) < 0) return RF_ERR_IO;
     rf_remote r = *wt->r;
     /* The call's deadline also bounds a connection that hangs (no refusal). */
     if (wt->w->unreachable_s > 0) {
@@ -451,9 +469,10 @@ static int follow(watcher *wt) {
     }
 }
 
-int rf_remote_watch(rf_rpc_client *c, const rf_remote *r, const char *cmd, const char *run_id,
+int rf_remote_watch(const rf_remote *r, const char *cmd, const char *run_id,
                     const rf_watch_opts *w) {
-    watcher wt = {.c = c, .r = r, .w = w, .cmd = cmd, .run_id = run_id};
+    watcher wt = {.r = r, .w = w, .cmd = cmd, .run_id = run_id};
+    if (rf_remote_connect(r, r->server, cmd, &wt.c) < 0) return RF_WATCH_ENDED_BADLY;
     wt.progress_at = rf_now();
     wt.down_since = -1;
     wt.pause = PAUSE_MIN_S;
@@ -467,5 +486,6 @@ int rf_remote_watch(rf_rpc_client *c, const rf_remote *r, const char *cmd, const
     }
     if (wt.last) protobuf_c_message_free_unpacked(&wt.last->base, NULL);
     free(wt.last_packed);
+    rf_rpc_client_free(wt.c);
     return rc;
 }

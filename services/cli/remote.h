@@ -105,16 +105,20 @@ int rf_watch_opts_init(rf_watch_opts *w);
 /* Applies option c as rf_remote_option does (1, 0 or -1). */
 int rf_watch_option(rf_watch_opts *w, int c, const char *arg);
 
-/* Follows run_id until it ends, printing a line (or JSON) per change. Uses
+/* Follows run_id on r->server, on a channel of its own (a caller's channel
+ * to the same server is best freed first: see reconnect in remote.c), until
+ * it ends, printing a line (or JSON) per change. Uses
  * Control.Watch, or polls Control.Get once a second when the server has no
  * room for another watch. Progress is a change of the run's state, sealing,
  * error, any stage's counts, its checkpoint or its evaluation; without any
  * for w->stall_s it gives up, naming the stages that have not moved. When
  * the server gives no status (unreachable, or UNAVAILABLE: restarting, its
  * store down) it retries with a growing pause, and gives up after
- * w->unreachable_s naming the address and the last error. Returns one of
+ * w->unreachable_s naming the address and the last error; while it waits it
+ * asks on a new channel each time, so that a server back is seen at once
+ * (gRPC's own reconnection waits up to 2 minutes). Returns one of
  * the RF_WATCH_* statuses (2 for INVALID_ARGUMENT). */
-int rf_remote_watch(rf_rpc_client *c, const rf_remote *r, const char *cmd, const char *run_id,
+int rf_remote_watch(const rf_remote *r, const char *cmd, const char *run_id,
                     const rf_watch_opts *w);
 
 #endif
