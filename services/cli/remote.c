@@ -368,7 +368,7 @@ static int watch_call(watcher *wt, double timeout_s, rf_rpc_status *st) {
     }
     int done = rf_rpc_stream_finish(ws, st);
     if (rc < 0) {
-        st->code = GRPC_STATUS_RESOURCE_EXHAUSTED;
+        st->code = GRPC_STATUS_INTERNAL; /* not RESOURCE_EXHAUSTED: that means polling */
         snprintf(st->message, sizeof st->message, "out of memory");
         return rc;
     }
@@ -450,17 +450,15 @@ static int follow(watcher *wt) {
             sleep_s(fmin(POLL_S, stall_left));
             continue;
         }
-        if (watch_call(wt, fmin(stall_left, RENEW_S), &st) == RF_OK) {
-            if (run_ended(wt)) return RF_OK;
-            continue; /* the server ended the call early: Get tells why */
-        }
-        if (st.code == GRPC_STATUS_RESOURCE_EXHAUSTED) {
+        int rc = watch_call(wt, fmin(stall_left, RENEW_S), &st);
+        if (run_ended(wt)) return RF_OK;
+        if (rc < 0 && st.code == GRPC_STATUS_RESOURCE_EXHAUSTED) {
             fprintf(stderr, "refinery %s: %s; polling instead\n", wt->cmd, st.message);
             wt->poll = true;
-        } else if (st.code == GRPC_STATUS_UNAVAILABLE) {
-            /* Restarting, its store down, ...: Get says whether it answers. The
-             * pause grows until a watch delivers again, so a server that takes
-             * Gets but ends each Watch at once is not asked in a loop. */
+        } else if (rc == RF_OK || st.code == GRPC_STATUS_UNAVAILABLE) {
+            /* Ended early (restarting, its store down, ...): Get says whether it
+             * answers. The pause grows until a watch delivers again, so a server
+             * that takes Gets but ends each Watch at once is not asked in a loop. */
             sleep_s(wt->pause);
             wt->pause = fmin(wt->pause * 2, PAUSE_MAX_S);
         } else if (st.code != GRPC_STATUS_DEADLINE_EXCEEDED) { /* the deadline: Get checks */
