@@ -214,10 +214,15 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	@SHARED=$(SHARED) BUILD=$(BUILD) scripts/bench/run-all.sh
 
-# Container images (podman, debootstrap; see docker/build-images.sh). make test builds them
-# too, in tests/deploy/containers.test.sh.
+# Container images (podman, debootstrap; see docker/build-images.sh). make test builds the
+# six service images too, in tests/deploy/containers.test.sh. The CUDA trainer variant
+# (docker/build-trainer-cuda.sh) is built when a CUDA toolkit is present (CUDA_HOME,
+# default /usr/local/cuda); without one make images says so and builds the other six.
+CUDA_HOME ?= /usr/local/cuda
 images:
 	@docker/build-images.sh
+	@if [ -x "$(CUDA_HOME)/bin/nvcc" ]; then CUDA_HOME="$(CUDA_HOME)" docker/build-trainer-cuda.sh; \
+	else echo "make images: refinery-trainer-cuda not built: no CUDA toolkit at $(CUDA_HOME) (set CUDA_HOME)"; fi
 
 format:
 	clang-format -i $$(git ls-files 'services/*.[ch]' 'services/*.cc' 'services/*.cu' 'tests/*.[ch]')

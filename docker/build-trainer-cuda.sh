@@ -18,12 +18,32 @@ work=${IMAGES_WORK:-/var/tmp/refinery-images}/trainer-cuda
 [ -x "$CUDA_HOME/bin/nvcc" ] || { echo "build-trainer-cuda: no nvcc in $CUDA_HOME/bin" >&2; exit 1; }
 cuda_version=$("$CUDA_HOME/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\), V\([0-9.]*\).*/\2/p')
 
+# Reproducibility: the toolkit must be the one docker/cuda.lock pins (nvcc version and the
+# sha256 of every runtime library the image carries), or the build stops.
+libs="libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2"
+lock_now() {
+    echo "nvcc $cuda_version"
+    for l in $libs; do
+        [ -e "$CUDA_HOME/lib64/$l" ] || { echo "build-trainer-cuda: no $CUDA_HOME/lib64/$l" >&2; return 1; }
+        echo "$l $(sha256sum "$(readlink -f "$CUDA_HOME/lib64/$l")" | cut -d' ' -f1)"
+    done
+}
+now=$(lock_now)
+if [ "${REFINERY_IMAGES_RELOCK:-0}" = 1 ] || [ ! -f docker/cuda.lock ]; then
+    { grep '^#' docker/cuda.lock 2>/dev/null || true; echo "$now"; } >docker/cuda.lock.new
+    mv docker/cuda.lock.new docker/cuda.lock
+elif ! diff <(grep -v '^#' docker/cuda.lock) <(echo "$now") >&2; then
+    echo "build-trainer-cuda: the CUDA toolkit in $CUDA_HOME differs from docker/cuda.lock (above:" \
+        "< locked, > found); install the locked toolkit, or REFINERY_IMAGES_RELOCK=1 to accept it" >&2
+    exit 1
+fi
+
 make -j"${JOBS:-2}" CUDA=1 NVCC="$CUDA_HOME/bin/nvcc" BUILD=build-cuda OPT=-O2 build-cuda/refinery-trainer
 rm -rf "$work"; mkdir -p "$work"
 LD_LIBRARY_PATH=$CUDA_HOME/lib64 docker/collect.sh "$work/out" build-cuda/refinery-trainer
 # The CUDA runtime libraries, at /usr/local/cuda/lib64 in the image (LD_LIBRARY_PATH).
 mkdir -p "$work/out/usr/local/cuda/lib64"
-for l in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+for l in $libs; do
     [ -e "$work/out/usr/local/cuda/lib64/$l" ] || cp "$(readlink -f "$CUDA_HOME/lib64/$l")" "$work/out/usr/local/cuda/lib64/$l"
 done
 # Whatever ldd resolved to another CUDA path is moved under /usr/local/cuda/lib64 too.
