@@ -2,9 +2,9 @@
  * defaults are rf_dedup_opts_default's. */
 #include "pipeline/stages.h"
 
-static const char *const defaults[] = {
-    "ngram", "5",    "char_ngrams", "false", "bands",   "20",   "rows",      "5",
-    "threshold", "0.7", "verify", "true", "set_cap", "2048", "normalize", "all", NULL};
+static const char *const defaults[] = {"ngram",   "5",    "char_ngrams", "false", "bands",  "20",
+                                       "rows",    "5",    "threshold",   "0.7",   "verify", "true",
+                                       "set_cap", "2048", "normalize",   "all",   NULL};
 static const char *const ignore[] = {"threads", NULL};
 static const char *const outputs[] = {"dedup", NULL};
 

@@ -202,8 +202,8 @@ static int hash_path(rf_cache *c, const char *path, char hex[33], int depth) {
         char ident[PATH_MAX + 160];
         int len = snprintf(ident, sizeof ident, "%s|%llu|%llu|%lld|%lld.%09ld|%lld.%09ld", real,
                            (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
-                           (long long)st.st_size, (long long)st.st_mtim.tv_sec,
-                           st.st_mtim.tv_nsec, (long long)st.st_ctim.tv_sec, st.st_ctim.tv_nsec);
+                           (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+                           (long long)st.st_ctim.tv_sec, st.st_ctim.tv_nsec);
         free(real);
         char id[33];
         rf_hash128_hex(rf_hash128_of(ident, (size_t)len, 0), id);
@@ -263,8 +263,7 @@ static int hash_inputs(rf_cache *c, const rf_cfg *n, XXH3_state_t *hs, bool top,
     if (kind == RF_CFG_SCALAR) {
         const char *v = rf_cfg_scalar(n);
         struct stat st;
-        if (!*v || stat(v, &st) != 0 || !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)))
-            return RF_OK;
+        if (!*v || stat(v, &st) != 0 || !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))) return RF_OK;
         char h[33];
         int rc = hash_path(c, v, h, 0);
         if (rc) return rc;
@@ -284,8 +283,8 @@ static int hash_inputs(rf_cache *c, const rf_cfg *n, XXH3_state_t *hs, bool top,
     return RF_OK;
 }
 
-int rf_cache_key(rf_cache *c, const char *stage, const rf_stage_cache *info,
-                 const rf_cfg *section, const char *upstream, char key[RF_CACHE_KEY_LEN]) {
+int rf_cache_key(rf_cache *c, const char *stage, const rf_stage_cache *info, const rf_cfg *section,
+                 const char *upstream, char key[RF_CACHE_KEY_LEN]) {
     rf_buf canon = RF_BUF_INIT;
     int rc = rf_cache_canon(section, info, &canon);
     XXH3_state_t *hs = XXH3_createState();
@@ -417,7 +416,8 @@ static int manifest_walk(const char *dir, const char *rel, rf_buf *out, int dept
                 char hex[33];
                 uint64_t size;
                 rc = hash_file(sub, hex, &size);
-                if (!rc) rc = rf_buf_printf(out, "F\t%s\t%llu\t%s\n", r, (unsigned long long)size, hex);
+                if (!rc)
+                    rc = rf_buf_printf(out, "F\t%s\t%llu\t%s\n", r, (unsigned long long)size, hex);
             }
             free(sub);
             free(r);
@@ -451,13 +451,15 @@ static const char *verify(const char *entry, const char *key) {
         char expect[256], mhex[33];
         rf_hash128_hex(rf_hash128_of(man, mlen, 0), mhex);
         snprintf(expect, sizeof expect, FORMAT "\nkey %s\nmanifest %s\n", key, mhex);
-        if (strcmp(text, expect) != 0) snprintf(why, sizeof why, "MANIFEST does not match COMPLETE");
+        if (strcmp(text, expect) != 0)
+            snprintf(why, sizeof why, "MANIFEST does not match COMPLETE");
         for (char *line = man, *next; !why[0] && line && *line; line = next) {
             next = strchr(line, '\n');
             if (next) *next++ = 0;
             char *f[4] = {0};
             int nf = 0;
-            for (char *t = line, *save = NULL; nf < 4 && (t = strtok_r(nf ? NULL : t, "\t", &save));)
+            for (char *t = line, *save = NULL;
+                 nf < 4 && (t = strtok_r(nf ? NULL : t, "\t", &save));)
                 f[nf++] = t;
             char *p = nf >= 2 ? join(entry, f[1]) : NULL;
             struct stat st;
@@ -564,9 +566,8 @@ static int link_output(const char *target, const char *run_dir, const char *name
     return rc;
 }
 
-int rf_cache_commit(rf_cache *c, const char *stage, const char *key, char *tmp,
-                    const char *run_dir, const char *const *outputs, const rf_stats *stats,
-                    char **entry) {
+int rf_cache_commit(rf_cache *c, const char *stage, const char *key, char *tmp, const char *run_dir,
+                    const char *const *outputs, const rf_stats *stats, char **entry) {
     char *out = join(tmp, "out"), *final = NULL;
     rf_buf b = RF_BUF_INIT;
     int rc = out ? rf_mkdir_p(out) : RF_ERR_NOMEM;

@@ -48,8 +48,8 @@ const char *rf_cache_path(const rf_cache *c); /* absolute */
 int rf_cache_canon(const rf_cfg *section, const rf_stage_cache *info, rf_buf *out);
 
 /* The key of a stage (upstream: the previous stage's key, or NULL). */
-int rf_cache_key(rf_cache *c, const char *stage, const rf_stage_cache *info,
-                 const rf_cfg *section, const char *upstream, char key[RF_CACHE_KEY_LEN]);
+int rf_cache_key(rf_cache *c, const char *stage, const rf_stage_cache *info, const rf_cfg *section,
+                 const char *upstream, char key[RF_CACHE_KEY_LEN]);
 
 /* 1 and *entry (malloc'd) for a complete, intact entry; 0 when there is none
  * (*why says why: "absent", or what was wrong with an entry now removed). */
@@ -61,9 +61,8 @@ int rf_cache_begin(rf_cache *c, const char *stage, const char *key, char **tmp);
 /* Moves run_dir/<outputs> into tmp/out/, writes stats (the counters under
  * "<stage>." except skip_suffixes), MANIFEST and COMPLETE, renames tmp into
  * place and links run_dir/<outputs> to it. *entry (malloc'd) is the entry. */
-int rf_cache_commit(rf_cache *c, const char *stage, const char *key, char *tmp,
-                    const char *run_dir, const char *const *outputs, const rf_stats *stats,
-                    char **entry);
+int rf_cache_commit(rf_cache *c, const char *stage, const char *key, char *tmp, const char *run_dir,
+                    const char *const *outputs, const rf_stats *stats, char **entry);
 /* Removes a begun entry. */
 void rf_cache_abort(char *tmp);
 

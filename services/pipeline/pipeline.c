@@ -771,6 +771,8 @@ int rf_pipeline_run_group(const rf_pipeline_opts *o, rf_comm *comm, char **run_d
     }
     if (!rc && cache_on) rc = rf_cache_open(cache_dir, &r->cache);
     free(def_dir);
+    for (size_t i = 0; grp && i < r->nslots; i++)
+        r->slots[i].retries = 0; /* the other ranks would not try again with us */
     size_t from = r->nstream, to = r->nstream;
     const char *replay = NULL;
     if (!rc) rc = plan_cache(r, cache_on, &from, &to, &replay);
@@ -784,6 +786,15 @@ int rf_pipeline_run_group(const rf_pipeline_opts *o, rf_comm *comm, char **run_d
         if (rc) rc = rf_fail_ctx(rc, "reusing stage %s from the cache", s->ops->name);
         atomic_store(&s->status, ST_CACHED);
         rf_info("run", "stage %s: cached (%s)", s->ops->name, s->key);
+    }
+    /* the batch stages that will run check their settings now, not after the stream */
+    for (size_t i = r->nstream; i < r->nslots && !rc; i++) {
+        slot *s = &r->slots[i];
+        if (s->hit) continue;
+        void *state = NULL;
+        rc = s->ops->open(rf_cfg_get(r->spec, s->ops->name), &s->ctx, &state);
+        if (rc) rc = stage_error(rc, s->ops->name);
+        if (state && s->ops->close) s->ops->close(state);
     }
     rf_progress *prog = NULL;
     if (!rc) rf_progress_start(o->progress, o->progress_every, progress_rows, r, &prog);

@@ -43,7 +43,7 @@ static void clock_text(double s, char *out, size_t n) {
 
 void rf_progress_format(const rf_prog_row *r, int width, char *out, size_t n) {
     char bar[64], eta[32] = "", rate[48] = "", count[64] = "", took[32];
-    int bw = width > 0 && width < 62 ? width : 20;
+    int bw = width > 0 && width < 62 ? width : width <= 0 ? 0 : 20;
     double frac = r->total ? (double)r->count / (double)r->total : 0;
     if (frac > 1) frac = 1;
     bool running = !strcmp(r->state, "running");
@@ -53,9 +53,9 @@ void rf_progress_format(const rf_prog_row *r, int width, char *out, size_t n) {
     if (!r->total && !finished) fill = 0;
     bar[0] = '[';
     for (int i = 0; i < bw; i++)
-        bar[1 + i] = i < fill ? '#' : (running && !r->total && i == (int)(r->seconds * 5) % bw)
-                                          ? '>'
-                                          : '-';
+        bar[1 + i] = i < fill                                                    ? '#'
+                     : (running && !r->total && i == (int)(r->seconds * 5) % bw) ? '>'
+                                                                                 : '-';
     bar[bw + 1] = ']';
     bar[bw + 2] = 0;
     if (r->unit) {
@@ -76,8 +76,12 @@ void rf_progress_format(const rf_prog_row *r, int width, char *out, size_t n) {
         snprintf(eta, sizeof eta, "  ETA %s", t);
     }
     clock_text(r->seconds, took, sizeof took);
-    snprintf(out, n, "%-10s %s %s%s%s  %s %s", r->name, bar, count, rate, eta, r->state,
-             running || finished ? took : "");
+    if (width <= 0) /* no bar (log lines) */
+        snprintf(out, n, "%s %s %s%s%s%s%s", r->name, r->state, running || finished ? took : "",
+                 count[0] ? ", " : "", count, rate, r->unit ? eta : "");
+    else
+        snprintf(out, n, "%-10s %s %s%s%s  %s %s", r->name, bar, count, rate, eta, r->state,
+                 running || finished ? took : "");
 }
 
 /* Prints what the run logged since the last call (above the bars). */
@@ -94,7 +98,7 @@ static void draw_tty(rf_progress *p, bool last) {
     rf_prog_row rows[MAX_ROWS];
     size_t n = p->rows(p->user, rows, MAX_ROWS);
     if (p->drawn) fprintf(p->tty, "\033[%zuA", p->drawn); /* back to the first bar */
-    fputs("\r\033[J", p->tty);                             /* and clear them */
+    fputs("\r\033[J", p->tty);                            /* and clear them */
     if (last && p->log_w) { /* the log goes back to the terminal first */
         fflush(p->log_w);
     }
@@ -114,7 +118,7 @@ static void log_plain(rf_progress *p) {
     for (size_t i = 0; i < n; i++) {
         if (strcmp(rows[i].state, "running")) continue;
         char line[256];
-        rf_progress_format(&rows[i], 20, line, sizeof line);
+        rf_progress_format(&rows[i], 0, line, sizeof line);
         rf_info("progress", "%s", line);
     }
 }

@@ -24,12 +24,13 @@ typedef size_t (*rf_prog_rows_fn)(void *user, rf_prog_row *rows, size_t max);
 typedef struct rf_progress rf_progress;
 
 /* tty: bars on it (NULL: plain log lines every `every` seconds, 0: none). */
-int rf_progress_start(FILE *tty, double every, rf_prog_rows_fn rows, void *user,
-                      rf_progress **out);
+int rf_progress_start(FILE *tty, double every, rf_prog_rows_fn rows, void *user, rf_progress **out);
 /* Draws the last state and stops. NULL is a no-op. */
 void rf_progress_stop(rf_progress *p);
 
-/* One row as text (for the tests): "dedup  [####----]  120/240 docs  60/s  ETA 0:02". */
+/* One row as text: with a bar of width characters, "dedup [####----] 120/240 docs
+ * 60/s  ETA 0:02  running 0:02"; width 0, no bar: "dedup running 0:02, 120/240
+ * docs  60/s  ETA 0:02" (the log lines). */
 void rf_progress_format(const rf_prog_row *r, int width, char *out, size_t n);
 
 #endif

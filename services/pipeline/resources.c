@@ -29,9 +29,11 @@ int rf_quantity_bytes(const char *s, int64_t *out) {
     static const struct {
         const char *suffix;
         double mult;
-    } units[] = {{"Ki", 1024.0}, {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0},
-                 {"k", 1e3},     {"K", 1e3},        {"M", 1e6},           {"G", 1e9},
-                 {"T", 1e12},    {"", 1}};
+    } units[] = {{"Ki", 1024.0},       {"Mi", 1048576.0},
+                 {"Gi", 1073741824.0}, {"Ti", 1099511627776.0},
+                 {"k", 1e3},           {"K", 1e3},
+                 {"M", 1e6},           {"G", 1e9},
+                 {"T", 1e12},          {"", 1}};
     char *end;
     errno = 0;
     double v = strtod(s, &end);
@@ -155,9 +157,10 @@ int64_t rf_memwatch_stop(rf_memwatch *w, bool *exceeded) {
 }
 
 int rf_resources_values(const rf_cfg *spec, const char *const *stages, size_t n, FILE *out) {
-    fprintf(out, "# Helm values from %s: each stage's resources as its service's requests\n"
-                 "# and limits (helm install -f this.yaml ... charts/refinery).\n",
-                 rf_cfg_source(spec));
+    fprintf(out,
+            "# Helm values from %s: each stage's resources as its service's requests\n"
+            "# and limits (helm install -f this.yaml ... charts/refinery).\n",
+            rf_cfg_source(spec));
     size_t shown = 0;
     for (size_t i = 0; i < n; i++) {
         rf_resources r;

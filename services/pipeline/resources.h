@@ -17,9 +17,9 @@
 #include "common/config.h"
 
 typedef struct rf_resources {
-    double cpu;         /* cores, 0 when unset */
-    int64_t memory;     /* bytes, 0 when unset */
-    int64_t gpu;        /* devices */
+    double cpu;                         /* cores, 0 when unset */
+    int64_t memory;                     /* bytes, 0 when unset */
+    int64_t gpu;                        /* devices */
     const char *cpu_text, *memory_text; /* as written (in the spec tree) */
 } rf_resources;
 

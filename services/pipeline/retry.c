@@ -38,8 +38,9 @@ int rf_retry_injected(const char *stage, int attempt) {
         if (!strncmp(p, stage, n) && p[n] == ':') {
             int times = atoi(p + n + 1);
             if (attempt <= times)
-                return rf_fail(RF_ERR_IO, "injected transient failure %d of %d (REFINERY_TEST_FAIL)",
-                               attempt, times);
+                return rf_fail(RF_ERR_IO,
+                               "injected transient failure %d of %d (REFINERY_TEST_FAIL)", attempt,
+                               times);
         }
         p = strchr(p, ',');
         if (p) p++;
