@@ -81,7 +81,13 @@ typedef struct run {
     rf_cache *cache;
     double retry_base;
     uint64_t jitter;
-    volatile int own_cancel; /* when the caller gives none */
+    /* *cancel is what the stages watch: set by a failure (to stop the others), the
+     * memory watch, or the caller's flag, which a relay thread copies in (the
+     * caller's own flag alone tells a retry apart from a cancellation). */
+    volatile int stop;
+    volatile int *user;
+    pthread_t relay;
+    volatile int relay_done;
 } run;
 
 static const char *const *slot_outputs(slot *s) {
@@ -659,12 +665,15 @@ static int run_unit(run *r, slot **list, size_t n, const char *replay, bool stre
             rc = close_slot(list[i], rc);
         if (rc) rf_fail(rc, "%s", keep);
         if (!rc) break;
-        if (!failed || !rf_retry_transient(rc) || failed->attempts > failed->retries || *r->cancel)
+        if (!failed || !rf_retry_transient(rc) || failed->attempts > failed->retries ||
+            (r->user && *r->user))
             return rc;
         double wait = rf_retry_delay(r->retry_base, failed->attempts + 1, &r->jitter);
         rf_warn("run", "stage %s: attempt %d of %lld failed (%s); retrying in %.2fs",
                 failed->ops->name, failed->attempts, (long long)failed->retries + 1, keep, wait);
-        rf_retry_sleep(wait, r->cancel);
+        rf_retry_sleep(wait, r->user);
+        if (r->user && *r->user) return rc;
+        *r->cancel = 0;                /* the failure's stop, not the caller's */
         for (size_t i = 0; i < n; i++) /* a fresh start: no half-written outputs */
             for (const char *const *out = slot_outputs(list[i]); *out; out++) {
                 char path[4200];
@@ -712,6 +721,16 @@ static size_t progress_rows(void *user, rf_prog_row *rows, size_t max) {
     return n;
 }
 
+/* Copies the caller's cancel flag (a signal handler's) into the run's. */
+static void *relay_cancel(void *arg) {
+    run *r = arg;
+    while (!r->relay_done) {
+        if (*r->user) *r->cancel = 1;
+        rf_retry_sleep(0.05, &r->relay_done);
+    }
+    return NULL;
+}
+
 int rf_pipeline_run(const rf_pipeline_opts *o, char **run_dir) {
     return rf_pipeline_run_group(o, NULL, run_dir);
 }
@@ -720,7 +739,9 @@ int rf_pipeline_run_group(const rf_pipeline_opts *o, rf_comm *comm, char **run_d
     run *r = calloc(1, sizeof *r);
     if (!r) return RF_ERR_NOMEM;
     *run_dir = NULL;
-    r->cancel = o->cancel ? o->cancel : &r->own_cancel;
+    r->cancel = &r->stop;
+    r->user = o->cancel;
+    bool relaying = r->user && pthread_create(&r->relay, NULL, relay_cancel, r) == 0;
     r->stages = o->stages ? o->stages : rf_pipeline_stages();
     int rc = rf_cfg_load_file(o->spec_path, &r->spec);
     if (!rc) rc = rf_cfg_apply_env(r->spec);
@@ -851,6 +872,10 @@ out:
             pthread_mutex_destroy(&s->gate_lock);
             pthread_cond_destroy(&s->gate_cond);
         }
+    }
+    if (relaying) {
+        r->relay_done = 1;
+        pthread_join(r->relay, NULL);
     }
     rf_cache_close(r->cache);
     if (r->ctx.stats) rf_stats_free(r->ctx.stats);

@@ -1,6 +1,7 @@
 /* The embedded runner with three test stages: a source emitting numbered docs,
  * a filter dropping odd ones, and a batch stage that checks what it got. */
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -17,14 +18,17 @@
 
 typedef struct source_state {
     int64_t count, fail_at;
+    bool io_once; /* the failure at fail_at is an I/O error, on the first attempt only */
     rf_run_ctx *ctx;
 } source_state;
+static int io_failures;
 
 static int src_open(const rf_cfg *sec, rf_run_ctx *ctx, void **state) {
     source_state *s = calloc(1, sizeof *s);
     s->ctx = ctx;
     int rc = rf_cfg_int(sec, "count", 1000, 0, 1000000, &s->count);
     if (!rc) rc = rf_cfg_int(sec, "fail_at", -1, -1, 1000000, &s->fail_at);
+    if (!rc) rc = rf_cfg_bool(sec, "io_once", false, &s->io_once);
     if (rc)
         free(s);
     else
@@ -36,7 +40,11 @@ static int src_produce(void *state, rf_emit_fn emit, void *ectx) {
     source_state *s = state;
     rf_doc_batch *b = NULL;
     for (int64_t i = 0; i < s->count; i++) {
-        if (i == s->fail_at) {
+        if (i == s->fail_at && s->io_once && io_failures++ == 0) {
+            rf_doc_batch_free(b);
+            return rf_fail(RF_ERR_IO, "planted I/O failure at doc %lld", (long long)i);
+        }
+        if (i == s->fail_at && !s->io_once) {
             rf_doc_batch_free(b);
             return rf_fail(RF_ERR_PARSE, "planted failure at doc %lld", (long long)i);
         }
@@ -59,7 +67,7 @@ static void src_close(void *state) {
     free(state);
 }
 
-static const char *const src_keys[] = {"count", "fail_at", NULL};
+static const char *const src_keys[] = {"count", "fail_at", "io_once", NULL};
 static const rf_stage_ops source_ops = {.name = "source",
                                         .order = 1,
                                         .keys = src_keys,
@@ -434,6 +442,18 @@ static void test_retries_transient_only(void **state) {
         run_spec("source:\n  count: 12\nflaky:\n  fail: 1\n  code: -3\n  retries: 3\n", "r3", &st),
         RF_ERR_PARSE);
     assert_string_equal(stat_of(st, "flaky.attempts"), "1");
+    free(st);
+    /* an I/O failure in the middle of the stream: the stream starts again */
+    io_failures = 0;
+    assert_int_equal(run_spec("source:\n  count: 5000\n  fail_at: 3000\n  io_once: true\n"
+                              "  retries: 1\nfilter: {}\n",
+                              "r5", &st),
+                     0);
+    assert_int_equal(io_failures, 2); /* failed once, passed the point once */
+    assert_string_equal(stat_of(st, "source.attempts"), "2");
+    assert_string_equal(stat_of(st, "filter.attempts"), "2");
+    assert_string_equal(stat_of(st, "filter.docs_in"), "5000");
+    assert_string_equal(stat_of(st, "filter.docs_out"), "2500");
     free(st);
     /* an injected I/O failure of a streaming stage: the stream starts again */
     setenv("REFINERY_TEST_FAIL", "filter:1", 1);
