@@ -697,6 +697,30 @@ static int run_unit(run *r, slot **list, size_t n, const char *replay, bool stre
 
 /* ---- progress rows ---- */
 
+/* The progress_field of the last line of a batch stage's progress file. */
+static uint64_t file_progress(run *r, slot *s) {
+    char path[4200], tail[1024];
+    snprintf(path, sizeof path, "%s/%s", r->ctx.run_dir, s->info->progress_file);
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    size_t n = 0;
+    if (fseeko(f, 0, SEEK_END) == 0) {
+        off_t size = ftello(f);
+        off_t at = size > (off_t)sizeof tail - 1 ? size - (off_t)sizeof tail + 1 : 0;
+        if (fseeko(f, at, SEEK_SET) == 0) n = fread(tail, 1, sizeof tail - 1, f);
+    }
+    fclose(f);
+    tail[n] = 0;
+    while (n > 0 && tail[n - 1] == '\n')
+        tail[--n] = 0;
+    char *line = strrchr(tail, '\n');
+    line = line ? line + 1 : tail;
+    char field[80];
+    snprintf(field, sizeof field, "\"%s\":", s->info->progress_field);
+    char *at = strstr(line, field);
+    return at ? strtoull(at + strlen(field), NULL, 10) : 0;
+}
+
 static size_t progress_rows(void *user, rf_prog_row *rows, size_t max) {
     run *r = user;
     size_t n = 0;
@@ -707,6 +731,15 @@ static size_t progress_rows(void *user, rf_prog_row *rows, size_t max) {
         rf_prog_row *w = &rows[n++];
         *w = (rf_prog_row){.name = s->ops->name, .state = state_names[st]};
         w->seconds = st == ST_RUNNING ? now - s->t0 : s->seconds;
+        if (i >= r->nstream && st == ST_RUNNING && s->info && s->info->progress_file) {
+            w->unit = s->info->unit;
+            w->count = file_progress(r, s);
+            int64_t total = 0;
+            if (rf_cfg_int(rf_cfg_get(r->spec, s->ops->name), s->info->total_key, 0, 0, INT64_MAX,
+                           &total) == RF_OK &&
+                total > 0)
+                w->total = (uint64_t)total;
+        }
         if (i < r->nstream && st != ST_CACHED) {
             w->unit = "docs";
             w->count = s->fed ? atomic_load(&s->docs_in) : atomic_load(&s->docs_out);

@@ -64,8 +64,11 @@ void rf_progress_format(const rf_prog_row *r, int width, char *out, size_t n) {
                      (unsigned long long)r->total, r->unit);
         else
             snprintf(count, sizeof count, "%llu %s", (unsigned long long)r->count, r->unit);
-        if (r->seconds > 0 && r->count)
-            snprintf(rate, sizeof rate, "  %.0f/s", (double)r->count / r->seconds);
+        double per_s = r->seconds > 0 ? (double)r->count / r->seconds : 0;
+        if (r->count && per_s >= 10)
+            snprintf(rate, sizeof rate, "  %.0f/s", per_s);
+        else if (r->count)
+            snprintf(rate, sizeof rate, "  %.2f/s", per_s);
     }
     if (running) {
         char t[24];

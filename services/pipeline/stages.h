@@ -34,6 +34,10 @@ typedef struct rf_stage_cache {
     const char *const *ignore;      /* keys that never change the outputs (threads) */
     const char *const *outputs;     /* what the stage writes in the run directory */
     const char *const *output_keys; /* set, outputs leave the run directory: not cached */
+    /* A batch stage's progress for the progress bars: the last line of the
+     * JSON Lines file progress_file (in the run directory) has progress_field,
+     * and the section's total_key (when set above 0) is the total. */
+    const char *progress_file, *progress_field, *total_key, *unit;
 } rf_stage_cache;
 
 extern const rf_stage_cache rf_ingest_cache;

@@ -50,4 +50,8 @@ const rf_stage_cache rf_trainer_cache = {.version = 1,
                                          .defaults = defaults,
                                          .ignore = ignore,
                                          .outputs = outputs,
-                                         .output_keys = output_keys};
+                                         .output_keys = output_keys,
+                                         .progress_file = "trainer/metrics.jsonl",
+                                         .progress_field = "step",
+                                         .total_key = "max_steps",
+                                         .unit = "steps"};

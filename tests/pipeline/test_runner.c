@@ -15,6 +15,7 @@
 #include "common/stage.h"
 #include "common/sys.h"
 #include "pipeline/pipeline.h"
+#include "pipeline/progress.h"
 
 typedef struct source_state {
     int64_t count, fail_at;
@@ -488,6 +489,24 @@ static void test_memory_budget(void **state) {
     assert_non_null(strstr(rf_errmsg(), "report.resources.memory"));
 }
 
+static void test_progress_rows(void **state) {
+    char line[256];
+    rf_prog_row r = {"dedup", "running", "docs", 120, 240, 2.0};
+    rf_progress_format(&r, 20, line, sizeof line);
+    assert_non_null(strstr(line, "dedup"));
+    assert_non_null(strstr(line, "[##########----------]"));
+    assert_non_null(strstr(line, "120/240 docs  60/s  ETA 0:02  running 0:02"));
+    rf_progress_format(&r, 0, line, sizeof line); /* a log line: no bar */
+    assert_string_equal(line, "dedup running 0:02, 120/240 docs  60/s  ETA 0:02");
+    rf_prog_row t = {"trainer", "running", "steps", 4, 100, 16.0};
+    rf_progress_format(&t, 0, line, sizeof line);
+    assert_string_equal(line, "trainer running 0:16, 4/100 steps  0.25/s  ETA 6:24");
+    rf_prog_row c = {"ingest", "cached", NULL, 0, 0, 0};
+    rf_progress_format(&c, 4, line, sizeof line);
+    assert_non_null(strstr(line, "[####]"));
+    assert_non_null(strstr(line, "cached"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stream_and_batch),
@@ -499,6 +518,7 @@ int main(void) {
         cmocka_unit_test(test_cache_corrupt_entry_is_rebuilt),
         cmocka_unit_test(test_retries_transient_only),
         cmocka_unit_test(test_memory_budget),
+        cmocka_unit_test(test_progress_rows),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
