@@ -192,8 +192,12 @@ static bool dot_name(const char *n) {
 
 /* The content hash of a file, or of a directory (names, kinds and contents of
  * everything under it, following links), remembered by stat identity. */
-static int hash_path(rf_cache *c, const char *path, char hex[33], int depth) {
+#define MAX_TREE_FILES 100000
+
+static int hash_path(rf_cache *c, const char *path, char hex[33], int depth, size_t *files) {
     struct stat st;
+    if (++*files > MAX_TREE_FILES)
+        return rf_fail(RF_ERR_RANGE, "%s: more than %d files under it", path, MAX_TREE_FILES);
     if (stat(path, &st) != 0) return rf_fail(RF_ERR_IO, "%s: %s", path, strerror(errno));
     if (depth > 32) return rf_fail(RF_ERR_RANGE, "%s: directories nested too deep", path);
     if (S_ISREG(st.st_mode)) {
@@ -237,7 +241,7 @@ static int hash_path(rf_cache *c, const char *path, char hex[33], int depth) {
         if (!rc && !dot_name(name)) {
             char *sub = NULL, h[33];
             if (asprintf(&sub, "%s/%s", path, name) < 0) rc = RF_ERR_NOMEM;
-            if (!rc) rc = hash_path(c, sub, h, depth + 1);
+            if (!rc) rc = hash_path(c, sub, h, depth + 1, files);
             if (!rc) {
                 XXH3_128bits_update(hs, name, strlen(name) + 1);
                 XXH3_128bits_update(hs, h, 32);
@@ -255,6 +259,17 @@ static int hash_path(rf_cache *c, const char *path, char hex[33], int depth) {
     return rc;
 }
 
+/* Whether directory v is the working directory or one above it. */
+static bool encloses_cwd(const char *v) {
+    char *dir = realpath(v, NULL), *cwd = getcwd(NULL, 0);
+    size_t n = dir ? strlen(dir) : 0;
+    bool above = dir && cwd && !strncmp(cwd, dir, n) &&
+                 (cwd[n] == 0 || cwd[n] == '/' || (n == 1 && dir[0] == '/'));
+    free(dir);
+    free(cwd);
+    return above;
+}
+
 /* Hashes the content of every scalar of n that names an existing file or
  * directory, with the scalar, in tree order. */
 static int hash_inputs(rf_cache *c, const rf_cfg *n, XXH3_state_t *hs, bool top,
@@ -264,8 +279,11 @@ static int hash_inputs(rf_cache *c, const rf_cfg *n, XXH3_state_t *hs, bool top,
         const char *v = rf_cfg_scalar(n);
         struct stat st;
         if (!*v || stat(v, &st) != 0 || !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))) return RF_OK;
+        if (S_ISDIR(st.st_mode) && encloses_cwd(v)) /* ".", "/": settings, not inputs */
+            return RF_OK;
         char h[33];
-        int rc = hash_path(c, v, h, 0);
+        size_t files = 0;
+        int rc = hash_path(c, v, h, 0, &files);
         if (rc) return rc;
         XXH3_128bits_update(hs, "input", 6);
         XXH3_128bits_update(hs, v, strlen(v) + 1);

@@ -517,20 +517,22 @@ static int plan_cache(run *r, bool enabled, size_t *from, size_t *to, const char
     for (size_t i = 0; i < r->nslots && enabled; i++) {
         slot *s = &r->slots[i];
         const rf_cfg *sec = rf_cfg_get(r->spec, s->ops->name);
-        int rc = rf_cache_key(r->cache, s->ops->name, s->info, sec, up, s->key);
-        if (rc) return rc;
+        bool keyed = chain && rf_cache_key(r->cache, s->ops->name, s->info, sec, up, s->key) == 0;
         up = s->key;
         const char *outside = NULL;
         for (const char *const *k = s->info ? s->info->output_keys : NULL; k && *k; k++)
             if (rf_cfg_get(sec, *k)) outside = *k;
-        if (outside)
+        if (chain && !keyed) /* an input that cannot be read is the stage's to report */
+            rf_warn("cache", "stage %s: not cached: %s", s->ops->name, rf_errmsg());
+        else if (outside)
             rf_info("cache", "stage %s: not cached (%s.%s sends its outputs out of the run)",
                     s->ops->name, s->ops->name, outside);
         else if (!s->cache_on)
             rf_info("cache", "stage %s: cache: false", s->ops->name);
         else if (!chain)
             rf_info("cache", "stage %s: not cached (a stage before it is not)", s->ops->name);
-        s->eligible = chain && s->cache_on && !outside;
+        if (!keyed) s->key[0] = 0;
+        s->eligible = keyed && s->cache_on && !outside;
         if (!s->eligible) chain = false; /* what follows depends on outputs not keyed */
         if (!s->eligible) continue;
         const char *why = "";

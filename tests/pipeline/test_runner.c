@@ -373,6 +373,18 @@ static void test_cache_change_reruns_what_follows(void **state) {
     free(s3);
 }
 
+/* A value naming the working directory or one above it is a setting, not an
+ * input to hash (hashing / would read the whole filesystem). */
+static void test_cache_skips_enclosing_dirs(void **state) {
+    char *s1, *s2;
+    const char *spec = "source:\n  count: 9\nfilter:\n  root: /\n  here: .\n";
+    assert_int_equal(run_spec(spec, "e1", &s1), 0);
+    assert_int_equal(run_spec(spec, "e2", &s2), 0);
+    assert_string_equal(stat_of(s2, "filter.cached"), "true");
+    free(s1);
+    free(s2);
+}
+
 static void test_cache_off(void **state) {
     char *s1, *s2;
     const char *spec = "source:\n  count: 50\nfilter:\n  cache: false\nreport: {}\n";
@@ -515,6 +527,7 @@ int main(void) {
         cmocka_unit_test(test_cache_unchanged_is_reused),
         cmocka_unit_test(test_cache_change_reruns_what_follows),
         cmocka_unit_test(test_cache_off),
+        cmocka_unit_test(test_cache_skips_enclosing_dirs),
         cmocka_unit_test(test_cache_corrupt_entry_is_rebuilt),
         cmocka_unit_test(test_retries_transient_only),
         cmocka_unit_test(test_memory_budget),
