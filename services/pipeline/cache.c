@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -535,7 +536,30 @@ int rf_cache_lookup(rf_cache *c, const char *stage, const char *key, char **entr
     return 0;
 }
 
+/* Removes <stage>/<key>.tmp.<pid> (and the .bad. and .old. ones set aside)
+ * of processes that have ended: what a killed run left behind. */
+static void sweep(rf_cache *c, const char *stage) {
+    char *dir = NULL;
+    if (asprintf(&dir, "%s/%s", c->dir, stage) < 0) return;
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        const char *at = strstr(e->d_name, ".tmp.");
+        if (!at) at = strstr(e->d_name, ".bad.");
+        if (!at) at = strstr(e->d_name, ".old.");
+        if (!at) continue;
+        long pid = strtol(at + 5, NULL, 10);
+        if (pid <= 0 || (kill((pid_t)pid, 0) != 0 && errno == ESRCH)) {
+            char *p = NULL;
+            if (asprintf(&p, "%s/%s", dir, e->d_name) >= 0) rf_rm_tree(p);
+            free(p);
+        }
+    }
+    if (d) closedir(d);
+    free(dir);
+}
+
 int rf_cache_begin(rf_cache *c, const char *stage, const char *key, char **tmp) {
+    sweep(c, stage);
     char *p = NULL;
     if (asprintf(&p, "%s/%s/%s.tmp.%ld", c->dir, stage, key, (long)getpid()) < 0)
         return RF_ERR_NOMEM;

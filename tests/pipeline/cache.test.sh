@@ -103,7 +103,9 @@ i = b.index(b"\n") + 1  # the first character of the first review
 b[i] = ord("X") if b[i] != ord("X") else ord("Y")
 open(p, "wb").write(bytes(b))
 PY
+mkdir -p "$tmp/cache/ingest/0123.tmp.2147483646/out" # left by a killed run
 run edited
+test ! -e "$tmp/cache/ingest/0123.tmp.2147483646" # swept when ingest stored its entry
 expect edited "ingest=false dedup=false tokenizer=false trainer=false evaluator=false"
 
 # a corrupt entry (one byte of the model) is detected and rebuilt, never used
