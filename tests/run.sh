@@ -25,6 +25,9 @@ BUILD=${BUILD:-build}
 export REFINERY_ROOT=$PWD
 export SHARED=${SHARED:-$(cd .. && pwd)/shared}
 export REFINERY_BIN=$PWD/$BUILD/refinery
+# `refinery run` reuses unchanged stages from a cache under ~/.cache by default:
+# tests run their stages unless they turn the cache on themselves (tests/pipeline).
+export REFINERY__RUN__CACHE=false
 export REFINERY_BUILD=$PWD/$BUILD
 export CMOCKA_MESSAGE_OUTPUT=stdout
 limit=${TEST_TIMEOUT:-900}

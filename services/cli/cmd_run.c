@@ -20,19 +20,27 @@ static void on_signal(int sig) {
 }
 
 static void run_usage(FILE *out) {
-    fprintf(out, "usage: refinery run SPEC.yaml [--out DIR] [--no-progress]\n"
+    fprintf(out, "usage: refinery run SPEC.yaml [--out DIR] [--no-cache] [--no-progress]\n"
+                 "                               [--progress-every SECONDS]\n"
                  "Runs every stage named in SPEC.yaml in one process and writes the stage\n"
                  "outputs, stats.json and run.log into the run directory (default\n"
-                 "runs/<run.name>-<time>). REFINERY__SECTION__KEY=value overrides a spec key.\n");
+                 "runs/<run.name>-<time>). REFINERY__SECTION__KEY=value overrides a spec key.\n"
+                 "A stage whose inputs, settings and code are unchanged is reused from the cache\n"
+                 "(run.cache_dir, default $XDG_CACHE_HOME/refinery or ~/.cache/refinery) and\n"
+                 "reported as cached; --no-cache (or run.cache: false, or a stage's cache: false)\n"
+                 "runs without it. Progress: bars on a terminal, else a log line a running stage\n"
+                 "every --progress-every seconds (default 10; 0: none).\n");
 }
 
 static int cmd_run(int argc, char **argv) {
-    static const struct option longopts[] = {{"out", required_argument, NULL, 'o'},
-                                             {"no-progress", no_argument, NULL, 'P'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {
+        {"out", required_argument, NULL, 'o'}, {"no-progress", no_argument, NULL, 'P'},
+        {"no-cache", no_argument, NULL, 'C'},  {"progress-every", required_argument, NULL, 'E'},
+        {"help", no_argument, NULL, 'h'},      {NULL, 0, NULL, 0}};
     const char *out_dir = NULL;
-    int progress = isatty(STDERR_FILENO);
+    int progress = isatty(STDERR_FILENO), no_cache = 0;
+    double every = 10;
+    char *end;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
@@ -42,6 +50,18 @@ static int cmd_run(int argc, char **argv) {
             break;
         case 'P':
             progress = 0;
+            every = 0;
+            break;
+        case 'C':
+            no_cache = 1;
+            break;
+        case 'E':
+            every = strtod(optarg, &end);
+            if (*end || !(every >= 0)) {
+                fprintf(stderr, "refinery run: --progress-every: expected seconds, got '%s'\n",
+                        optarg);
+                return 2;
+            }
             break;
         case 'h':
             run_usage(stdout);
@@ -67,8 +87,9 @@ static int cmd_run(int argc, char **argv) {
         return 2;
     }
     int rank = rf_comm_rank(comm);
-    rf_pipeline_opts opts = {argv[optind], out_dir, progress && rank == 0 ? stderr : NULL,
-                             &run_cancel, NULL};
+    rf_pipeline_opts opts = {argv[optind],         out_dir, progress && rank == 0 ? stderr : NULL,
+                             &run_cancel,          NULL,    no_cache,
+                             rank == 0 ? every : 0};
     char *run_dir = NULL;
     rc = rf_pipeline_run_group(&opts, comm, &run_dir);
     if (rc) {

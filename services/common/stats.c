@@ -10,9 +10,10 @@
  * record, so contention is low and sorted order makes the JSON deterministic. */
 typedef struct counter {
     char *name;
-    int is_real;
+    int is_real; /* 1: real; 2: boolean (value 0/1); 3: string (str) */
     int64_t value;
     double real;
+    char *str;
 } counter;
 
 struct rf_stats {
@@ -29,8 +30,10 @@ rf_stats *rf_stats_new(void) {
 
 void rf_stats_free(rf_stats *s) {
     if (!s) return;
-    for (size_t i = 0; i < s->n; i++)
+    for (size_t i = 0; i < s->n; i++) {
         free(s->items[i].name);
+        free(s->items[i].str);
+    }
     free(s->items);
     pthread_mutex_destroy(&s->lock);
     free(s);
@@ -69,7 +72,7 @@ static counter *get_or_add(rf_stats *s, const char *name) {
     char *copy = strdup(name);
     if (!copy) return NULL;
     memmove(&s->items[i + 1], &s->items[i], (s->n - i) * sizeof *s->items);
-    s->items[i] = (counter){copy, 0, 0, 0.0};
+    s->items[i] = (counter){copy, 0, 0, 0.0, NULL};
     s->n++;
     return &s->items[i];
 }
@@ -104,6 +107,46 @@ int rf_stats_set_real(rf_stats *s, const char *name, double value) {
     return c ? RF_OK : RF_ERR_NOMEM;
 }
 
+int rf_stats_set_bool(rf_stats *s, const char *name, bool value) {
+    pthread_mutex_lock(&s->lock);
+    counter *c = get_or_add(s, name);
+    if (c) {
+        c->value = value;
+        c->is_real = 2;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return c ? RF_OK : RF_ERR_NOMEM;
+}
+
+int rf_stats_set_str(rf_stats *s, const char *name, const char *value) {
+    char *copy = strdup(value);
+    if (!copy) return RF_ERR_NOMEM;
+    pthread_mutex_lock(&s->lock);
+    counter *c = get_or_add(s, name);
+    if (c) {
+        free(c->str);
+        c->str = copy;
+        c->is_real = 3;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (!c) free(copy);
+    return c ? RF_OK : RF_ERR_NOMEM;
+}
+
+int rf_stats_each(const rf_stats *s, const char *prefix, rf_stats_fn fn, void *user) {
+    rf_stats *m = (rf_stats *)s;
+    size_t n = strlen(prefix);
+    int rc = RF_OK;
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < s->n && !rc; i++) {
+        const counter *c = &s->items[i];
+        if (strncmp(c->name, prefix, n) == 0)
+            rc = fn(user, c->name, c->is_real, c->value, c->real, c->str);
+    }
+    pthread_mutex_unlock(&m->lock);
+    return rc;
+}
+
 int64_t rf_stats_get(const rf_stats *s, const char *name) {
     rf_stats *m = (rf_stats *)s;
     pthread_mutex_lock(&m->lock);
@@ -131,8 +174,14 @@ int rf_stats_merge(rf_stats *dst, const rf_stats *src) {
     pthread_mutex_lock(&m->lock);
     for (size_t i = 0; i < src->n && !rc; i++) {
         const counter *c = &src->items[i];
-        rc = c->is_real ? rf_stats_set_real(dst, c->name, c->real)
-                        : rf_stats_add(dst, c->name, c->value);
+        if (c->is_real == 1)
+            rc = rf_stats_set_real(dst, c->name, c->real);
+        else if (c->is_real == 2)
+            rc = rf_stats_set_bool(dst, c->name, c->value != 0);
+        else if (c->is_real == 3)
+            rc = rf_stats_set_str(dst, c->name, c->str);
+        else
+            rc = rf_stats_add(dst, c->name, c->value);
     }
     pthread_mutex_unlock(&m->lock);
     return rc;
@@ -172,8 +221,12 @@ int rf_stats_to_json(const rf_stats *s, rf_buf *out) {
             rc |= rf_buf_putc(out, '{');
             seg = dot + 1;
         }
-        if (c->is_real)
+        if (c->is_real == 1)
             rc |= rf_buf_printf(out, "%.6g", c->real);
+        else if (c->is_real == 2)
+            rc |= rf_buf_puts(out, c->value ? "true" : "false");
+        else if (c->is_real == 3)
+            rc |= rf_buf_append_json_str(out, c->str, strlen(c->str));
         else
             rc |= rf_buf_printf(out, "%lld", (long long)c->value);
         prev = c->name;

@@ -15,7 +15,8 @@ const char *const rf_ingest_keys[] = {
     "paragraphs",  "skip_headings", "max_line",
     "max_record",  "threads",       "batch_docs",
     "clean",       "quality",       "quality_filter",
-    "language",    "augment",       NULL,
+    "language",    "augment",       "cache",
+    "retries",     "resources",     NULL,
 };
 
 static const char *const format_names[] = {"auto", "jsonl", "csv", "tsv", "text", NULL};

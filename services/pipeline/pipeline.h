@@ -7,6 +7,7 @@
 #ifndef RF_PIPELINE_H
 #define RF_PIPELINE_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "comm/comm.h"
@@ -19,6 +20,9 @@ typedef struct rf_pipeline_opts {
     FILE *progress;               /* live progress line (a terminal), or NULL */
     volatile int *cancel;         /* set non-zero to stop (SIGINT/SIGTERM) */
     const rf_stage_table *stages; /* NULL: the five stages (pipeline/stages.h) */
+    bool no_cache;                /* --no-cache: neither reuse nor store (run.cache: false) */
+    double progress_every;        /* without progress: a log line a running stage every so
+                                     many seconds (0: none) */
 } rf_pipeline_opts;
 
 /* Runs the pipeline. On return *run_dir (malloc'd, caller frees) names the run

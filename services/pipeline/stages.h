@@ -24,6 +24,32 @@ extern const char *const rf_tokenizer_keys[];
 extern const char *const rf_trainer_spec_keys[];
 extern const char *const rf_evaluator_keys[];
 
+/* What the stage cache (pipeline/cache.h) knows of a stage, one per stage in
+ * services/<stage>/cache_info.c, next to its keys. */
+typedef struct rf_stage_cache {
+    /* The version of the stage's code and on-disk format: bump it when a change
+     * of the code changes what the stage writes, so older entries stop matching. */
+    unsigned version;
+    const char *const *defaults;    /* "key", "value", ...: applied before hashing */
+    const char *const *ignore;      /* keys that never change the outputs (threads) */
+    const char *const *outputs;     /* what the stage writes in the run directory */
+    const char *const *output_keys; /* set, outputs leave the run directory: not cached */
+    /* A batch stage's progress for the progress bars: the last line of the
+     * JSON Lines file progress_file (in the run directory) has progress_field,
+     * and the section's total_key (when set above 0) is the total. */
+    const char *progress_file, *progress_field, *total_key, *unit;
+} rf_stage_cache;
+
+extern const rf_stage_cache rf_ingest_cache;
+extern const rf_stage_cache rf_dedup_cache;
+extern const rf_stage_cache rf_tokenizer_cache;
+extern const rf_stage_cache rf_trainer_cache;
+extern const rf_stage_cache rf_evaluator_cache;
+
+/* The cache facts of the five stages by name; NULL for any other stage (the
+ * cache then uses version 0, no defaults, and the output <run_dir>/<name>). */
+const rf_stage_cache *rf_pipeline_stage_cache(const char *name);
+
 /* The same stages with only name, order and keys set: what checking a spec
  * needs (rf_pipeline_check_spec's default), linking none of their code. */
 const rf_stage_table *rf_pipeline_schema(void);
