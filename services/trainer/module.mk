@@ -18,4 +18,4 @@ endif
 # argument is never negative); nothing in the trainer reads floating-point
 # exception flags or errno after math calls. Results are unchanged.
 $(BUILD)/obj/services/trainer/ops.o: CFLAGS += -fno-trapping-math
-$(BUILD)/obj/services/trainer/optim.o: CFLAGS += -fno-math-errno
+$(BUILD)/obj/services/trainer/ops_optim.o: CFLAGS += -fno-math-errno

@@ -7,23 +7,41 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "trainer/backend.h"
 
-const char *const rf_trainer_spec_keys[] = {"model",        "train",
-                                            "eval",         "output",
-                                            "export",       "num_labels",
-                                            "epochs",       "max_steps",
-                                            "batch_size",   "grad_accum",
-                                            "max_len",      "lr",
-                                            "weight_decay", "warmup_ratio",
-                                            "warmup_steps", "clip_norm",
-                                            "beta1",        "beta2",
-                                            "eps",          "seed",
-                                            "dropout",      "checkpoint_every",
-                                            "log_every",    "resume",
-                                            "threads",      "eval_batch_size",
-                                            "shuffle",      "class_weights",
-                                            "sampler",      "parallel",
-                                            "stop_after",   NULL};
+const char *const rf_trainer_spec_keys[] = {"model",
+                                            "train",
+                                            "eval",
+                                            "output",
+                                            "export",
+                                            "num_labels",
+                                            "epochs",
+                                            "max_steps",
+                                            "batch_size",
+                                            "grad_accum",
+                                            "max_len",
+                                            "lr",
+                                            "weight_decay",
+                                            "warmup_ratio",
+                                            "warmup_steps",
+                                            "clip_norm",
+                                            "beta1",
+                                            "beta2",
+                                            "eps",
+                                            "seed",
+                                            "dropout",
+                                            "checkpoint_every",
+                                            "log_every",
+                                            "resume",
+                                            "threads",
+                                            "eval_batch_size",
+                                            "shuffle",
+                                            "class_weights",
+                                            "sampler",
+                                            "parallel",
+                                            "stop_after",
+                                            "device",
+                                            NULL};
 
 /* "spec.yaml:31: trainer.class_weights[1]: " (no line for environment values). */
 static int cw_fail(const rf_cfg *v, const char *what, const char *got) {
@@ -112,6 +130,8 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
     STR("eval", s->eval, NULL);
     STR("output", s->output, NULL);
     STR("export", s->export_dir, NULL);
+    STR("device", s->device, "cpu");
+    if ((rc = rf_device_check(s->device))) return rc;
     INT("num_labels", 0, 0, 4096, s->num_labels);
     INT("max_len", 128, 2, 4096, s->max_len);
     INT("threads", 0, 0, 256, s->threads);
