@@ -50,14 +50,19 @@ mod_dir = services/$(subst .,/,$(1))
 obj = $(patsubst %.cu,$(BUILD)/obj/%.o,$(patsubst %.cc,$(BUILD)/obj/%.o,$(patsubst %.c,$(BUILD)/obj/%.o,$(1))))
 mod_srcs = $(filter-out $(EXCLUDE_SRCS),$(wildcard $(call mod_dir,$(1))/*.c $(call mod_dir,$(1))/*.cc $(CU_GLOB)))
 
-# CUDA=1 compiles services/*/*.cu with nvcc and links cuBLAS and NCCL; the CPU
-# twin of every kernel is always built and tested.
+# CUDA=1 compiles services/*/*.cu and services/*/cuda/*.cu (the trainer's
+# kernels, one file per op) with nvcc for sm_80 (A100) and sm_90 (H100), nvcc's
+# own warnings as errors too, and links cuBLAS and NCCL; the CPU twin of every
+# kernel is always built and tested.
 ifeq ($(CUDA),1)
 NVCC     ?= nvcc
-CU_GLOB   = $(call mod_dir,$(1))/*.cu
+CU_ARCHS ?= 80 90
+CU_GLOB   = $(call mod_dir,$(1))/*.cu $(call mod_dir,$(1))/cuda/*.cu
 CPPFLAGS += -DREFINERY_CUDA=1
-NVFLAGS  ?= -O2 -std=c++17 -arch=sm_80 -Xcompiler -Wall,-Werror -Iservices -MMD -MP
-LDLIBS   += -L/usr/local/cuda/lib64 -lcudart -lcublas -lnccl
+NVFLAGS  ?= -O3 -std=c++17 $(foreach a,$(CU_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+            -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter \
+            -Iservices -MMD -MP
+LDLIBS   += -L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 -lcudart -lcublas -lnccl
 endif
 
 # Generated protobuf-c code lives in the `proto` pseudo-module.

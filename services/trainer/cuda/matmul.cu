@@ -1,0 +1,59 @@
+// The linear layer through cuBLAS (the context's one handle, on its stream);
+// twin of rf_op_linear_fwd/bwd. Row-major X[r, c] is column-major X^T, so
+// each product below is written for the transposes. fp32 mode uses
+// CUBLAS_PEDANTIC_MATH (backend_cuda.cu): no TF32.
+#include "trainer/cuda/ops_cuda.cuh"
+
+__global__ static void bias_rows_kernel(float *out, const float *b, int OC, size_t total) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total) out[i] = b[i % OC];
+}
+
+int rf_cu_linear_fwd(const rf_backend *be, float *out, const float *inp, const float *w,
+                     const float *b, int N, int IC, int OC) {
+    rf_cuda_ctx *c = cu_ctx(be);
+    if (N <= 0) return RF_OK;
+    float one = 1.0f, beta = 0.0f;
+    if (b) { // out = b, then out += inp w^T, as the CPU twin
+        size_t total = (size_t)N * OC;
+        bias_rows_kernel<<<cu_blocks(total, 256), 256, 0, c->stream>>>(out, b, OC, total);
+        int rc = cu_launched("linear_fwd (bias)");
+        if (rc) return rc;
+        beta = 1.0f;
+    }
+    // out^T[OC, N] = w^T... : C(OC x N) = op(A = w, IC x OC)^T * (B = inp^T, IC x N)
+    return rf_cublas_check(cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, &one, w, IC,
+                                       inp, IC, &beta, out, OC),
+                           "linear_fwd");
+}
+
+// db[o] += sum over rows of dout[n, o], in row order (as the CPU twin).
+__global__ static void bias_grad_kernel(float *db, const float *dout, int N, int OC) {
+    int o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= OC) return;
+    float s = db[o];
+    for (int n = 0; n < N; n++)
+        s += dout[(size_t)n * OC + o];
+    db[o] = s;
+}
+
+int rf_cu_linear_bwd(const rf_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                     const float *inp, const float *w, int N, int IC, int OC) {
+    rf_cuda_ctx *c = cu_ctx(be);
+    if (N <= 0) return RF_OK;
+    float one = 1.0f;
+    int rc;
+    // dinp[N, IC] += dout[N, OC] w[OC, IC]: dinp^T (IC x N) = w^T-view (IC x OC) * dout^T (OC x N)
+    if (dinp && (rc = rf_cublas_check(cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC,
+                                                  &one, w, IC, dout, OC, &one, dinp, IC),
+                                      "linear_bwd (input)")))
+        return rc;
+    // dw[OC, IC] += dout^T inp: dw^T (IC x OC) = inp^T (IC x N) * dout (N x OC)
+    if ((rc = rf_cublas_check(cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, &one, inp,
+                                          IC, dout, OC, &one, dw, IC),
+                              "linear_bwd (weights)")))
+        return rc;
+    if (!db) return RF_OK;
+    bias_grad_kernel<<<cu_blocks(OC, 128), 128, 0, c->stream>>>(db, dout, N, OC);
+    return cu_launched("linear_bwd (bias)");
+}
