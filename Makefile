@@ -96,7 +96,7 @@ pkg-check:
 	@echo "missing packages for: $(PKG_MISSING); run 'make deps' (scripts/install-deps.sh) first" >&2
 	@exit 1
 
-.PHONY: all libs fuzz-bins demo deps test asan fuzz fuzz-build bench format clean check-format images
+.PHONY: all libs fuzz-bins demo deps test asan fuzz fuzz-build bench format clean check-format images test-gpu
 all: $(BUILD)/refinery $(EXTRA_BINS)
 
 deps:
@@ -218,6 +218,19 @@ fuzz: deps
 bench: deps
 	@$(MAKE) --no-print-directory all
 	@SHARED=$(SHARED) BUILD=$(BUILD) scripts/bench/run-all.sh
+
+# The CUDA kernels against their CPU twins on a GPU machine: the CUDA=1 build
+# in build-cuda/, then tests/trainer/test_cuda_*. There every case must run:
+# a skip (no GPU, no CUDA) fails the target instead of passing quietly.
+GPU_TESTS := $(patsubst tests/%.c,build-cuda/tests/%,$(wildcard tests/trainer/test_cuda_*.c))
+.PHONY: test-gpu
+test-gpu:
+	@$(MAKE) --no-print-directory CUDA=1 BUILD=build-cuda $(GPU_TESTS)
+	@status=0; for t in $(GPU_TESTS); do \
+	  out=$$(CMOCKA_MESSAGE_OUTPUT=stdout $$t 2>&1); rc=$$?; echo "$$out"; \
+	  if [ $$rc -ne 0 ]; then echo "FAIL $$t"; status=1; \
+	  elif echo "$$out" | grep -q '^\[  SKIPPED \]'; then echo "FAIL $$t: skipped on the GPU machine (see SKIP: above)"; status=1; \
+	  else echo "PASS $$t"; fi; done; exit $$status
 
 # Container images (podman, debootstrap; see docker/build-images.sh). make test builds them
 # too, in tests/deploy/containers.test.sh.
