@@ -130,10 +130,9 @@ __global__ static void attention_bwd_q_kernel(float *dqkv, float *scratch, const
 }
 
 // Per key row j: dk_j += sum_t ds[t][j] q_t, dv_j += sum_t p_dropped[t][j] dout_t.
-__global__ static void attention_bwd_kv_kernel(float *dqkv, const float *scratch,
-                                               const float *dout, const float *qkv,
-                                               const float *att, int T, int Tq, int C, int NH,
-                                               float pdrop, uint64_t seed) {
+__global__ static void attention_bwd_kv_kernel(float *dqkv, const float *scratch, const float *dout,
+                                               const float *qkv, const float *att, int T, int Tq,
+                                               int C, int NH, float pdrop, uint64_t seed) {
     int hs = C / NH, ld = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int bh = blockIdx.x, b = bh / NH, h = bh % NH, j = blockIdx.y * ATT_WARPS + warp;
     if (j >= T) return;

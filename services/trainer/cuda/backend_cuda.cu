@@ -34,8 +34,9 @@ static int cu_alloc(const rf_backend *be, void **out, size_t bytes) {
     *out = NULL;
     void *p = NULL;
     int rc = rf_cuda_check(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
-    if (rc) return rf_fail(RF_ERR_NOMEM, "cuda: no device memory for %zu bytes (%s)", bytes,
-                           rf_errmsg());
+    if (rc)
+        return rf_fail(RF_ERR_NOMEM, "cuda: no device memory for %zu bytes (%s)", bytes,
+                       rf_errmsg());
     if ((rc = rf_cuda_check(cudaMemsetAsync(p, 0, bytes, cu_ctx(be)->stream), "memset")) ||
         (rc = rf_cuda_check(cudaStreamSynchronize(cu_ctx(be)->stream), "alloc"))) {
         cudaFree(p);

@@ -8,8 +8,8 @@ __global__ static void embed_fwd_kernel(float *out, const int32_t *ids, const in
     if (i >= total) return;
     size_t n = i / C;
     int c = (int)(i % C);
-    out[i] = wte[(size_t)ids[n] * C + c] + wpe[(size_t)(n % T) * C + c] +
-             wtt[(size_t)types[n] * C + c];
+    out[i] =
+        wte[(size_t)ids[n] * C + c] + wpe[(size_t)(n % T) * C + c] + wtt[(size_t)types[n] * C + c];
 }
 
 int rf_cu_embed_fwd(const rf_backend *be, float *out, const int32_t *ids, const int32_t *types,
