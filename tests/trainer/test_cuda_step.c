@@ -83,8 +83,7 @@ static double compare(const char *what, const rf_bert *ma, const float *a, const
         if (e > worst) worst = e;
         if (e > tol) fail_msg("%s %s: rel err %.3e above %.0e", what, ti->name, e, tol);
     }
-    print_message("  %-8s worst tensor rel err %.3e over %zu tensors\n", what, worst,
-                  ma->ntensors);
+    print_message("  %-8s worst tensor rel err %.3e over %zu tensors\n", what, worst, ma->ntensors);
     free(x), free(y);
     return worst;
 }
