@@ -17,6 +17,34 @@ int rf_cublas_check(cublasStatus_t s, const char *what) {
     return rf_fail(RF_ERR_INTERNAL, "cuda: %s: cuBLAS status %d", what, (int)s);
 }
 
+__global__ static void fill_kernel(float *x, size_t n, float v) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = v;
+}
+
+int rf_cuda_ones(rf_cuda_ctx *c, size_t n) {
+    if (n <= c->ones_n) return RF_OK;
+    cudaFree(c->ones);
+    c->ones = NULL;
+    c->ones_n = 0;
+    int rc = rf_cuda_check(cudaMalloc((void **)&c->ones, n * sizeof(float)), "ones");
+    if (rc) return rc;
+    fill_kernel<<<cu_blocks(n, 256), 256, 0, c->stream>>>(c->ones, n, 1.0f);
+    if ((rc = cu_launched("ones"))) return rc;
+    c->ones_n = n;
+    return RF_OK;
+}
+
+int rf_cuda_part(rf_cuda_ctx *c, size_t n) {
+    if (n <= c->part_n) return RF_OK;
+    cudaFree(c->part);
+    c->part = NULL;
+    c->part_n = 0;
+    int rc = rf_cuda_check(cudaMalloc((void **)&c->part, n * sizeof(float)), "partial sums");
+    if (!rc) c->part_n = n;
+    return rc;
+}
+
 extern "C" int rf_cuda_device_check(void) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);

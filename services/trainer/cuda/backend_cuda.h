@@ -13,7 +13,8 @@ extern "C" {
  * (no driver, no device). Creates nothing. */
 int rf_cuda_device_check(void);
 /* The backend on device 0: its context (stream, cuBLAS handle, reduction
- * scratch) is created on the first call and kept for the process. */
+ * scratch) is created on the first call and kept for the process. Calls on
+ * it take turns: one thread at a time (they share the stream and scratch). */
 int rf_cuda_backend(const rf_backend **out);
 
 #ifdef __cplusplus

@@ -18,6 +18,10 @@ struct rf_cuda_ctx {
     cublasHandle_t blas;  // bound to stream
     double *red;          // device scratch for reductions (RF_CUDA_RED doubles)
     double *red_host;     // pinned host copy of red
+    float *ones;          // ones_n ones: column sums as cuBLAS gemv
+    size_t ones_n;
+    float *part;          // part_n floats: per-chunk partial sums of column reductions
+    size_t part_n;
 };
 #define RF_CUDA_RED 128
 
@@ -28,6 +32,10 @@ static inline rf_cuda_ctx *cu_ctx(const rf_backend *be) {
 // RF_OK, or RF_ERR_INTERNAL with the CUDA error named.
 int rf_cuda_check(cudaError_t e, const char *what);
 int rf_cublas_check(cublasStatus_t s, const char *what);
+// ctx->ones with at least n ones / ctx->part with at least n floats (grown
+// on demand; cudaFree of the old buffer waits for the kernels using it).
+int rf_cuda_ones(rf_cuda_ctx *c, size_t n);
+int rf_cuda_part(rf_cuda_ctx *c, size_t n);
 // The launch just queued: its configuration error, if any.
 static inline int cu_launched(const char *what) {
     return rf_cuda_check(cudaGetLastError(), what);

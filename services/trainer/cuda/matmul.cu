@@ -1,6 +1,8 @@
 // The linear layer through cuBLAS (the context's one handle, on its stream);
 // twin of rf_op_linear_fwd/bwd. Row-major X[r, c] is column-major X^T, so
-// each product below is written for the transposes. fp32 mode uses
+// each product below is written for the transposes. cuBLAS gives the same
+// bits on every run on one GPU model (no atomics mode), so results are
+// deterministic. fp32 mode uses
 // CUBLAS_PEDANTIC_MATH (backend_cuda.cu): no TF32.
 #include "trainer/cuda/ops_cuda.cuh"
 
@@ -27,16 +29,6 @@ int rf_cu_linear_fwd(const rf_backend *be, float *out, const float *inp, const f
                            "linear_fwd");
 }
 
-// db[o] += sum over rows of dout[n, o], in row order (as the CPU twin).
-__global__ static void bias_grad_kernel(float *db, const float *dout, int N, int OC) {
-    int o = blockIdx.x * blockDim.x + threadIdx.x;
-    if (o >= OC) return;
-    float s = db[o];
-    for (int n = 0; n < N; n++)
-        s += dout[(size_t)n * OC + o];
-    db[o] = s;
-}
-
 int rf_cu_linear_bwd(const rf_backend *be, float *dinp, float *dw, float *db, const float *dout,
                      const float *inp, const float *w, int N, int IC, int OC) {
     rf_cuda_ctx *c = cu_ctx(be);
@@ -54,6 +46,9 @@ int rf_cu_linear_bwd(const rf_backend *be, float *dinp, float *dw, float *db, co
                               "linear_bwd (weights)")))
         return rc;
     if (!db) return RF_OK;
-    bias_grad_kernel<<<cu_blocks(OC, 128), 128, 0, c->stream>>>(db, dout, N, OC);
-    return cu_launched("linear_bwd (bias)");
+    // db[OC] += dout^T ones[N]: column-major dout^T is OC x N (ld OC)
+    if ((rc = rf_cuda_ones(c, (size_t)N))) return rc;
+    return rf_cublas_check(
+        cublasSgemv(c->blas, CUBLAS_OP_N, OC, N, &one, dout, OC, c->ones, 1, &one, db, 1),
+        "linear_bwd (bias)");
 }
