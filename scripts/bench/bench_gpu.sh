@@ -3,9 +3,10 @@
 # For MiniLM-L6 and a randomly initialised bert-base config, at sequence
 # lengths 128 and 512: tokens/s, MFU (6 N + 12 L T C FLOPs per token, N the
 # parameters without the embedding tables, against PEAK_TFLOPS, default 989 =
-# H100 SXM dense bf16) and peak device memory, for Refinery (fp32: its bf16
-# mode is not written yet) beside PyTorch eager and torch.compile in fp32 (the
-# same precision) and bf16 autocast (for reference). One JSON line per run,
+# H100 SXM dense bf16) and peak device memory, for Refinery in fp32 (device
+# cuda) and with its products on bf16 tensor cores (cuda-bf16, "bf16-mm":
+# fp32 storage and every other op fp32, not full bf16 mixed precision) beside
+# PyTorch eager and torch.compile in fp32 (TF32 off) and bf16 autocast. One JSON line per run,
 # then a table. Needs a GPU and a CUDA=1 build (made here in build-cuda/);
 # refuses on a machine without a GPU.
 set -u
@@ -25,8 +26,10 @@ run() { echo "+ $*" >&2; "$@" | tail -1 | tee -a "$out"; }
 for model in "$MINILM" bert-base; do
     for seq in 128 512; do
         batch=$([ "$seq" = 512 ] && echo 8 || echo 32)
-        run build-cuda/trainer/bench_cuda_step --model "$model" --device cuda --batch "$batch" \
-            --seq "$seq" --steps "$STEPS" --peak-tflops "$PEAK"
+        for dev in cuda cuda-bf16; do
+            run build-cuda/trainer/bench_cuda_step --model "$model" --device "$dev" \
+                --batch "$batch" --seq "$seq" --steps "$STEPS" --peak-tflops "$PEAK"
+        done
         for mode in eager compile; do
             for prec in fp32 bf16; do
                 run "$PY" scripts/bench/gpu_torch.py --model "$model" --batch "$batch" --seq "$seq" \

@@ -17,7 +17,7 @@ int rf_backend_for(const char *device, const rf_backend **out) {
         return RF_OK;
     }
 #ifdef REFINERY_CUDA
-    return rf_cuda_backend(out);
+    return rf_cuda_backend(strcmp(device, "cuda-bf16") == 0, out);
 #else
     return rf_fail(RF_ERR_INTERNAL, "trainer.device: unreachable");
 #endif

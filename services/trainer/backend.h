@@ -107,10 +107,12 @@ const rf_backend *rf_backend_cpu(void);
 void rf_backend_cpu_set_threads(int n);
 
 /* The backend of a device name: NULL, "" or "cpu" is the CPU; "cuda" is the
- * first CUDA device, created on first use and kept for the process. "cuda"
- * fails with RF_ERR_UNSUPPORTED and a message saying why when this build has
- * no CUDA (make CUDA=1) or the machine has no usable GPU; anything else is
- * RF_ERR_INVALID. */
+ * first CUDA device in fp32, "cuda-bf16" the same with its matrix products on
+ * bf16 tensor cores (fp32 accumulation and storage: see
+ * cuda/backend_cuda.h), each created on first use and kept for the process.
+ * They fail with RF_ERR_UNSUPPORTED and a message saying why when this build
+ * has no CUDA (make CUDA=1) or the machine has no usable GPU; any other name
+ * is RF_ERR_INVALID. */
 int rf_backend_for(const char *device, const rf_backend **out);
 /* The same checks without creating anything (spec validation). */
 int rf_device_check(const char *device);

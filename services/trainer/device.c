@@ -16,13 +16,15 @@ static bool is_cpu(const char *device) {
 
 int rf_device_check(const char *device) {
     if (is_cpu(device)) return RF_OK;
-    if (strcmp(device, "cuda") != 0)
-        return rf_fail(RF_ERR_INVALID, "trainer.device: expected cpu or cuda, got '%s'", device);
+    if (strcmp(device, "cuda") != 0 && strcmp(device, "cuda-bf16") != 0)
+        return rf_fail(RF_ERR_INVALID, "trainer.device: expected cpu, cuda or cuda-bf16, got '%s'",
+                       device);
 #ifdef REFINERY_CUDA
     return rf_cuda_device_check();
 #else
     return rf_fail(RF_ERR_UNSUPPORTED,
-                   "trainer.device: cuda is not available in this build (it has the CPU backend "
-                   "only; rebuild with make CUDA=1 on a machine with a GPU), use device: cpu");
+                   "trainer.device: %s is not available in this build (it has the CPU backend "
+                   "only; rebuild with make CUDA=1 on a machine with a GPU), use device: cpu",
+                   device);
 #endif
 }

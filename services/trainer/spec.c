@@ -182,11 +182,11 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
                            "trainer.parallel.zero: 3 (parameters sharded) is not implemented yet; "
                            "use 0, 1 or 2");
     }
-    if (s->dp > 1 && strcmp(s->device, "cuda") == 0)
+    if (s->dp > 1 && strcmp(s->device, "cpu") != 0)
         return rf_fail(RF_ERR_UNSUPPORTED,
-                       "trainer.device: cuda with parallel.dp %d is not supported yet (the "
+                       "trainer.device: %s with parallel.dp %d is not supported yet (the "
                        "gradient collectives run on host memory); use dp: 1 or device: cpu",
-                       s->dp);
+                       s->device, s->dp);
 #undef STR
 #undef INT
 #undef REAL

@@ -11,7 +11,7 @@
  * tables), L the layers, T the sequence length, C the hidden size (the QK^T
  * and PV products: 2 x 2 T C per token and layer forward, x3 with backward).
  *
- * usage: bench_cuda_step --model DIR|bert-base --device cpu|cuda --batch B
+ * usage: bench_cuda_step --model DIR|bert-base --device cpu|cuda|cuda-bf16 --batch B
  *        --seq T --steps N [--peak-tflops 989] */
 #include <math.h>
 #include <stdio.h>
@@ -34,7 +34,8 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* bert-base-uncased's shape, randomly initialised (normal(0, 0.02), LayerNorm 1). */
+/* bert-base-uncased's shape, randomly initialised (matrices uniform with std 0.02, LayerNorm
+ * weights 1, biases 0). */
 static int random_bert_base(const rf_backend *be, rf_bert **out) {
     rf_bert_config c = {.vocab_size = 30522,
                         .hidden_size = 768,
@@ -61,8 +62,9 @@ static int random_bert_base(const rf_backend *be, rf_bert **out) {
         bool ln_w = strstr(ti->name, "LayerNorm.weight") != NULL;
         for (size_t i = 0; i < ti->numel; i++)
             h[ti->offset + i] = ln_w ? 1.0f
-                                : ti->ndim == 2 ? (float)(0.02 * (rf_rng_double(&r) * 2 - 1) * 1.732)
-                                                : 0.0f;
+                                : ti->ndim == 2
+                                    ? (float)(0.02 * (rf_rng_double(&r) * 2 - 1) * 1.732)
+                                    : 0.0f;
     }
     rc = be->to_device(be, m->params, h, m->nparams * sizeof(float));
     free(h);
@@ -74,12 +76,18 @@ int main(int argc, char **argv) {
     int B = 32, T = 128, steps = 20;
     double peak = 989.0;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--model")) model = argv[i + 1];
-        else if (!strcmp(argv[i], "--device")) device = argv[i + 1];
-        else if (!strcmp(argv[i], "--batch")) B = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--seq")) T = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--peak-tflops")) peak = atof(argv[i + 1]);
+        if (!strcmp(argv[i], "--model"))
+            model = argv[i + 1];
+        else if (!strcmp(argv[i], "--device"))
+            device = argv[i + 1];
+        else if (!strcmp(argv[i], "--batch"))
+            B = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--seq"))
+            T = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--steps"))
+            steps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--peak-tflops"))
+            peak = atof(argv[i + 1]);
         else {
             fprintf(stderr, "bench_cuda_step: unknown option %s\n", argv[i]);
             return 2;
@@ -135,12 +143,12 @@ int main(int argc, char **argv) {
     if (!strcmp(be->name, "cuda") && cudaMemGetInfo(&fr, &tot) == cudaSuccess)
         mem_gib = (double)(tot - fr) / (1024.0 * 1024 * 1024);
 #endif
-    printf("{\"impl\":\"refinery\",\"device\":\"%s\",\"precision\":\"fp32\",\"model\":\"%s\","
+    printf("{\"impl\":\"refinery\",\"device\":\"%s\",\"precision\":\"%s\",\"model\":\"%s\","
            "\"params\":%zu,\"batch\":%d,\"seq\":%d,\"steps\":%d,\"seconds\":%.3f,"
            "\"tokens_per_s\":%.1f,\"flops_per_token\":%.4g,\"mfu\":%.4f,\"peak_tflops\":%.1f,"
            "\"device_mem_gib\":%.3f,\"loss\":%.5f}\n",
-           be->name, model, m->nparams, B, T, steps, secs, tps, flops_tok, mfu, peak, mem_gib,
-           m->loss);
+           be->name, strcmp(be->name, "cuda-bf16") ? "fp32" : "bf16-mm", model, m->nparams, B, T,
+           steps, secs, tps, flops_tok, mfu, peak, mem_gib, m->loss);
     rf_bert_free(m);
     free(ids), free(types), free(labels), free(valid);
     return 0;

@@ -65,19 +65,19 @@ static void test_unknown_device(void **state) {
     (void)state;
     char dev[32];
     assert_int_equal(parse("  device: tpu\n", dev, sizeof dev), RF_ERR_INVALID);
-    assert_non_null(strstr(rf_errmsg(), "expected cpu or cuda, got 'tpu'"));
+    assert_non_null(strstr(rf_errmsg(), "expected cpu, cuda or cuda-bf16, got 'tpu'"));
 }
 
-static void test_cuda(void **state) {
-    (void)state;
-    char dev[32];
-    int rc = parse("  device: cuda\n", dev, sizeof dev);
+static void check_cuda(const char *name) {
+    char dev[32], line[64];
+    snprintf(line, sizeof line, "  device: %s\n", name);
+    int rc = parse(line, dev, sizeof dev);
     const rf_backend *be = NULL;
     if (have_gpu()) {
         assert_int_equal(rc, RF_OK);
-        assert_string_equal(dev, "cuda");
-        assert_int_equal(rf_backend_for("cuda", &be), RF_OK);
-        assert_string_equal(be->name, "cuda");
+        assert_string_equal(dev, name);
+        assert_int_equal(rf_backend_for(name, &be), RF_OK);
+        assert_string_equal(be->name, name);
         return;
     }
     print_message("refused: %s\n", rf_errmsg());
@@ -87,8 +87,23 @@ static void test_cuda(void **state) {
 #else
     assert_non_null(strstr(rf_errmsg(), "make CUDA=1"));
 #endif
-    assert_int_equal(rf_backend_for("cuda", &be), RF_ERR_UNSUPPORTED);
+    assert_int_equal(rf_backend_for(name, &be), RF_ERR_UNSUPPORTED);
     assert_null(be);
+}
+
+static void test_cuda(void **state) {
+    (void)state;
+    check_cuda("cuda");
+    check_cuda("cuda-bf16");
+}
+
+/* Data parallelism on the device is not written: refused whatever the machine. */
+static void test_cuda_dp(void **state) {
+    (void)state;
+    char dev[32];
+    int rc = parse("  device: cuda\n  parallel: {dp: 2}\n", dev, sizeof dev);
+    assert_int_equal(rc, RF_ERR_UNSUPPORTED);
+    assert_non_null(strstr(rf_errmsg(), have_gpu() ? "parallel.dp 2" : "cuda"));
 }
 
 /* The evaluator refuses cuda the same way before it reads the model or data. */
@@ -109,6 +124,7 @@ int main(void) {
         cmocka_unit_test(test_cpu_default),
         cmocka_unit_test(test_unknown_device),
         cmocka_unit_test(test_cuda),
+        cmocka_unit_test(test_cuda_dp),
         cmocka_unit_test(test_evaluator_follows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

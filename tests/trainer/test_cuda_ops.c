@@ -3,7 +3,8 @@
  * that are not multiples of 32, padded keys, Tq = 1). fp32 criterion: the
  * norm-wise relative error ||gpu - cpu|| / ||cpu|| within 1e-5; dropout masks
  * bit for bit (the same hash on both devices). Backward kernels start from
- * non-zero gradients, so accumulation (+=) is checked too.
+ * non-zero gradients, so accumulation (+=) is checked too. The cuda-bf16
+ * backend's linear layer (bf16 tensor-core products) within a stated 1e-2.
  *
  * Without a CUDA build or a GPU every case is skipped and says why (`make
  * test-gpu` runs them on a GPU machine); they never pass without running. */
@@ -151,9 +152,8 @@ static void test_layernorm(void **state) {
     }
 }
 
-static void test_linear(void **state) {
-    (void)state;
-    need_gpu();
+/* The linear layer on gpu (the fp32 backend, or cuda-bf16) within tol. */
+static void linear_cases(double tol) {
     /* N, IC, OC, with bias, with dinp */
     static const int shapes[][5] = {
         {1, 3, 5, 1, 1}, {13, 37, 29, 1, 0}, {33, 384, 2, 0, 1}, {256, 384, 1536, 1, 1}};
@@ -170,19 +170,35 @@ static void test_linear(void **state) {
         print_message("linear N=%d IC=%d OC=%d bias=%d dinp=%d\n", N, IC, OC, hb, hd);
         cpu->linear_fwd(cpu, out, x, w, hb ? b : NULL, N, IC, OC);
         assert_int_equal(gpu->linear_fwd(gpu, g_out, g_x, g_w, hb ? g_b : NULL, N, IC, OC), 0);
-        check("linear_fwd", g_out, out, no, TOL);
+        check("linear_fwd", g_out, out, no, tol);
         cpu->linear_bwd(cpu, hd ? dx : NULL, dw, hb ? db : NULL, dout, x, w, N, IC, OC);
         assert_int_equal(gpu->linear_bwd(gpu, hd ? g_dx : NULL, g_dw, hb ? g_db : NULL, g_dout, g_x,
                                          g_w, N, IC, OC),
                          0);
-        check("linear_bwd dinp", g_dx, dx, ni, TOL);
-        check("linear_bwd dw", g_dw, dw, nw, TOL);
-        check("linear_bwd db", g_db, db, OC, TOL);
+        check("linear_bwd dinp", g_dx, dx, ni, tol);
+        check("linear_bwd dw", g_dw, dw, nw, tol);
+        check("linear_bwd db", g_db, db, OC, TOL); /* fp32 in both modes */
         void *gs[] = {g_x, g_w, g_b, g_out, g_dout, g_dx, g_dw, g_db};
         for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
             gfree(gs[i]);
         free(x), free(w), free(b), free(out), free(dout), free(dx), free(dw), free(db);
     }
+}
+
+static void test_linear(void **state) {
+    (void)state;
+    need_gpu();
+    linear_cases(TOL);
+}
+
+/* cuda-bf16: the products' inputs rounded to bf16 (8 significant bits),
+ * accumulated in fp32: stated tolerance 1e-2 norm-wise (the rounding of two
+ * inputs, about 2^-8 each, averaged over the summed dimension). */
+static void test_linear_bf16(void **state) {
+    (void)state;
+    need_gpu();
+    if (rf_backend_for("cuda-bf16", &gpu)) RF_SKIP("%s", rf_errmsg());
+    linear_cases(1e-2);
 }
 
 static void test_attention(void **state) {
@@ -362,10 +378,10 @@ static void test_optimizer(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_embedding), cmocka_unit_test(test_layernorm),
-        cmocka_unit_test(test_linear),    cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_pointwise), cmocka_unit_test(test_xent_argmax),
-        cmocka_unit_test(test_optimizer),
+        cmocka_unit_test(test_embedding),   cmocka_unit_test(test_layernorm),
+        cmocka_unit_test(test_linear),      cmocka_unit_test(test_linear_bf16),
+        cmocka_unit_test(test_attention),   cmocka_unit_test(test_pointwise),
+        cmocka_unit_test(test_xent_argmax), cmocka_unit_test(test_optimizer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

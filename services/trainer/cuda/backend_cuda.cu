@@ -108,24 +108,29 @@ static int cu_copy(const rf_backend *be, void *dst, const void *src, size_t byte
         cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cu_ctx(be)->stream), "copy");
 }
 
-static rf_cuda_ctx ctx_storage;
-static rf_backend cuda_backend;
-static int init_rc = RF_OK;
-static char init_msg[512];
-static pthread_once_t once = PTHREAD_ONCE_INIT;
+// The two backends of the process, fp32 and bf16 matmuls, each with its own
+// context, created on first use (see backend_cuda.h).
+static rf_cuda_ctx ctx_storage[2];
+static rf_backend cuda_backend[2];
+static int init_rc[2];
+static char init_msg[2][512];
+static pthread_once_t once[2] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
 
-// Creates the one context of the process (see backend_cuda.h).
-static int make_ctx(rf_cuda_ctx *c) {
+static int make_ctx(rf_cuda_ctx *c, bool bf16) {
     int rc = rf_cuda_device_check();
     if (rc) return rc;
     c->device = 0;
+    c->bf16 = bf16;
     if ((rc = rf_cuda_check(cudaSetDevice(0), "cudaSetDevice")) ||
         (rc = rf_cuda_check(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
                             "stream")) ||
         (rc = rf_cublas_check(cublasCreate(&c->blas), "cublasCreate")) ||
         (rc = rf_cublas_check(cublasSetStream(c->blas, c->stream), "cublasSetStream")) ||
-        // fp32 mode: no TF32 tensor cores, so products match the CPU's within 1e-5
-        (rc = rf_cublas_check(cublasSetMathMode(c->blas, CUBLAS_PEDANTIC_MATH), "math mode")) ||
+        // fp32 mode: no TF32 tensor cores, so products match the CPU's within 1e-5;
+        // bf16 mode asks for its compute type in each call (matmul.cu)
+        (rc = rf_cublas_check(
+             cublasSetMathMode(c->blas, bf16 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH),
+             "math mode")) ||
         (rc = rf_cuda_check(cudaMalloc((void **)&c->red, RF_CUDA_RED * sizeof(double)),
                             "reduction scratch")) ||
         (rc = rf_cuda_check(cudaMallocHost((void **)&c->red_host, RF_CUDA_RED * sizeof(double)),
@@ -134,15 +139,15 @@ static int make_ctx(rf_cuda_ctx *c) {
     return RF_OK;
 }
 
-static void init_once(void) {
-    init_rc = make_ctx(&ctx_storage);
-    if (init_rc) {
-        snprintf(init_msg, sizeof init_msg, "%s", rf_errmsg());
+static void init(int k) {
+    init_rc[k] = make_ctx(&ctx_storage[k], k == 1);
+    if (init_rc[k]) {
+        snprintf(init_msg[k], sizeof init_msg[k], "%s", rf_errmsg());
         return;
     }
     rf_backend b = {};
-    b.name = "cuda";
-    b.ctx = &ctx_storage;
+    b.name = k ? "cuda-bf16" : "cuda";
+    b.ctx = &ctx_storage[k];
     b.alloc = cu_alloc;
     b.free = cu_free;
     b.zero = cu_zero;
@@ -171,13 +176,22 @@ static void init_once(void) {
     b.sumsq = rf_cu_sumsq;
     b.scale = rf_cu_scale;
     b.adamw = rf_cu_adamw;
-    cuda_backend = b;
+    cuda_backend[k] = b;
 }
 
-extern "C" int rf_cuda_backend(const rf_backend **out) {
+static void init_fp32(void) {
+    init(0);
+}
+
+static void init_bf16(void) {
+    init(1);
+}
+
+extern "C" int rf_cuda_backend(bool bf16, const rf_backend **out) {
     *out = NULL;
-    pthread_once(&once, init_once);
-    if (init_rc) return rf_fail(init_rc, "%s", init_msg);
-    *out = &cuda_backend;
+    int k = bf16 ? 1 : 0;
+    pthread_once(&once[k], k ? init_bf16 : init_fp32);
+    if (init_rc[k]) return rf_fail(init_rc[k], "%s", init_msg[k]);
+    *out = &cuda_backend[k];
     return RF_OK;
 }

@@ -12,10 +12,14 @@ extern "C" {
 /* RF_OK when a CUDA device can be used, else RF_ERR_UNSUPPORTED saying why
  * (no driver, no device). Creates nothing. */
 int rf_cuda_device_check(void);
-/* The backend on device 0: its context (stream, cuBLAS handle, reduction
- * scratch) is created on the first call and kept for the process. Calls on
- * it take turns: one thread at a time (they share the stream and scratch). */
-int rf_cuda_backend(const rf_backend **out);
+/* The backend on device 0 ("cuda"), or with bf16 the one whose matrix
+ * products run on bf16 tensor cores ("cuda-bf16": cuBLAS compute type
+ * 32F_FAST_16BF: inputs rounded to bf16, products accumulated in fp32;
+ * weights, master weights, activations, moments and every other op stay
+ * fp32). Each has its own context (stream, cuBLAS handle, reduction scratch),
+ * created on its first call and kept for the process. Calls on one backend
+ * take turns: one thread at a time (they share the stream and scratch). */
+int rf_cuda_backend(bool bf16, const rf_backend **out);
 
 #ifdef __cplusplus
 }

@@ -14,6 +14,7 @@
 // All device state of one backend: nothing is static in the kernels' files.
 struct rf_cuda_ctx {
     int device;
+    bool bf16;            // matrix products on bf16 tensor cores (matmul.cu)
     cudaStream_t stream;  // every kernel, copy and cuBLAS call goes here
     cublasHandle_t blas;  // bound to stream
     double *red;          // device scratch for reductions (RF_CUDA_RED doubles)
