@@ -45,19 +45,6 @@ int rf_cuda_part(rf_cuda_ctx *c, size_t n) {
     return rc;
 }
 
-extern "C" int rf_cuda_device_check(void) {
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess)
-        return rf_fail(RF_ERR_UNSUPPORTED,
-                       "trainer.device: cuda: no usable GPU (%s); use device: cpu",
-                       cudaGetErrorString(e));
-    if (n == 0)
-        return rf_fail(RF_ERR_UNSUPPORTED,
-                       "trainer.device: cuda: this machine has no CUDA device; use device: cpu");
-    return RF_OK;
-}
-
 static int cu_alloc(const rf_backend *be, void **out, size_t bytes) {
     *out = NULL;
     void *p = NULL;
