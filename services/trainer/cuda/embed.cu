@@ -21,21 +21,27 @@ int rf_cu_embed_fwd(const rf_backend *be, float *out, const int32_t *ids, const 
     return cu_launched("embed_fwd");
 }
 
-// One thread per channel visits the rows in order, exactly as the CPU twin:
-// a token repeated in ids accumulates in the same order, without atomics, so
-// the result is deterministic and equal to the CPU's bit for bit. The channel
-// count bounds the parallelism (C threads); the kernel is short beside the
-// matmuls of a step.
+// Deterministic without atomics, and equal to the CPU twin bit for bit: a
+// thread owns one channel of the destination rows in one of EMB_BUCKETS
+// buckets (row id % EMB_BUCKETS) and visits the batch's rows in order, adding
+// those that land in its bucket; so every destination element is summed by
+// one thread in row order, the CPU's order, while C x EMB_BUCKETS threads
+// work. Positions and token types are bucketed the same way.
+#define EMB_BUCKETS 32
+
 __global__ static void embed_bwd_kernel(float *dwte, float *dwpe, float *dwtt, const float *dout,
                                         const int32_t *ids, const int32_t *types, int N, int T,
                                         int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int c = blockIdx.x * blockDim.x + threadIdx.x, h = blockIdx.y;
     if (c >= C) return;
     for (int n = 0; n < N; n++) {
+        int id = ids[n], t = n % T, ty = types[n];
+        bool w = id % EMB_BUCKETS == h, p = t % EMB_BUCKETS == h, y = ty % EMB_BUCKETS == h;
+        if (!(w || p || y)) continue;
         float d = dout[(size_t)n * C + c];
-        dwte[(size_t)ids[n] * C + c] += d;
-        dwpe[(size_t)(n % T) * C + c] += d;
-        dwtt[(size_t)types[n] * C + c] += d;
+        if (w) dwte[(size_t)id * C + c] += d;
+        if (p) dwpe[(size_t)t * C + c] += d;
+        if (y) dwtt[(size_t)ty * C + c] += d;
     }
 }
 
@@ -44,7 +50,7 @@ int rf_cu_embed_bwd(const rf_backend *be, float *dwte, float *dwpe, float *dwtt,
     (void)V;
     (void)TV;
     if (!B || !T || !C) return RF_OK;
-    embed_bwd_kernel<<<cu_blocks(C, 64), 64, 0, cu_ctx(be)->stream>>>(dwte, dwpe, dwtt, dout, ids,
-                                                                      types, B * T, T, C);
+    embed_bwd_kernel<<<dim3(cu_blocks(C, 64), EMB_BUCKETS), 64, 0, cu_ctx(be)->stream>>>(
+        dwte, dwpe, dwtt, dout, ids, types, B * T, T, C);
     return cu_launched("embed_bwd");
 }
