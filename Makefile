@@ -50,14 +50,19 @@ mod_dir = services/$(subst .,/,$(1))
 obj = $(patsubst %.cu,$(BUILD)/obj/%.o,$(patsubst %.cc,$(BUILD)/obj/%.o,$(patsubst %.c,$(BUILD)/obj/%.o,$(1))))
 mod_srcs = $(filter-out $(EXCLUDE_SRCS),$(wildcard $(call mod_dir,$(1))/*.c $(call mod_dir,$(1))/*.cc $(CU_GLOB)))
 
-# CUDA=1 compiles services/*/*.cu with nvcc and links cuBLAS and NCCL; the CPU
-# twin of every kernel is always built and tested.
+# CUDA=1 compiles services/*/*.cu and services/*/cuda/*.cu (the trainer's
+# kernels, one file per op) with nvcc for sm_80 (A100) and sm_90 (H100), nvcc's
+# own warnings as errors too, and links cuBLAS and NCCL; the CPU twin of every
+# kernel is always built and tested.
 ifeq ($(CUDA),1)
 NVCC     ?= nvcc
-CU_GLOB   = $(call mod_dir,$(1))/*.cu
+CU_ARCHS ?= 80 90
+CU_GLOB   = $(call mod_dir,$(1))/*.cu $(call mod_dir,$(1))/cuda/*.cu
 CPPFLAGS += -DREFINERY_CUDA=1
-NVFLAGS  ?= -O2 -std=c++17 -arch=sm_80 -Xcompiler -Wall,-Werror -Iservices -MMD -MP
-LDLIBS   += -L/usr/local/cuda/lib64 -lcudart -lcublas -lnccl
+NVFLAGS  ?= -O3 -std=c++17 $(foreach a,$(CU_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+            -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter \
+            -Iservices -MMD -MP
+LDLIBS   += -L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 -lcudart -lcublas -lnccl
 endif
 
 # Generated protobuf-c code lives in the `proto` pseudo-module.
@@ -91,7 +96,7 @@ pkg-check:
 	@echo "missing packages for: $(PKG_MISSING); run 'make deps' (scripts/install-deps.sh) first" >&2
 	@exit 1
 
-.PHONY: all libs fuzz-bins demo deps test asan fuzz fuzz-build bench format clean check-format images
+.PHONY: all libs fuzz-bins demo deps test asan fuzz fuzz-build bench format clean check-format images test-gpu
 all: $(BUILD)/refinery $(EXTRA_BINS)
 
 deps:
@@ -213,6 +218,19 @@ fuzz: deps
 bench: deps
 	@$(MAKE) --no-print-directory all
 	@SHARED=$(SHARED) BUILD=$(BUILD) scripts/bench/run-all.sh
+
+# The CUDA kernels against their CPU twins on a GPU machine: the CUDA=1 build
+# in build-cuda/, then tests/trainer/test_cuda_*. There every case must run:
+# a skip (no GPU, no CUDA) fails the target instead of passing quietly.
+GPU_TESTS := $(patsubst tests/%.c,build-cuda/tests/%,$(wildcard tests/trainer/test_cuda_*.c))
+.PHONY: test-gpu
+test-gpu:
+	@$(MAKE) --no-print-directory CUDA=1 BUILD=build-cuda $(GPU_TESTS)
+	@status=0; for t in $(GPU_TESTS); do \
+	  out=$$(CMOCKA_MESSAGE_OUTPUT=stdout $$t 2>&1); rc=$$?; echo "$$out"; \
+	  if [ $$rc -ne 0 ]; then echo "FAIL $$t"; status=1; \
+	  elif echo "$$out" | grep -q '^\[  SKIPPED \]'; then echo "FAIL $$t: skipped on the GPU machine (see SKIP: above)"; status=1; \
+	  else echo "PASS $$t"; fi; done; exit $$status
 
 # Container images (podman, debootstrap; see docker/build-images.sh). make test builds the
 # six service images too, in tests/deploy/containers.test.sh. The CUDA trainer variant

@@ -80,7 +80,8 @@ static int cmd_train(int argc, char **argv) {
                            .data = s.eval,
                            .max_len = s.max_len,
                            .batch_size = s.eval_batch_size,
-                           .report_path = report};
+                           .report_path = report,
+                           .device = s.device}; /* the evaluator follows trainer.device */
         rc = rf_evaluate_run(&eo, &json);
         if (!rc) rf_info("trainer", "eval %s: %.*s", s.eval, (int)json.len - 1, json.data);
         rf_buf_free(&json);

@@ -25,7 +25,9 @@ int rf_classifier_load(const char *dir, int max_len, rf_classifier **out) {
     if (!c) return RF_ERR_NOMEM;
     pthread_mutex_init(&c->lock, NULL);
     int rc = (c->dir = strdup(dir)) ? RF_OK : RF_ERR_NOMEM;
-    if (!rc) rc = rf_bert_load(dir, 0, 0, rf_backend_cpu(), &c->model);
+    const rf_backend *be = NULL;
+    if (!rc) rc = rf_backend_for(NULL, &be); /* Classify serves from the CPU */
+    if (!rc) rc = rf_bert_load(dir, 0, 0, be, &c->model);
     if (!rc && (rc = rf_tokenizer_load(dir, &c->tok))) rc = rf_fail_ctx(rc, "tokenizer of %s", dir);
     if (rc) {
         rf_classifier_free(c);

@@ -52,17 +52,26 @@ int rf_evaluate(rf_bert *m, const rf_dataset *d, int batch_size, rf_metrics *out
     return rf_evaluate_ex(m, d, batch_size, NULL, out);
 }
 
-int rf_evaluate_model(const char *model_dir, int max_len, int batch_size, rf_eval_load_fn load,
-                      void *user, const rf_eval_sink *sink, rf_dataset *d, rf_metrics *mt) {
+/* rf_evaluate_model on the backend of device (NULL: the CPU). */
+static int evaluate_on(const char *device, const char *model_dir, int max_len, int batch_size,
+                       rf_eval_load_fn load, void *user, const rf_eval_sink *sink, rf_dataset *d,
+                       rf_metrics *mt) {
     rf_bert *m = NULL;
-    int rc = rf_bert_load(model_dir, 0, 0, rf_backend_cpu(), &m);
-    if (rc) return rf_fail_ctx(rc, "model %s", model_dir);
+    const rf_backend *be;
+    int rc = rf_backend_for(device, &be);
+    if (rc) return rc;
+    if ((rc = rf_bert_load(model_dir, 0, 0, be, &m))) return rf_fail_ctx(rc, "model %s", model_dir);
     if (max_len > m->cfg.max_position) max_len = m->cfg.max_position;
     rc = load(user, max_len, d);
     if (!rc && (rc = rf_evaluate_ex(m, d, batch_size, sink, mt)))
         rc = rf_fail_ctx(rc, "evaluating %s", model_dir);
     rf_bert_free(m);
     return rc;
+}
+
+int rf_evaluate_model(const char *model_dir, int max_len, int batch_size, rf_eval_load_fn load,
+                      void *user, const rf_eval_sink *sink, rf_dataset *d, rf_metrics *mt) {
+    return evaluate_on(NULL, model_dir, max_len, batch_size, load, user, sink, d, mt);
 }
 
 static int load_files(void *user, int max_len, rf_dataset *d) {
@@ -84,8 +93,8 @@ int rf_evaluate_run(const rf_eval_opts *o, rf_buf *json) {
         rc = rf_pred_writer_open(o->predictions_path, o->data, o->model_dir, &pw);
     rf_eval_sink sink = {rf_pred_writer_example, pw};
     if (!rc)
-        rc = rf_evaluate_model(o->model_dir, o->max_len, o->batch_size, load_files, (void *)o,
-                               pw ? &sink : NULL, &d, &mt);
+        rc = evaluate_on(o->device, o->model_dir, o->max_len, o->batch_size, load_files, (void *)o,
+                         pw ? &sink : NULL, &d, &mt);
     if (!rc) rc = rf_metrics_to_json(&mt, &b);
     if (!rc) {
         b.len--; /* reopen the object to add provenance */

@@ -45,6 +45,7 @@ typedef struct rf_eval_opts {
     int batch_size;               /* sequences per forward pass */
     const char *report_path;      /* JSON report written atomically there, unless NULL */
     const char *predictions_path; /* one JSON line per example (predictions.h), unless NULL */
+    const char *device;           /* backend (rf_backend_for): NULL or "cpu", "cuda" */
 } rf_eval_opts;
 
 /* rf_evaluate_model on the data files of o (no sequence is an error), then

@@ -21,6 +21,7 @@
 typedef struct eval_stage {
     rf_run_ctx *ctx;
     const char *model, *data, *preds;
+    const char *device; /* trainer.device: the evaluator follows it */
     char *model_def, *data_def, *preds_def, *dir;
     int max_len, batch;
 } eval_stage;
@@ -52,6 +53,9 @@ static int eval_open(const rf_cfg *sec, rf_run_ctx *ctx, void **state) {
     if (!rc) rc = rf_cfg_str(sec, "predictions", e->preds_def, &e->preds);
     if (!rc) rc = rf_cfg_int(sec, "max_len", 128, 2, 4096, &max_len);
     if (!rc) rc = rf_cfg_int(sec, "batch_size", 64, 1, 4096, &batch);
+    if (!rc)
+        rc = rf_cfg_str(ctx->spec ? rf_cfg_get(ctx->spec, "trainer") : NULL, "device", "cpu",
+                        &e->device);
     if (rc) {
         eval_close(e);
         return rc;
@@ -74,7 +78,8 @@ static int eval_run(void *state) {
                        .max_len = e->max_len,
                        .batch_size = e->batch,
                        .report_path = path,
-                       .predictions_path = e->preds && e->preds[0] ? e->preds : NULL};
+                       .predictions_path = e->preds && e->preds[0] ? e->preds : NULL,
+                       .device = e->device};
     rc = rf_evaluate_run(&eo, &json);
     if (!rc) {
         rf_json_doc *d = rf_json_doc_new();

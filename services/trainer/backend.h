@@ -1,58 +1,120 @@
-/* The kernel table the model runs on. The CPU backend points at ops.h; a CUDA
- * backend (services/trainer/<name>.cu with CUDA=1) supplies device twins with the same
- * signatures and its own buffer allocation, so model.c never names a device.
- * Buffers are plain pointers into the backend's memory: parameters, gradients
- * and moments are each one contiguous block, which is what ZeRO-style sharding
- * slices later. */
+/* The kernel table the model runs on: the only way to touch model memory.
+ *
+ * The CPU backend (backend_cpu.c) points at ops.h; the CUDA backend
+ * (services/trainer/cuda/, built with make CUDA=1) supplies device twins with
+ * the same semantics and its own allocation, so model.c, optim.c and the
+ * evaluator never name a device. Buffers are plain pointers into the backend's
+ * memory: parameters, gradients and moments are each one contiguous block,
+ * which is what ZeRO-style sharding slices later. Host code reads or writes
+ * them only through to_host/to_device (checkpoints, export, logging).
+ *
+ * Every slot takes the backend itself first (its ctx holds the device state:
+ * for CUDA the stream and the cuBLAS handle, nothing static) and returns RF_OK
+ * or a negative rf_err with rf_fail detail. Slots may run asynchronously on
+ * the device; to_host and any slot that writes a host pointer (xent_fwd's
+ * loss, sumsq) wait for the work queued before them. Backward slots ACCUMULATE
+ * into the gradients they produce, as ops.h describes. */
 #ifndef RF_TR_BACKEND_H
 #define RF_TR_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct rf_backend {
-    const char *name;
-    void *(*alloc)(size_t bytes); /* zeroed */
-    void (*free)(void *p);
-    void (*zero)(void *p, size_t bytes);
-    void (*to_host)(void *dst, const void *src, size_t bytes);
-    void (*to_device)(void *dst, const void *src, size_t bytes);
-    void (*copy)(void *dst, const void *src, size_t bytes); /* device to device */
+typedef struct rf_backend rf_backend;
 
-    void (*embed_fwd)(float *out, const int32_t *ids, const int32_t *types, const float *wte,
-                      const float *wpe, const float *wtt, int B, int T, int C);
-    void (*embed_bwd)(float *dwte, float *dwpe, float *dwtt, const float *dout, const int32_t *ids,
-                      const int32_t *types, int B, int T, int C, int V, int TV);
-    void (*layernorm_fwd)(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                          const float *b, int N, int C, float eps);
-    void (*layernorm_bwd)(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                          const float *w, const float *mean, const float *rstd, int N, int C);
-    void (*linear_fwd)(float *out, const float *inp, const float *w, const float *b, int N, int IC,
-                       int OC);
-    void (*linear_bwd)(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                       const float *w, int N, int IC, int OC);
-    void (*attention_fwd)(float *out, float *att, float *scratch, const float *qkv,
-                          const uint8_t *valid, int B, int T, int Tq, int C, int NH, float pdrop,
-                          uint64_t seed);
-    void (*attention_bwd)(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                          const float *att, int B, int T, int Tq, int C, int NH, float pdrop,
-                          uint64_t seed);
-    void (*gelu_fwd)(float *out, const float *inp, size_t n);
-    void (*gelu_bwd)(float *dinp, const float *inp, const float *dout, size_t n);
-    void (*tanh_fwd)(float *out, const float *inp, size_t n);
-    void (*tanh_bwd)(float *dinp, const float *out, const float *dout, size_t n);
-    void (*dropout_fwd)(float *out, const float *inp, size_t n, float p, uint64_t seed);
-    void (*dropout_bwd)(float *dinp, const float *dout, size_t n, float p, uint64_t seed);
-    void (*residual_fwd)(float *out, const float *a, const float *b, size_t n, float p,
-                         uint64_t seed);
-    void (*residual_bwd)(float *da, float *db, const float *dout, size_t n, float p, uint64_t seed);
-    /* weights: NULL or num_labels class weights (see rf_op_xent_fwd) */
-    float (*xent_fwd)(float *probs, float *losses, const float *logits, const int32_t *labels,
-                      const float *weights, int B, int K);
-    void (*xent_bwd)(float *dlogits, const float *probs, const int32_t *labels,
-                     const float *weights, int B, int K, float scale);
-} rf_backend;
+/* One tensor's part of the parameter block, for AdamW's weight-decay flag. */
+typedef struct rf_param_span {
+    size_t offset, numel; /* in floats */
+    bool decay;
+} rf_param_span;
 
+/* One AdamW update (torch.optim.AdamW, decoupled weight decay). */
+typedef struct rf_adamw_hp {
+    float lr, beta1, beta2, eps, weight_decay;
+    long step; /* 0-based; bias correction uses step + 1 */
+} rf_adamw_hp;
+
+struct rf_backend {
+    const char *name; /* "cpu", "cuda" */
+    void *ctx;        /* backend state; NULL for the CPU */
+
+    /* memory */
+    int (*alloc)(const rf_backend *be, void **out, size_t bytes); /* zeroed */
+    int (*free)(const rf_backend *be, void *p);                   /* NULL is a no-op */
+    int (*zero)(const rf_backend *be, void *p, size_t bytes);
+    int (*to_host)(const rf_backend *be, void *dst, const void *src, size_t bytes);
+    int (*to_device)(const rf_backend *be, void *dst, const void *src, size_t bytes);
+    int (*copy)(const rf_backend *be, void *dst, const void *src, size_t bytes); /* on device */
+
+    /* the encoder (semantics: ops.h) */
+    int (*embed_fwd)(const rf_backend *be, float *out, const int32_t *ids, const int32_t *types,
+                     const float *wte, const float *wpe, const float *wtt, int B, int T, int C);
+    int (*embed_bwd)(const rf_backend *be, float *dwte, float *dwpe, float *dwtt, const float *dout,
+                     const int32_t *ids, const int32_t *types, int B, int T, int C, int V, int TV);
+    int (*layernorm_fwd)(const rf_backend *be, float *out, float *mean, float *rstd,
+                         const float *inp, const float *w, const float *b, int N, int C, float eps);
+    int (*layernorm_bwd)(const rf_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                         const float *inp, const float *w, const float *mean, const float *rstd,
+                         int N, int C);
+    int (*linear_fwd)(const rf_backend *be, float *out, const float *inp, const float *w,
+                      const float *b, int N, int IC, int OC);
+    int (*linear_bwd)(const rf_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                      const float *inp, const float *w, int N, int IC, int OC);
+    int (*attention_fwd)(const rf_backend *be, float *out, float *att, float *scratch,
+                         const float *qkv, const uint8_t *valid, int B, int T, int Tq, int C,
+                         int NH, float pdrop, uint64_t seed);
+    int (*attention_bwd)(const rf_backend *be, float *dqkv, float *scratch, const float *dout,
+                         const float *qkv, const float *att, int B, int T, int Tq, int C, int NH,
+                         float pdrop, uint64_t seed);
+    int (*gelu_fwd)(const rf_backend *be, float *out, const float *inp, size_t n);
+    int (*gelu_bwd)(const rf_backend *be, float *dinp, const float *inp, const float *dout,
+                    size_t n);
+    int (*tanh_fwd)(const rf_backend *be, float *out, const float *inp, size_t n);
+    int (*tanh_bwd)(const rf_backend *be, float *dinp, const float *out, const float *dout,
+                    size_t n);
+    int (*dropout_fwd)(const rf_backend *be, float *out, const float *inp, size_t n, float p,
+                       uint64_t seed);
+    int (*dropout_bwd)(const rf_backend *be, float *dinp, const float *dout, size_t n, float p,
+                       uint64_t seed);
+    int (*residual_fwd)(const rf_backend *be, float *out, const float *a, const float *b, size_t n,
+                        float p, uint64_t seed);
+    int (*residual_bwd)(const rf_backend *be, float *da, float *db, const float *dout, size_t n,
+                        float p, uint64_t seed);
+    /* *loss (host) = the mean loss of rf_op_xent_fwd; weights: NULL or K class
+     * weights on the device. labels are device memory. */
+    int (*xent_fwd)(const rf_backend *be, float *loss, float *probs, float *losses,
+                    const float *logits, const int32_t *labels, const float *weights, int B, int K);
+    int (*xent_bwd)(const rf_backend *be, float *dlogits, const float *probs, const int32_t *labels,
+                    const float *weights, int B, int K, float scale);
+
+    /* evaluation: pred[b] = argmax of logits row b (first maximum), probs (may
+     * be NULL) its softmax, computed as rf_op_softmax_argmax; device memory */
+    int (*softmax_argmax)(const rf_backend *be, int32_t *pred, float *probs, const float *logits,
+                          int B, int K);
+
+    /* the optimizer (semantics: rf_op_sumsq, rf_op_scale, rf_op_adamw in ops.h) */
+    int (*sumsq)(const rf_backend *be, double *out, const float *x, size_t n); /* *out on host */
+    int (*scale)(const rf_backend *be, float *x, size_t n, float s);
+    int (*adamw)(const rf_backend *be, float *params, const float *grads, float *mom1, float *mom2,
+                 size_t lo, size_t hi, const rf_param_span *spans, size_t nspans,
+                 const rf_adamw_hp *hp);
+};
+
+/* The CPU backend (host memory, ops.c); always available. */
 const rf_backend *rf_backend_cpu(void);
+/* Threads of the CPU backend's kernels (OpenMP and OpenBLAS); n < 1 is 1. */
+void rf_backend_cpu_set_threads(int n);
+
+/* The backend of a device name: NULL, "" or "cpu" is the CPU; "cuda" is the
+ * first CUDA device in fp32, "cuda-bf16" the same with its matrix products on
+ * bf16 tensor cores (fp32 accumulation and storage: see
+ * cuda/backend_cuda.h), each created on first use and kept for the process.
+ * They fail with RF_ERR_UNSUPPORTED and a message saying why when this build
+ * has no CUDA (make CUDA=1) or the machine has no usable GPU; any other name
+ * is RF_ERR_INVALID. */
+int rf_backend_for(const char *device, const rf_backend **out);
+/* The same checks without creating anything (spec validation). */
+int rf_device_check(const char *device);
 
 #endif

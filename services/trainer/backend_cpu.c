@@ -1,51 +1,234 @@
-/* The CPU backend: host memory (64-byte aligned) and the kernels of ops.c. */
+/* The CPU backend: host memory (64-byte aligned) and the kernels of ops.c.
+ * Each slot wraps its ops.c twin; none can fail once memory is allocated. */
+#include <cblas.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/error.h"
 #include "trainer/backend.h"
 #include "trainer/ops.h"
 
-static void *cpu_alloc(size_t bytes) {
+void rf_backend_cpu_set_threads(int n) {
+    if (n < 1) n = 1;
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+}
+
+static int cpu_alloc(const rf_backend *be, void **out, size_t bytes) {
+    (void)be;
     size_t n = (bytes + 63) & ~(size_t)63;
     void *p = aligned_alloc(64, n ? n : 64);
-    if (p) memset(p, 0, n ? n : 64);
-    return p;
+    *out = p;
+    if (!p) return rf_fail(RF_ERR_NOMEM, "cpu: no memory for %zu bytes", bytes);
+    memset(p, 0, n ? n : 64);
+    return RF_OK;
 }
 
-static void cpu_copy(void *dst, const void *src, size_t bytes) {
-    memcpy(dst, src, bytes);
+static int cpu_free(const rf_backend *be, void *p) {
+    (void)be;
+    free(p);
+    return RF_OK;
 }
 
-static void cpu_zero(void *p, size_t bytes) {
-    memset(p, 0, bytes);
+static int cpu_copy(const rf_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (bytes) memmove(dst, src, bytes);
+    return RF_OK;
+}
+
+static int cpu_zero(const rf_backend *be, void *p, size_t bytes) {
+    (void)be;
+    if (bytes) memset(p, 0, bytes);
+    return RF_OK;
+}
+
+static int embed_fwd(const rf_backend *be, float *out, const int32_t *ids, const int32_t *types,
+                     const float *wte, const float *wpe, const float *wtt, int B, int T, int C) {
+    (void)be;
+    rf_op_embed_fwd(out, ids, types, wte, wpe, wtt, B, T, C);
+    return RF_OK;
+}
+
+static int embed_bwd(const rf_backend *be, float *dwte, float *dwpe, float *dwtt, const float *dout,
+                     const int32_t *ids, const int32_t *types, int B, int T, int C, int V, int TV) {
+    (void)be;
+    rf_op_embed_bwd(dwte, dwpe, dwtt, dout, ids, types, B, T, C, V, TV);
+    return RF_OK;
+}
+
+static int layernorm_fwd(const rf_backend *be, float *out, float *mean, float *rstd,
+                         const float *inp, const float *w, const float *b, int N, int C,
+                         float eps) {
+    (void)be;
+    rf_op_layernorm_fwd(out, mean, rstd, inp, w, b, N, C, eps);
+    return RF_OK;
+}
+
+static int layernorm_bwd(const rf_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                         const float *inp, const float *w, const float *mean, const float *rstd,
+                         int N, int C) {
+    (void)be;
+    rf_op_layernorm_bwd(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    return RF_OK;
+}
+
+static int linear_fwd(const rf_backend *be, float *out, const float *inp, const float *w,
+                      const float *b, int N, int IC, int OC) {
+    (void)be;
+    rf_op_linear_fwd(out, inp, w, b, N, IC, OC);
+    return RF_OK;
+}
+
+static int linear_bwd(const rf_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                      const float *inp, const float *w, int N, int IC, int OC) {
+    (void)be;
+    rf_op_linear_bwd(dinp, dw, db, dout, inp, w, N, IC, OC);
+    return RF_OK;
+}
+
+static int attention_fwd(const rf_backend *be, float *out, float *att, float *scratch,
+                         const float *qkv, const uint8_t *valid, int B, int T, int Tq, int C,
+                         int NH, float pdrop, uint64_t seed) {
+    (void)be;
+    rf_op_attention_fwd(out, att, scratch, qkv, valid, B, T, Tq, C, NH, pdrop, seed);
+    return RF_OK;
+}
+
+static int attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const float *dout,
+                         const float *qkv, const float *att, int B, int T, int Tq, int C, int NH,
+                         float pdrop, uint64_t seed) {
+    (void)be;
+    rf_op_attention_bwd(dqkv, scratch, dout, qkv, att, B, T, Tq, C, NH, pdrop, seed);
+    return RF_OK;
+}
+
+static int gelu_fwd(const rf_backend *be, float *out, const float *inp, size_t n) {
+    (void)be;
+    rf_op_gelu_fwd(out, inp, n);
+    return RF_OK;
+}
+
+static int gelu_bwd(const rf_backend *be, float *dinp, const float *inp, const float *dout,
+                    size_t n) {
+    (void)be;
+    rf_op_gelu_bwd(dinp, inp, dout, n);
+    return RF_OK;
+}
+
+static int tanh_fwd(const rf_backend *be, float *out, const float *inp, size_t n) {
+    (void)be;
+    rf_op_tanh_fwd(out, inp, n);
+    return RF_OK;
+}
+
+static int tanh_bwd(const rf_backend *be, float *dinp, const float *out, const float *dout,
+                    size_t n) {
+    (void)be;
+    rf_op_tanh_bwd(dinp, out, dout, n);
+    return RF_OK;
+}
+
+static int dropout_fwd(const rf_backend *be, float *out, const float *inp, size_t n, float p,
+                       uint64_t seed) {
+    (void)be;
+    rf_op_dropout_fwd(out, inp, n, p, seed);
+    return RF_OK;
+}
+
+static int dropout_bwd(const rf_backend *be, float *dinp, const float *dout, size_t n, float p,
+                       uint64_t seed) {
+    (void)be;
+    rf_op_dropout_bwd(dinp, dout, n, p, seed);
+    return RF_OK;
+}
+
+static int residual_fwd(const rf_backend *be, float *out, const float *a, const float *b, size_t n,
+                        float p, uint64_t seed) {
+    (void)be;
+    rf_op_residual_fwd(out, a, b, n, p, seed);
+    return RF_OK;
+}
+
+static int residual_bwd(const rf_backend *be, float *da, float *db, const float *dout, size_t n,
+                        float p, uint64_t seed) {
+    (void)be;
+    rf_op_residual_bwd(da, db, dout, n, p, seed);
+    return RF_OK;
+}
+
+static int xent_fwd(const rf_backend *be, float *loss, float *probs, float *losses,
+                    const float *logits, const int32_t *labels, const float *weights, int B,
+                    int K) {
+    (void)be;
+    *loss = rf_op_xent_fwd(probs, losses, logits, labels, weights, B, K);
+    return RF_OK;
+}
+
+static int xent_bwd(const rf_backend *be, float *dlogits, const float *probs, const int32_t *labels,
+                    const float *weights, int B, int K, float scale) {
+    (void)be;
+    rf_op_xent_bwd(dlogits, probs, labels, weights, B, K, scale);
+    return RF_OK;
+}
+
+static int softmax_argmax(const rf_backend *be, int32_t *pred, float *probs, const float *logits,
+                          int B, int K) {
+    (void)be;
+    rf_op_softmax_argmax(pred, probs, logits, B, K);
+    return RF_OK;
+}
+
+static int sumsq(const rf_backend *be, double *out, const float *x, size_t n) {
+    (void)be;
+    *out = rf_op_sumsq(x, n);
+    return RF_OK;
+}
+
+static int scale(const rf_backend *be, float *x, size_t n, float s) {
+    (void)be;
+    rf_op_scale(x, n, s);
+    return RF_OK;
+}
+
+static int adamw(const rf_backend *be, float *params, const float *grads, float *mom1, float *mom2,
+                 size_t lo, size_t hi, const rf_param_span *spans, size_t nspans,
+                 const rf_adamw_hp *hp) {
+    (void)be;
+    rf_op_adamw(params, grads, mom1, mom2, lo, hi, spans, nspans, hp);
+    return RF_OK;
 }
 
 static const rf_backend cpu = {
     .name = "cpu",
     .alloc = cpu_alloc,
-    .free = free,
+    .free = cpu_free,
     .zero = cpu_zero,
     .to_host = cpu_copy,
     .to_device = cpu_copy,
     .copy = cpu_copy,
-    .embed_fwd = rf_op_embed_fwd,
-    .embed_bwd = rf_op_embed_bwd,
-    .layernorm_fwd = rf_op_layernorm_fwd,
-    .layernorm_bwd = rf_op_layernorm_bwd,
-    .linear_fwd = rf_op_linear_fwd,
-    .linear_bwd = rf_op_linear_bwd,
-    .attention_fwd = rf_op_attention_fwd,
-    .attention_bwd = rf_op_attention_bwd,
-    .gelu_fwd = rf_op_gelu_fwd,
-    .gelu_bwd = rf_op_gelu_bwd,
-    .tanh_fwd = rf_op_tanh_fwd,
-    .tanh_bwd = rf_op_tanh_bwd,
-    .dropout_fwd = rf_op_dropout_fwd,
-    .dropout_bwd = rf_op_dropout_bwd,
-    .residual_fwd = rf_op_residual_fwd,
-    .residual_bwd = rf_op_residual_bwd,
-    .xent_fwd = rf_op_xent_fwd,
-    .xent_bwd = rf_op_xent_bwd,
+    .embed_fwd = embed_fwd,
+    .embed_bwd = embed_bwd,
+    .layernorm_fwd = layernorm_fwd,
+    .layernorm_bwd = layernorm_bwd,
+    .linear_fwd = linear_fwd,
+    .linear_bwd = linear_bwd,
+    .attention_fwd = attention_fwd,
+    .attention_bwd = attention_bwd,
+    .gelu_fwd = gelu_fwd,
+    .gelu_bwd = gelu_bwd,
+    .tanh_fwd = tanh_fwd,
+    .tanh_bwd = tanh_bwd,
+    .dropout_fwd = dropout_fwd,
+    .dropout_bwd = dropout_bwd,
+    .residual_fwd = residual_fwd,
+    .residual_bwd = residual_bwd,
+    .xent_fwd = xent_fwd,
+    .xent_bwd = xent_bwd,
+    .softmax_argmax = softmax_argmax,
+    .sumsq = sumsq,
+    .scale = scale,
+    .adamw = adamw,
 };
 
 const rf_backend *rf_backend_cpu(void) {

@@ -29,7 +29,11 @@ int rf_checkpoint_save_blocks(const char *path, const rf_bert *m, const float *m
     p += 8 + sizeof hdr;
     const float *blocks[3] = {m->params, mom1, mom2};
     for (int b = 0; b < 3; b++) {
-        m->be->to_host(p, blocks[b], np * sizeof(float));
+        int rc = m->be->to_host(m->be, p, blocks[b], np * sizeof(float));
+        if (rc) {
+            free(buf);
+            return rf_fail_ctx(rc, "checkpoint: reading the model");
+        }
         p += np * sizeof(float);
     }
     uint64_t h = rf_hash64(buf, (size_t)(p - buf), 0);
@@ -94,11 +98,12 @@ int rf_checkpoint_load_range(const char *path, rf_bert *m, rf_train_state *s, si
         goto out;
     }
     const char *p = buf + 8 + sizeof hdr;
-    m->be->to_device(m->params, p, np * sizeof(float));
+    rc = m->be->to_device(m->be, m->params, p, np * sizeof(float));
     p += np * sizeof(float);
-    m->be->to_device(m->m, p + lo * sizeof(float), (hi - lo) * sizeof(float));
+    if (!rc) rc = m->be->to_device(m->be, m->m, p + lo * sizeof(float), (hi - lo) * sizeof(float));
     p += np * sizeof(float);
-    m->be->to_device(m->v, p + lo * sizeof(float), (hi - lo) * sizeof(float));
+    if (!rc) rc = m->be->to_device(m->be, m->v, p + lo * sizeof(float), (hi - lo) * sizeof(float));
+    if (rc) goto out;
     s->step = hdr[1];
     s->epoch = hdr[2];
     s->pos = hdr[3];

@@ -61,7 +61,9 @@ int rf_trainer_drive(const rf_trainer_spec *s, const rf_dataset *data,
     rf_info("trainer", "%zu training sequences (%zu skipped), %d labels", data->n, data->skipped,
             k);
     if (s->threads > 0) rf_set_threads(s->threads);
-    if ((rc = rf_bert_load(s->model, k, s->opts.seed, rf_backend_cpu(), &m))) return rc;
+    const rf_backend *be;
+    if ((rc = rf_backend_for(s->device, &be))) return rc;
+    if ((rc = rf_bert_load(s->model, k, s->opts.seed, be, &m))) return rc;
     rf_train_opts o = s->opts;
     o.cancel = h->cancel;
     o.on_checkpoint = h->on_checkpoint;

@@ -11,6 +11,23 @@
 #include "common/rng.h"
 #include "trainer/safetensors.h"
 
+/* Allocation through the backend; NULL on failure (its detail in rf_errmsg). */
+static void *dev_alloc(const rf_backend *be, size_t bytes) {
+    void *p = NULL;
+    return be->alloc(be, &p, bytes) ? NULL : p;
+}
+
+static void dev_free(const rf_backend *be, void *p) {
+    if (p) (void)be->free(be, p);
+}
+
+/* A backend call that fails returns its error from the enclosing function. */
+#define TRY(call)                                                                                  \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_) return rc_;                                                                       \
+    } while (0)
+
 /* Activation views for one batch capacity; the same layout serves gradients. */
 typedef struct layer_acts {
     float *qkv, *att, *ctx, *res1, *ln1_mean, *ln1_rstd, *x1;
@@ -185,7 +202,7 @@ int rf_bert_new(const rf_bert_config *cfg, const rf_backend *be, rf_bert **out) 
     if (!rc) {
         m->p.layers = calloc((size_t)cfg->num_layers, sizeof(rf_bert_layer));
         m->g.layers = calloc((size_t)cfg->num_layers, sizeof(rf_bert_layer));
-        m->params = be->alloc(m->nparams * sizeof(float));
+        m->params = dev_alloc(be, m->nparams * sizeof(float));
         if (!m->p.layers || !m->g.layers || !m->params) rc = RF_ERR_NOMEM;
     }
     if (rc) {
@@ -203,17 +220,17 @@ int rf_bert_new(const rf_bert_config *cfg, const rf_backend *be, rf_bert **out) 
 void rf_bert_free(rf_bert *m) {
     if (!m) return;
     const rf_backend *be = m->be;
-    be->free(m->params);
-    be->free(m->grads);
-    be->free(m->m);
-    be->free(m->v);
-    be->free(m->acts);
-    be->free(m->dacts);
-    be->free(m->ids_dev);
-    be->free(m->types_dev);
-    be->free(m->labels_dev);
-    be->free(m->valid_dev);
-    be->free(m->class_weights_dev);
+    dev_free(be, m->params);
+    dev_free(be, m->grads);
+    dev_free(be, m->m);
+    dev_free(be, m->v);
+    dev_free(be, m->acts);
+    dev_free(be, m->dacts);
+    dev_free(be, m->ids_dev);
+    dev_free(be, m->types_dev);
+    dev_free(be, m->labels_dev);
+    dev_free(be, m->valid_dev);
+    dev_free(be, m->class_weights_dev);
     free(m->p.layers);
     free(m->g.layers);
     free(m->tensors);
@@ -223,13 +240,14 @@ void rf_bert_free(rf_bert *m) {
 int rf_bert_set_class_weights(rf_bert *m, const float *w) {
     const rf_backend *be = m->be;
     if (!w) {
-        be->free(m->class_weights_dev);
+        dev_free(be, m->class_weights_dev);
         m->class_weights_dev = NULL;
         return RF_OK;
     }
     size_t bytes = (size_t)m->cfg.num_labels * sizeof(float);
-    if (!m->class_weights_dev && !(m->class_weights_dev = be->alloc(bytes))) return RF_ERR_NOMEM;
-    be->to_device(m->class_weights_dev, w, bytes);
+    if (!m->class_weights_dev && !(m->class_weights_dev = dev_alloc(be, bytes)))
+        return RF_ERR_NOMEM;
+    TRY(be->to_device(be, m->class_weights_dev, w, bytes));
     return RF_OK;
 }
 
@@ -248,16 +266,17 @@ static void normal_fill(float *x, size_t n, float std, rf_rng *r) {
     }
 }
 
-void rf_bert_init_head(rf_bert *m, uint64_t seed) {
+int rf_bert_init_head(rf_bert *m, uint64_t seed) {
     rf_rng r;
     rf_rng_seed(&r, seed);
     size_t nw = (size_t)m->cfg.num_labels * m->cfg.hidden_size;
     float *w = malloc(nw * sizeof(float));
-    if (!w) return;
+    if (!w) return RF_ERR_NOMEM;
     normal_fill(w, nw, m->cfg.initializer_range, &r);
-    m->be->to_device(m->p.cls_w, w, nw * sizeof(float));
-    m->be->zero(m->p.cls_b, (size_t)m->cfg.num_labels * sizeof(float));
+    int rc = m->be->to_device(m->be, m->p.cls_w, w, nw * sizeof(float));
+    if (!rc) rc = m->be->zero(m->be, m->p.cls_b, (size_t)m->cfg.num_labels * sizeof(float));
     free(w);
+    return rc;
 }
 
 static bool is_head(const char *name) {
@@ -327,7 +346,7 @@ int rf_bert_load(const char *dir, int num_labels, uint64_t seed, const rf_backen
                 break;
             }
         }
-        be->to_device(m->params + t->offset, host, t->numel * sizeof(float));
+        rc = be->to_device(be, m->params + t->offset, host, t->numel * sizeof(float));
     }
     free(host);
     if (!rc && used < st->n) {
@@ -357,7 +376,9 @@ int rf_bert_save_safetensors(const rf_bert *m, const char *path) {
     float *host = malloc(m->nparams * sizeof(float));
     int rc = o && host ? RF_OK : RF_ERR_NOMEM;
     if (!rc) {
-        m->be->to_host(host, m->params, m->nparams * sizeof(float));
+        rc = m->be->to_host(m->be, host, m->params, m->nparams * sizeof(float));
+    }
+    if (!rc) {
         for (size_t i = 0; i < m->ntensors; i++) {
             const rf_tensor_info *t = &m->tensors[i];
             o[i].name = t->name;
@@ -381,25 +402,29 @@ int rf_bert_enable_training_sharded(rf_bert *m, size_t padded, size_t moments) {
     if (m->grads) return RF_OK;
     if (padded < m->nparams) padded = m->nparams;
     if (padded > m->nparams) { /* room for the collectives' padding: move params */
-        float *p = m->be->alloc(padded * sizeof(float));
+        float *p = dev_alloc(m->be, padded * sizeof(float));
         if (!p) return rf_fail(RF_ERR_NOMEM, "model: no memory for padded parameters");
-        m->be->to_host(p, m->params, m->nparams * sizeof(float)); /* host backends only */
-        m->be->free(m->params);
+        int rc = m->be->copy(m->be, p, m->params, m->nparams * sizeof(float));
+        if (rc) {
+            dev_free(m->be, p);
+            return rc;
+        }
+        dev_free(m->be, m->params);
         m->params = p;
         bind(m, m->params, &m->p);
     }
     m->npadded = padded;
     m->nmoments = moments;
-    m->grads = m->be->alloc(padded * sizeof(float));
-    m->m = m->be->alloc((moments ? moments : 1) * sizeof(float));
-    m->v = m->be->alloc((moments ? moments : 1) * sizeof(float));
+    m->grads = dev_alloc(m->be, padded * sizeof(float));
+    m->m = dev_alloc(m->be, (moments ? moments : 1) * sizeof(float));
+    m->v = dev_alloc(m->be, (moments ? moments : 1) * sizeof(float));
     if (!m->grads || !m->m || !m->v) return rf_fail(RF_ERR_NOMEM, "model: no memory for grads");
     bind(m, m->grads, &m->g);
     return RF_OK;
 }
 
-void rf_bert_zero_grad(rf_bert *m) {
-    if (m->grads) m->be->zero(m->grads, m->npadded * sizeof(float));
+int rf_bert_zero_grad(rf_bert *m) {
+    return m->grads ? m->be->zero(m->be, m->grads, m->npadded * sizeof(float)) : RF_OK;
 }
 
 int rf_bert_reserve(rf_bert *m, int B, int T) {
@@ -415,18 +440,18 @@ int rf_bert_reserve(rf_bert *m, int B, int T) {
     acts a = {.layers = la};
     size_t n = layout(&m->cfg, B, T, NULL, &a, true), ng = layout(&m->cfg, B, T, NULL, &a, false);
     free(la);
-    be->free(m->acts);
-    be->free(m->dacts);
-    be->free(m->ids_dev);
-    be->free(m->types_dev);
-    be->free(m->labels_dev);
-    be->free(m->valid_dev);
-    m->acts = be->alloc(n * sizeof(float));
-    m->dacts = be->alloc(ng * sizeof(float));
-    m->ids_dev = be->alloc((size_t)B * T * sizeof(int32_t));
-    m->types_dev = be->alloc((size_t)B * T * sizeof(int32_t));
-    m->valid_dev = be->alloc((size_t)B * T);
-    m->labels_dev = be->alloc((size_t)B * sizeof(int32_t));
+    dev_free(be, m->acts);
+    dev_free(be, m->dacts);
+    dev_free(be, m->ids_dev);
+    dev_free(be, m->types_dev);
+    dev_free(be, m->labels_dev);
+    dev_free(be, m->valid_dev);
+    m->acts = dev_alloc(be, n * sizeof(float));
+    m->dacts = dev_alloc(be, ng * sizeof(float));
+    m->ids_dev = dev_alloc(be, (size_t)B * T * sizeof(int32_t));
+    m->types_dev = dev_alloc(be, (size_t)B * T * sizeof(int32_t));
+    m->valid_dev = dev_alloc(be, (size_t)B * T);
+    m->labels_dev = dev_alloc(be, (size_t)B * sizeof(int32_t));
     m->capB = B;
     m->capT = T;
     m->nacts = n;
@@ -467,10 +492,10 @@ int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout
             return rf_fail(RF_ERR_RANGE, "model: label %d outside [0, %d)", bt->labels[b], K);
     int rc = rf_bert_reserve(m, B, T);
     if (rc) return rc;
-    be->to_device(m->ids_dev, bt->ids, N * sizeof(int32_t));
-    be->to_device(m->types_dev, bt->types, N * sizeof(int32_t));
-    be->to_device(m->valid_dev, bt->valid, N);
-    if (bt->labels) be->to_device(m->labels_dev, bt->labels, (size_t)B * sizeof(int32_t));
+    TRY(be->to_device(be, m->ids_dev, bt->ids, N * sizeof(int32_t)));
+    TRY(be->to_device(be, m->types_dev, bt->types, N * sizeof(int32_t)));
+    TRY(be->to_device(be, m->valid_dev, bt->valid, N));
+    if (bt->labels) TRY(be->to_device(be, m->labels_dev, bt->labels, (size_t)B * sizeof(int32_t)));
     m->last = *bt;
     m->last_train = train;
     m->last_seed = dropout_seed;
@@ -481,10 +506,11 @@ int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout
     float ph = train ? c->hidden_dropout : 0, pa = train ? c->attention_dropout : 0,
           pc = train ? c->classifier_dropout : 0;
 
-    be->embed_fwd(a.emb_in, m->ids_dev, m->types_dev, m->p.wte, m->p.wpe, m->p.wtt, B, T, C);
-    be->layernorm_fwd(a.x0, a.emb_mean, a.emb_rstd, a.emb_in, m->p.eln_w, m->p.eln_b, (int)N, C,
-                      c->layer_norm_eps);
-    be->dropout_fwd(a.x0, a.x0, N * C, ph, site_seed(dropout_seed, 0));
+    TRY(be->embed_fwd(be, a.emb_in, m->ids_dev, m->types_dev, m->p.wte, m->p.wpe, m->p.wtt, B, T,
+                      C));
+    TRY(be->layernorm_fwd(be, a.x0, a.emb_mean, a.emb_rstd, a.emb_in, m->p.eln_w, m->p.eln_b,
+                          (int)N, C, c->layer_norm_eps));
+    TRY(be->dropout_fwd(be, a.x0, a.x0, N * C, ph, site_seed(dropout_seed, 0)));
     const float *x = a.x0;
     for (int l = 0; l < c->num_layers; l++) {
         const rf_bert_layer *P = &m->p.layers[l];
@@ -498,38 +524,41 @@ int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout
         const float *xq = x;
         if (last) {
             for (int b = 0; b < B; b++)
-                be->copy(a.cls + (size_t)b * C, x + (size_t)b * T * C, C * sizeof(float));
+                TRY(be->copy(be, a.cls + (size_t)b * C, x + (size_t)b * T * C, C * sizeof(float)));
             xq = a.cls;
         }
-        be->linear_fwd(L->qkv, x, P->qkv_w, P->qkv_b, (int)N, C, 3 * C);
-        be->attention_fwd(L->ctx, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq, C,
-                          c->num_heads, pa, site_seed(dropout_seed, s));
-        be->linear_fwd(L->res1, L->ctx, P->ao_w, P->ao_b, (int)Nq, C, C);
-        be->residual_fwd(L->res1, L->res1, xq, Nq * C, ph, site_seed(dropout_seed, s + 1));
-        be->layernorm_fwd(L->x1, L->ln1_mean, L->ln1_rstd, L->res1, P->ln1_w, P->ln1_b, (int)Nq, C,
-                          c->layer_norm_eps);
-        be->linear_fwd(L->fc_pre, L->x1, P->fc_w, P->fc_b, (int)Nq, C, I);
-        be->gelu_fwd(L->fc_act, L->fc_pre, Nq * I);
-        be->linear_fwd(L->res2, L->fc_act, P->fo_w, P->fo_b, (int)Nq, I, C);
-        be->residual_fwd(L->res2, L->res2, L->x1, Nq * C, ph, site_seed(dropout_seed, s + 2));
-        be->layernorm_fwd(L->x2, L->ln2_mean, L->ln2_rstd, L->res2, P->ln2_w, P->ln2_b, (int)Nq, C,
-                          c->layer_norm_eps);
+        TRY(be->linear_fwd(be, L->qkv, x, P->qkv_w, P->qkv_b, (int)N, C, 3 * C));
+        TRY(be->attention_fwd(be, L->ctx, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq, C,
+                              c->num_heads, pa, site_seed(dropout_seed, s)));
+        TRY(be->linear_fwd(be, L->res1, L->ctx, P->ao_w, P->ao_b, (int)Nq, C, C));
+        TRY(be->residual_fwd(be, L->res1, L->res1, xq, Nq * C, ph, site_seed(dropout_seed, s + 1)));
+        TRY(be->layernorm_fwd(be, L->x1, L->ln1_mean, L->ln1_rstd, L->res1, P->ln1_w, P->ln1_b,
+                              (int)Nq, C, c->layer_norm_eps));
+        TRY(be->linear_fwd(be, L->fc_pre, L->x1, P->fc_w, P->fc_b, (int)Nq, C, I));
+        TRY(be->gelu_fwd(be, L->fc_act, L->fc_pre, Nq * I));
+        TRY(be->linear_fwd(be, L->res2, L->fc_act, P->fo_w, P->fo_b, (int)Nq, I, C));
+        TRY(be->residual_fwd(be, L->res2, L->res2, L->x1, Nq * C, ph,
+                             site_seed(dropout_seed, s + 2)));
+        TRY(be->layernorm_fwd(be, L->x2, L->ln2_mean, L->ln2_rstd, L->res2, P->ln2_w, P->ln2_b,
+                              (int)Nq, C, c->layer_norm_eps));
         x = L->x2;
     }
-    be->linear_fwd(a.pool_pre, x, m->p.pool_w, m->p.pool_b, B, C, C); /* x: [B, C] */
-    be->tanh_fwd(a.pooled, a.pool_pre, (size_t)B * C);
-    be->dropout_fwd(a.pooled_drop, a.pooled, (size_t)B * C, pc,
-                    site_seed(dropout_seed, head_site(c)));
-    be->linear_fwd(a.logits, a.pooled_drop, m->p.cls_w, m->p.cls_b, B, C, K);
+    TRY(be->linear_fwd(be, a.pool_pre, x, m->p.pool_w, m->p.pool_b, B, C, C)); /* x: [B, C] */
+    TRY(be->tanh_fwd(be, a.pooled, a.pool_pre, (size_t)B * C));
+    TRY(be->dropout_fwd(be, a.pooled_drop, a.pooled, (size_t)B * C, pc,
+                        site_seed(dropout_seed, head_site(c))));
+    TRY(be->linear_fwd(be, a.logits, a.pooled_drop, m->p.cls_w, m->p.cls_b, B, C, K));
     m->logits = a.logits;
     m->probs = a.probs;
-    m->loss = bt->labels ? be->xent_fwd(a.probs, a.losses, a.logits, m->labels_dev,
-                                        m->class_weights_dev, B, K)
-                         : 0.0f;
+    m->losses = a.losses;
+    m->loss = 0.0f;
+    if (bt->labels)
+        TRY(be->xent_fwd(be, &m->loss, a.probs, a.losses, a.logits, m->labels_dev,
+                         m->class_weights_dev, B, K));
     return RF_OK;
 }
 
-void rf_bert_backward(rf_bert *m, float loss_scale) {
+int rf_bert_backward(rf_bert *m, float loss_scale) {
     const rf_bert_config *c = &m->cfg;
     const rf_backend *be = m->be;
     int B = m->last.B, T = m->last.T, C = c->hidden_size, I = c->intermediate_size,
@@ -543,16 +572,17 @@ void rf_bert_backward(rf_bert *m, float loss_scale) {
     acts a = {.layers = la}, d = {.layers = dla};
     layout(c, B, T, m->acts, &a, true);
     size_t used = layout(c, B, T, m->dacts, &d, false);
-    be->zero(m->dacts, used * sizeof(float));
+    TRY(be->zero(be, m->dacts, used * sizeof(float)));
 
-    be->xent_bwd(d.logits, a.probs, m->labels_dev, m->class_weights_dev, B, K, loss_scale);
-    be->linear_bwd(d.pooled_drop, m->g.cls_w, m->g.cls_b, d.logits, a.pooled_drop, m->p.cls_w, B, C,
-                   K);
-    be->dropout_bwd(d.pooled, d.pooled_drop, (size_t)B * C, pc, site_seed(seed, head_site(c)));
-    be->tanh_bwd(d.pool_pre, a.pooled, d.pooled, (size_t)B * C);
+    TRY(be->xent_bwd(be, d.logits, a.probs, m->labels_dev, m->class_weights_dev, B, K, loss_scale));
+    TRY(be->linear_bwd(be, d.pooled_drop, m->g.cls_w, m->g.cls_b, d.logits, a.pooled_drop,
+                       m->p.cls_w, B, C, K));
+    TRY(be->dropout_bwd(be, d.pooled, d.pooled_drop, (size_t)B * C, pc,
+                        site_seed(seed, head_site(c))));
+    TRY(be->tanh_bwd(be, d.pool_pre, a.pooled, d.pooled, (size_t)B * C));
     int last = c->num_layers - 1;
-    be->linear_bwd(dla[last].x2, m->g.pool_w, m->g.pool_b, d.pool_pre, la[last].x2, m->p.pool_w, B,
-                   C, C);
+    TRY(be->linear_bwd(be, dla[last].x2, m->g.pool_w, m->g.pool_b, d.pool_pre, la[last].x2,
+                       m->p.pool_w, B, C, C));
     for (int l = last; l >= 0; l--) {
         const rf_bert_layer *P = &m->p.layers[l], *G = &m->g.layers[l];
         layer_acts *L = &la[l], *D = &dla[l];
@@ -563,30 +593,33 @@ void rf_bert_backward(rf_bert *m, float loss_scale) {
         size_t Nq = (size_t)B * Tq;
         float *dxq = l == last ? d.cls : dxin;
         /* x2 = LN(res2), res2 = dropout(fo) + x1; D->res1 is scratch for d(fo). */
-        be->layernorm_bwd(D->res2, G->ln2_w, G->ln2_b, D->x2, L->res2, P->ln2_w, L->ln2_mean,
-                          L->ln2_rstd, (int)Nq, C);
-        be->residual_bwd(D->res1, D->x1, D->res2, Nq * C, ph, site_seed(seed, s + 2));
-        be->linear_bwd(D->fc_act, G->fo_w, G->fo_b, D->res1, L->fc_act, P->fo_w, (int)Nq, I, C);
-        be->gelu_bwd(D->fc_pre, L->fc_pre, D->fc_act, Nq * I);
-        be->linear_bwd(D->x1, G->fc_w, G->fc_b, D->fc_pre, L->x1, P->fc_w, (int)Nq, C, I);
+        TRY(be->layernorm_bwd(be, D->res2, G->ln2_w, G->ln2_b, D->x2, L->res2, P->ln2_w,
+                              L->ln2_mean, L->ln2_rstd, (int)Nq, C));
+        TRY(be->residual_bwd(be, D->res1, D->x1, D->res2, Nq * C, ph, site_seed(seed, s + 2)));
+        TRY(be->linear_bwd(be, D->fc_act, G->fo_w, G->fo_b, D->res1, L->fc_act, P->fo_w, (int)Nq, I,
+                           C));
+        TRY(be->gelu_bwd(be, D->fc_pre, L->fc_pre, D->fc_act, Nq * I));
+        TRY(be->linear_bwd(be, D->x1, G->fc_w, G->fc_b, D->fc_pre, L->x1, P->fc_w, (int)Nq, C, I));
         /* x1 = LN(res1), res1 = dropout(ao) + xq; D->res2 is scratch for d(ao). */
-        be->zero(D->res1, Nq * C * sizeof(float));
-        be->layernorm_bwd(D->res1, G->ln1_w, G->ln1_b, D->x1, L->res1, P->ln1_w, L->ln1_mean,
-                          L->ln1_rstd, (int)Nq, C);
-        be->zero(D->res2, Nq * C * sizeof(float));
-        be->residual_bwd(D->res2, dxq, D->res1, Nq * C, ph, site_seed(seed, s + 1));
-        be->linear_bwd(D->ctx, G->ao_w, G->ao_b, D->res2, L->ctx, P->ao_w, (int)Nq, C, C);
-        be->attention_bwd(D->qkv, a.att_scratch, D->ctx, L->qkv, L->att, B, T, Tq, C, c->num_heads,
-                          pa, site_seed(seed, s));
-        be->linear_bwd(dxin, G->qkv_w, G->qkv_b, D->qkv, x, P->qkv_w, (int)N, C, 3 * C);
+        TRY(be->zero(be, D->res1, Nq * C * sizeof(float)));
+        TRY(be->layernorm_bwd(be, D->res1, G->ln1_w, G->ln1_b, D->x1, L->res1, P->ln1_w,
+                              L->ln1_mean, L->ln1_rstd, (int)Nq, C));
+        TRY(be->zero(be, D->res2, Nq * C * sizeof(float)));
+        TRY(be->residual_bwd(be, D->res2, dxq, D->res1, Nq * C, ph, site_seed(seed, s + 1)));
+        TRY(be->linear_bwd(be, D->ctx, G->ao_w, G->ao_b, D->res2, L->ctx, P->ao_w, (int)Nq, C, C));
+        TRY(be->attention_bwd(be, D->qkv, a.att_scratch, D->ctx, L->qkv, L->att, B, T, Tq, C,
+                              c->num_heads, pa, site_seed(seed, s)));
+        TRY(be->linear_bwd(be, dxin, G->qkv_w, G->qkv_b, D->qkv, x, P->qkv_w, (int)N, C, 3 * C));
         for (int b = 0; l == last && b < B; b++) /* the [CLS] rows' residual gradient */
-            be->residual_bwd(dxin + (size_t)b * T * C, NULL, d.cls + (size_t)b * C, C, 0, 0);
+            TRY(be->residual_bwd(be, dxin + (size_t)b * T * C, NULL, d.cls + (size_t)b * C, C, 0,
+                                 0));
     }
     /* x0 = dropout(LN(emb)): d(LN out) goes to emb_in's slot, LN's input gradient to x0's. */
-    be->dropout_bwd(d.emb_in, d.x0, N * C, ph, site_seed(seed, 0));
-    be->zero(d.x0, N * C * sizeof(float));
-    be->layernorm_bwd(d.x0, m->g.eln_w, m->g.eln_b, d.emb_in, a.emb_in, m->p.eln_w, a.emb_mean,
-                      a.emb_rstd, (int)N, C);
-    be->embed_bwd(m->g.wte, m->g.wpe, m->g.wtt, d.x0, m->ids_dev, m->types_dev, B, T, C,
-                  c->vocab_size, c->type_vocab_size);
+    TRY(be->dropout_bwd(be, d.emb_in, d.x0, N * C, ph, site_seed(seed, 0)));
+    TRY(be->zero(be, d.x0, N * C * sizeof(float)));
+    TRY(be->layernorm_bwd(be, d.x0, m->g.eln_w, m->g.eln_b, d.emb_in, a.emb_in, m->p.eln_w,
+                          a.emb_mean, a.emb_rstd, (int)N, C));
+    TRY(be->embed_bwd(be, m->g.wte, m->g.wpe, m->g.wtt, d.x0, m->ids_dev, m->types_dev, B, T, C,
+                      c->vocab_size, c->type_vocab_size));
+    return RF_OK;
 }

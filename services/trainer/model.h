@@ -65,7 +65,8 @@ typedef struct rf_bert {
     rf_batch last;
     float *class_weights_dev; /* [num_labels] loss weights, NULL = unweighted */
 
-    float *logits, *probs; /* views into acts, [capB, num_labels] */
+    float *logits, *probs; /* views into acts, [capB, num_labels] (backend memory) */
+    float *losses;         /* view into acts, [capB]: each row's loss of the last forward */
     float loss;            /* mean (class-weighted, if set) loss of the last forward */
     bool last_train;       /* dropout state of the last forward, for backward */
     uint64_t last_seed;
@@ -88,7 +89,7 @@ int rf_bert_set_class_weights(rf_bert *m, const float *w);
 int rf_bert_load(const char *dir, int num_labels, uint64_t seed, const rf_backend *be,
                  rf_bert **out);
 /* Re-initialises the classifier head (normal(0, initializer_range), bias 0). */
-void rf_bert_init_head(rf_bert *m, uint64_t seed);
+int rf_bert_init_head(rf_bert *m, uint64_t seed);
 /* Writes model.safetensors with Hugging Face names (BertForSequenceClassification). */
 int rf_bert_save_safetensors(const rf_bert *m, const char *path);
 
@@ -106,7 +107,7 @@ int rf_bert_reserve(rf_bert *m, int B, int T);
  * train=true dropout is active, its masks derived from dropout_seed. */
 int rf_bert_forward(rf_bert *m, const rf_batch *batch, bool train, uint64_t dropout_seed);
 /* Backward of the last forward; ADDS loss_scale * d(loss)/d(param) into grads. */
-void rf_bert_backward(rf_bert *m, float loss_scale);
-void rf_bert_zero_grad(rf_bert *m);
+int rf_bert_backward(rf_bert *m, float loss_scale);
+int rf_bert_zero_grad(rf_bert *m);
 
 #endif

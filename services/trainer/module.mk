@@ -18,4 +18,13 @@ endif
 # argument is never negative); nothing in the trainer reads floating-point
 # exception flags or errno after math calls. Results are unchanged.
 $(BUILD)/obj/services/trainer/ops.o: CFLAGS += -fno-trapping-math
-$(BUILD)/obj/services/trainer/optim.o: CFLAGS += -fno-math-errno
+$(BUILD)/obj/services/trainer/ops_optim.o: CFLAGS += -fno-math-errno
+
+# A by-hand benchmark (not a test): training steps on one backend, for
+# scripts/bench/bench_gpu.sh (BENCH=gpu make bench).
+$(BUILD)/trainer/bench_cuda_step: $(BUILD)/obj/tests/trainer/bench_cuda_step.o \
+    $(BUILD)/lib/librefinery_trainer.a $(BUILD)/lib/librefinery_tokenizer.a \
+    $(BUILD)/lib/librefinery_comm.a $(BUILD)/lib/librefinery_common.a
+	@mkdir -p $(@D)
+	@echo '  LD     $@'
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(call group,$(filter %.a,$^)) $(LDLIBS)

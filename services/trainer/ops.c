@@ -448,3 +448,20 @@ void rf_op_xent_bwd(float *dlogits, const float *probs, const int32_t *labels, c
             dlogits[(size_t)b * K + k] += s * (probs[(size_t)b * K + k] - (k == labels[b]));
     }
 }
+
+void rf_op_softmax_argmax(int32_t *pred, float *probs, const float *logits, int B, int K) {
+    for (int b = 0; b < B; b++) {
+        const float *z = logits + (size_t)b * K;
+        int best = 0;
+        for (int k = 1; k < K; k++)
+            if (z[k] > z[best]) best = k;
+        pred[b] = best;
+        if (!probs) continue;
+        float *p = probs + (size_t)b * K;
+        double sum = 0;
+        for (int k = 0; k < K; k++)
+            sum += exp((double)z[k] - z[best]);
+        for (int k = 0; k < K; k++)
+            p[k] = (float)(exp((double)z[k] - z[best]) / sum);
+    }
+}

@@ -80,4 +80,25 @@ float rf_op_xent_fwd(float *probs, float *losses, const float *logits, const int
 void rf_op_xent_bwd(float *dlogits, const float *probs, const int32_t *labels, const float *weights,
                     int B, int K, float scale);
 
+/* Evaluation: pred[b] = the first maximum of logits row b; probs (NULL: not
+ * wanted) its softmax, exp(z - max) summed in double in column order. */
+void rf_op_softmax_argmax(int32_t *pred, float *probs, const float *logits, int B, int K);
+
+/* The optimizer's kernels (ops_optim.c). Sum of squares of x[0..n) in double,
+ * in RF_OP_SUMSQ_CHUNKS fixed chunks (each summed in order, then the chunks in
+ * order): the same value whatever the thread count. */
+#define RF_OP_SUMSQ_CHUNKS 64
+double rf_op_sumsq(const float *x, size_t n);
+void rf_op_scale(float *x, size_t n, float s);
+/* AdamW on parameters [lo, hi) of params/grads (element i at index i); mom1
+ * and mom2 hold that range only (mom1[0] is element lo). spans[] lists the
+ * tensors in order with their decay flag; a range may cut a tensor anywhere.
+ * Same operation order as torch's single-tensor AdamW (bias corrections in
+ * double, m by lerp, v by mul + addcmul, then addcdiv); every element is
+ * updated on its own, so a range gives exactly the full update's values. */
+struct rf_param_span;
+struct rf_adamw_hp;
+void rf_op_adamw(float *params, const float *grads, float *mom1, float *mom2, size_t lo, size_t hi,
+                 const struct rf_param_span *spans, size_t nspans, const struct rf_adamw_hp *hp);
+
 #endif

@@ -33,4 +33,11 @@ void rf_adamw_step(rf_bert *m, const rf_adamw *o, long step, float lr);
 void rf_adamw_step_range(rf_bert *m, const rf_adamw *o, long step, float lr, size_t lo, size_t hi,
                          float *mom1, float *mom2);
 
+/* The same with the backend's error code (the functions above log a failure
+ * and return NaN as the norm): *norm is the norm before clipping. */
+int rf_grad_norm_ex(const rf_bert *m, float *norm);
+int rf_clip_grads_ex(rf_bert *m, float clip_norm, float *norm);
+int rf_adamw_update(rf_bert *m, const rf_adamw *o, long step, float lr, size_t lo, size_t hi,
+                    float *mom1, float *mom2);
+
 #endif

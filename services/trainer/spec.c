@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "trainer/backend.h"
 
 const char *const rf_trainer_spec_keys[] = {"model",
                                             "train",
@@ -42,6 +43,7 @@ const char *const rf_trainer_spec_keys[] = {"model",
                                             "cache",
                                             "retries",
                                             "resources",
+                                            "device",
                                             NULL};
 
 /* "spec.yaml:31: trainer.class_weights[1]: " (no line for environment values). */
@@ -131,6 +133,8 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
     STR("eval", s->eval, NULL);
     STR("output", s->output, NULL);
     STR("export", s->export_dir, NULL);
+    STR("device", s->device, "cpu");
+    if ((rc = rf_device_check(s->device))) return rc;
     INT("num_labels", 0, 0, 4096, s->num_labels);
     INT("max_len", 128, 2, 4096, s->max_len);
     INT("threads", 0, 0, 256, s->threads);
@@ -181,6 +185,11 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
                            "trainer.parallel.zero: 3 (parameters sharded) is not implemented yet; "
                            "use 0, 1 or 2");
     }
+    if (s->dp > 1 && strcmp(s->device, "cpu") != 0)
+        return rf_fail(RF_ERR_UNSUPPORTED,
+                       "trainer.device: %s with parallel.dp %d is not supported yet (the "
+                       "gradient collectives run on host memory); use dp: 1 or device: cpu",
+                       s->device, s->dp);
 #undef STR
 #undef INT
 #undef REAL

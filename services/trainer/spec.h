@@ -14,7 +14,11 @@
  *   sampler          shuffle (default) | balanced (classes drawn equally often)
  *   parallel         {dp: N, zero: 0|1|2}: N data-parallel ranks (the world size
  *                    of the group the caller starts, e.g. mpirun -np N), ZeRO
- *                    stage (see train.c); zero 3 is refused (not implemented) */
+ *                    stage (see train.c); zero 3 is refused (not implemented)
+ *   device           cpu (default) | cuda | cuda-bf16: the backend the model runs
+ *                    on (backend.h; cuda-bf16: matrix products on bf16 tensor cores);
+ *                    cuda is refused at parsing when the build has no CUDA
+ *                    (make CUDA=1) or the machine no usable GPU */
 #ifndef RF_TR_SPEC_H
 #define RF_TR_SPEC_H
 
@@ -23,6 +27,7 @@
 
 typedef struct rf_trainer_spec {
     const char *model, *train, *eval, *output, *export_dir; /* strings live in the rf_cfg tree */
+    const char *device; /* "cpu" (default), "cuda", "cuda-bf16"; the evaluator follows it */
     int num_labels, max_len, threads, eval_batch_size;
     int dp; /* parallel.dp (1 when absent); the ZeRO stage is opts.zero */
     rf_train_opts opts;

@@ -1,8 +1,6 @@
 #include "trainer/train.h"
 
-#include <cblas.h>
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,9 +16,7 @@
 #include "comm/comm.h"
 
 void rf_set_threads(int n) {
-    if (n < 1) n = 1;
-    omp_set_num_threads(n);
-    openblas_set_num_threads(n);
+    rf_backend_cpu_set_threads(n);
 }
 
 static uint64_t mix(uint64_t x) {
@@ -237,34 +233,30 @@ static double batch_weight(const rf_dataset *d, const size_t *idx, size_t n, con
  * the global gradient norm before clipping in *norm. */
 static int dp_step(dp_group *g, rf_bert *m, const rf_adamw *opt, long step, float lr, float *norm) {
     int rc;
-    if (!g->c) { /* one process: exactly the code that ran before data parallelism */
-        *norm = rf_clip_grads(m, opt->clip_norm);
-        rf_adamw_step(m, opt, step, lr);
-        return RF_OK;
-    }
+    if (!g->c) /* one process: exactly the code that ran before data parallelism */
+        return (rc = rf_clip_grads_ex(m, opt->clip_norm, norm))
+                   ? rc
+                   : rf_adamw_update(m, opt, step, lr, 0, m->nparams, m->m, m->v);
     if (g->zero < 2) {
         if ((rc = dp_allreduce(g, m->grads, m->nparams, RF_COMM_F32, RF_COMM_SUM))) return rc;
-        *norm = rf_clip_grads(m, opt->clip_norm); /* every rank: the same full gradient */
+        /* every rank: the same full gradient */
+        if ((rc = rf_clip_grads_ex(m, opt->clip_norm, norm))) return rc;
     } else {
         g->bytes += (uint64_t)(g->world - 1) * g->block * sizeof(float);
         rc = rf_comm_reduce_scatter(g->c, m->grads, m->grads + (size_t)g->rank * g->block, g->block,
                                     RF_COMM_F32, RF_COMM_SUM);
         if (rc) return dp_fail(rc, "reduce-scatter of the gradients");
         double ss = 0;
-        for (size_t i = g->lo; i < g->hi; i++)
-            ss += (double)m->grads[i] * m->grads[i];
+        if ((rc = m->be->sumsq(m->be, &ss, m->grads + g->lo, g->hi - g->lo))) return rc;
         if ((rc = dp_allreduce(g, &ss, 1, RF_COMM_F64, RF_COMM_SUM))) return rc;
         *norm = (float)sqrt(ss);
         float coef = opt->clip_norm / (*norm + 1e-6f); /* as rf_clip_grads */
-        if (opt->clip_norm > 0 && coef < 1.0f)
-            for (size_t i = g->lo; i < g->hi; i++)
-                m->grads[i] *= coef;
+        if (opt->clip_norm > 0 && coef < 1.0f &&
+            (rc = m->be->scale(m->be, m->grads + g->lo, g->hi - g->lo, coef)))
+            return rc;
     }
-    if (g->zero == 0) {
-        rf_adamw_step(m, opt, step, lr);
-        return RF_OK;
-    }
-    rf_adamw_step_range(m, opt, step, lr, g->lo, g->hi, m->m, m->v);
+    if (g->zero == 0) return rf_adamw_update(m, opt, step, lr, 0, m->nparams, m->m, m->v);
+    if ((rc = rf_adamw_update(m, opt, step, lr, g->lo, g->hi, m->m, m->v))) return rc;
     return dp_gather_params(g, m);
 }
 
@@ -284,8 +276,8 @@ static int dp_save(dp_group *g, const char *path, rf_bert *m, const rf_train_sta
     float *mm = malloc(full * sizeof *mm), *vv = malloc(full * sizeof *vv);
     if (!mm || !vv) rc = rf_fail(RF_ERR_NOMEM, "train: no memory to gather the moments");
     if (!rc) {
-        memcpy(mm, m->m, g->block * sizeof *mm);
-        memcpy(vv, m->v, g->block * sizeof *vv);
+        rc = m->be->to_host(m->be, mm, m->m, g->block * sizeof *mm);
+        if (!rc) rc = m->be->to_host(m->be, vv, m->v, g->block * sizeof *vv);
     }
     for (int r = 1; r < g->world && !rc; r++) {
         if ((rc = rf_comm_recv(g->c, mm + (size_t)r * g->block, g->block, RF_COMM_F32, r)) ||
@@ -457,7 +449,7 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
             epoch_order(order, n, o->shuffle, o->seed, st.epoch);
         while (!rc && !stop && st.pos < n && (long)st.step < total) {
             /* one optimizer step: up to accum micro-batches */
-            rf_bert_zero_grad(m);
+            if ((rc = rf_bert_zero_grad(m))) break;
             size_t left = n - st.pos, group = (left + B - 1) / B;
             if (group > accum) group = accum;
             double t_step = rf_now(), step_sums[2] = {0, 0}; /* loss sum, tokens */
@@ -475,9 +467,10 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
                     rf_batch b = {bb.B, bb.T, bb.ids, bb.types, bb.labels, bb.valid};
                     if ((rc = rf_bert_forward(m, &b, o->dropout, dseed))) break;
                     if (!g.c)
-                        rf_bert_backward(m, 1.0f / (float)group);
+                        rc = rf_bert_backward(m, 1.0f / (float)group);
                     else if (wg > 0)
-                        rf_bert_backward(m, (float)(wl / wg / (double)group));
+                        rc = rf_bert_backward(m, (float)(wl / wg / (double)group));
+                    if (rc) break;
                     step_sums[0] += g.c ? (wg > 0 ? (double)m->loss * wl / wg : 0) : m->loss;
                     for (size_t i = 0; i < (size_t)bb.B * bb.T; i++)
                         step_sums[1] += bb.valid[i];

@@ -16,6 +16,7 @@
 #include <omp.h>
 
 #include "common/rng.h"
+#include "trainer/backend.h"
 #include "trainer/ops.h"
 
 static rf_rng rng;
@@ -326,6 +327,80 @@ static void test_xent_weighted(void **state) {
     free(k.logits), free(k.probs), free(k.losses), free(d);
 }
 
+/* The optimizer kernels of ops_optim.c: the sum of squares is the same at any
+ * thread count and close to a long-double reference; scale multiplies; AdamW
+ * on a shard [lo, hi) with its own moments equals the whole-range update on
+ * those elements and leaves the others alone. */
+static void test_optim_kernels(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_seed(&r, 21);
+    size_t n = 100003;
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    long double ref = 0;
+    for (size_t i = 0; i < n; i++) {
+        x[i] = (float)(rf_rng_double(&r) * 2 - 1);
+        ref += (long double)x[i] * x[i];
+    }
+    double s[3];
+    for (int t = 0; t < 3; t++) {
+        omp_set_num_threads(t + 1);
+        s[t] = rf_op_sumsq(x, n);
+    }
+    omp_set_num_threads(2);
+    assert_true(s[0] == s[1] && s[1] == s[2]);
+    assert_true(fabsl(s[0] - ref) <= 1e-12L * ref);
+    assert_true(rf_op_sumsq(x, 0) == 0.0);
+    memcpy(y, x, n * sizeof *y);
+    rf_op_scale(y, n, 0.25f);
+    for (size_t i = 0; i < n; i++)
+        assert_true(y[i] == x[i] * 0.25f);
+
+    rf_param_span spans[] = {{0, 40000, true}, {40000, 3, false}, {40003, 60000, true}};
+    rf_adamw_hp hp = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 0};
+    size_t lo = 39990, hi = 40010, k = hi - lo;
+    float *g = malloc(n * sizeof *g), *m = calloc(n, sizeof *m), *v = calloc(n, sizeof *v);
+    float *ms = calloc(k, sizeof *ms), *vs = calloc(k, sizeof *vs);
+    for (size_t i = 0; i < n; i++)
+        g[i] = (float)(rf_rng_double(&r) - 0.5);
+    memcpy(y, x, n * sizeof *y);
+    rf_op_adamw(x, g, m, v, 0, n, spans, 3, &hp);
+    rf_op_adamw(y, g, ms, vs, lo, hi, spans, 3, &hp);
+    for (size_t i = 0; i < n; i++) {
+        if (i >= lo && i < hi) {
+            assert_true(y[i] == x[i] && ms[i - lo] == m[i] && vs[i - lo] == v[i]);
+        } else {
+            assert_true(x[i] != y[i] || g[i] == 0); /* updated only in the full run */
+        }
+    }
+    /* the decay flag: a no-decay element with zero gradient does not move */
+    float p1 = 1.0f, g0 = 0.0f, m1 = 0, v1 = 0;
+    rf_param_span nd = {0, 1, false};
+    rf_op_adamw(&p1, &g0, &m1, &v1, 0, 1, &nd, 1, &hp);
+    assert_true(p1 == 1.0f);
+    rf_param_span d = {0, 1, true};
+    rf_op_adamw(&p1, &g0, &m1, &v1, 0, 1, &d, 1, &hp);
+    assert_true(p1 == 1.0f - 1e-3f * 0.1f);
+    free(x), free(y), free(g), free(m), free(v), free(ms), free(vs);
+}
+
+/* The evaluation arg-max: the first of equal maxima, and the softmax. */
+static void test_softmax_argmax(void **state) {
+    (void)state;
+    float z[] = {1, 3, 3, -2, 0.5f, 0.5f, 0.5f, 0.5f}, p[8];
+    int32_t pred[2];
+    rf_op_softmax_argmax(pred, p, z, 2, 4);
+    assert_int_equal(pred[0], 1);
+    assert_int_equal(pred[1], 0);
+    double e = exp(-2.0), s = e + 2 + exp(-5.0);
+    assert_float_equal(p[0], e / s, 1e-7);
+    assert_float_equal(p[1], 1 / s, 1e-7);
+    for (int k = 4; k < 8; k++)
+        assert_float_equal(p[k], 0.25, 1e-7);
+    rf_op_softmax_argmax(pred, NULL, z, 1, 4); /* probabilities not wanted */
+    assert_int_equal(pred[0], 1);
+}
+
 int main(void) {
     rf_rng_seed(&rng, 42);
     const struct CMUnitTest tests[] = {
@@ -340,6 +415,8 @@ int main(void) {
         cmocka_unit_test(test_embed),
         cmocka_unit_test(test_xent),
         cmocka_unit_test(test_xent_weighted),
+        cmocka_unit_test(test_optim_kernels),
+        cmocka_unit_test(test_softmax_argmax),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,184 @@
+// The CUDA backend: its context (device, stream, cuBLAS handle, reduction
+// scratch), device memory, and the table of the kernels in this folder.
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "trainer/cuda/backend_cuda.h"
+#include "trainer/cuda/ops_cuda.cuh"
+
+int rf_cuda_check(cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return RF_OK;
+    return rf_fail(RF_ERR_INTERNAL, "cuda: %s: %s", what, cudaGetErrorString(e));
+}
+
+int rf_cublas_check(cublasStatus_t s, const char *what) {
+    if (s == CUBLAS_STATUS_SUCCESS) return RF_OK;
+    return rf_fail(RF_ERR_INTERNAL, "cuda: %s: cuBLAS status %d", what, (int)s);
+}
+
+__global__ static void fill_kernel(float *x, size_t n, float v) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = v;
+}
+
+int rf_cuda_ones(rf_cuda_ctx *c, size_t n) {
+    if (n <= c->ones_n) return RF_OK;
+    cudaFree(c->ones);
+    c->ones = NULL;
+    c->ones_n = 0;
+    int rc = rf_cuda_check(cudaMalloc((void **)&c->ones, n * sizeof(float)), "ones");
+    if (rc) return rc;
+    fill_kernel<<<cu_blocks(n, 256), 256, 0, c->stream>>>(c->ones, n, 1.0f);
+    if ((rc = cu_launched("ones"))) return rc;
+    c->ones_n = n;
+    return RF_OK;
+}
+
+int rf_cuda_part(rf_cuda_ctx *c, size_t n) {
+    if (n <= c->part_n) return RF_OK;
+    cudaFree(c->part);
+    c->part = NULL;
+    c->part_n = 0;
+    int rc = rf_cuda_check(cudaMalloc((void **)&c->part, n * sizeof(float)), "partial sums");
+    if (!rc) c->part_n = n;
+    return rc;
+}
+
+static int cu_alloc(const rf_backend *be, void **out, size_t bytes) {
+    *out = NULL;
+    void *p = NULL;
+    int rc = rf_cuda_check(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
+    if (rc)
+        return rf_fail(RF_ERR_NOMEM, "cuda: no device memory for %zu bytes (%s)", bytes,
+                       rf_errmsg());
+    if ((rc = rf_cuda_check(cudaMemsetAsync(p, 0, bytes, cu_ctx(be)->stream), "memset")) ||
+        (rc = rf_cuda_check(cudaStreamSynchronize(cu_ctx(be)->stream), "alloc"))) {
+        cudaFree(p);
+        return rc;
+    }
+    *out = p;
+    return RF_OK;
+}
+
+static int cu_free(const rf_backend *be, void *p) {
+    if (!p) return RF_OK;
+    // queued kernels may still read p: cudaFree waits for the device
+    (void)be;
+    return rf_cuda_check(cudaFree(p), "cudaFree");
+}
+
+static int cu_zero(const rf_backend *be, void *p, size_t bytes) {
+    if (!bytes) return RF_OK;
+    return rf_cuda_check(cudaMemsetAsync(p, 0, bytes, cu_ctx(be)->stream), "memset");
+}
+
+// Host memory the caller may reuse as soon as this returns: copies wait.
+// cudaMemcpyDefault also takes host-to-host (a checkpoint's gathered moments).
+static int cu_to_host(const rf_backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return RF_OK;
+    cudaStream_t s = cu_ctx(be)->stream;
+    int rc = rf_cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s), "to_host");
+    return rc ? rc : rf_cuda_check(cudaStreamSynchronize(s), "to_host");
+}
+
+static int cu_to_device(const rf_backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return RF_OK;
+    cudaStream_t s = cu_ctx(be)->stream;
+    int rc = rf_cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s), "to_device");
+    return rc ? rc : rf_cuda_check(cudaStreamSynchronize(s), "to_device");
+}
+
+static int cu_copy(const rf_backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return RF_OK;
+    return rf_cuda_check(
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cu_ctx(be)->stream), "copy");
+}
+
+// The two backends of the process, fp32 and bf16 matmuls, each with its own
+// context, created on first use (see backend_cuda.h).
+static rf_cuda_ctx ctx_storage[2];
+static rf_backend cuda_backend[2];
+static int init_rc[2];
+static char init_msg[2][512];
+static pthread_once_t once[2] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
+
+static int make_ctx(rf_cuda_ctx *c, bool bf16) {
+    int rc = rf_cuda_device_check();
+    if (rc) return rc;
+    c->device = 0;
+    c->bf16 = bf16;
+    if ((rc = rf_cuda_check(cudaSetDevice(0), "cudaSetDevice")) ||
+        (rc = rf_cuda_check(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
+                            "stream")) ||
+        (rc = rf_cublas_check(cublasCreate(&c->blas), "cublasCreate")) ||
+        (rc = rf_cublas_check(cublasSetStream(c->blas, c->stream), "cublasSetStream")) ||
+        // fp32 mode: no TF32 tensor cores, so products match the CPU's within 1e-5;
+        // bf16 mode asks for its compute type in each call (matmul.cu)
+        (rc = rf_cublas_check(
+             cublasSetMathMode(c->blas, bf16 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH),
+             "math mode")) ||
+        (rc = rf_cuda_check(cudaMalloc((void **)&c->red, RF_CUDA_RED * sizeof(double)),
+                            "reduction scratch")) ||
+        (rc = rf_cuda_check(cudaMallocHost((void **)&c->red_host, RF_CUDA_RED * sizeof(double)),
+                            "pinned scratch")))
+        return rc;
+    return RF_OK;
+}
+
+static void init(int k) {
+    init_rc[k] = make_ctx(&ctx_storage[k], k == 1);
+    if (init_rc[k]) {
+        snprintf(init_msg[k], sizeof init_msg[k], "%s", rf_errmsg());
+        return;
+    }
+    rf_backend b = {};
+    b.name = k ? "cuda-bf16" : "cuda";
+    b.ctx = &ctx_storage[k];
+    b.alloc = cu_alloc;
+    b.free = cu_free;
+    b.zero = cu_zero;
+    b.to_host = cu_to_host;
+    b.to_device = cu_to_device;
+    b.copy = cu_copy;
+    b.embed_fwd = rf_cu_embed_fwd;
+    b.embed_bwd = rf_cu_embed_bwd;
+    b.layernorm_fwd = rf_cu_layernorm_fwd;
+    b.layernorm_bwd = rf_cu_layernorm_bwd;
+    b.linear_fwd = rf_cu_linear_fwd;
+    b.linear_bwd = rf_cu_linear_bwd;
+    b.attention_fwd = rf_cu_attention_fwd;
+    b.attention_bwd = rf_cu_attention_bwd;
+    b.gelu_fwd = rf_cu_gelu_fwd;
+    b.gelu_bwd = rf_cu_gelu_bwd;
+    b.tanh_fwd = rf_cu_tanh_fwd;
+    b.tanh_bwd = rf_cu_tanh_bwd;
+    b.dropout_fwd = rf_cu_dropout_fwd;
+    b.dropout_bwd = rf_cu_dropout_bwd;
+    b.residual_fwd = rf_cu_residual_fwd;
+    b.residual_bwd = rf_cu_residual_bwd;
+    b.xent_fwd = rf_cu_xent_fwd;
+    b.xent_bwd = rf_cu_xent_bwd;
+    b.softmax_argmax = rf_cu_softmax_argmax;
+    b.sumsq = rf_cu_sumsq;
+    b.scale = rf_cu_scale;
+    b.adamw = rf_cu_adamw;
+    cuda_backend[k] = b;
+}
+
+static void init_fp32(void) {
+    init(0);
+}
+
+static void init_bf16(void) {
+    init(1);
+}
+
+extern "C" int rf_cuda_backend(bool bf16, const rf_backend **out) {
+    *out = NULL;
+    int k = bf16 ? 1 : 0;
+    pthread_once(&once[k], k ? init_bf16 : init_fp32);
+    if (init_rc[k]) return rf_fail(init_rc[k], "%s", init_msg[k]);
+    *out = &cuda_backend[k];
+    return RF_OK;
+}

@@ -1,0 +1,80 @@
+// Shared by the CUDA kernels: the backend context, error checks, launch
+// helpers and the dropout hash (bit for bit the one of ops.c).
+#ifndef RF_TR_CUDA_COMMON_CUH
+#define RF_TR_CUDA_COMMON_CUH
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "trainer/backend.h"
+
+// All device state of one backend: nothing is static in the kernels' files.
+struct rf_cuda_ctx {
+    int device;
+    bool bf16;            // matrix products on bf16 tensor cores (matmul.cu)
+    cudaStream_t stream;  // every kernel, copy and cuBLAS call goes here
+    cublasHandle_t blas;  // bound to stream
+    double *red;          // device scratch for reductions (RF_CUDA_RED doubles)
+    double *red_host;     // pinned host copy of red
+    float *ones;          // ones_n ones: column sums as cuBLAS gemv
+    size_t ones_n;
+    float *part;          // part_n floats: per-chunk partial sums of column reductions
+    size_t part_n;
+};
+#define RF_CUDA_RED 128
+
+static inline rf_cuda_ctx *cu_ctx(const rf_backend *be) {
+    return (rf_cuda_ctx *)be->ctx;
+}
+
+// RF_OK, or RF_ERR_INTERNAL with the CUDA error named.
+int rf_cuda_check(cudaError_t e, const char *what);
+int rf_cublas_check(cublasStatus_t s, const char *what);
+// ctx->ones with at least n ones / ctx->part with at least n floats (grown
+// on demand; cudaFree of the old buffer waits for the kernels using it).
+int rf_cuda_ones(rf_cuda_ctx *c, size_t n);
+int rf_cuda_part(rf_cuda_ctx *c, size_t n);
+// The launch just queued: its configuration error, if any.
+static inline int cu_launched(const char *what) {
+    return rf_cuda_check(cudaGetLastError(), what);
+}
+
+static inline unsigned cu_blocks(size_t n, unsigned per) {
+    return (unsigned)((n + per - 1) / per);
+}
+
+// splitmix64 finaliser and the keep test of ops.c: the same masks on both devices.
+__device__ __forceinline__ uint64_t rf_mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+__device__ __forceinline__ bool rf_keep(uint64_t seed, uint64_t i, float p) {
+    uint64_t h = rf_mix64(seed + i * 0xd1342543de82ef95ull);
+    return (float)(h >> 40) * (1.0f / 16777216.0f) >= p;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ double warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+#endif

@@ -1,0 +1,233 @@
+/* Whole training steps on the CUDA backend against the CPU backend, on the
+ * tiny random BERT of the parity fixtures (2 layers, padded batch, dropout
+ * on): logits and loss within 1e-5, every parameter's gradient within 1e-4
+ * (norm-wise per tensor: errors of 1e-7 per op add up through the layers),
+ * every parameter after clipping and two AdamW steps within 1e-5. Then a
+ * checkpoint written on one device and resumed on the other: the restored
+ * state equals the writer's bit for bit, and the next step agrees as above.
+ * The cuda-bf16 backend's steps within the looser tolerances stated below.
+ *
+ * Without a CUDA build or a GPU every case is skipped and says why (`make
+ * test-gpu` runs them on a GPU machine). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "../support/skip.h"
+#include "common/error.h"
+#include "parity_util.h"
+#include "trainer/checkpoint.h"
+#include "trainer/model.h"
+#include "trainer/optim.h"
+
+static const rf_backend *gpu;
+
+typedef struct fixture {
+    rf_st_file *ref;
+    int32_t *ids, *types, *mask, *labels;
+    uint8_t *valid;
+    rf_batch b;
+} fixture;
+
+static void need_gpu(void) {
+    if (rf_backend_for("cuda", &gpu)) RF_SKIP("%s", rf_errmsg());
+}
+
+static void load_batch(fixture *f) {
+    char *ref_path = fixture_path("tiny_ref.safetensors");
+    if (rf_st_open(ref_path, &f->ref)) fail_msg("%s", rf_errmsg());
+    free(ref_path);
+    size_t n, nl;
+    f->ids = fx_ints(f->ref, "in.ids", &n);
+    f->types = fx_ints(f->ref, "in.types", NULL);
+    f->mask = fx_ints(f->ref, "in.mask", NULL);
+    f->labels = fx_ints(f->ref, "in.labels", &nl);
+    f->valid = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        f->valid[i] = (uint8_t)f->mask[i];
+    f->b = (rf_batch){(int)nl, (int)(n / nl), f->ids, f->types, f->labels, f->valid};
+}
+
+static void free_batch(fixture *f) {
+    rf_st_free(f->ref);
+    free(f->ids), free(f->types), free(f->mask), free(f->labels), free(f->valid);
+}
+
+static rf_bert *load(const rf_backend *be) {
+    char *dir = fixture_path("tiny-bert");
+    rf_bert *m;
+    if (rf_bert_load(dir, 0, 1, be, &m)) fail_msg("load on %s: %s", be->name, rf_errmsg());
+    free(dir);
+    assert_int_equal(rf_bert_enable_training(m), 0);
+    return m;
+}
+
+/* n floats of m's backend memory at p, on the host. */
+static float *host(const rf_bert *m, const float *p, size_t n) {
+    float *h = malloc(n * sizeof(float) + 4);
+    if (m->be->to_host(m->be, h, p, n * sizeof(float))) fail_msg("to_host: %s", rf_errmsg());
+    return h;
+}
+
+/* Block a (model ma) against the same block of mb: the whole block at once
+ * when whole, else each tensor on its own. */
+static double compare_as(const char *what, const rf_bert *ma, const float *a, const rf_bert *mb,
+                         const float *b, double tol, bool whole) {
+    float *x = host(ma, a, ma->nparams), *y = host(mb, b, mb->nparams);
+    double worst = 0;
+    if (whole) {
+        worst = rel_err_floor(x, y, ma->nparams, 1e-6);
+        print_message("  %-8s whole block rel err %.3e\n", what, worst);
+        if (worst > tol) fail_msg("%s: whole block rel err %.3e above %.0e", what, worst, tol);
+        free(x), free(y);
+        return worst;
+    }
+    for (size_t t = 0; t < ma->ntensors; t++) {
+        const rf_tensor_info *ti = &ma->tensors[t];
+        double e = rel_err_floor(x + ti->offset, y + ti->offset, ti->numel, 1e-6);
+        if (e > worst) worst = e;
+        if (e > tol) fail_msg("%s %s: rel err %.3e above %.0e", what, ti->name, e, tol);
+    }
+    print_message("  %-8s worst tensor rel err %.3e over %zu tensors\n", what, worst, ma->ntensors);
+    free(x), free(y);
+    return worst;
+}
+
+static double compare(const char *what, const rf_bert *ma, const float *a, const rf_bert *mb,
+                      const float *b, double tol) {
+    return compare_as(what, ma, a, mb, b, tol, false);
+}
+
+static void step(rf_bert *m, const rf_batch *b, long k, uint64_t seed) {
+    rf_adamw o = rf_adamw_defaults();
+    o.lr = 1e-3f;
+    o.weight_decay = 0.01f;
+    o.clip_norm = 0.5f;
+    float norm;
+    assert_int_equal(rf_bert_zero_grad(m), 0);
+    assert_int_equal(rf_bert_forward(m, b, true, seed), 0);
+    assert_int_equal(rf_bert_backward(m, 1.0f), 0);
+    assert_int_equal(rf_clip_grads_ex(m, o.clip_norm, &norm), 0);
+    assert_int_equal(rf_adamw_update(m, &o, k, o.lr, 0, m->nparams, m->m, m->v), 0);
+}
+
+/* Tolerances of one comparison of the two devices' steps. */
+typedef struct tols {
+    double logits, loss, grads, norm, params, m;
+    bool whole; /* compare grads, params and m over the whole block, not per tensor */
+} tols;
+
+static void steps_against_cpu(const tols *tl) {
+    fixture f;
+    load_batch(&f);
+    rf_bert *c = load(rf_backend_cpu()), *g = load(gpu);
+    compare("params", c, c->params, g, g->params, 0); /* loaded alike: equal */
+    size_t K = (size_t)f.b.B * c->cfg.num_labels;
+    for (long k = 0; k < 2; k++) {
+        print_message("step %ld\n", k);
+        for (int i = 0; i < 2; i++) {
+            rf_bert *m = i ? g : c;
+            assert_int_equal(rf_bert_zero_grad(m), 0);
+            assert_int_equal(rf_bert_forward(m, &f.b, true, 77 + (uint64_t)k), 0);
+            assert_int_equal(rf_bert_backward(m, 1.0f), 0);
+        }
+        float *lg = host(g, g->logits, K);
+        double el = rel_err(lg, c->logits, K);
+        print_message("  logits rel err %.3e, loss cpu %.9g gpu %.9g\n", el, c->loss, g->loss);
+        assert_true(el <= tl->logits);
+        assert_true(fabs((double)g->loss - c->loss) <= tl->loss * fabs((double)c->loss));
+        free(lg);
+        compare_as("grads", g, g->grads, c, c->grads, tl->grads, tl->whole);
+        rf_adamw o = rf_adamw_defaults();
+        o.lr = 1e-3f;
+        o.weight_decay = 0.01f;
+        o.clip_norm = 0.5f;
+        float nc, ng;
+        assert_int_equal(rf_clip_grads_ex(c, o.clip_norm, &nc), 0);
+        assert_int_equal(rf_clip_grads_ex(g, o.clip_norm, &ng), 0);
+        print_message("  grad norm cpu %.9g gpu %.9g\n", nc, ng);
+        assert_true(fabs((double)ng - nc) <= tl->norm * nc);
+        assert_int_equal(rf_adamw_update(c, &o, k, o.lr, 0, c->nparams, c->m, c->v), 0);
+        assert_int_equal(rf_adamw_update(g, &o, k, o.lr, 0, g->nparams, g->m, g->v), 0);
+        compare_as("params", g, g->params, c, c->params, tl->params, tl->whole);
+        compare_as("m", g, g->m, c, c->m, tl->m, tl->whole);
+    }
+    rf_bert_free(c);
+    rf_bert_free(g);
+    free_batch(&f);
+}
+
+static void test_step(void **state) {
+    (void)state;
+    need_gpu();
+    tols t = {1e-5, 1e-5, 1e-4, 1e-4, 1e-5, 1e-4, false};
+    steps_against_cpu(&t);
+}
+
+/* cuda-bf16 (products on bf16 tensor cores, everything else fp32): stated
+ * tolerances, norm-wise over whole blocks (a tensor whose values are near 0,
+ * such as a bias after two steps, has no meaningful relative error of its
+ * own at bf16 precision): logits 2e-2, loss 1e-2, gradients and their norm
+ * 5e-2, parameters 1e-3 (an AdamW step moves each by about lr = 1e-3 whatever
+ * the gradient's error), the first moment 5e-2. */
+static void test_step_bf16(void **state) {
+    (void)state;
+    need_gpu();
+    if (rf_backend_for("cuda-bf16", &gpu)) RF_SKIP("%s", rf_errmsg());
+    tols t = {2e-2, 1e-2, 5e-2, 5e-2, 1e-3, 5e-2, true};
+    steps_against_cpu(&t);
+}
+
+/* A checkpoint from `from` resumed on `to`: the same bytes, then the same step. */
+static void resume_across(const rf_backend *from, const rf_backend *to) {
+    fixture f;
+    load_batch(&f);
+    rf_bert *a = load(from), *b = load(to);
+    step(a, &f.b, 0, 5);
+    char path[] = "/tmp/rf_cuda_ckpt_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    rf_train_state st = {.step = 1, .ident = {11, 22}};
+    assert_int_equal(rf_checkpoint_save(path, a, &st), 0);
+    rf_train_state back = {.ident = {11, 22}};
+    assert_int_equal(rf_checkpoint_load(path, b, &back), 0);
+    unlink(path);
+    assert_int_equal(back.step, 1);
+    print_message("%s -> %s\n", from->name, to->name);
+    compare("params", b, b->params, a, a->params, 0); /* restored bit for bit */
+    compare("m", b, b->m, a, a->m, 0);
+    compare("v", b, b->v, a, a->v, 0);
+    step(a, &f.b, 1, 6);
+    step(b, &f.b, 1, 6);
+    compare("params", b, b->params, a, a->params, 1e-5);
+    rf_bert_free(a);
+    rf_bert_free(b);
+    free_batch(&f);
+}
+
+static void test_resume_gpu_to_cpu(void **state) {
+    (void)state;
+    need_gpu();
+    resume_across(gpu, rf_backend_cpu());
+}
+
+static void test_resume_cpu_to_gpu(void **state) {
+    (void)state;
+    need_gpu();
+    resume_across(rf_backend_cpu(), gpu);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_step),
+        cmocka_unit_test(test_step_bf16),
+        cmocka_unit_test(test_resume_gpu_to_cpu),
+        cmocka_unit_test(test_resume_cpu_to_gpu),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
