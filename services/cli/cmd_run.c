@@ -10,7 +10,9 @@
 #include "comm/comm.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/obs.h"
 #include "pipeline/pipeline.h"
+#include "runtime/metrics_http.h"
 
 static volatile int run_cancel;
 
@@ -20,18 +22,21 @@ static void on_signal(int sig) {
 }
 
 static void run_usage(FILE *out) {
-    fprintf(out, "usage: refinery run SPEC.yaml [--out DIR] [--no-progress]\n"
+    fprintf(out, "usage: refinery run SPEC.yaml [--out DIR] [--no-progress] [--metrics-port N]\n"
                  "Runs every stage named in SPEC.yaml in one process and writes the stage\n"
                  "outputs, stats.json and run.log into the run directory (default\n"
-                 "runs/<run.name>-<time>). REFINERY__SECTION__KEY=value overrides a spec key.\n");
+                 "runs/<run.name>-<time>). REFINERY__SECTION__KEY=value overrides a spec key.\n"
+                 "--metrics-port N serves Prometheus metrics at http://0.0.0.0:N/metrics\n"
+                 "while the run lasts (the services' metric names; 0: a free port, logged).\n");
 }
 
 static int cmd_run(int argc, char **argv) {
     static const struct option longopts[] = {{"out", required_argument, NULL, 'o'},
                                              {"no-progress", no_argument, NULL, 'P'},
+                                             {"metrics-port", required_argument, NULL, 'm'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
-    const char *out_dir = NULL;
+    const char *out_dir = NULL, *metrics_port = NULL;
     int progress = isatty(STDERR_FILENO);
     int c;
     optind = 1;
@@ -42,6 +47,9 @@ static int cmd_run(int argc, char **argv) {
             break;
         case 'P':
             progress = 0;
+            break;
+        case 'm':
+            metrics_port = optarg;
             break;
         case 'h':
             run_usage(stdout);
@@ -67,6 +75,22 @@ static int cmd_run(int argc, char **argv) {
         return 2;
     }
     int rank = rf_comm_rank(comm);
+    rf_metrics_http *mh = NULL;
+    if (metrics_port && rank == 0) {
+        char addr[64];
+        char *end;
+        long port = strtol(metrics_port, &end, 10);
+        snprintf(addr, sizeof addr, "0.0.0.0:%ld", port);
+        rf_obs_init("run");
+        if (*end || port < 0 || port > 65535 ||
+            rf_metrics_http_start(addr, rf_prom_default(), &mh) < 0) {
+            fprintf(stderr, "refinery run: --metrics-port %s: %s\n", metrics_port,
+                    *end || port < 0 || port > 65535 ? "not a port" : rf_errmsg());
+            rf_comm_destroy(comm);
+            return 2;
+        }
+        rf_info("metrics", "serving /metrics on 0.0.0.0:%d", rf_metrics_http_port(mh));
+    }
     rf_pipeline_opts opts = {argv[optind], out_dir, progress && rank == 0 ? stderr : NULL,
                              &run_cancel, NULL};
     char *run_dir = NULL;
@@ -82,6 +106,7 @@ static int cmd_run(int argc, char **argv) {
         printf("run complete: %s (stats in %s/stats.json)\n", run_dir, run_dir);
     }
     free(run_dir);
+    rf_metrics_http_stop(mh);
     rf_comm_destroy(comm);
     if (rc == RF_ERR_INVALID || rc == RF_ERR_PARSE || rc == RF_ERR_NOT_FOUND) return 2;
     return rc ? 1 : 0;
