@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/obs.h"
 #include "pipeline/pipeline.h"
+#include "report/report.h"
 #include "runtime/metrics_http.h"
 
 static volatile int run_cancel;
@@ -25,7 +26,8 @@ static void run_usage(FILE *out) {
     fprintf(out, "usage: refinery run SPEC.yaml [--out DIR] [--no-progress] [--metrics-port N]\n"
                  "Runs every stage named in SPEC.yaml in one process and writes the stage\n"
                  "outputs, stats.json and run.log into the run directory (default\n"
-                 "runs/<run.name>-<time>). REFINERY__SECTION__KEY=value overrides a spec key.\n"
+                 "runs/<run.name>-<time>), with spec.yaml and report.html (refinery report).\n"
+                 "REFINERY__SECTION__KEY=value overrides a spec key.\n"
                  "--metrics-port N serves Prometheus metrics at http://0.0.0.0:N/metrics\n"
                  "while the run lasts (the services' metric names; 0: a free port, logged).\n");
 }
@@ -105,6 +107,10 @@ static int cmd_run(int argc, char **argv) {
     } else if (rank == 0) {
         printf("run complete: %s (stats in %s/stats.json)\n", run_dir, run_dir);
     }
+    /* The report, also of a failed run: what the stages got to write. */
+    if (run_dir && rank == 0 &&
+        (rf_report_save_spec(run_dir, argv[optind]) || rf_report_write(run_dir)))
+        fprintf(stderr, "refinery run: report.html: %s\n", rf_errmsg());
     free(run_dir);
     rf_metrics_http_stop(mh);
     rf_comm_destroy(comm);
