@@ -326,23 +326,108 @@ static int on_reject(void *u, const rf_json *v) {
     return RF_OK;
 }
 
-/* A line of dedup/dups.jsonl: reason = its kind (exact, near). */
+/* Duplicate examples: from dedup/dups.jsonl, with both texts looked up in
+ * ingest/docs.jsonl afterwards. */
+typedef struct dup_ex {
+    char reason[32];
+    char *id, *kept, *text[2]; /* text of id, of kept */
+    double jaccard;            /* NAN for exact */
+} dup_ex;
+
+typedef struct dups {
+    dup_ex d[2 * EXAMPLES];
+    size_t n;
+    int per_kind[2]; /* exact, other */
+} dups;
+
 static int on_dup(void *u, const rf_json *v) {
-    reasons *rs = u;
-    const char *kind = str(v, "kind");
-    char reason[64];
-    snprintf(reason, sizeof reason, "duplicate_%s", kind ? kind : "unknown");
-    reason_ex *e = reason_get(rs, "dedup", reason);
-    if (!e || e->nex >= EXAMPLES) return RF_OK;
-    e->nex++;
-    rf_buf_puts(&e->ex, "<li>");
-    li_field(&e->ex, "document", str(v, "id"));
-    li_field(&e->ex, "kept", str(v, "kept_id"));
-    const rf_json *j = rf_json_get(v, "jaccard");
-    if (j && j->type == RF_JSON_NUMBER)
-        rf_buf_printf(&e->ex, "<span class=\"k\">Jaccard</span> %.3f", j->num);
-    rf_buf_puts(&e->ex, "</li>");
+    dups *ds = u;
+    const char *kind = str(v, "kind"), *id = str(v, "id"), *kept = str(v, "kept_id");
+    if (!id || !kept) return RF_OK;
+    int k = kind && !strcmp(kind, "exact") ? 0 : 1;
+    if (ds->per_kind[k] >= EXAMPLES) return ds->per_kind[1 - k] >= EXAMPLES ? 1 : RF_OK;
+    dup_ex *e = &ds->d[ds->n];
+    snprintf(e->reason, sizeof e->reason, "duplicate_%s", kind ? kind : "unknown");
+    e->id = strdup(id);
+    e->kept = strdup(kept);
+    e->jaccard = num(v, "jaccard", NAN);
+    if (!e->id || !e->kept) {
+        free(e->id);
+        free(e->kept);
+        return RF_ERR_NOMEM;
+    }
+    ds->n++;
+    ds->per_kind[k]++;
     return RF_OK;
+}
+
+static int on_doc(void *u, const rf_json *v) {
+    dups *ds = u;
+    const char *id = str(v, "id"), *text = str(v, "text");
+    if (!id || !text) return RF_OK;
+    int missing = 0;
+    for (size_t i = 0; i < ds->n; i++) {
+        dup_ex *e = &ds->d[i];
+        for (int k = 0; k < 2; k++)
+            if (!e->text[k] && !strcmp(k ? e->kept : e->id, id)) e->text[k] = strndup(text, 300);
+        missing += !e->text[0] || !e->text[1];
+    }
+    return missing ? RF_OK : 1;
+}
+
+/* Runs id through the cheap filter first: only lines that mention one of the
+ * ids are parsed. */
+static int docs_lookup(const char *path, dups *ds) {
+    FILE *f = fopen(path, "r");
+    if (!f) return RF_OK;
+    rf_json_doc *doc = rf_json_doc_new();
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int rc = doc ? RF_OK : RF_ERR_NOMEM;
+    while (rc == RF_OK && (n = getline(&line, &cap, f)) > 0) {
+        int hit = 0;
+        for (size_t i = 0; i < ds->n && !hit; i++)
+            hit = strstr(line, ds->d[i].id) || strstr(line, ds->d[i].kept);
+        const rf_json *v;
+        if (hit && rf_json_parse(doc, line, (size_t)n, &v) == RF_OK) rc = on_doc(ds, v);
+    }
+    free(line);
+    rf_json_doc_free(doc);
+    fclose(f);
+    return rc > 0 ? RF_OK : rc;
+}
+
+static void dup_li(rf_buf *b, const char *label, const char *id, const char *text) {
+    li_field(b, label, id);
+    if (text) {
+        rf_buf_puts(b, "<q>");
+        rf_html_escape(b, text, strlen(text));
+        rf_buf_puts(b, "</q> ");
+    }
+}
+
+/* Moves the duplicate examples into their reasons. */
+static void dups_render(dups *ds, reasons *rs) {
+    for (size_t i = 0; i < ds->n; i++) {
+        dup_ex *e = &ds->d[i];
+        reason_ex *r = reason_get(rs, "dedup", e->reason);
+        if (r && r->nex < EXAMPLES) {
+            r->nex++;
+            rf_buf_puts(&r->ex, "<li>");
+            dup_li(&r->ex, "duplicate", e->id, e->text[0]);
+            rf_buf_puts(&r->ex, "<br>");
+            dup_li(&r->ex, "of kept", e->kept, e->text[1]);
+            if (!isnan(e->jaccard))
+                rf_buf_printf(&r->ex, "<span class=\"k\">Jaccard</span> %.3f", e->jaccard);
+            rf_buf_puts(&r->ex, "</li>");
+        }
+        free(e->id);
+        free(e->kept);
+        free(e->text[0]);
+        free(e->text[1]);
+    }
+    ds->n = 0;
 }
 
 static void section_rejects(report *r) {
@@ -377,8 +462,12 @@ static void section_rejects(report *r) {
     rs->stage = "tokenizer";
     file_path(r, "tokenizer/rejects.jsonl", p, sizeof p);
     if (rc == RF_OK) rc = each_jsonl(p, &found_t, on_reject, rs);
+    dups ds = {0};
     file_path(r, "dedup/dups.jsonl", p, sizeof p);
-    if (rc == RF_OK) rc = each_jsonl(p, &found_d, on_dup, rs);
+    if (rc == RF_OK) rc = each_jsonl(p, &found_d, on_dup, &ds);
+    file_path(r, "ingest/docs.jsonl", p, sizeof p);
+    if (rc == RF_OK && ds.n) rc = docs_lookup(p, &ds);
+    dups_render(&ds, rs);
     if (rc < 0 && r->rc == RF_OK) r->rc = rc;
     const char *labels[MAX_REASONS];
     char names[MAX_REASONS][96];
