@@ -23,22 +23,27 @@ static void on_signal(int sig) {
 }
 
 static void run_usage(FILE *out) {
-    fprintf(out, "usage: refinery run SPEC.yaml [--out DIR] [--no-progress] [--metrics-port N]\n"
+    fprintf(out, "usage: refinery run SPEC.yaml [--out DIR] [--no-progress] [--metrics-port N\n"
+                 "                    [--metrics-linger S]]\n"
                  "Runs every stage named in SPEC.yaml in one process and writes the stage\n"
                  "outputs, stats.json and run.log into the run directory (default\n"
                  "runs/<run.name>-<time>), with spec.yaml and report.html (refinery report).\n"
                  "REFINERY__SECTION__KEY=value overrides a spec key.\n"
                  "--metrics-port N serves Prometheus metrics at http://0.0.0.0:N/metrics\n"
-                 "while the run lasts (the services' metric names; 0: a free port, logged).\n");
+                 "while the run lasts (the services' metric names; 0: a free port, logged),\n"
+                 "and --metrics-linger S seconds after it (so that a scraper sees the final\n"
+                 "values; SIGINT/SIGTERM ends the wait).\n");
 }
 
 static int cmd_run(int argc, char **argv) {
     static const struct option longopts[] = {{"out", required_argument, NULL, 'o'},
                                              {"no-progress", no_argument, NULL, 'P'},
                                              {"metrics-port", required_argument, NULL, 'm'},
+                                             {"metrics-linger", required_argument, NULL, 'L'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     const char *out_dir = NULL, *metrics_port = NULL;
+    double linger = 0;
     int progress = isatty(STDERR_FILENO);
     int c;
     optind = 1;
@@ -52,6 +57,9 @@ static int cmd_run(int argc, char **argv) {
             break;
         case 'm':
             metrics_port = optarg;
+            break;
+        case 'L':
+            linger = strtod(optarg, NULL);
             break;
         case 'h':
             run_usage(stdout);
@@ -112,6 +120,9 @@ static int cmd_run(int argc, char **argv) {
         (rf_report_save_spec(run_dir, argv[optind]) || rf_report_write(run_dir)))
         fprintf(stderr, "refinery run: report.html: %s\n", rf_errmsg());
     free(run_dir);
+    if (mh && linger > 0) fflush(stdout);
+    for (double waited = 0; mh && waited < linger && !run_cancel; waited += 0.1)
+        usleep(100000);
     rf_metrics_http_stop(mh);
     rf_comm_destroy(comm);
     if (rc == RF_ERR_INVALID || rc == RF_ERR_PARSE || rc == RF_ERR_NOT_FOUND) return 2;

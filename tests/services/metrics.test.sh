@@ -8,7 +8,9 @@
 # reason in both services; dedup's batch latency and Kafka consumer lag; the
 # process gauges. A second scrape after more calls must show the counters
 # grown. Also: HELP/TYPE for every family, 404 on another path, an explicit
-# busy --metrics-listen address fails the start.
+# busy --metrics-listen address fails the start; and `refinery run
+# --metrics-port` (embedded, all five stages with MiniLM-L6) agrees with the
+# run's stats.json and trainer/metrics.jsonl.
 . "$REFINERY_ROOT/tests/services/lib.sh"
 venv=$(scripts/pyenv.sh test)
 "$venv/bin/python" -c 'import prometheus_client' ||
@@ -149,4 +151,73 @@ REFINERY_DEDUP_INDEX=$TEST_DIR/index2 timeout 20 "$REFINERY_BUILD/refinery-dedup
     2>"$TEST_DIR/busy.log" || rc=$?
 [ $rc = 1 ] && grep -q "cannot listen on 127.0.0.1:$dport" "$TEST_DIR/busy.log" ||
     { echo "busy metrics address: exit $rc" >&2; cat "$TEST_DIR/busy.log" >&2; exit 1; }
+# Embedded mode: refinery run --metrics-port serves the same families; the
+# scrape after the run (--metrics-linger) must agree with stats.json and the
+# trainer's metrics.jsonl.
+model=$REFINERY_ROOT/build/models/minilm-l6
+scripts/fetch-minilm.sh "$model" >/dev/null ||
+    { echo "cannot fetch MiniLM-L6 into $model (scripts/fetch-minilm.sh)" >&2; exit 1; }
+cat >"$TEST_DIR/run.yaml" <<EOF
+run:
+  name: metrics-embedded
+  threads: 2
+ingest:
+  preset: amazon
+  inputs: [$SHARED/data/amazon/Appliances_5.json.gz]
+dedup:
+  ngram: 5
+tokenizer:
+  tokenizer: $SHARED/data/tokenizers/all-MiniLM-L6-v2/tokenizer.json
+  max_length: 64
+  eval_fraction: 0.2
+trainer:
+  model: $model
+  num_labels: 2
+  max_len: 32
+  max_steps: 3
+  batch_size: 8
+evaluator:
+  max_len: 32
+EOF
+REFINERY_PEAK_FLOPS=1e12 "$bin" run "$TEST_DIR/run.yaml" --out "$TEST_DIR/run" --no-progress \
+    --metrics-port 0 --metrics-linger 120 >"$TEST_DIR/run.out" 2>"$TEST_DIR/run.log" &
+runpid=$!
+env_track_pid $runpid
+for _ in $(seq 1200); do grep -q "run complete" "$TEST_DIR/run.out" && break; sleep 0.1; done
+grep -q "run complete" "$TEST_DIR/run.out" || { tail "$TEST_DIR/run.log" >&2; exit 1; }
+scrape "127.0.0.1:$(metrics_port "$TEST_DIR/run.log")" >"$TEST_DIR/embedded.json"
+kill -TERM $runpid
+wait $runpid
+"$venv/bin/python" - "$TEST_DIR" <<'EOF'
+import json, sys
+d = sys.argv[1]
+m = json.load(open(f"{d}/embedded.json"))["samples"]
+st = json.load(open(f"{d}/run/stats.json"))
+last = json.loads(open(f"{d}/run/trainer/metrics.jsonl").read().splitlines()[-1])
+fails = []
+def near(a, b, what, tol=1e-5):
+    if a is None or abs(a - b) > tol * max(1, abs(b)):
+        fails.append(f"{what}: /metrics {a} vs {b}")
+near(m.get("refinery_documents_out_total{stage=ingest}"), st["ingest"]["docs_out"], "ingest out")
+near(m.get("refinery_documents_in_total{stage=dedup}"), st["dedup"]["docs_in"], "dedup in")
+near(m.get("refinery_documents_out_total{stage=dedup}"), st["dedup"]["docs_out"], "dedup out")
+near(m.get("refinery_documents_rejected_total{reason=duplicate,stage=dedup}"),
+     st["dedup"]["exact"] + st["dedup"]["near"], "dedup duplicates")
+near(m.get("refinery_trainer_steps_total{}"), st["trainer"]["steps"], "trainer steps")
+near(m.get("refinery_trainer_loss{}"), last["loss"], "last loss")
+near(m.get("refinery_trainer_learning_rate{}"), last["lr"], "last lr")
+near(m.get("refinery_trainer_grad_norm{}"), last["grad_norm"], "last grad norm")
+near(m.get("refinery_evaluator_last_accuracy{}"), st["evaluator"]["accuracy"], "accuracy")
+flops, mfu = m.get("refinery_trainer_model_flops{}", 0), m.get("refinery_trainer_mfu_ratio{}")
+near(mfu, flops / 1e12, "MFU against REFINERY_PEAK_FLOPS")
+if not flops > 0:
+    fails.append("no model FLOP/s")
+if not m.get("refinery_batch_duration_seconds_count{stage=tokenizer}", 0) > 0:
+    fails.append("no tokenizer batch latency")
+if not m.get("refinery_trainer_parameter_memory_bytes{}", 0) > 4 * 22e6 * 4:
+    fails.append("trainer parameter memory below 4 x 22M floats")
+if fails:
+    sys.exit("embedded: " + "; ".join(fails))
+print(f"embedded ok: MFU {mfu:.2e} at an assumed peak of 1e12 FLOP/s")
+EOF
 echo "PASS"
