@@ -364,6 +364,7 @@ int rf_evaluator_checkpoint_loop(rf_evaluator_service *s, rf_kafka_consumer *c, 
             if (rc < 0) break;
         }
         if (rc == RF_OK && b.n) rc = rf_kafka_commit_batch(c, &b);
+        if (rc == RF_OK) rf_kafka_consumer_observe_lag(c, "evaluator_checkpoints", &b);
         rf_kafka_batch_release(&b);
         if (rc == RF_ERR_CANCELED) return RF_OK;
         if (rc < 0 && !rf_svc_stopping()) return rc;
