@@ -98,10 +98,13 @@ void rf_obs_kafka_lag(const char *consumer, const char *topic, int32_t partition
                 (double)lag, consumer, topic, part);
 }
 
+static rf_prom_family *pg_errors(void) {
+    return COUNTER("refinery_postgres_errors_total",
+                   "PostgreSQL statements or connections that failed.", "kind");
+}
+
 void rf_obs_pg_error(const char *what) {
-    rf_prom_add(COUNTER("refinery_postgres_errors_total",
-                        "PostgreSQL statements or connections that failed.", "kind"),
-                1, what);
+    rf_prom_add(pg_errors(), 1, what);
 }
 
 void rf_obs_train_step_done(const rf_obs_train_step *s) {
@@ -199,6 +202,10 @@ static void init_collectors(void) {
 
 void rf_obs_init(const char *service) {
     pthread_once(&init_once, init_collectors);
+    /* Known label values start at 0, so that a rate() over them works from
+     * the first scrape (and the family is there before the first error). */
+    rf_prom_add(pg_errors(), 0, "query");
+    rf_prom_add(pg_errors(), 0, "connect");
     rf_prom_set(
         GAUGE("refinery_service_info", "Always 1; the service label names the process.", "service"),
         1, service);

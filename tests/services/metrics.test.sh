@@ -8,7 +8,8 @@
 # reason in both services; dedup's batch latency and Kafka consumer lag; the
 # process gauges. A second scrape after more calls must show the counters
 # grown. Also: HELP/TYPE for every family, 404 on another path, an explicit
-# busy --metrics-listen address fails the start; and `refinery run
+# busy --metrics-listen address fails the start; PostgreSQL stopped: the
+# status call's failed query is counted; and `refinery run
 # --metrics-port` (embedded, all five stages with MiniLM-L6) agrees with the
 # run's stats.json and trainer/metrics.jsonl.
 . "$REFINERY_ROOT/tests/services/lib.sh"
@@ -151,6 +152,21 @@ REFINERY_DEDUP_INDEX=$TEST_DIR/index2 timeout 20 "$REFINERY_BUILD/refinery-dedup
     2>"$TEST_DIR/busy.log" || rc=$?
 [ $rc = 1 ] && grep -q "cannot listen on 127.0.0.1:$dport" "$TEST_DIR/busy.log" ||
     { echo "busy metrics address: exit $rc" >&2; cat "$TEST_DIR/busy.log" >&2; exit 1; }
+# PostgreSQL errors: with the server gone, a status call's query fails.
+before=$("$venv/bin/python" -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["samples"]["refinery_postgres_errors_total{kind=query}"]))' "$TEST_DIR/ingest2.json")
+[ "$before" = 0 ] || { echo "PostgreSQL errors before any failure: $before" >&2; exit 1; }
+scripts/test-env/pg.sh stop "$TEST_DIR" >/dev/null
+timeout 5 "$bin" status m-1 >/dev/null 2>&1 || true
+n=0
+for _ in $(seq 100); do
+    scrape "127.0.0.1:$iport" >"$TEST_DIR/ingest3.json"
+    n=$("$venv/bin/python" -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["samples"]["refinery_postgres_errors_total{kind=query}"]))' "$TEST_DIR/ingest3.json")
+    [ "$n" -ge 1 ] && break
+    sleep 0.1
+done
+[ "$n" -ge 1 ] || { echo "no PostgreSQL query error counted with the server down" >&2; exit 1; }
+echo "PostgreSQL down: $n query errors counted"
+
 # Embedded mode: refinery run --metrics-port serves the same families; the
 # scrape after the run (--metrics-linger) must agree with stats.json and the
 # trainer's metrics.jsonl.
