@@ -63,6 +63,7 @@ static int write_batch(pipeline *p, rf_ibatch *b) {
         rejected += b->reasons[i].n;
     }
     rf_stats_add(st, "ingest.records_in", (int64_t)b->n);
+    rf_obs_docs_in("ingest", (double)b->n);
     rf_stats_add(st, "ingest.kept", b->kept);
     rf_stats_add(st, "ingest.rejected_total", rejected);
     rf_stats_add(st, "ingest.augmented", b->augmented);

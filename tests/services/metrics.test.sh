@@ -214,6 +214,7 @@ fails = []
 def near(a, b, what, tol=1e-5):
     if a is None or abs(a - b) > tol * max(1, abs(b)):
         fails.append(f"{what}: /metrics {a} vs {b}")
+near(m.get("refinery_documents_in_total{stage=ingest}"), st["ingest"]["records_in"], "ingest in")
 near(m.get("refinery_documents_out_total{stage=ingest}"), st["ingest"]["docs_out"], "ingest out")
 near(m.get("refinery_documents_in_total{stage=dedup}"), st["dedup"]["docs_in"], "dedup in")
 near(m.get("refinery_documents_out_total{stage=dedup}"), st["dedup"]["docs_out"], "dedup out")
