@@ -10,7 +10,10 @@
 #include "comm/comm.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/obs.h"
 #include "pipeline/pipeline.h"
+#include "report/report.h"
+#include "runtime/metrics_http.h"
 
 static volatile int run_cancel;
 
@@ -21,23 +24,34 @@ static void on_signal(int sig) {
 
 static void run_usage(FILE *out) {
     fprintf(out, "usage: refinery run SPEC.yaml [--out DIR] [--no-cache] [--no-progress]\n"
-                 "                               [--progress-every SECONDS]\n"
+                 "                    [--progress-every SECONDS] [--metrics-port N\n"
+                 "                    [--metrics-linger S]]\n"
                  "Runs every stage named in SPEC.yaml in one process and writes the stage\n"
                  "outputs, stats.json and run.log into the run directory (default\n"
-                 "runs/<run.name>-<time>). REFINERY__SECTION__KEY=value overrides a spec key.\n"
+                 "runs/<run.name>-<time>), with spec.yaml and report.html (refinery report).\n"
+                 "REFINERY__SECTION__KEY=value overrides a spec key.\n"
                  "A stage whose inputs, settings and code are unchanged is reused from the cache\n"
                  "(run.cache_dir, default $XDG_CACHE_HOME/refinery or ~/.cache/refinery) and\n"
                  "reported as cached; --no-cache (or run.cache: false, or a stage's cache: false)\n"
                  "runs without it. Progress: bars on a terminal, else a log line a running stage\n"
-                 "every --progress-every seconds (default 10; 0: none).\n");
+                 "every --progress-every seconds (default 10; 0: none).\n"
+                 "--metrics-port N serves Prometheus metrics at http://0.0.0.0:N/metrics\n"
+                 "while the run lasts (the services' metric names; 0: a free port, logged),\n"
+                 "and --metrics-linger S seconds after it (so that a scraper sees the final\n"
+                 "values; SIGINT/SIGTERM ends the wait).\n");
 }
 
 static int cmd_run(int argc, char **argv) {
-    static const struct option longopts[] = {
-        {"out", required_argument, NULL, 'o'}, {"no-progress", no_argument, NULL, 'P'},
-        {"no-cache", no_argument, NULL, 'C'},  {"progress-every", required_argument, NULL, 'E'},
-        {"help", no_argument, NULL, 'h'},      {NULL, 0, NULL, 0}};
-    const char *out_dir = NULL;
+    static const struct option longopts[] = {{"out", required_argument, NULL, 'o'},
+                                             {"no-progress", no_argument, NULL, 'P'},
+                                             {"no-cache", no_argument, NULL, 'C'},
+                                             {"progress-every", required_argument, NULL, 'E'},
+                                             {"metrics-port", required_argument, NULL, 'm'},
+                                             {"metrics-linger", required_argument, NULL, 'L'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    const char *out_dir = NULL, *metrics_port = NULL;
+    double linger = 0;
     int progress = isatty(STDERR_FILENO), no_cache = 0;
     double every = 10;
     char *end;
@@ -63,6 +77,12 @@ static int cmd_run(int argc, char **argv) {
                 return 2;
             }
             break;
+        case 'm':
+            metrics_port = optarg;
+            break;
+        case 'L':
+            linger = strtod(optarg, NULL);
+            break;
         case 'h':
             run_usage(stdout);
             return 0;
@@ -87,6 +107,21 @@ static int cmd_run(int argc, char **argv) {
         return 2;
     }
     int rank = rf_comm_rank(comm);
+    rf_metrics_http *mh = NULL;
+    if (metrics_port && rank == 0) {
+        char addr[64];
+        long port = strtol(metrics_port, &end, 10);
+        snprintf(addr, sizeof addr, "0.0.0.0:%ld", port);
+        rf_obs_init("run");
+        if (*end || port < 0 || port > 65535 ||
+            rf_metrics_http_start(addr, rf_prom_default(), &mh) < 0) {
+            fprintf(stderr, "refinery run: --metrics-port %s: %s\n", metrics_port,
+                    *end || port < 0 || port > 65535 ? "not a port" : rf_errmsg());
+            rf_comm_destroy(comm);
+            return 2;
+        }
+        rf_info("metrics", "serving /metrics on 0.0.0.0:%d", rf_metrics_http_port(mh));
+    }
     rf_pipeline_opts opts = {argv[optind],         out_dir, progress && rank == 0 ? stderr : NULL,
                              &run_cancel,          NULL,    no_cache,
                              rank == 0 ? every : 0};
@@ -102,7 +137,15 @@ static int cmd_run(int argc, char **argv) {
     } else if (rank == 0) {
         printf("run complete: %s (stats in %s/stats.json)\n", run_dir, run_dir);
     }
+    /* The report, also of a failed run: what the stages got to write. */
+    if (run_dir && rank == 0 &&
+        (rf_report_save_spec(run_dir, argv[optind]) || rf_report_write(run_dir)))
+        fprintf(stderr, "refinery run: report.html: %s\n", rf_errmsg());
     free(run_dir);
+    if (mh && linger > 0) fflush(stdout);
+    for (double waited = 0; mh && waited < linger && !run_cancel; waited += 0.1)
+        usleep(100000);
+    rf_metrics_http_stop(mh);
     rf_comm_destroy(comm);
     if (rc == RF_ERR_INVALID || rc == RF_ERR_PARSE || rc == RF_ERR_NOT_FOUND) return 2;
     return rc ? 1 : 0;

@@ -27,6 +27,7 @@
 #include "common/stage.h"
 #include "pipeline/stages.h"
 #include "common/sys.h"
+#include "common/obs.h"
 #include "dedup/dedup.h"
 #include "dedup/normalize.h"
 
@@ -172,6 +173,7 @@ static int stage_process(void *state, rf_doc_batch *in, rf_emit_fn emit, void *e
             continue;
         }
         if (!r->replayed) {
+            rf_obs_docs_rejected("dedup", "duplicate", 1);
             rf_buf_reset(&s->line);
             rc = rf_dd_dup_json(&in->docs[i], r, &s->line);
             if (!rc) rc = rf_buf_putc(&s->line, '\n');

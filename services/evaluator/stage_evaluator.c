@@ -16,6 +16,7 @@
 #include "common/stage.h"
 #include "pipeline/stages.h"
 #include "common/sys.h"
+#include "common/obs.h"
 #include "evaluator/evaluate.h"
 
 typedef struct eval_stage {
@@ -90,6 +91,7 @@ static int eval_run(void *state) {
             if (acc) rf_stats_set_real(e->ctx->stats, "evaluator.accuracy", acc->num);
             if (f1) rf_stats_set_real(e->ctx->stats, "evaluator.macro_f1", f1->num);
             if (n) rf_stats_set(e->ctx->stats, "evaluator.examples", (int64_t)n->num);
+            rf_obs_eval_done(acc ? acc->num : 0, f1 ? f1->num : 0, n ? n->num : 0);
             rf_info("evaluator", "%s: accuracy %.4f macro-F1 %.4f on %.0f examples", e->data,
                     acc ? acc->num : 0, f1 ? f1->num : 0, n ? n->num : 0);
         }

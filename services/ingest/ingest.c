@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/queue.h"
 #include "common/sys.h"
+#include "common/obs.h"
 #include "ingest/batch.h"
 #include "ingest/process.h"
 #include "ingest/source.h"
@@ -58,9 +59,11 @@ static int write_batch(pipeline *p, rf_ibatch *b) {
     for (size_t i = 0; i < b->n_reasons; i++) {
         snprintf(name, sizeof name, "ingest.rejected.%s", b->reasons[i].reason);
         rf_stats_add(st, name, b->reasons[i].n);
+        rf_obs_docs_rejected("ingest", b->reasons[i].reason, (double)b->reasons[i].n);
         rejected += b->reasons[i].n;
     }
     rf_stats_add(st, "ingest.records_in", (int64_t)b->n);
+    rf_obs_docs_in("ingest", (double)b->n);
     rf_stats_add(st, "ingest.kept", b->kept);
     rf_stats_add(st, "ingest.rejected_total", rejected);
     rf_stats_add(st, "ingest.augmented", b->augmented);

@@ -20,6 +20,7 @@
 #include "common/stage.h"
 #include "common/stats.h"
 #include "common/sys.h"
+#include "common/obs.h"
 #include "pipeline/cache.h"
 #include "pipeline/progress.h"
 #include "pipeline/resources.h"
@@ -126,6 +127,7 @@ static int stage_error(int rc, const char *stage) {
 static int emit_batch(void *emit_ctx, rf_doc_batch *b) {
     slot *s = emit_ctx;
     atomic_fetch_add(&s->docs_out, b->n);
+    rf_obs_docs_out(s->ops->name, (double)b->n);
     if (s->stream) { /* kept in the cache entry for the stages after this one */
         for (size_t i = 0; i < b->n; i++) {
             rf_buf_reset(&s->line);
@@ -181,7 +183,10 @@ static void *stage_thread(void *arg) {
                 rf_doc_batch_free(b);
                 continue;
             }
+            double tb = rf_now();
+            rf_obs_docs_in(s->ops->name, (double)b->n);
             rc = s->ops->process(s->state, b, emit_batch, s);
+            rf_obs_batch_seconds(s->ops->name, rf_now() - tb);
         }
         if (!rc && !*r->cancel && s->ops->finish) rc = s->ops->finish(s->state, emit_batch, s);
     }

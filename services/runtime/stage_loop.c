@@ -11,6 +11,8 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/utf8.h"
+#include "common/obs.h"
+#include "common/sys.h"
 #include "runtime/svc.h"
 
 /* One message of a poll and what became of it. */
@@ -211,6 +213,7 @@ int rf_stage_loop_step(rf_stage_loop *l) {
         rf_kafka_batch_release(&b);
         return 0;
     }
+    double t0 = rf_now();
     item *it = calloc(b.n, sizeof *it);
     rf_kafka_tracker t = {0};
     rc = it ? RF_OK : RF_ERR_NOMEM;
@@ -234,7 +237,11 @@ int rf_stage_loop_step(rf_stage_loop *l) {
             count(l, "out", it[i].counts.out);
             count(l, "rejected", it[i].counts.rejected);
             count(l, "duplicate", it[i].counts.duplicate);
+            rf_obs_stage_counts(l->stage, it[i].counts.in, it[i].counts.out,
+                                it[i].counts.duplicate);
         }
+        rf_obs_batch_seconds(l->stage, rf_now() - t0);
+        rf_kafka_consumer_observe_lag(l->consumer, l->stage, &b);
         rc = (int)b.n;
     }
     free(it);

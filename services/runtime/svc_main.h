@@ -4,6 +4,13 @@
  * Exit status: 0 after a clean stop (or --help), 1 when run failed, 2 for a
  * usage error (the message names the option).
  *
+ * Every service also gets --metrics-listen (REFINERY_METRICS_LISTEN): the
+ * address of its Prometheus endpoint GET /metrics (runtime/metrics_http.h),
+ * by default 127.0.0.1:9101 (ingest and Control), 9102 (dedup), 9103
+ * (tokenizer), 9104 (trainer), 9105 (evaluator); "0" turns it off. A busy
+ * default port only logs a warning; a busy address that was asked for fails
+ * the start (exit 1).
+ *
  * The Kafka-to-Kafka stages also share how they open what the stage loop
  * needs (rf_svc_stage_env): a producer, a PostgreSQL store and a consumer of
  * one input topic, and how they close them, in reverse order. */

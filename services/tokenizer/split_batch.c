@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/obs.h"
 #include "common/hash.h"
 #include "tokenizer/batch.h"
 
@@ -121,4 +122,5 @@ void rf_tok_result_count(const rf_tok_result *r, rf_stats *stats) {
     char name[64];
     snprintf(name, sizeof name, "tokenizer.rejected.%s", r->reject);
     rf_stats_add(stats, name, 1);
+    rf_obs_docs_rejected("tokenizer", r->reject, 1);
 }

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/stage.h"
@@ -60,7 +61,30 @@ typedef struct tok_stage {
     rf_packer packer[2];
     lenvec lens[2];
     uint64_t docs[2], tokens[2], dropped_tail[2];
+    FILE *rejects; /* tokenizer/rejects.jsonl, opened at the first reject */
 } tok_stage;
+
+/* One line of tokenizer/rejects.jsonl (the run report's examples). */
+static int write_reject(tok_stage *s, const rf_doc *d, const rf_tok_result *r) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/rejects.jsonl", s->dir);
+    if (!s->rejects && !(s->rejects = fopen(path, "w")))
+        return rf_fail(RF_ERR_IO, "tokenizer: cannot open %s", path);
+    rf_buf b = RF_BUF_INIT;
+    int rc = rf_buf_puts(&b, "{\"id\":");
+    if (!rc) rc = rf_buf_append_json_str(&b, d->id ? d->id : "", d->id ? strlen(d->id) : 0);
+    if (!rc) rc = rf_buf_puts(&b, ",\"reason\":");
+    if (!rc) rc = rf_buf_append_json_str(&b, r->reject, strlen(r->reject));
+    if (!rc) rc = rf_buf_puts(&b, ",\"detail\":");
+    if (!rc) rc = rf_buf_append_json_str(&b, r->detail, strlen(r->detail));
+    if (!rc) rc = rf_buf_puts(&b, ",\"excerpt\":");
+    if (!rc) rc = rf_buf_append_json_str(&b, d->text, d->text_len < 200 ? d->text_len : 200);
+    if (!rc) rc = rf_buf_puts(&b, "}\n");
+    if (!rc && fwrite(b.data, 1, b.len, s->rejects) != b.len)
+        rc = rf_fail(RF_ERR_IO, "tokenizer: writing %s failed", path);
+    rf_buf_free(&b);
+    return rc;
+}
 
 static void stage_close(void *state) {
     tok_stage *s = state;
@@ -71,6 +95,7 @@ static void stage_close(void *state) {
         free(s->lens[k].v);
     }
     free(s->views);
+    if (s->rejects) fclose(s->rejects);
     rf_tok_splitter_free(s->splitter);
     rf_tokenizer_free(s->tok);
     free(s);
@@ -187,6 +212,7 @@ static int stage_process(void *state, rf_doc_batch *in, rf_emit_fn emit, void *e
             rf_tok_result_count(r, s->ctx->stats);
             rf_warn("tokenizer", "document %s rejected: %s%s%s", d->id ? d->id : "?", r->reject,
                     r->detail[0] ? ": " : "", r->detail);
+            rc = write_reject(s, d, r);
             continue;
         }
         int k = r->split;

@@ -12,6 +12,7 @@
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/sys.h"
+#include "common/obs.h"
 #include "trainer/checkpoint.h"
 #include "comm/comm.h"
 
@@ -489,6 +490,10 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
             if ((rc = dp_step(&g, m, &opt, (long)st.step, lr, &gn))) break;
             write_metrics(metrics, st.step + 1, step_sums[0] / (double)group, lr, gn,
                           (uint64_t)step_sums[1], rf_now() - t_step, g.bytes - bytes_before);
+            rf_obs_train_step_done(&(rf_obs_train_step){
+                step_sums[0] / (double)group, lr, gn, step_sums[1], rf_now() - t_step,
+                (double)m->nparams, m->cfg.num_layers, m->cfg.hidden_size, bb.T,
+                4.0 * (2.0 * (double)m->npadded + 2.0 * (double)m->nmoments)});
             bytes_before = g.bytes;
             st.step++;
             done_this_run++;

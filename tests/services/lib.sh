@@ -10,6 +10,8 @@ cd "$REFINERY_ROOT"
 # Every service serves gRPC (dedup and the trainer their health) on a fixed
 # default port; tests take a free one unless they say --listen.
 export REFINERY_LISTEN=127.0.0.1:0
+# Likewise /metrics (a busy default port only warns, but a free one is quieter).
+export REFINERY_METRICS_LISTEN=127.0.0.1:0
 TEST_DIR=$(mktemp -d /tmp/rf-svc-test.XXXXXX)
 _env_pids=()
 _env_pg=0 _env_kafka=0

@@ -14,6 +14,7 @@
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/utf8.h"
+#include "common/obs.h"
 #include "evaluator/evaluate.h"
 #include "refinery.pb-c.h"
 #include "evaluator/classifier.h"
@@ -246,6 +247,7 @@ static int evaluate(rf_evaluator_service *s, rf_store *store, const char *run, i
         store_rc = rf_store_eval_add(store, run, step, "n", 0);
     } else {
         store_rc = write_metrics(store, run, step, &mt);
+        rf_obs_eval_done(rf_metrics_accuracy(&mt), rf_metrics_macro(&mt).f1, (double)mt.n);
         rf_info("evaluator",
                 "run %s checkpoint %" PRId64 ": accuracy %.4f macro-F1 %.4f loss %.4f on %" PRIu64
                 " sequences (%" PRIu64 " batches, %" PRIu64 " replays ignored)",
@@ -362,6 +364,7 @@ int rf_evaluator_checkpoint_loop(rf_evaluator_service *s, rf_kafka_consumer *c, 
             if (rc < 0) break;
         }
         if (rc == RF_OK && b.n) rc = rf_kafka_commit_batch(c, &b);
+        if (rc == RF_OK) rf_kafka_consumer_observe_lag(c, "evaluator_checkpoints", &b);
         rf_kafka_batch_release(&b);
         if (rc == RF_ERR_CANCELED) return RF_OK;
         if (rc < 0 && !rf_svc_stopping()) return rc;

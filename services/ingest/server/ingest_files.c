@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/sys.h"
+#include "common/obs.h"
 #include "ingest/ingest.h"
 #include "refinery.pb-c.h"
 #include "runtime/store/store.h"
@@ -204,6 +205,7 @@ static int check_state(loader *l) {
 }
 
 static int produce_reject(loader *l, const rf_ingest_reject *r, const char *doc_id) {
+    rf_obs_docs_rejected("ingest", r->reason, 1);
     rf_kafka_reject kr = {.run_id = l->run_id,
                           .doc_id = doc_id,
                           .source = r->source,
@@ -275,6 +277,7 @@ static int on_batch(void *ctx, rf_ingest_batch *b) {
     rf_stats_add(l->f->stats, "load.records", records);
     rf_stats_add(l->f->stats, "load.kept", kept);
     rf_stats_add(l->f->stats, "load.rejected", records - kept);
+    rf_obs_stage_counts("ingest", (double)records, (double)kept, 0);
     if (l->ndone == RECORD_EVERY || rf_now() - l->last_record >= RECORD_AFTER_S) {
         if ((rc = record_done(l)) < 0) return rc;
     }

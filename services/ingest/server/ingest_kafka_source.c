@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/utf8.h"
+#include "common/obs.h"
 #include "ingest/buffer.h"
 #include "runtime/doc_out.h"
 #include "runtime/svc.h"
@@ -174,6 +175,7 @@ static int on_batch(void *ctx, rf_ingest_batch *b) {
     int rc = RF_OK;
     for (size_t i = 0; rc == RF_OK && i < b->n_rejects; i++) {
         const rf_ingest_reject *r = &b->rejects[i];
+        rf_obs_docs_rejected("ingest", r->reason, 1);
         rc = reject(g, NULL, r->line, r->offset, r->reason, r->excerpt, r->excerpt_len);
     }
     if (!b->docs) return rc;

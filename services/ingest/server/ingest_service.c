@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/sys.h"
+#include "common/obs.h"
 #include "ingest/decide.h"
 #include "ingest/ingest.h"
 #include "refinery.pb-c.h"
@@ -180,6 +181,7 @@ static int keep(stream *st, const Refinery__V1__Document *d, const char *text, s
     st->since.in++;
     st->since.out++;
     rf_stats_add(st->svc->stats, "ingest.kept", 1);
+    rf_obs_docs_out("ingest", 1);
     return b->n >= st->svc->o.batch_docs ? send_batch(st) : RF_OK;
 }
 
@@ -189,6 +191,7 @@ static int reject(stream *st, const Refinery__V1__Document *d, const char *reaso
     char name[96];
     snprintf(name, sizeof name, "ingest.rejected.%s", reason);
     rf_stats_add(st->svc->stats, name, 1);
+    rf_obs_docs_rejected("ingest", reason, 1);
     st->sum.rejected++;
     st->since.in++;
     st->since.rejected++;
@@ -211,6 +214,7 @@ static int reject(stream *st, const Refinery__V1__Document *d, const char *reaso
 static int ingest_one(stream *st, const Refinery__V1__Document *d) {
     st->sum.received++;
     rf_stats_add(st->svc->stats, "ingest.received", 1);
+    rf_obs_docs_in("ingest", 1);
     rf_verdict v;
     int rc = rf_decide(st->decider, d->text, strlen(d->text), &v);
     if (rc < 0) return rc;

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/obs.h"
 #include "runtime/kafka/conf.h"
 #include "runtime/kafka/kafka.h"
 
@@ -202,4 +203,21 @@ int rf_kafka_commit_batch(rf_kafka_consumer *c, const rf_kafka_batch *b) {
                          (int)offs->elems[i].partition, rd_kafka_err2str(offs->elems[i].err));
     rd_kafka_topic_partition_list_destroy(offs);
     return rc;
+}
+
+void rf_kafka_consumer_observe_lag(rf_kafka_consumer *c, const char *consumer,
+                                   const rf_kafka_batch *b) {
+    for (size_t i = 0; i < b->n; i++) {
+        const rf_kafka_msg *m = &b->msgs[i];
+        int last = 1; /* only the partition's last message of the batch */
+        for (size_t k = i + 1; k < b->n && last; k++)
+            last = !(b->msgs[k].partition == m->partition && !strcmp(b->msgs[k].topic, m->topic));
+        int64_t lo, hi;
+        if (!last ||
+            rd_kafka_get_watermark_offsets(c->rk, m->topic, m->partition, &lo, &hi) !=
+                RD_KAFKA_RESP_ERR_NO_ERROR ||
+            hi < 0)
+            continue;
+        rf_obs_kafka_lag(consumer, m->topic, m->partition, hi > m->offset ? hi - m->offset - 1 : 0);
+    }
 }

@@ -121,5 +121,11 @@ int rf_kafka_poll_batch(rf_kafka_consumer *c, size_t max, double timeout_s, rf_k
 /* Synchronously commits the offsets following the batch's messages. */
 int rf_kafka_commit_batch(rf_kafka_consumer *c, const rf_kafka_batch *b);
 void rf_kafka_batch_release(rf_kafka_batch *b);
+/* Sets refinery_kafka_consumer_lag_messages{consumer,topic,partition}
+ * (common/obs.h) for the partitions in b: the high watermark librdkafka last
+ * saw in a fetch (no broker round trip) minus the offset after b's last
+ * message there. */
+void rf_kafka_consumer_observe_lag(rf_kafka_consumer *c, const char *consumer,
+                                   const rf_kafka_batch *b);
 
 #endif

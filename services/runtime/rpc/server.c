@@ -6,6 +6,8 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/obs.h"
+#include "common/sys.h"
 #include "runtime/rpc/internal.h"
 #include "runtime/rpc/wire.h"
 
@@ -89,6 +91,7 @@ static void count_status(rf_rpc_server *s, const char *path, grpc_status_code co
 /* Runs one call to its end: request, handler, status. */
 static void serve_call(rf_rpc_server *s, rpc_worker *w, grpc_call *gc, const grpc_call_details *det,
                        const grpc_metadata_array *md) {
+    double t0 = rf_now();
     rf_rpc_method unknown = {.path = "unknown"};
     const rf_rpc_method *m = find_method(s, det->method);
     rf_rpc_call call = {.grpc = gc,
@@ -148,6 +151,7 @@ static void serve_call(rf_rpc_server *s, rpc_worker *w, grpc_call *gc, const grp
     if (call.cancelled && final == GRPC_STATUS_OK) final = GRPC_STATUS_CANCELLED;
     if (call.cancelled && rf_rpc_time_left(&call) <= 0) final = GRPC_STATUS_DEADLINE_EXCEEDED;
     count_status(s, call.method->path, final);
+    rf_obs_grpc(call.method->path, rf_rpc_status_name(final), rf_now() - t0);
     if (final != GRPC_STATUS_OK)
         rf_debug("rpc", "%s -> %s: %s", call.method->path, rf_rpc_status_name(final), call.detail);
 }

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/obs.h"
 #include "runtime/store/internal.h"
 
 static void sleep_s(double s) {
@@ -110,6 +111,7 @@ static int connect_with_backoff(rf_store *s) {
             return RF_OK;
         }
         const char *msg = PQerrorMessage(s->conn);
+        rf_obs_pg_error("connect");
         first_line(*msg ? msg : "connection timed out", line, sizeof line);
         if (permanent_refusal(msg)) {
             PQfinish(s->conn);
@@ -142,6 +144,7 @@ int store_exec_once(rf_store *s, const char *sql, int n, const char *const *para
         return RF_OK;
     }
     char line[256];
+    rf_obs_pg_error("query");
     const char *msg = r ? PQresultErrorMessage(r) : PQerrorMessage(s->conn);
     first_line(msg, line, sizeof line);
     PQclear(r);
