@@ -151,28 +151,72 @@ static int build_table(rf_bert *m) {
     return rc;
 }
 
-/* Fills views of a parameter-shaped block (params or grads). */
-static void bind(rf_bert *m, float *base, rf_bert_params *v) {
+/* Fills unit u's views of a parameter-shaped block; base[0] is the unit's
+ * first element (see rf_bert_unit_range). */
+static void bind_unit(rf_bert *m, int u, float *base, rf_bert_params *v) {
     const rf_tensor_info *t = m->tensors;
-    v->wte = base + t[0].offset;
-    v->wpe = base + t[1].offset;
-    v->wtt = base + t[2].offset;
-    v->eln_w = base + t[3].offset;
-    v->eln_b = base + t[4].offset;
-    for (int l = 0; l < m->cfg.num_layers; l++) {
-        const rf_tensor_info *L = t + 5 + 16 * l;
-        rf_bert_layer *o = &v->layers[l];
+    int L = m->cfg.num_layers;
+    size_t lo, hi;
+    rf_bert_unit_range(m, u, &lo, &hi);
+#define AT(i) (base + (t[i].offset - lo))
+    if (u == 0) {
+        v->wte = AT(0);
+        v->wpe = AT(1);
+        v->wtt = AT(2);
+        v->eln_w = AT(3);
+        v->eln_b = AT(4);
+    } else if (u <= L) {
+        size_t f = 5 + 16 * (size_t)(u - 1);
+        rf_bert_layer *o = &v->layers[u - 1];
         float **dst[] = {&o->qkv_w, NULL,     NULL,      &o->qkv_b, NULL,     NULL,
                          &o->ao_w,  &o->ao_b, &o->ln1_w, &o->ln1_b, &o->fc_w, &o->fc_b,
                          &o->fo_w,  &o->fo_b, &o->ln2_w, &o->ln2_b};
         for (int i = 0; i < 16; i++)
-            if (dst[i]) *dst[i] = base + L[i].offset;
+            if (dst[i]) *dst[i] = AT(f + (size_t)i);
+    } else {
+        size_t h = 5 + 16 * (size_t)L;
+        v->pool_w = AT(h);
+        v->pool_b = AT(h + 1);
+        v->cls_w = AT(h + 2);
+        v->cls_b = AT(h + 3);
     }
-    size_t h = 5 + 16 * (size_t)m->cfg.num_layers;
-    v->pool_w = base + t[h].offset;
-    v->pool_b = base + t[h + 1].offset;
-    v->cls_w = base + t[h + 2].offset;
-    v->cls_b = base + t[h + 3].offset;
+#undef AT
+}
+
+/* Fills views of a whole parameter-shaped block (params or grads). */
+static void bind(rf_bert *m, float *base, rf_bert_params *v) {
+    for (int u = 0; u < rf_bert_units(m); u++) {
+        size_t lo, hi;
+        rf_bert_unit_range(m, u, &lo, &hi);
+        bind_unit(m, u, base + lo, v);
+    }
+}
+
+int rf_bert_units(const rf_bert *m) {
+    return m->cfg.num_layers + 2;
+}
+
+void rf_bert_unit_range(const rf_bert *m, int u, size_t *lo, size_t *hi) {
+    int L = m->cfg.num_layers;
+    size_t first = u == 0 ? 0 : u <= L ? 5 + 16 * (size_t)(u - 1) : 5 + 16 * (size_t)L;
+    size_t last = u == 0 ? 4 : u <= L ? first + 15 : first + 3; /* inclusive */
+    *lo = m->tensors[first].offset;
+    *hi = m->tensors[last].offset + m->tensors[last].numel;
+}
+
+void rf_bert_bind_unit(rf_bert *m, int u, float *p, float *g) {
+    if (p) bind_unit(m, u, p, &m->p);
+    if (g) bind_unit(m, u, g, &m->g);
+}
+
+void rf_bert_bind_all(rf_bert *m) {
+    if (m->params) bind(m, m->params, &m->p);
+    if (m->grads) bind(m, m->grads, &m->g);
+}
+
+/* The unit hook (see rf_unit_hook), if any. */
+static int unit_event(rf_bert *m, int u, rf_unit_event ev) {
+    return m->unit_hook ? m->unit_hook(m->unit_user, m, u, ev) : RF_OK;
 }
 
 int rf_bert_new(const rf_bert_config *cfg, const rf_backend *be, rf_bert **out) {
@@ -481,12 +525,14 @@ int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout
     float ph = train ? c->hidden_dropout : 0, pa = train ? c->attention_dropout : 0,
           pc = train ? c->classifier_dropout : 0;
 
+    if ((rc = unit_event(m, 0, RF_UNIT_FWD))) return rc;
     be->embed_fwd(a.emb_in, m->ids_dev, m->types_dev, m->p.wte, m->p.wpe, m->p.wtt, B, T, C);
     be->layernorm_fwd(a.x0, a.emb_mean, a.emb_rstd, a.emb_in, m->p.eln_w, m->p.eln_b, (int)N, C,
                       c->layer_norm_eps);
     be->dropout_fwd(a.x0, a.x0, N * C, ph, site_seed(dropout_seed, 0));
     const float *x = a.x0;
     for (int l = 0; l < c->num_layers; l++) {
+        if ((rc = unit_event(m, 1 + l, RF_UNIT_FWD))) return rc;
         const rf_bert_layer *P = &m->p.layers[l];
         layer_acts *L = &la[l];
         uint64_t s = 1 + 4 * (uint64_t)l;
@@ -516,6 +562,7 @@ int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout
                           c->layer_norm_eps);
         x = L->x2;
     }
+    if ((rc = unit_event(m, c->num_layers + 1, RF_UNIT_FWD))) return rc;
     be->linear_fwd(a.pool_pre, x, m->p.pool_w, m->p.pool_b, B, C, C); /* x: [B, C] */
     be->tanh_fwd(a.pooled, a.pool_pre, (size_t)B * C);
     be->dropout_fwd(a.pooled_drop, a.pooled, (size_t)B * C, pc,
@@ -545,6 +592,8 @@ void rf_bert_backward(rf_bert *m, float loss_scale) {
     size_t used = layout(c, B, T, m->dacts, &d, false);
     be->zero(m->dacts, used * sizeof(float));
 
+    /* unit events: the hook keeps its own error (see rf_unit_hook) */
+    (void)unit_event(m, c->num_layers + 1, RF_UNIT_BWD);
     be->xent_bwd(d.logits, a.probs, m->labels_dev, m->class_weights_dev, B, K, loss_scale);
     be->linear_bwd(d.pooled_drop, m->g.cls_w, m->g.cls_b, d.logits, a.pooled_drop, m->p.cls_w, B, C,
                    K);
@@ -553,7 +602,9 @@ void rf_bert_backward(rf_bert *m, float loss_scale) {
     int last = c->num_layers - 1;
     be->linear_bwd(dla[last].x2, m->g.pool_w, m->g.pool_b, d.pool_pre, la[last].x2, m->p.pool_w, B,
                    C, C);
+    (void)unit_event(m, c->num_layers + 1, RF_UNIT_BWD_DONE);
     for (int l = last; l >= 0; l--) {
+        (void)unit_event(m, 1 + l, RF_UNIT_BWD);
         const rf_bert_layer *P = &m->p.layers[l], *G = &m->g.layers[l];
         layer_acts *L = &la[l], *D = &dla[l];
         const float *x = l ? la[l - 1].x2 : a.x0;
@@ -581,7 +632,9 @@ void rf_bert_backward(rf_bert *m, float loss_scale) {
         be->linear_bwd(dxin, G->qkv_w, G->qkv_b, D->qkv, x, P->qkv_w, (int)N, C, 3 * C);
         for (int b = 0; l == last && b < B; b++) /* the [CLS] rows' residual gradient */
             be->residual_bwd(dxin + (size_t)b * T * C, NULL, d.cls + (size_t)b * C, C, 0, 0);
+        (void)unit_event(m, 1 + l, RF_UNIT_BWD_DONE);
     }
+    (void)unit_event(m, 0, RF_UNIT_BWD);
     /* x0 = dropout(LN(emb)): d(LN out) goes to emb_in's slot, LN's input gradient to x0's. */
     be->dropout_bwd(d.emb_in, d.x0, N * C, ph, site_seed(seed, 0));
     be->zero(d.x0, N * C * sizeof(float));
@@ -589,4 +642,5 @@ void rf_bert_backward(rf_bert *m, float loss_scale) {
                       a.emb_rstd, (int)N, C);
     be->embed_bwd(m->g.wte, m->g.wpe, m->g.wtt, d.x0, m->ids_dev, m->types_dev, B, T, C,
                   c->vocab_size, c->type_vocab_size);
+    (void)unit_event(m, 0, RF_UNIT_BWD_DONE);
 }

@@ -65,6 +65,11 @@ void rf_adamw_step(rf_bert *m, const rf_adamw *o, long step, float lr) {
 
 void rf_adamw_step_range(rf_bert *m, const rf_adamw *o, long step, float lr, size_t lo, size_t hi,
                          float *mom1, float *mom2) {
+    rf_adamw_update(m, o, step, lr, lo, hi, m->params + lo, m->grads + lo, mom1, mom2);
+}
+
+void rf_adamw_update(const rf_bert *m, const rf_adamw *o, long step, float lr, size_t lo, size_t hi,
+                     float *params, const float *grads, float *mom1, float *mom2) {
     /* Same operation order as torch's single-tensor AdamW: bias corrections in
      * double, m by lerp, v by mul + addcmul, then addcdiv. Every element is
      * updated on its own, so a range gives exactly the full update's values. */
@@ -81,10 +86,10 @@ void rf_adamw_step_range(rf_bert *m, const rf_adamw *o, long step, float lr, siz
             size_t a = ti->offset > lo ? ti->offset : lo;
             size_t b = ti->offset + ti->numel < hi ? ti->offset + ti->numel : hi;
             if (a >= b) continue;
-            size_t len = b - a, x = len * id / nt, y = len * (id + 1) / nt, off = a + x;
+            size_t len = b - a, x = len * id / nt, y = len * (id + 1) / nt, off = a + x - lo;
             float decay = ti->decay ? 1.0f - lr * o->weight_decay : 1.0f;
-            adamw_range(m->params + off, m->grads + off, mom1 + (off - lo), mom2 + (off - lo),
-                        y - x, decay, b1, b2, step_size, bc2_sqrt, o->eps);
+            adamw_range(params + off, grads + off, mom1 + off, mom2 + off, y - x, decay, b1, b2,
+                        step_size, bc2_sqrt, o->eps);
         }
     }
 }

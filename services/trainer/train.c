@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/sys.h"
 #include "trainer/checkpoint.h"
+#include "trainer/zero3.h"
 #include "comm/comm.h"
 
 void rf_set_threads(int n) {
@@ -159,7 +160,8 @@ int rf_train_class_weights(const rf_train_opts *o, const rf_dataset *d, int K, f
     return RF_OK;
 }
 
-static int write_summary(const char *dir, const rf_train_result *r, const rf_train_opts *o) {
+static int write_summary(const char *dir, const rf_train_result *r, const rf_train_opts *o,
+                         int world, int zero, const size_t mem[3], size_t work_peak) {
     char path[4096];
     rf_buf b = RF_BUF_INIT;
     snprintf(path, sizeof path, "%s/train.json", dir);
@@ -167,11 +169,14 @@ static int write_summary(const char *dir, const rf_train_result *r, const rf_tra
                            "{\"steps\":%ld,\"finished\":%s,\"resumed\":%s,\"last_loss\":%.6f,"
                            "\"seconds\":%.3f,\"tokens\":%llu,\"tokens_per_s\":%.1f,"
                            "\"epochs\":%d,\"batch_size\":%d,\"grad_accum\":%d,\"lr\":%g,"
-                           "\"seed\":%llu,\"peak_rss_kb\":%lld}\n",
+                           "\"seed\":%llu,\"peak_rss_kb\":%lld,\"world\":%d,\"zero\":%d,"
+                           "\"memory\":{\"params_bytes\":%zu,\"grads_bytes\":%zu,"
+                           "\"moments_bytes\":%zu,\"working_peak_bytes\":%zu}}\n",
                            r->steps, r->finished ? "true" : "false", r->resumed ? "true" : "false",
                            r->last_loss, r->seconds, (unsigned long long)r->tokens, r->tokens_per_s,
                            o->epochs, o->batch_size, o->grad_accum, o->optim.lr,
-                           (unsigned long long)o->seed, (long long)rf_peak_rss_kb());
+                           (unsigned long long)o->seed, (long long)rf_peak_rss_kb(), world, zero,
+                           mem[0], mem[1], mem[2], work_peak);
     if (!rc) rc = rf_write_file_atomic(path, b.data, b.len);
     rf_buf_free(&b);
     return rc;
@@ -205,7 +210,17 @@ typedef struct dp_group {
     int world, rank, zero;
     size_t lo, hi, block; /* rank's shard of the nparams floats; block = ceil(n/world) */
     uint64_t bytes;       /* ring-model bytes sent so far */
+    rf_zero3 *z3;         /* zero 3: the parameter shards and the unit hook */
+    uint64_t z3_bytes;    /* rf_zero3_bytes already counted in bytes */
 } dp_group;
+
+/* Adds what the ZeRO-3 hook sent since the last call to g->bytes. */
+static void dp_count_z3(dp_group *g) {
+    if (!g->z3) return;
+    uint64_t b = rf_zero3_bytes(g->z3);
+    g->bytes += b - g->z3_bytes;
+    g->z3_bytes = b;
+}
 
 static int dp_fail(int rc, const char *what) {
     return rf_fail_ctx(rc, "train: %s", what);
@@ -237,6 +252,11 @@ static double batch_weight(const rf_dataset *d, const size_t *idx, size_t n, con
  * the global gradient norm before clipping in *norm. */
 static int dp_step(dp_group *g, rf_bert *m, const rf_adamw *opt, long step, float lr, float *norm) {
     int rc;
+    if (g->z3) {
+        rc = rf_zero3_step(g->z3, opt, step, lr, norm);
+        dp_count_z3(g);
+        return rc;
+    }
     if (!g->c) { /* one process: exactly the code that ran before data parallelism */
         *norm = rf_clip_grads(m, opt->clip_norm);
         rf_adamw_step(m, opt, step, lr);
@@ -271,6 +291,22 @@ static int dp_step(dp_group *g, rf_bert *m, const rf_adamw *opt, long step, floa
 /* Writes the checkpoint from rank 0; with sharded moments rank 0 first
  * receives every rank's block of m and v (transient full buffers on rank 0). */
 static int dp_save(dp_group *g, const char *path, rf_bert *m, const rf_train_state *st) {
+    if (g->z3) { /* every rank gathers (all-gather per unit), rank 0 writes */
+        size_t np = m->nparams;
+        float *all = g->rank == 0 ? malloc(3 * np * sizeof *all) : NULL;
+        if (g->rank == 0 && !all) return rf_fail(RF_ERR_NOMEM, "train: no memory for the state");
+        int rc = RF_OK;
+        for (int w = 0; w < 3 && !rc; w++)
+            rc = rf_zero3_gather(g->z3, w, all ? all + (size_t)w * np : NULL);
+        dp_count_z3(g);
+        if (!rc && all) {
+            m->params = all;
+            rc = rf_checkpoint_save_blocks(path, m, all + np, all + 2 * np, st);
+            m->params = NULL;
+        }
+        free(all);
+        return rc;
+    }
     if (!g->c || g->zero == 0) return g->rank == 0 ? rf_checkpoint_save(path, m, st) : RF_OK;
     int rc = RF_OK;
     if (g->rank != 0) {
@@ -295,6 +331,25 @@ static int dp_save(dp_group *g, const char *path, rf_bert *m, const rf_train_sta
     if (!rc) rc = rf_checkpoint_save_blocks(path, m, mm, vv, st);
     free(mm);
     free(vv);
+    return rc;
+}
+
+/* o->on_checkpoint with the full weights in m: under zero 3 every rank
+ * gathers them (collective) and rank 0 calls it. */
+static int with_full_params(dp_group *g, rf_bert *m, const rf_train_opts *o,
+                            const rf_train_checkpoint *c) {
+    if (!g->z3) return o->on_checkpoint(o->user, m, c);
+    float *full = m->be->alloc(m->nparams * sizeof *full);
+    if (!full) return rf_fail(RF_ERR_NOMEM, "train: no memory to gather the weights");
+    int rc = rf_zero3_gather(g->z3, 0, full);
+    dp_count_z3(g);
+    if (!rc && g->rank == 0) {
+        m->params = full;
+        rf_bert_bind_all(m);
+        rc = o->on_checkpoint(o->user, m, c);
+        m->params = NULL;
+    }
+    m->be->free(full);
     return rc;
 }
 
@@ -346,10 +401,9 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
             return rf_fail(RF_ERR_INVALID, "train: sequence %zu has label %d outside [0, %d)", i,
                            data->label[i], m->cfg.num_labels);
     dp_group g = {.world = 1, .zero = 0, .lo = 0, .hi = m->nparams, .block = m->nparams};
-    if (o->zero < 0 || o->zero > 2)
-        return rf_fail(RF_ERR_UNSUPPORTED, "train: zero stage %d %s", o->zero,
-                       o->zero == 3 ? "(parameters sharded) is not implemented yet; use 0, 1 or 2"
-                                    : "is not a ZeRO stage (0, 1 or 2)");
+    if (o->zero < 0 || o->zero > 3)
+        return rf_fail(RF_ERR_INVALID, "train: zero stage %d is not a ZeRO stage (0 to 3)",
+                       o->zero);
     if (o->comm && rf_comm_world(o->comm) > 1) {
         g.c = o->comm;
         g.world = rf_comm_world(o->comm);
@@ -357,11 +411,13 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
         g.zero = o->zero;
         g.block = rf_comm_shard(m->nparams, g.world, g.rank, &g.lo, &g.hi);
     }
-    int rc = g.zero ? rf_bert_enable_training_sharded(m, g.block * (size_t)g.world, g.block)
-                    : rf_bert_enable_training(m);
+    /* zero 3 starts from the full buffers (loaded, resumed) and shards them below */
+    bool flat = g.zero == 1 || g.zero == 2;
+    int rc = flat ? rf_bert_enable_training_sharded(m, g.block * (size_t)g.world, g.block)
+                  : rf_bert_enable_training(m);
     if (rc) return rc;
-    if ((g.zero && m->npadded < g.block * (size_t)g.world) ||
-        m->nmoments < (g.zero ? g.block : m->nparams))
+    if ((flat && m->npadded < g.block * (size_t)g.world) ||
+        m->nmoments < (flat ? g.block : m->nparams))
         return rf_fail(RF_ERR_INVALID, "train: training buffers were allocated for another layout");
     if ((rc = rf_mkdir_p(o->out_dir)))
         return rf_fail_ctx(rc, "train: cannot create %s", o->out_dir);
@@ -394,8 +450,8 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
     if (o->resume && stat(ckpt, &sb) == 0) {
         /* the single-file checkpoint of any world size: every rank takes all
          * the weights and the moments of its own shard */
-        if ((rc = g.zero ? rf_checkpoint_load_range(ckpt, m, &st, g.lo, g.hi)
-                         : rf_checkpoint_load(ckpt, m, &st)))
+        if ((rc = flat ? rf_checkpoint_load_range(ckpt, m, &st, g.lo, g.hi)
+                       : rf_checkpoint_load(ckpt, m, &st)))
             return rc;
         res->resumed = true;
         rf_info("trainer", "resumed from %s at step %llu (epoch %llu, position %llu)", ckpt,
@@ -414,18 +470,28 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
         rf_info("trainer", "rank %d of %d (pid %d), zero %d: shard [%zu, %zu) of %zu parameters",
                 g.rank, g.world, (int)getpid(), g.zero, g.lo, g.hi, m->nparams);
     }
+    if (g.zero == 3 && g.c && (rc = rf_zero3_new(g.c, m, &g.z3))) return rc;
+    size_t mem[3] = {m->npadded * sizeof(float), m->npadded * sizeof(float),
+                     2 * m->nmoments * sizeof(float)};
+    if (g.z3) {
+        size_t S = rf_zero3_memory_of(g.z3).shard_floats * sizeof(float);
+        mem[0] = mem[1] = S;
+        mem[2] = 2 * S;
+    }
     { /* what this rank holds for the optimizer (see the README's ZeRO table) */
-        size_t pb = m->npadded * sizeof(float), mb = 2 * m->nmoments * sizeof(float);
+        size_t pb = mem[0], gb = mem[1], mb = mem[2];
         rf_info("trainer",
                 "rank %d memory: params %zu B, grads %zu B, moments %zu B (%.2f + %.2f + %.2f MiB; "
                 "%zu parameters)",
-                g.rank, pb, pb, mb, (double)pb / 1048576.0, (double)pb / 1048576.0,
+                g.rank, pb, gb, mb, (double)pb / 1048576.0, (double)gb / 1048576.0,
                 (double)mb / 1048576.0, m->nparams);
     }
     FILE *metrics = NULL;
     if (g.rank == 0) {
-        if (!(metrics = open_metrics(o->out_dir, res->resumed, st.step)))
+        if (!(metrics = open_metrics(o->out_dir, res->resumed, st.step))) {
+            rf_zero3_free(g.z3, false);
             return rf_fail(RF_ERR_IO, "train: cannot open %s/metrics.jsonl", o->out_dir);
+        }
     }
 
     size_t *order = malloc(n * sizeof *order);
@@ -435,6 +501,7 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
         free(order);
         class_index_free(&ci);
         if (metrics) fclose(metrics);
+        rf_zero3_free(g.z3, false);
         return order ? rc : RF_ERR_NOMEM;
     }
     double t0 = rf_now(), win_loss = 0, ck_loss = 0;
@@ -457,7 +524,10 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
             epoch_order(order, n, o->shuffle, o->seed, st.epoch);
         while (!rc && !stop && st.pos < n && (long)st.step < total) {
             /* one optimizer step: up to accum micro-batches */
-            rf_bert_zero_grad(m);
+            if (g.z3)
+                rf_zero3_zero_grad(g.z3);
+            else
+                rf_bert_zero_grad(m);
             size_t left = n - st.pos, group = (left + B - 1) / B;
             if (group > accum) group = accum;
             double t_step = rf_now(), step_sums[2] = {0, 0}; /* loss sum, tokens */
@@ -481,6 +551,11 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
                     step_sums[0] += g.c ? (wg > 0 ? (double)m->loss * wl / wg : 0) : m->loss;
                     for (size_t i = 0; i < (size_t)bb.B * bb.T; i++)
                         step_sums[1] += bb.valid[i];
+                    if (g.z3 && wg > 0 && (rc = rf_zero3_end_backward(g.z3))) break;
+                } else if (g.z3) { /* no rows here: the unit collectives all the same */
+                    if ((rc = rf_zero3_idle(g.z3, wg > 0)) ||
+                        (wg > 0 && (rc = rf_zero3_end_backward(g.z3))))
+                        break;
                 }
                 st.pos += nb;
                 st.micro++;
@@ -523,11 +598,11 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
             bool scheduled =
                 (o->checkpoint_every > 0 && (long)st.step % o->checkpoint_every == 0) ||
                 (long)st.step == total;
-            if (scheduled && o->on_checkpoint && g.rank == 0) {
+            if (scheduled && o->on_checkpoint && (g.rank == 0 || g.z3)) {
                 double dt = rf_now() - t0;
                 rf_train_checkpoint c = {(long)st.step, total, ck_loss / (double)(ck_n ? ck_n : 1),
                                          lr, dt > 0 ? (double)tokens / dt : 0};
-                rc = o->on_checkpoint(o->user, m, &c);
+                rc = with_full_params(&g, m, o, &c);
                 ck_loss = 0;
                 ck_n = 0;
             }
@@ -542,6 +617,21 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
     res->tokens = tokens;
     res->tokens_per_s = res->seconds > 0 ? (double)tokens / res->seconds : 0;
     res->finished = !rc && (long)st.step >= total;
+    dp_count_z3(&g);
+    size_t work_peak = 0;
+    if (g.z3) {
+        rf_zero3_memory zm = rf_zero3_memory_of(g.z3);
+        work_peak = zm.working_peak * sizeof(float);
+        rf_info("trainer",
+                "rank %d zero 3 working buffers: peak %zu B (%.2f MiB; parameters %zu B of it)",
+                g.rank, work_peak, (double)work_peak / 1048576.0,
+                zm.working_params * sizeof(float));
+        /* the caller gets the full weights back (export); collective */
+        int frc = rf_zero3_free(g.z3, !rc);
+        if (!rc) rc = frc;
+        g.z3 = NULL;
+        dp_count_z3(&g);
+    }
     res->comm_bytes = g.bytes;
     if (g.c)
         rf_info("trainer", "rank %d: %llu bytes sent in collectives, peak RSS %lld KiB", g.rank,
@@ -550,7 +640,7 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
     free(order);
     class_index_free(&ci);
     rf_batch_buf_free(&bb);
-    if (!rc && g.rank == 0) rc = write_summary(o->out_dir, res, o);
+    if (!rc && g.rank == 0) rc = write_summary(o->out_dir, res, o, g.world, g.zero, mem, work_peak);
     return rc;
 }
 
