@@ -288,49 +288,61 @@ static int dp_step(dp_group *g, rf_bert *m, const rf_adamw *opt, long step, floa
     return dp_gather_params(g, m);
 }
 
-/* Writes the checkpoint from rank 0; with sharded moments rank 0 first
- * receives every rank's block of m and v (transient full buffers on rank 0). */
-static int dp_save(dp_group *g, const char *path, rf_bert *m, const rf_train_state *st) {
-    if (g->z3) { /* every rank gathers (all-gather per unit), rank 0 writes */
-        size_t np = m->nparams;
-        float *all = g->rank == 0 ? malloc(3 * np * sizeof *all) : NULL;
-        if (g->rank == 0 && !all) return rf_fail(RF_ERR_NOMEM, "train: no memory for the state");
-        int rc = RF_OK;
-        for (int w = 0; w < 3 && !rc; w++)
-            rc = rf_zero3_gather(g->z3, w, all ? all + (size_t)w * np : NULL);
-        dp_count_z3(g);
-        if (!rc && all) {
-            m->params = all;
-            rc = rf_checkpoint_save_blocks(path, m, all + np, all + 2 * np, st);
-            m->params = NULL;
+/* Writes the sharded checkpoint of step st->step (see checkpoint.h): every
+ * rank writes the pieces it owns, the ranks exchange their shards' sizes and
+ * checksums (which is also the barrier), and rank 0 commits the manifest, the
+ * COMPLETE marker and checkpoint.bin. What a rank owns: everything (one
+ * process); its rf_comm_shard range of params and moments (zero 0, where
+ * every rank holds the same full state, and zero 1/2); its piece of every
+ * unit (zero 3). */
+static int dp_save(dp_group *g, const char *out_dir, rf_bert *m, const rf_train_state *st) {
+    rf_ckpt_piece one, *pc = &one;
+    size_t npc = 1;
+    if (!g->c) {
+        one = (rf_ckpt_piece){0, m->nparams, m->params, m->m, m->v};
+    } else if (g->z3) {
+        float *zp, *zm1, *zm2;
+        rf_zero3_shards(g->z3, &zp, &zm1, &zm2);
+        npc = (size_t)rf_zero3_units(g->z3);
+        if (!(pc = calloc(npc, sizeof *pc))) return RF_ERR_NOMEM;
+        for (size_t u = 0; u < npc; u++) {
+            size_t lo, hi, off;
+            rf_zero3_piece(g->z3, (int)u, &lo, &hi, &off);
+            pc[u] = (rf_ckpt_piece){lo, hi, zp + off, zm1 + off, zm2 + off};
         }
+    } else {
+        size_t mo = g->zero ? 0 : g->lo; /* zero 1/2: the moments hold the shard only */
+        one = (rf_ckpt_piece){g->lo, g->hi, m->params + g->lo, m->m + mo, m->v + mo};
+    }
+    uint64_t mine[3] = {0, 0, 0}; /* failed, size, hash */
+    int rc =
+        rf_checkpoint_write_shard(out_dir, m, st, g->rank, g->world, pc, npc, &mine[1], &mine[2]);
+    if (pc != &one) free(pc);
+    if (!g->c) return rc ? rc : rf_checkpoint_commit(out_dir, m, st, 1, 0, &mine[1], &mine[2]);
+    mine[0] = rc != RF_OK;
+    uint64_t *all = malloc(3 * (size_t)g->world * sizeof *all);
+    if (!all) return RF_ERR_NOMEM;
+    g->bytes += (uint64_t)(g->world - 1) * sizeof mine;
+    int crc = rf_comm_allgather(g->c, mine, all, 3, RF_COMM_I64);
+    if (crc) {
         free(all);
-        return rc;
+        return dp_fail(crc, "exchange of the checkpoint shards");
     }
-    if (!g->c || g->zero == 0) return g->rank == 0 ? rf_checkpoint_save(path, m, st) : RF_OK;
-    int rc = RF_OK;
-    if (g->rank != 0) {
-        g->bytes += 2 * g->block * sizeof(float);
-        if ((rc = rf_comm_send(g->c, m->m, g->block, RF_COMM_F32, 0)) ||
-            (rc = rf_comm_send(g->c, m->v, g->block, RF_COMM_F32, 0)))
-            return dp_fail(rc, "sending the moments to rank 0");
-        return RF_OK;
+    for (int w = 0; w < g->world && !rc; w++)
+        if (all[3 * w])
+            rc = rf_fail(RF_ERR_IO, "train: rank %d could not write its checkpoint shard", w);
+    if (!rc && g->rank == 0) {
+        uint64_t *sizes = malloc(2 * (size_t)g->world * sizeof *sizes);
+        if (!sizes) rc = RF_ERR_NOMEM;
+        for (int w = 0; w < g->world && !rc; w++) {
+            sizes[w] = all[3 * w + 1];
+            sizes[g->world + w] = all[3 * w + 2];
+        }
+        if (!rc)
+            rc = rf_checkpoint_commit(out_dir, m, st, g->world, g->zero, sizes, sizes + g->world);
+        free(sizes);
     }
-    size_t full = g->block * (size_t)g->world;
-    float *mm = malloc(full * sizeof *mm), *vv = malloc(full * sizeof *vv);
-    if (!mm || !vv) rc = rf_fail(RF_ERR_NOMEM, "train: no memory to gather the moments");
-    if (!rc) {
-        memcpy(mm, m->m, g->block * sizeof *mm);
-        memcpy(vv, m->v, g->block * sizeof *vv);
-    }
-    for (int r = 1; r < g->world && !rc; r++) {
-        if ((rc = rf_comm_recv(g->c, mm + (size_t)r * g->block, g->block, RF_COMM_F32, r)) ||
-            (rc = rf_comm_recv(g->c, vv + (size_t)r * g->block, g->block, RF_COMM_F32, r)))
-            rc = dp_fail(rc, "receiving the moments");
-    }
-    if (!rc) rc = rf_checkpoint_save_blocks(path, m, mm, vv, st);
-    free(mm);
-    free(vv);
+    free(all);
     return rc;
 }
 
@@ -606,7 +618,7 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
                 ck_loss = 0;
                 ck_n = 0;
             }
-            if (!rc && (scheduled || stop_now)) rc = dp_save(&g, ckpt, m, &st);
+            if (!rc && (scheduled || stop_now)) rc = dp_save(&g, o->out_dir, m, &st);
             if (stop_now) stop = true;
             if (st.pos == 0) break; /* epoch finished: reshuffle */
         }

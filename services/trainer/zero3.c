@@ -33,12 +33,12 @@ struct rf_zero3 {
     rf_bert *m;
     int world, rank, nunits;
     unit *u;
-    size_t S;                /* shard floats */
-    float *p, *g, *m1, *m2;  /* shards */
+    size_t S;               /* shard floats */
+    float *p, *g, *m1, *m2; /* shards */
     pslot ps[2];
     gslot gs[2];
     uint64_t seq;
-    int rc;                  /* first error of a hook event */
+    int rc; /* first error of a hook event */
     uint64_t bytes;
     size_t work, work_p, peak, peak_p;
 };
@@ -169,8 +169,8 @@ static int g_done(rf_zero3 *z, int u) {
         gslot *s = &z->gs[i];
         if (s->unit != u || s->req) continue;
         const unit *k = &z->u[u];
-        int rc = rf_comm_ireduce_scatter(z->c, s->buf, s->blk, k->b, RF_COMM_F32, RF_COMM_SUM,
-                                         &s->req);
+        int rc =
+            rf_comm_ireduce_scatter(z->c, s->buf, s->blk, k->b, RF_COMM_F32, RF_COMM_SUM, &s->req);
         if (rc) return fail(z, rc, "reduce-scatter of the gradients", u);
         z->bytes += (uint64_t)(z->world - 1) * k->b * sizeof(float);
         return RF_OK;
@@ -373,6 +373,12 @@ size_t rf_zero3_piece(const rf_zero3 *z, int u, size_t *lo, size_t *hi, size_t *
     *hi = *lo + real_len(z, k);
     *shard_off = k->soff;
     return k->b;
+}
+
+void rf_zero3_shards(rf_zero3 *z, float **p, float **m1, float **m2) {
+    *p = z->p;
+    *m1 = z->m1;
+    *m2 = z->m2;
 }
 
 int rf_zero3_units(const rf_zero3 *z) {

@@ -81,6 +81,8 @@ void rf_zero3_scatter(rf_zero3 *z, const float *params, const float *mom1, const
  * block size b. */
 size_t rf_zero3_piece(const rf_zero3 *z, int u, size_t *lo, size_t *hi, size_t *shard_off);
 int rf_zero3_units(const rf_zero3 *z);
+/* The shard blocks (params, first and second moments; see rf_zero3_piece). */
+void rf_zero3_shards(rf_zero3 *z, float **p, float **m1, float **m2);
 rf_zero3_memory rf_zero3_memory_of(const rf_zero3 *z);
 /* Ring-model bytes this rank sent so far (all-gather and reduce-scatter:
  * (N-1) x the unit's block each). */
