@@ -288,6 +288,21 @@ static int dp_step(dp_group *g, rf_bert *m, const rf_adamw *opt, long step, floa
     return dp_gather_params(g, m);
 }
 
+/* What a zero-3 rank holds, as checkpoint pieces (one per unit; freed by the
+ * caller). */
+static rf_ckpt_piece *z3_pieces(rf_zero3 *z, size_t *npc) {
+    float *zp, *zm1, *zm2;
+    rf_zero3_shards(z, &zp, &zm1, &zm2);
+    *npc = (size_t)rf_zero3_units(z);
+    rf_ckpt_piece *pc = calloc(*npc, sizeof *pc);
+    for (size_t u = 0; pc && u < *npc; u++) {
+        size_t lo, hi, off;
+        rf_zero3_piece(z, (int)u, &lo, &hi, &off);
+        pc[u] = (rf_ckpt_piece){lo, hi, zp + off, zm1 + off, zm2 + off};
+    }
+    return pc;
+}
+
 /* Writes the sharded checkpoint of step st->step (see checkpoint.h): every
  * rank writes the pieces it owns, the ranks exchange their shards' sizes and
  * checksums (which is also the barrier), and rank 0 commits the manifest, the
@@ -301,15 +316,7 @@ static int dp_save(dp_group *g, const char *out_dir, rf_bert *m, const rf_train_
     if (!g->c) {
         one = (rf_ckpt_piece){0, m->nparams, m->params, m->m, m->v};
     } else if (g->z3) {
-        float *zp, *zm1, *zm2;
-        rf_zero3_shards(g->z3, &zp, &zm1, &zm2);
-        npc = (size_t)rf_zero3_units(g->z3);
-        if (!(pc = calloc(npc, sizeof *pc))) return RF_ERR_NOMEM;
-        for (size_t u = 0; u < npc; u++) {
-            size_t lo, hi, off;
-            rf_zero3_piece(g->z3, (int)u, &lo, &hi, &off);
-            pc[u] = (rf_ckpt_piece){lo, hi, zp + off, zm1 + off, zm2 + off};
-        }
+        if (!(pc = z3_pieces(g->z3, &npc))) return RF_ERR_NOMEM;
     } else {
         size_t mo = g->zero ? 0 : g->lo; /* zero 1/2: the moments hold the shard only */
         one = (rf_ckpt_piece){g->lo, g->hi, m->params + g->lo, m->m + mo, m->v + mo};
@@ -423,13 +430,14 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
         g.zero = o->zero;
         g.block = rf_comm_shard(m->nparams, g.world, g.rank, &g.lo, &g.hi);
     }
-    /* zero 3 starts from the full buffers (loaded, resumed) and shards them below */
-    bool flat = g.zero == 1 || g.zero == 2;
+    /* zero 3 allocates its shards itself (rf_zero3_new, below) */
+    bool flat = g.zero == 1 || g.zero == 2, z3 = g.zero == 3;
     int rc = flat ? rf_bert_enable_training_sharded(m, g.block * (size_t)g.world, g.block)
+             : z3 ? RF_OK
                   : rf_bert_enable_training(m);
     if (rc) return rc;
-    if ((flat && m->npadded < g.block * (size_t)g.world) ||
-        m->nmoments < (flat ? g.block : m->nparams))
+    if (!z3 && ((flat && m->npadded < g.block * (size_t)g.world) ||
+                m->nmoments < (flat ? g.block : m->nparams)))
         return rf_fail(RF_ERR_INVALID, "train: training buffers were allocated for another layout");
     if ((rc = rf_mkdir_p(o->out_dir)))
         return rf_fail_ctx(rc, "train: cannot create %s", o->out_dir);
@@ -459,12 +467,25 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
         if ((rc = rf_comm_broadcast(g.c, m->params, m->nparams, RF_COMM_F32, 0)))
             return dp_fail(rc, "broadcast of the initial weights");
     }
+    /* zero 3: from here on this rank holds its shards only */
+    if (z3 && (rc = rf_zero3_new(g.c, m, &g.z3))) return rc;
     if (o->resume && stat(ckpt, &sb) == 0) {
-        /* the single-file checkpoint of any world size: every rank takes all
-         * the weights and the moments of its own shard */
-        if ((rc = flat ? rf_checkpoint_load_range(ckpt, m, &st, g.lo, g.hi)
-                       : rf_checkpoint_load(ckpt, m, &st)))
+        /* a checkpoint of any layout: every rank reads what it holds (all the
+         * weights and the moments of its shard at zero 1/2; its pieces of
+         * every unit at zero 3) */
+        if (g.z3) {
+            size_t npc;
+            rf_ckpt_piece *pc = z3_pieces(g.z3, &npc);
+            rc = pc ? rf_checkpoint_load_pieces(ckpt, m->nparams, &st, pc, npc) : RF_ERR_NOMEM;
+            free(pc);
+        } else {
+            rc = flat ? rf_checkpoint_load_range(ckpt, m, &st, g.lo, g.hi)
+                      : rf_checkpoint_load(ckpt, m, &st);
+        }
+        if (rc) {
+            rf_zero3_free(g.z3, false);
             return rc;
+        }
         res->resumed = true;
         rf_info("trainer", "resumed from %s at step %llu (epoch %llu, position %llu)", ckpt,
                 (unsigned long long)st.step, (unsigned long long)st.epoch,
@@ -473,16 +494,20 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
     if (g.c) { /* the ranks must resume from the same step (a shared output directory) */
         int64_t lohi[2] = {res->resumed ? (int64_t)st.step + 1 : 0, 0};
         lohi[1] = -lohi[0];
-        if ((rc = dp_allreduce(&g, lohi, 2, RF_COMM_I64, RF_COMM_MAX))) return rc;
-        if (lohi[0] != -lohi[1])
+        if ((rc = dp_allreduce(&g, lohi, 2, RF_COMM_I64, RF_COMM_MAX))) {
+            rf_zero3_free(g.z3, false);
+            return rc;
+        }
+        if (lohi[0] != -lohi[1]) {
+            rf_zero3_free(g.z3, false);
             return rf_fail(RF_ERR_INVALID,
                            "train: the ranks found different checkpoints in %s (steps %lld and "
                            "%lld; 0 = none): the output directory must be shared by all ranks",
                            o->out_dir, (long long)-lohi[1] - 1, (long long)lohi[0] - 1);
+        }
         rf_info("trainer", "rank %d of %d (pid %d), zero %d: shard [%zu, %zu) of %zu parameters",
                 g.rank, g.world, (int)getpid(), g.zero, g.lo, g.hi, m->nparams);
     }
-    if (g.zero == 3 && g.c && (rc = rf_zero3_new(g.c, m, &g.z3))) return rc;
     size_t mem[3] = {m->npadded * sizeof(float), m->npadded * sizeof(float),
                      2 * m->nmoments * sizeof(float)};
     if (g.z3) {

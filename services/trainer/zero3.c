@@ -197,8 +197,7 @@ static int hook(void *user, rf_bert *m, int u, rf_unit_event ev) {
 
 int rf_zero3_new(rf_comm *c, rf_bert *m, rf_zero3 **out) {
     *out = NULL;
-    if (!m->params || !m->grads || !m->m || !m->v || m->nmoments < m->nparams)
-        return rf_fail(RF_ERR_INVALID, "train: zero 3 needs the full training buffers to start");
+    if (!m->params) return rf_fail(RF_ERR_INVALID, "train: zero 3 needs the model's parameters");
     rf_zero3 *z = calloc(1, sizeof *z);
     if (!z) return RF_ERR_NOMEM;
     z->c = c;
@@ -228,16 +227,7 @@ int rf_zero3_new(rf_comm *c, rf_bert *m, rf_zero3 **out) {
         rf_zero3_free(z, false);
         return rf_fail(RF_ERR_NOMEM, "train: zero 3: no memory for the shards");
     }
-    float *host = malloc(m->nparams * 3 * sizeof(float));
-    if (!host) {
-        rf_zero3_free(z, false);
-        return RF_ERR_NOMEM;
-    }
-    m->be->to_host(host, m->params, m->nparams * sizeof(float));
-    m->be->to_host(host + m->nparams, m->m, m->nparams * sizeof(float));
-    m->be->to_host(host + 2 * m->nparams, m->v, m->nparams * sizeof(float));
-    rf_zero3_scatter(z, host, host + m->nparams, host + 2 * m->nparams);
-    free(host);
+    rf_zero3_scatter(z, m->params, NULL, NULL); /* host backends; the moments start at 0 */
     m->be->free(m->params);
     m->be->free(m->grads);
     m->be->free(m->m);

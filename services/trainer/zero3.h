@@ -45,10 +45,11 @@ typedef struct rf_zero3_memory {
     size_t working_params; /* of which parameter buffers, at that peak */
 } rf_zero3_memory;
 
-/* Takes m (training enabled with full grads/m/v, the same parameters and
- * moments on every rank) apart into this rank's shards, frees m's full
- * blocks (m->params, grads, m, v become NULL) and installs the unit hook.
- * c must have world size > 1 and outlive z. */
+/* Takes m's parameters (the same on every rank) apart into this rank's
+ * shards, moments zero, frees m's full blocks (m->params, and grads/m/v if
+ * allocated, become NULL) and installs the unit hook. A resumed state is then
+ * read into the shards (rf_zero3_shards, rf_checkpoint_load_pieces). c must
+ * have world size > 1 and outlive z. */
 int rf_zero3_new(rf_comm *c, rf_bert *m, rf_zero3 **out);
 /* Gathers the full parameters back into m (every rank; collective), removes
  * the hook and frees z; m->params is full again (grads/m/v stay NULL). With
