@@ -13,8 +13,9 @@ typedef struct unit {
     size_t soff;   /* offset of this rank's block in the shard arrays */
 } unit;
 
-/* A gathered unit's parameters (N*b floats), or a unit's full gradient and the
- * reduce-scatter's output block. unit -1: free. */
+/* A gathered unit's parameters (N*b floats), or a unit's full gradient (N*b
+ * floats, reduce-scattered in place: this rank's block lands at rank*b).
+ * unit -1: free. */
 typedef struct pslot {
     int unit;
     float *buf;
@@ -23,7 +24,7 @@ typedef struct pslot {
 
 typedef struct gslot {
     int unit;
-    float *buf, *blk;
+    float *buf;
     rf_comm_req *req;
     uint64_t seq;
 } gslot;
@@ -137,12 +138,11 @@ static int g_finish(rf_zero3 *z, int i) {
         if (rc)
             fail(z, rc, "reduce-scatter of the gradients", s->unit);
         else
-            for (size_t j = 0; j < k->b; j++)
-                z->g[k->soff + j] += s->blk[j];
+            for (size_t j = 0, at = (size_t)z->rank * k->b; j < k->b; j++)
+                z->g[k->soff + j] += s->buf[at + j];
     }
-    account(z, 0, -(long)(k->b * (size_t)(z->world + 1)));
+    account(z, 0, -(long)(k->b * (size_t)z->world));
     free(s->buf);
-    free(s->blk);
     *s = (gslot){.unit = -1};
     return rc;
 }
@@ -152,14 +152,10 @@ static int g_begin(rf_zero3 *z, int u) {
     int rc = g_finish(z, i);
     if (rc) return rc;
     const unit *k = &z->u[u];
-    float *buf = calloc(k->b * (size_t)z->world, sizeof *buf), *blk = malloc(k->b * sizeof *blk);
-    if (!buf || !blk) {
-        free(buf);
-        free(blk);
-        return fail(z, RF_ERR_NOMEM, "no memory for the gradient", u);
-    }
-    z->gs[i] = (gslot){u, buf, blk, NULL, ++z->seq};
-    account(z, 0, (long)(k->b * (size_t)(z->world + 1)));
+    float *buf = calloc(k->b * (size_t)z->world, sizeof *buf);
+    if (!buf) return fail(z, RF_ERR_NOMEM, "no memory for the gradient", u);
+    z->gs[i] = (gslot){u, buf, NULL, ++z->seq};
+    account(z, 0, (long)(k->b * (size_t)z->world));
     rf_bert_bind_unit(z->m, u, NULL, buf);
     return RF_OK;
 }
@@ -169,8 +165,8 @@ static int g_done(rf_zero3 *z, int u) {
         gslot *s = &z->gs[i];
         if (s->unit != u || s->req) continue;
         const unit *k = &z->u[u];
-        int rc =
-            rf_comm_ireduce_scatter(z->c, s->buf, s->blk, k->b, RF_COMM_F32, RF_COMM_SUM, &s->req);
+        int rc = rf_comm_ireduce_scatter(z->c, s->buf, s->buf + (size_t)z->rank * k->b, k->b,
+                                         RF_COMM_F32, RF_COMM_SUM, &s->req);
         if (rc) return fail(z, rc, "reduce-scatter of the gradients", u);
         z->bytes += (uint64_t)(z->world - 1) * k->b * sizeof(float);
         return RF_OK;

@@ -14,7 +14,7 @@ set -euo pipefail
 bin=$REFINERY_BIN
 root=$REFINERY_ROOT
 command -v mpirun >/dev/null 2>&1 || { echo "SKIP: mpirun not found (install openmpi-bin)"; exit 77; }
-ldd "$bin" | grep -q libmpi || { echo "SKIP: $bin was built without MPI (no pkg-config ompi-c)"; exit 77; }
+ldd "$bin" | grep libmpi >/dev/null || { echo "SKIP: $bin was built without MPI (no pkg-config ompi-c)"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
@@ -117,11 +117,11 @@ for np in (2, 4):
             assert p == g == (4 * n if z == 0 else 4 * np * block), (np, z, p, g)
         assert seen == np, (np, z, seen)
     # the working buffers of zero 3 (rank 0's train.json): at most two units'
-    # gathered parameters and two units' gradients (full + reduce-scatter block)
+    # gathered parameters and two units' full gradients
     mem = json.load(open("d%dz3/train.json" % np))["memory"]
     bmax = max(-(-u // np) for u in units)
     assert mem["params_bytes"] == 4 * S and mem["moments_bytes"] == 8 * S, mem
-    assert 0 < mem["working_peak_bytes"] <= 4 * (2 * np * bmax + 2 * (np + 1) * bmax), mem
+    assert 0 < mem["working_peak_bytes"] <= 4 * (2 * np * bmax + 2 * np * bmax), mem
     print("dp%d per rank: moments %d B at zero 1/2 (8 psi/N = %d B), %d B at zero 0; zero 3: params %d B "
           "(4 psi/N = %d B), grads %d B, moments %d B, working peak %d B"
           % (np, 8 * block, 8 * n // np, 8 * n, 4 * S, 4 * n // np, 4 * S, 8 * S, mem["working_peak_bytes"]))

@@ -16,7 +16,7 @@ root=$REFINERY_ROOT
 model=$root/build/models/minilm-l6
 [ -z "${REFINERY_SANITIZED:-}" ] || { echo "SKIP: MiniLM is not run under ASan (dp.test.sh runs the tiny model)"; exit 77; }
 command -v mpirun >/dev/null 2>&1 || { echo "SKIP: mpirun not found (install openmpi-bin)"; exit 77; }
-ldd "$bin" | grep -q libmpi || { echo "SKIP: $bin was built without MPI"; exit 77; }
+ldd "$bin" | grep libmpi >/dev/null || { echo "SKIP: $bin was built without MPI"; exit 77; }
 [ -f "$model/model.safetensors" ] || { echo "SKIP: no MiniLM weights at $model (scripts/fetch-minilm.sh)"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
