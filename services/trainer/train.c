@@ -212,6 +212,15 @@ typedef struct dp_group {
     uint64_t bytes;       /* ring-model bytes sent so far */
     rf_zero3 *z3;         /* zero 3: the parameter shards and the unit hook */
     uint64_t z3_bytes;    /* rf_zero3_bytes already counted in bytes */
+    /* zero 0/1: the gradient all-reduce in buckets, one per model unit (see
+     * bucket_hook); bucket[u] is unit u's pending request */
+    rf_bert *m;
+    rf_comm_req **bucket;
+    bool *started;
+    int nbuckets;
+    bool armed;   /* the step's last micro-batch: its backward starts the buckets */
+    bool reduced; /* this step's gradients are all-reduced already */
+    int bucket_rc;
 } dp_group;
 
 /* Adds what the ZeRO-3 hook sent since the last call to g->bytes. */
@@ -240,6 +249,85 @@ static int dp_gather_params(dp_group *g, rf_bert *m) {
     return rc ? dp_fail(rc, "all-gather of the parameters") : RF_OK;
 }
 
+/* Gradient buckets (zero 0 and 1). The all-reduce of the whole gradient block
+ * is cut at the model's units (embeddings, each layer, head: the same ranges
+ * as zero 3's) and overlapped with backward: during the step's last
+ * micro-batch the unit hook starts unit u's in-place all-reduce as soon as
+ * its backward is done (the earlier micro-batches have added into the same
+ * block already), and calls rf_comm_test on the pending ones at each unit's
+ * start so that MPI progresses them; buckets_finish issues whatever backward
+ * did not (a rank without rows, a micro-batch without weight: in the same
+ * order, head first) and waits for all. An all-reduce sums every element on
+ * its own, so the buckets give the elements of one whole-block all-reduce
+ * whenever MPI adds the N contributions in the same order (always at N = 2;
+ * at larger N its algorithm may depend on the message size). */
+static void bucket_start(dp_group *g, int u) {
+    size_t lo, hi;
+    rf_bert_unit_range(g->m, u, &lo, &hi);
+    g->bytes += 2 * (uint64_t)(g->world - 1) * (hi - lo) * sizeof(float) / (uint64_t)g->world;
+    g->started[u] = true;
+    int rc = rf_comm_iallreduce(g->c, g->m->grads + lo, g->m->grads + lo, hi - lo, RF_COMM_F32,
+                                RF_COMM_SUM, &g->bucket[u]);
+    if (rc && !g->bucket_rc) g->bucket_rc = dp_fail(rc, "all-reduce of a gradient bucket");
+}
+
+static int bucket_hook(void *user, rf_bert *m, int u, rf_unit_event ev) {
+    (void)m;
+    dp_group *g = user;
+    if (!g->armed || g->bucket_rc) return RF_OK;
+    if (ev == RF_UNIT_BWD)
+        for (int i = 0; i < g->nbuckets; i++) {
+            int done;
+            if (g->bucket[i] && rf_comm_test(g->bucket[i], &done) && !g->bucket_rc)
+                g->bucket_rc = dp_fail(RF_ERR_IO, "all-reduce of a gradient bucket");
+        }
+    if (ev == RF_UNIT_BWD_DONE) bucket_start(g, u);
+    return RF_OK;
+}
+
+static int buckets_finish(dp_group *g) {
+    g->armed = false;
+    for (int u = g->nbuckets - 1; u >= 0 && !g->bucket_rc; u--)
+        if (!g->started[u]) bucket_start(g, u);
+    int rc = g->bucket_rc;
+    for (int u = 0; u < g->nbuckets; u++) {
+        int r = rf_comm_wait(g->bucket[u]); /* NULL: no-op */
+        if (r && !rc) rc = dp_fail(r, "all-reduce of a gradient bucket");
+        g->bucket[u] = NULL;
+        g->started[u] = false;
+    }
+    g->bucket_rc = RF_OK;
+    g->reduced = !rc;
+    return rc;
+}
+
+/* Installs the bucket hook (zero 0/1 with a group; nothing otherwise). */
+static int buckets_init(dp_group *g, rf_bert *m) {
+    if (!g->c || g->zero >= 2) return RF_OK;
+    g->m = m;
+    g->nbuckets = rf_bert_units(m);
+    g->bucket = calloc((size_t)g->nbuckets, sizeof *g->bucket);
+    g->started = calloc((size_t)g->nbuckets, sizeof *g->started);
+    if (!g->bucket || !g->started) return RF_ERR_NOMEM;
+    m->unit_hook = bucket_hook;
+    m->unit_user = g;
+    return RF_OK;
+}
+
+static void buckets_free(dp_group *g) {
+    if (!g->bucket) return;
+    g->armed = false;
+    for (int u = 0; u < g->nbuckets; u++)
+        rf_comm_wait(g->bucket[u]); /* after an error: nothing may stay pending */
+    if (g->m->unit_hook == bucket_hook) {
+        g->m->unit_hook = NULL;
+        g->m->unit_user = NULL;
+    }
+    free(g->bucket);
+    free(g->started);
+    g->bucket = NULL;
+}
+
 /* The weight of sequences idx[0..n): the loss's denominator (see rf_op_xent_fwd). */
 static double batch_weight(const rf_dataset *d, const size_t *idx, size_t n, const float *cw) {
     double w = 0;
@@ -263,7 +351,10 @@ static int dp_step(dp_group *g, rf_bert *m, const rf_adamw *opt, long step, floa
         return RF_OK;
     }
     if (g->zero < 2) {
-        if ((rc = dp_allreduce(g, m->grads, m->nparams, RF_COMM_F32, RF_COMM_SUM))) return rc;
+        bool done = g->reduced; /* by the buckets */
+        g->reduced = false;
+        if (!done && (rc = dp_allreduce(g, m->grads, m->nparams, RF_COMM_F32, RF_COMM_SUM)))
+            return rc;
         *norm = rf_clip_grads(m, opt->clip_norm); /* every rank: the same full gradient */
     } else {
         g->bytes += (uint64_t)(g->world - 1) * g->block * sizeof(float);
@@ -552,6 +643,7 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
         rf_info("trainer", "balanced sampler: %d classes drawn equally often, with replacement",
                 ci.npresent);
     bool stop = false;
+    rc = buckets_init(&g, m);
     uint64_t bytes_before = g.bytes;
     uint64_t max_epochs = o->max_steps > 0 ? UINT64_MAX : (uint64_t)o->epochs;
     while (!rc && !stop && (long)st.step < total && st.epoch < max_epochs) {
@@ -569,6 +661,7 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
             if (group > accum) group = accum;
             double t_step = rf_now(), step_sums[2] = {0, 0}; /* loss sum, tokens */
             for (size_t k = 0; k < group && !rc; k++) {
+                g.armed = g.bucket && k + 1 == group;
                 size_t nb = n - st.pos < B ? n - st.pos : B;
                 /* this rank's slice of the micro-batch one process would take */
                 size_t a = nb * (size_t)g.rank / (size_t)g.world;
@@ -598,6 +691,7 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
                 st.micro++;
             }
             if (rc) break;
+            if (g.bucket && (rc = buckets_finish(&g))) break;
             if (g.c && (rc = dp_allreduce(&g, step_sums, 2, RF_COMM_F64, RF_COMM_SUM))) break;
             win_loss += step_sums[0];
             win_n += (long)group;
@@ -648,6 +742,7 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
             if (st.pos == 0) break; /* epoch finished: reshuffle */
         }
     }
+    buckets_free(&g);
     if (win_n) res->last_loss = win_loss / (double)win_n;
     res->steps = (long)st.step;
     res->seconds = rf_now() - t0;
