@@ -1,6 +1,9 @@
 /* Training checkpoints: the full state needed to continue bitwise-identically —
  * parameters, both AdamW moments, the optimizer step, the data position
- * (epoch, index within the epoch's order) and the dropout RNG. One file,
+ * (epoch, index within the epoch's order) and the dropout RNG. rf_train
+ * writes sharded checkpoints (below, "Sharded checkpoints"); the one-file
+ * format described here (RFCKPT02, rf_checkpoint_save/_save_blocks) is still
+ * written by those functions and read everywhere a checkpoint is. One file,
  * written atomically (temporary file, fsync, rename) and ending with an
  * xxh3-64 checksum of everything before it.
  *

@@ -412,6 +412,9 @@ static int dp_save(dp_group *g, const char *out_dir, rf_bert *m, const rf_train_
         size_t mo = g->zero ? 0 : g->lo; /* zero 1/2: the moments hold the shard only */
         one = (rf_ckpt_piece){g->lo, g->hi, m->params + g->lo, m->m + mo, m->v + mo};
     }
+    /* Rank 0 prunes the older step directories after its commit; no rank can
+     * start writing the next checkpoint before then, because every step
+     * between two checkpoints has collectives with rank 0. */
     uint64_t mine[3] = {0, 0, 0}; /* failed, size, hash */
     int rc =
         rf_checkpoint_write_shard(out_dir, m, st, g->rank, g->world, pc, npc, &mine[1], &mine[2]);
@@ -445,15 +448,16 @@ static int dp_save(dp_group *g, const char *out_dir, rf_bert *m, const rf_train_
 }
 
 /* o->on_checkpoint with the full weights in m: under zero 3 every rank
- * gathers them (collective) and rank 0 calls it. */
+ * gathers them (collective; the ranks agreed at the start that some rank has
+ * a callback) and rank 0 calls its own, if it has one. */
 static int with_full_params(dp_group *g, rf_bert *m, const rf_train_opts *o,
                             const rf_train_checkpoint *c) {
-    if (!g->z3) return o->on_checkpoint(o->user, m, c);
+    if (!g->z3) return o->on_checkpoint ? o->on_checkpoint(o->user, m, c) : RF_OK;
     float *full = m->be->alloc(m->nparams * sizeof *full);
     if (!full) return rf_fail(RF_ERR_NOMEM, "train: no memory to gather the weights");
     int rc = rf_zero3_gather(g->z3, 0, full);
     dp_count_z3(g);
-    if (!rc && g->rank == 0) {
+    if (!rc && g->rank == 0 && o->on_checkpoint) {
         m->params = full;
         rf_bert_bind_all(m);
         rc = o->on_checkpoint(o->user, m, c);
@@ -644,6 +648,8 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
                 ci.npresent);
     bool stop = false;
     rc = buckets_init(&g, m);
+    uint8_t cb_any = o->on_checkpoint != NULL; /* zero 3 gathers for it on every rank */
+    if (!rc && g.c) rc = dp_allreduce(&g, &cb_any, 1, RF_COMM_U8, RF_COMM_MAX);
     uint64_t bytes_before = g.bytes;
     uint64_t max_epochs = o->max_steps > 0 ? UINT64_MAX : (uint64_t)o->epochs;
     while (!rc && !stop && (long)st.step < total && st.epoch < max_epochs) {
@@ -729,7 +735,7 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
             bool scheduled =
                 (o->checkpoint_every > 0 && (long)st.step % o->checkpoint_every == 0) ||
                 (long)st.step == total;
-            if (scheduled && o->on_checkpoint && (g.rank == 0 || g.z3)) {
+            if (scheduled && cb_any && (g.rank == 0 || g.z3)) {
                 double dt = rf_now() - t0;
                 rf_train_checkpoint c = {(long)st.step, total, ck_loss / (double)(ck_n ? ck_n : 1),
                                          lr, dt > 0 ? (double)tokens / dt : 0};
