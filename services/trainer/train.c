@@ -210,7 +210,7 @@ typedef struct dp_group {
     int world, rank, zero;
     size_t lo, hi, block; /* rank's shard of the nparams floats; block = ceil(n/world) */
     uint64_t bytes;       /* ring-model bytes sent so far */
-    rf_zero3 *z3;         /* zero 3: the parameter shards and the unit hook */
+    rf_zero3 *z3;         /* zero 2 and 3: the unit shards and the unit hook */
     uint64_t z3_bytes;    /* rf_zero3_bytes already counted in bytes */
     /* zero 0/1: the gradient all-reduce in buckets, one per model unit (see
      * bucket_hook); bucket[u] is unit u's pending request */
@@ -350,27 +350,11 @@ static int dp_step(dp_group *g, rf_bert *m, const rf_adamw *opt, long step, floa
         rf_adamw_step(m, opt, step, lr);
         return RF_OK;
     }
-    if (g->zero < 2) {
-        bool done = g->reduced; /* by the buckets */
-        g->reduced = false;
-        if (!done && (rc = dp_allreduce(g, m->grads, m->nparams, RF_COMM_F32, RF_COMM_SUM)))
-            return rc;
-        *norm = rf_clip_grads(m, opt->clip_norm); /* every rank: the same full gradient */
-    } else {
-        g->bytes += (uint64_t)(g->world - 1) * g->block * sizeof(float);
-        rc = rf_comm_reduce_scatter(g->c, m->grads, m->grads + (size_t)g->rank * g->block, g->block,
-                                    RF_COMM_F32, RF_COMM_SUM);
-        if (rc) return dp_fail(rc, "reduce-scatter of the gradients");
-        double ss = 0;
-        for (size_t i = g->lo; i < g->hi; i++)
-            ss += (double)m->grads[i] * m->grads[i];
-        if ((rc = dp_allreduce(g, &ss, 1, RF_COMM_F64, RF_COMM_SUM))) return rc;
-        *norm = (float)sqrt(ss);
-        float coef = opt->clip_norm / (*norm + 1e-6f); /* as rf_clip_grads */
-        if (opt->clip_norm > 0 && coef < 1.0f)
-            for (size_t i = g->lo; i < g->hi; i++)
-                m->grads[i] *= coef;
-    }
+    /* zero 0 and 1 (2 and 3 went to rf_zero3_step) */
+    bool done = g->reduced; /* by the buckets */
+    g->reduced = false;
+    if (!done && (rc = dp_allreduce(g, m->grads, m->nparams, RF_COMM_F32, RF_COMM_SUM))) return rc;
+    *norm = rf_clip_grads(m, opt->clip_norm); /* every rank: the same full gradient */
     if (g->zero == 0) {
         rf_adamw_step(m, opt, step, lr);
         return RF_OK;
@@ -379,17 +363,19 @@ static int dp_step(dp_group *g, rf_bert *m, const rf_adamw *opt, long step, floa
     return dp_gather_params(g, m);
 }
 
-/* What a zero-3 rank holds, as checkpoint pieces (one per unit; freed by the
- * caller). */
-static rf_ckpt_piece *z3_pieces(rf_zero3 *z, size_t *npc) {
+/* What a zero-2/3 rank holds, as checkpoint pieces (one per unit, plus an
+ * empty last slot with `extra`; freed by the caller). At zero 2 the
+ * parameters of a piece are in m->params. */
+static rf_ckpt_piece *z3_pieces(rf_zero3 *z, rf_bert *m, bool extra, size_t *npc) {
     float *zp, *zm1, *zm2;
     rf_zero3_shards(z, &zp, &zm1, &zm2);
-    *npc = (size_t)rf_zero3_units(z);
+    size_t units = (size_t)rf_zero3_units(z);
+    *npc = units + extra;
     rf_ckpt_piece *pc = calloc(*npc, sizeof *pc);
-    for (size_t u = 0; pc && u < *npc; u++) {
+    for (size_t u = 0; pc && u < units; u++) {
         size_t lo, hi, off;
         rf_zero3_piece(z, (int)u, &lo, &hi, &off);
-        pc[u] = (rf_ckpt_piece){lo, hi, zp + off, zm1 + off, zm2 + off};
+        pc[u] = (rf_ckpt_piece){lo, hi, zp ? zp + off : m->params + lo, zm1 + off, zm2 + off};
     }
     return pc;
 }
@@ -407,9 +393,9 @@ static int dp_save(dp_group *g, const char *out_dir, rf_bert *m, const rf_train_
     if (!g->c) {
         one = (rf_ckpt_piece){0, m->nparams, m->params, m->m, m->v};
     } else if (g->z3) {
-        if (!(pc = z3_pieces(g->z3, &npc))) return RF_ERR_NOMEM;
+        if (!(pc = z3_pieces(g->z3, m, false, &npc))) return RF_ERR_NOMEM;
     } else {
-        size_t mo = g->zero ? 0 : g->lo; /* zero 1/2: the moments hold the shard only */
+        size_t mo = g->zero ? 0 : g->lo; /* zero 1: the moments hold the shard only */
         one = (rf_ckpt_piece){g->lo, g->hi, m->params + g->lo, m->m + mo, m->v + mo};
     }
     /* Rank 0 prunes the older step directories after its commit; no rank can
@@ -452,7 +438,8 @@ static int dp_save(dp_group *g, const char *out_dir, rf_bert *m, const rf_train_
  * a callback) and rank 0 calls its own, if it has one. */
 static int with_full_params(dp_group *g, rf_bert *m, const rf_train_opts *o,
                             const rf_train_checkpoint *c) {
-    if (!g->z3) return o->on_checkpoint ? o->on_checkpoint(o->user, m, c) : RF_OK;
+    if (!g->z3 || g->zero == 2) /* the full weights are in m: rank 0 alone */
+        return g->rank == 0 && o->on_checkpoint ? o->on_checkpoint(o->user, m, c) : RF_OK;
     float *full = m->be->alloc(m->nparams * sizeof *full);
     if (!full) return rf_fail(RF_ERR_NOMEM, "train: no memory to gather the weights");
     int rc = rf_zero3_gather(g->z3, 0, full);
@@ -525,8 +512,8 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
         g.zero = o->zero;
         g.block = rf_comm_shard(m->nparams, g.world, g.rank, &g.lo, &g.hi);
     }
-    /* zero 3 allocates its shards itself (rf_zero3_new, below) */
-    bool flat = g.zero == 1 || g.zero == 2, z3 = g.zero == 3;
+    /* zero 2 and 3 allocate their shards themselves (rf_zero3_new, below) */
+    bool flat = g.zero == 1, z3 = g.zero >= 2;
     int rc = flat ? rf_bert_enable_training_sharded(m, g.block * (size_t)g.world, g.block)
              : z3 ? RF_OK
                   : rf_bert_enable_training(m);
@@ -562,15 +549,21 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
         if ((rc = rf_comm_broadcast(g.c, m->params, m->nparams, RF_COMM_F32, 0)))
             return dp_fail(rc, "broadcast of the initial weights");
     }
-    /* zero 3: from here on this rank holds its shards only */
-    if (z3 && (rc = rf_zero3_new(g.c, m, &g.z3))) return rc;
+    /* zero 2/3: from here on this rank holds its shards only (and at zero 2
+     * the full parameters) */
+    if (z3 && (rc = rf_zero3_new(g.c, m, g.zero == 3, &g.z3))) return rc;
     if (o->resume && stat(ckpt, &sb) == 0) {
         /* a checkpoint of any layout: every rank reads what it holds (all the
-         * weights and the moments of its shard at zero 1/2; its pieces of
-         * every unit at zero 3) */
+         * weights, and the moments of its shard at zero 1 or of its unit
+         * pieces at zero 2; its pieces of every unit at zero 3) */
         if (g.z3) {
             size_t npc;
-            rf_ckpt_piece *pc = z3_pieces(g.z3, &npc);
+            rf_ckpt_piece *pc = z3_pieces(g.z3, m, g.zero == 2, &npc);
+            if (pc && g.zero == 2) { /* the last slot (left by z3_pieces) takes all params */
+                for (size_t i = 0; i + 1 < npc; i++)
+                    pc[i].p = NULL;
+                pc[npc - 1] = (rf_ckpt_piece){0, m->nparams, m->params, NULL, NULL};
+            }
             rc = pc ? rf_checkpoint_load_pieces(ckpt, m->nparams, &st, pc, npc) : RF_ERR_NOMEM;
             free(pc);
         } else {
@@ -607,7 +600,8 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
                      2 * m->nmoments * sizeof(float)};
     if (g.z3) {
         size_t S = rf_zero3_memory_of(g.z3).shard_floats * sizeof(float);
-        mem[0] = mem[1] = S;
+        mem[0] = g.zero == 3 ? S : m->nparams * sizeof(float);
+        mem[1] = S;
         mem[2] = 2 * S;
     }
     { /* what this rank holds for the optimizer (see the README's ZeRO table) */
@@ -761,8 +755,8 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
         rf_zero3_memory zm = rf_zero3_memory_of(g.z3);
         work_peak = zm.working_peak * sizeof(float);
         rf_info("trainer",
-                "rank %d zero 3 working buffers: peak %zu B (%.2f MiB; parameters %zu B of it)",
-                g.rank, work_peak, (double)work_peak / 1048576.0,
+                "rank %d zero %d working buffers: peak %zu B (%.2f MiB; parameters %zu B of it)",
+                g.rank, g.zero, work_peak, (double)work_peak / 1048576.0,
                 zm.working_params * sizeof(float));
         /* the caller gets the full weights back (export); collective */
         int frc = rf_zero3_free(g.z3, !rc);

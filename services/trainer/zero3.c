@@ -1,4 +1,4 @@
-/* ZeRO stage 3 over the model's parameter units (see zero3.h). */
+/* ZeRO stages 2 and 3 over the model's parameter units (see zero3.h). */
 #include "trainer/zero3.h"
 
 #include <math.h>
@@ -33,9 +33,10 @@ struct rf_zero3 {
     rf_comm *c;
     rf_bert *m;
     int world, rank, nunits;
+    bool shard_params; /* zero 3; false: zero 2 (m->params stays full) */
     unit *u;
     size_t S;               /* shard floats */
-    float *p, *g, *m1, *m2; /* shards */
+    float *p, *g, *m1, *m2; /* shards (p NULL at zero 2) */
     pslot ps[2];
     gslot gs[2];
     uint64_t seq;
@@ -180,9 +181,9 @@ static int hook(void *user, rf_bert *m, int u, rf_unit_event ev) {
     if (z->rc) return z->rc; /* after a failure nothing more is communicated */
     switch (ev) {
     case RF_UNIT_FWD:
-        return p_use(z, u, u + 1 < z->nunits ? u + 1 : -1);
+        return z->shard_params ? p_use(z, u, u + 1 < z->nunits ? u + 1 : -1) : RF_OK;
     case RF_UNIT_BWD: {
-        int rc = p_use(z, u, u - 1);
+        int rc = z->shard_params ? p_use(z, u, u - 1) : RF_OK;
         return rc ? rc : g_begin(z, u);
     }
     case RF_UNIT_BWD_DONE:
@@ -191,13 +192,14 @@ static int hook(void *user, rf_bert *m, int u, rf_unit_event ev) {
     return RF_OK;
 }
 
-int rf_zero3_new(rf_comm *c, rf_bert *m, rf_zero3 **out) {
+int rf_zero3_new(rf_comm *c, rf_bert *m, bool shard_params, rf_zero3 **out) {
     *out = NULL;
     if (!m->params) return rf_fail(RF_ERR_INVALID, "train: zero 3 needs the model's parameters");
     rf_zero3 *z = calloc(1, sizeof *z);
     if (!z) return RF_ERR_NOMEM;
     z->c = c;
     z->m = m;
+    z->shard_params = shard_params;
     z->world = rf_comm_world(c);
     z->rank = rf_comm_rank(c);
     z->nunits = rf_bert_units(m);
@@ -215,21 +217,25 @@ int rf_zero3_new(rf_comm *c, rf_bert *m, rf_zero3 **out) {
         z->S += k->b;
     }
     size_t n = z->S ? z->S : 1;
-    z->p = calloc(n, sizeof(float));
+    z->p = shard_params ? calloc(n, sizeof(float)) : NULL;
     z->g = calloc(n, sizeof(float));
     z->m1 = calloc(n, sizeof(float));
     z->m2 = calloc(n, sizeof(float));
-    if (!z->p || !z->g || !z->m1 || !z->m2) {
+    if ((shard_params && !z->p) || !z->g || !z->m1 || !z->m2) {
         rf_zero3_free(z, false);
         return rf_fail(RF_ERR_NOMEM, "train: zero 3: no memory for the shards");
     }
     rf_zero3_scatter(z, m->params, NULL, NULL); /* host backends; the moments start at 0 */
-    m->be->free(m->params);
+    if (shard_params) {
+        m->be->free(m->params);
+        m->params = NULL;
+    }
     m->be->free(m->grads);
     m->be->free(m->m);
     m->be->free(m->v);
-    m->params = m->grads = m->m = m->v = NULL;
-    m->npadded = m->nmoments = 0;
+    m->grads = m->m = m->v = NULL;
+    m->npadded = shard_params ? 0 : m->nparams;
+    m->nmoments = 0;
     m->unit_hook = hook;
     m->unit_user = z;
     *out = z;
@@ -249,7 +255,7 @@ int rf_zero3_free(rf_zero3 *z, bool restore) {
     if (!z) return RF_OK;
     int rc = drain(z);
     rf_bert *m = z->m;
-    if (restore && !rc) {
+    if (restore && !rc && z->shard_params) {
         float *full = m->be->alloc(m->nparams * sizeof(float));
         if (!full) rc = rf_fail(RF_ERR_NOMEM, "train: zero 3: no memory to gather the weights");
         if (!rc && (rc = rf_zero3_gather(z, 0, full))) m->be->free(full);
@@ -311,15 +317,34 @@ int rf_zero3_step(rf_zero3 *z, const rf_adamw *o, long step, float lr, float *no
     for (int i = 0; i < z->nunits; i++) {
         const unit *k = &z->u[i];
         size_t n = real_len(z, k), lo = k->lo + (size_t)z->rank * k->b;
+        float *p = z->shard_params ? z->p + k->soff : z->m->params + lo;
         if (n)
-            rf_adamw_update(z->m, o, step, lr, lo, lo + n, z->p + k->soff, z->g + k->soff,
-                            z->m1 + k->soff, z->m2 + k->soff);
+            rf_adamw_update(z->m, o, step, lr, lo, lo + n, p, z->g + k->soff, z->m1 + k->soff,
+                            z->m2 + k->soff);
     }
-    return RF_OK;
+    return z->shard_params ? RF_OK : rf_zero3_gather(z, 0, z->m->params);
 }
 
 int rf_zero3_gather(rf_zero3 *z, int which, float *full) {
     const float *src = which == 0 ? z->p : which == 1 ? z->m1 : z->m2;
+    if (which == 0 && !z->shard_params) { /* zero 2: every rank's updated pieces of m->params */
+        int rc = RF_OK;
+        for (int i = 0; i < z->nunits && !rc; i++) {
+            const unit *k = &z->u[i];
+            size_t n = real_len(z, k), at = (size_t)z->rank * k->b, s = k->hi - k->lo;
+            float *tmp = calloc(k->b * (size_t)z->world, sizeof *tmp);
+            if (!tmp) return rf_fail(RF_ERR_NOMEM, "train: zero 2: no memory to gather");
+            memcpy(tmp + at, z->m->params + k->lo + at, n * sizeof *tmp);
+            z->bytes += (uint64_t)(z->world - 1) * k->b * sizeof(float);
+            rc = rf_comm_allgather(z->c, tmp + at, tmp, k->b, RF_COMM_F32);
+            if (rc)
+                rc = rf_fail_ctx(rc, "train: zero 2: all-gather of unit %d", i);
+            else if (full)
+                memcpy(full + k->lo, tmp, s * sizeof *tmp);
+            free(tmp);
+        }
+        return rc;
+    }
     size_t maxb = 0;
     for (int i = 0; i < z->nunits; i++)
         maxb = z->u[i].b > maxb ? z->u[i].b : maxb;
@@ -342,7 +367,7 @@ void rf_zero3_scatter(rf_zero3 *z, const float *params, const float *mom1, const
     const float *src[3] = {params, mom1, mom2};
     float *dst[3] = {z->p, z->m1, z->m2};
     for (int w = 0; w < 3; w++) {
-        if (!src[w]) continue;
+        if (!src[w] || !dst[w]) continue;
         for (int i = 0; i < z->nunits; i++) {
             const unit *k = &z->u[i];
             size_t n = real_len(z, k);

@@ -1,5 +1,9 @@
-/* ZeRO stage 3: the parameters are sharded too (see "Data parallel" in
- * train.c and the README's ZeRO section).
+/* ZeRO stages 3 and 2: the gradients and moments are sharded per model unit,
+ * and at stage 3 the parameters too (see "Data parallel" in train.c and the
+ * README's ZeRO section). Stage 2 is stage 3 without the parameter shards:
+ * m->params stays full on every rank (no all-gather before a unit), the
+ * gradient path is the same, and after the step every rank's updated pieces
+ * are all-gathered into m->params.
  *
  * The flat parameter block is cut into the model's units (rf_bert_units: the
  * embeddings, each encoder layer, the pooler + classifier). Each unit of s
@@ -47,10 +51,11 @@ typedef struct rf_zero3_memory {
 
 /* Takes m's parameters (the same on every rank) apart into this rank's
  * shards, moments zero, frees m's full blocks (m->params, and grads/m/v if
- * allocated, become NULL) and installs the unit hook. A resumed state is then
+ * allocated, become NULL; with shard_params false, stage 2, m->params stays)
+ * and installs the unit hook. A resumed state is then
  * read into the shards (rf_zero3_shards, rf_checkpoint_load_pieces). c must
  * have world size > 1 and outlive z. */
-int rf_zero3_new(rf_comm *c, rf_bert *m, rf_zero3 **out);
+int rf_zero3_new(rf_comm *c, rf_bert *m, bool shard_params, rf_zero3 **out);
 /* Gathers the full parameters back into m (every rank; collective), removes
  * the hook and frees z; m->params is full again (grads/m/v stay NULL). With
  * restore false only frees (after an error: no collective). */
@@ -65,7 +70,8 @@ int rf_zero3_idle(rf_zero3 *z, bool backward);
  * them into the gradient shard; returns the first error of any hook event. */
 int rf_zero3_end_backward(rf_zero3 *z);
 /* Global gradient norm (all-reduced), clipping as rf_clip_grads, and AdamW on
- * this rank's shard; *norm is the norm before clipping. */
+ * this rank's shard (stage 2: then the all-gather of m->params); *norm is the
+ * norm before clipping. */
 int rf_zero3_step(rf_zero3 *z, const rf_adamw *o, long step, float lr, float *norm);
 
 /* The full block of params (which 0), first moments (1) or second moments
@@ -82,7 +88,8 @@ void rf_zero3_scatter(rf_zero3 *z, const float *params, const float *mom1, const
  * block size b. */
 size_t rf_zero3_piece(const rf_zero3 *z, int u, size_t *lo, size_t *hi, size_t *shard_off);
 int rf_zero3_units(const rf_zero3 *z);
-/* The shard blocks (params, first and second moments; see rf_zero3_piece). */
+/* The shard blocks (params, first and second moments; see rf_zero3_piece).
+ * *p is NULL at stage 2 (the rank's pieces are in m->params). */
 void rf_zero3_shards(rf_zero3 *z, float **p, float **m1, float **m2);
 rf_zero3_memory rf_zero3_memory_of(const rf_zero3 *z);
 /* Ring-model bytes this rank sent so far (all-gather and reduce-scatter:

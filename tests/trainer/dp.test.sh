@@ -4,7 +4,7 @@
 # and 3, must give the single process's loss at every step (metrics.jsonl) and
 # its final weights (model.safetensors) within 1e-5 relative (dp_compare.py
 # says which runs are bitwise equal). Then sharded checkpoints across layouts:
-# 2 steps at dp4/zero3 resumed by 1 process and by dp2/zero1, 3 steps at 1
+# 2 steps at dp4/zero3 resumed by 1 process, by dp2/zero1 and by dp2/zero2, 3 steps at 1
 # process resumed at dp4/zero1, all against the uninterrupted run; an
 # incomplete checkpoint is not used; the clear errors (world size != dp), a
 # rank-0 data stage failing in `refinery run`, and a rank killed (-9)
@@ -58,15 +58,19 @@ for np in 2 4; do
     done
     echo -n "dp$np zero1 vs zero0: "; cmp_runs "d${np}z0" "d${np}z1"
     echo -n "dp$np zero2 vs zero0: "; cmp_runs "d${np}z0" "d${np}z2"
-    echo -n "dp$np zero3 vs zero2: "; cmp_runs "d${np}z2" "d${np}z3"
+    # zero 2 is zero 3 without the parameter shards: the same floats
+    echo -n "dp$np zero3 vs zero2: "; cmp_runs "d${np}z2" "d${np}z3" | tee cmp.out; grep -q bitwise cmp.out
 done
 # bytes per step follow the ring model (per rank): all-reduce 2 psi (N-1)/N
 # (zero 0); zero 1 adds the parameters' all-gather, (N-1)/N psi more; zero 2
 # is reduce-scatter + all-gather, 2 psi (N-1)/N, as in the ZeRO paper
-# zero 3 gathers every unit's parameters before its forward and again before
-# its backward (the head's buffer is kept from forward to backward) and
-# reduce-scatters its gradient: 3 psi (N-1)/N per micro-batch, less the head's
-# second gather; step 1 has 2 micro-batches (accum 2). The units of the tiny
+# zero 2 reduce-scatters each unit's gradient after its backward, every
+# micro-batch (psi (N-1)/N each; step 1 has 2 micro-batches, accum 2), and
+# all-gathers the updated parameters once per step (psi (N-1)/N); zero 3
+# also gathers every unit's parameters before its forward and again before
+# its backward (the head's buffer is kept from forward to backward): 3 psi
+# (N-1)/N per micro-batch, less the head's second gather, and no gather after
+# the step. Each unit is padded to N equal blocks. The units of the tiny
 # model (config: vocab 100, positions 16, types 2, hidden 32, intermediate 64,
 # 2 layers, 2 labels): embeddings 3840, each layer 8544, pooler+classifier 1122.
 python3 - <<'PY'
@@ -78,27 +82,28 @@ for np in (2, 4):
     b = [json.loads(open("d%dz%d/metrics.jsonl" % (np, z)).readline())["comm_bytes"] for z in range(4)]
     f = (np - 1) / np
     blk = [-(-u // np) for u in units]
+    z2 = (np - 1) * 4 * (2 * sum(blk) + sum(blk))
     z3 = 2 * (np - 1) * 4 * (2 * sum(blk) - blk[-1] + sum(blk))
-    expect = [2 * f * psi, 3 * f * psi, 2 * f * psi, z3]  # plus a few scalars, padded blocks
+    expect = [2 * f * psi, 3 * f * psi, z2, z3]  # plus a few scalars
     for z in range(4):
         assert abs(b[z] - expect[z]) <= 64 + f * 4 * np * 2, (np, z, b[z], expect[z])
     print("dp%d bytes/step sent per rank: zero0 %d, zero1 %d, zero2 %d, zero3 %d (psi = %d bytes; "
-          "zero3 per micro-batch %.2f psi)" % (np, *b, psi, b[3] / 2 / psi))
+          "2 micro-batches; zero3 per micro-batch %.2f psi)" % (np, *b, psi, b[3] / 2 / psi))
 PY
 
 # per-rank memory (each rank logs it) against the ZeRO paper's formulas for
-# fp32 AdamW: params 4 psi, grads 4 psi, moments 8 psi (zero 0) or 8 psi/N
-# (zero 1 and 2), allowing for the padding to N*ceil(psi/N); the gradients
-# stay 4 psi at zero 2 (no bucketing yet: see the README), and that is checked
-# too, so a change there must update this test and the README together
+# fp32 AdamW: params 4 psi, grads 4 psi, moments 8 psi (zero 0); zero 1:
+# moments 8 psi/N (padded to N*ceil(psi/N)); zero 2: + grads 4 psi/N; zero 3:
+# + params 4 psi/N, where zero 2 and 3 pad each unit to N equal blocks
 python3 - <<'PY'
 import json, re
 n = 22050
 units = [3840, 8544, 8544, 1122]
 for np in (2, 4):
     block = -(-n // np)
-    # zero 3: params, grads and each moment are the rank's piece of every
-    # unit, padded per unit: S = sum ceil(u / N), within len(units) of n / N
+    # zero 2/3: grads and each moment (and at zero 3 params) are the rank's
+    # piece of every unit, padded per unit: S = sum ceil(u / N), within
+    # len(units) of n / N
     S = sum(-(-u // np) for u in units)
     assert 0 <= S - n / np < len(units), (np, S)
     for z in range(4):
@@ -109,12 +114,12 @@ for np in (2, 4):
                 continue
             seen += 1
             p, g, mo = map(int, m.group(2, 3, 4))
-            if z == 3:
-                assert p == g == 4 * S and mo == 8 * S, (np, z, p, g, mo)
+            if z >= 2:
+                assert p == (4 * S if z == 3 else 4 * n) and g == 4 * S and mo == 8 * S, (np, z, p, g, mo)
                 continue
             want_mo = 8 * n if z == 0 else 8 * block
             assert mo == want_mo and abs(mo - (8 * n if z == 0 else 8 * n / np)) <= 8 * np, (np, z, mo)
-            assert p == g == (4 * n if z == 0 else 4 * np * block), (np, z, p, g)
+            assert p == g == (4 * n if z == 0 else 4 * np * block), (np, z, p, g)  # zero 1: padded
         assert seen == np, (np, z, seen)
     # the working buffers of zero 3 (rank 0's train.json): at most two units'
     # gathered parameters and two units' full gradients
@@ -122,9 +127,14 @@ for np in (2, 4):
     bmax = max(-(-u // np) for u in units)
     assert mem["params_bytes"] == 4 * S and mem["moments_bytes"] == 8 * S, mem
     assert 0 < mem["working_peak_bytes"] <= 4 * (2 * np * bmax + 2 * np * bmax), mem
-    print("dp%d per rank: moments %d B at zero 1/2 (8 psi/N = %d B), %d B at zero 0; zero 3: params %d B "
-          "(4 psi/N = %d B), grads %d B, moments %d B, working peak %d B"
-          % (np, 8 * block, 8 * n // np, 8 * n, 4 * S, 4 * n // np, 4 * S, 8 * S, mem["working_peak_bytes"]))
+    mem2 = json.load(open("d%dz2/train.json" % np))["memory"]
+    assert mem2["grads_bytes"] == 4 * S and mem2["params_bytes"] == 4 * n, mem2
+    assert 0 < mem2["working_peak_bytes"] <= 4 * 2 * np * bmax, mem2  # two units' gradients
+    print("dp%d per rank: moments %d B at zero 1 (8 psi/N = %d B), %d B at zero 0; zero 2: grads %d B "
+          "(4 psi/N = %d B), moments %d B, working peak %d B; zero 3: params %d B, grads %d B, "
+          "moments %d B, working peak %d B"
+          % (np, 8 * block, 8 * n // np, 8 * n, 4 * S, 4 * n // np, 8 * S, mem2["working_peak_bytes"],
+             4 * S, 4 * S, 8 * S, mem["working_peak_bytes"]))
 PY
 
 # unweighted loss (the counted-rows path of the loss)
@@ -139,7 +149,7 @@ mpi -np 4 "$bin" train r1.yaml 2>r1a.log
 test -f r1/checkpoint.bin && test ! -d r1/model
 test "$(ls r1/checkpoint.d)" = step-00000002
 test "$(ls r1/checkpoint.d/step-00000002 | tr '\n' ' ')" = "COMPLETE manifest.bin shard-00000-of-00004.bin shard-00001-of-00004.bin shard-00002-of-00004.bin shard-00003-of-00004.bin "
-cp -r r1 r3
+cp -r r1 r3; cp -r r1 r5
 # a checkpoint whose writing was cut short (shards of step 3, no manifest,
 # no marker, checkpoint.bin not moved on) is not used: resume takes step 2
 mkdir r1/checkpoint.d/step-00000003
@@ -156,6 +166,10 @@ spec r3 2 1 "$(printf "$weights")"
 mpi -np 2 "$bin" train r3.yaml 2>r3b.log
 test "$(grep -c 'resumed from r3/checkpoint.bin at step 2' r3b.log)" = 2
 echo -n "dp4/zero3 2 steps, then dp2/zero1: "; cmp_runs one r3
+spec r5 2 2 "$(printf "$weights")"
+mpi -np 2 "$bin" train r5.yaml 2>r5b.log
+test "$(grep -c 'resumed from r5/checkpoint.bin at step 2' r5b.log)" = 2
+echo -n "dp4/zero3 2 steps, then dp2/zero2: "; cmp_runs one r5
 # a manifest without its COMPLETE marker is refused, not half-used
 spec r4 2 3 "$(printf "$weights  stop_after: 1\n")"
 mpi -np 2 "$bin" train r4.yaml 2>r4a.log
