@@ -193,14 +193,19 @@ static int write_summary(const char *dir, const rf_train_result *r, const rf_tra
  * float summation order. Loss, token counts, the gradient norm and clipping
  * are global.
  *
- * ZeRO over the flat blocks, rank r owning [lo, hi) = rf_comm_shard(n):
- *   zero 0: all-reduce the whole gradient block; every rank runs full AdamW.
- *   zero 1: all-reduce; AdamW on [lo, hi) with moments allocated for the shard
- *           only; all-gather the parameters.
- *   zero 2: reduce-scatter the gradients (rank r keeps [lo, hi)); the norm is
- *           the all-reduced sum of the shards' squares; AdamW on the shard;
- *           all-gather the parameters.
- * Communication is one call per step after backward (no bucketed overlap yet).
+ * ZeRO, rank r owning [lo, hi) = rf_comm_shard(n) of the flat blocks (zero
+ * 0/1) or its piece of every model unit (zero 2/3, zero3.h):
+ *   zero 0: all-reduce the gradient block (in buckets, one per unit, started
+ *           during the last micro-batch's backward: bucket_hook); every rank
+ *           runs full AdamW.
+ *   zero 1: the same all-reduce; AdamW on [lo, hi) with moments allocated for
+ *           the shard only; all-gather the parameters.
+ *   zero 2: each unit's gradient reduce-scattered after its backward (every
+ *           micro-batch) into the rank's gradient piece; the norm is the
+ *           all-reduced sum of the pieces' squares; AdamW on the pieces;
+ *           all-gather of the parameters per unit (rf_zero3_*).
+ *   zero 3: zero 2, with the parameters sharded too and all-gathered per unit
+ *           before its forward and its backward (rf_zero3_*).
  * comm_bytes counts what a ring implementation sends per rank for each call
  * (all-reduce 2(N-1)/N x bytes, reduce-scatter and all-gather (N-1)/N x the
  * full vector, broadcast the buffer once), so it compares with the ZeRO
