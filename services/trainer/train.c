@@ -390,8 +390,8 @@ static rf_ckpt_piece *z3_pieces(rf_zero3 *z, rf_bert *m, bool extra, size_t *npc
  * checksums (which is also the barrier), and rank 0 commits the manifest, the
  * COMPLETE marker and checkpoint.bin. What a rank owns: everything (one
  * process); its rf_comm_shard range of params and moments (zero 0, where
- * every rank holds the same full state, and zero 1/2); its piece of every
- * unit (zero 3). */
+ * every rank holds the same full state, and zero 1); its piece of every
+ * unit (zero 2 and 3). */
 static int dp_save(dp_group *g, const char *out_dir, rf_bert *m, const rf_train_state *st) {
     rf_ckpt_piece one, *pc = &one;
     size_t npc = 1;
