@@ -214,6 +214,28 @@ void rf_bert_bind_all(rf_bert *m) {
     if (m->grads) bind(m, m->grads, &m->g);
 }
 
+void rf_bert_release_blocks(rf_bert *m, bool params) {
+    if (params) {
+        m->be->free(m->params);
+        m->params = NULL;
+    }
+    m->be->free(m->grads);
+    m->be->free(m->m);
+    m->be->free(m->v);
+    m->grads = m->m = m->v = NULL;
+    m->npadded = m->params ? m->nparams : 0;
+    m->nmoments = 0;
+}
+
+int rf_bert_adopt_params(rf_bert *m, const float *host) {
+    if (!m->params && !(m->params = m->be->alloc(m->nparams * sizeof(float))))
+        return rf_fail(RF_ERR_NOMEM, "model: no memory for %zu parameters", m->nparams);
+    m->be->to_device(m->params, host, m->nparams * sizeof(float));
+    m->npadded = m->npadded > m->nparams ? m->npadded : m->nparams;
+    rf_bert_bind_all(m);
+    return RF_OK;
+}
+
 /* The unit hook (see rf_unit_hook), if any. */
 static int unit_event(rf_bert *m, int u, rf_unit_event ev) {
     return m->unit_hook ? m->unit_hook(m->unit_user, m, u, ev) : RF_OK;

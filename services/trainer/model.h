@@ -109,6 +109,12 @@ void rf_bert_unit_range(const rf_bert *m, int unit, size_t *lo, size_t *hi);
  * m->params / m->grads (either may be NULL: that side is skipped). */
 void rf_bert_bind_unit(rf_bert *m, int unit, float *p, float *g);
 void rf_bert_bind_all(rf_bert *m);
+/* ZeRO plumbing, so that zero3.c and train.c never allocate through the
+ * backend themselves: rf_bert_release_blocks frees grads, m and v (and params
+ * when `params`), leaving them NULL; rf_bert_adopt_params allocates m->params
+ * if it is NULL, copies host[nparams] into it and rebinds the views. */
+void rf_bert_release_blocks(rf_bert *m, bool params);
+int rf_bert_adopt_params(rf_bert *m, const float *host);
 
 /* Loads an HF folder: config.json + model.safetensors. Names with or without the
  * "bert." prefix are accepted (BertModel checkpoints such as MiniLM have none).

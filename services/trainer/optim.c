@@ -65,11 +65,11 @@ void rf_adamw_step(rf_bert *m, const rf_adamw *o, long step, float lr) {
 
 void rf_adamw_step_range(rf_bert *m, const rf_adamw *o, long step, float lr, size_t lo, size_t hi,
                          float *mom1, float *mom2) {
-    rf_adamw_update(m, o, step, lr, lo, hi, m->params + lo, m->grads + lo, mom1, mom2);
+    rf_adamw_step_blocks(m, o, step, lr, lo, hi, m->params + lo, m->grads + lo, mom1, mom2);
 }
 
-void rf_adamw_update(const rf_bert *m, const rf_adamw *o, long step, float lr, size_t lo, size_t hi,
-                     float *params, const float *grads, float *mom1, float *mom2) {
+void rf_adamw_step_blocks(const rf_bert *m, const rf_adamw *o, long step, float lr, size_t lo,
+                          size_t hi, float *params, const float *grads, float *mom1, float *mom2) {
     /* Same operation order as torch's single-tensor AdamW: bias corrections in
      * double, m by lerp, v by mul + addcmul, then addcdiv. Every element is
      * updated on its own, so a range gives exactly the full update's values. */

@@ -35,7 +35,7 @@ void rf_adamw_step_range(rf_bert *m, const rf_adamw *o, long step, float lr, siz
 /* The same update on blocks given apart: params, grads, mom1 and mom2 each
  * hold the range [lo, hi) of the flat block (element lo at index 0), as a
  * ZeRO-3 shard does; m supplies only the tensor table. */
-void rf_adamw_update(const rf_bert *m, const rf_adamw *o, long step, float lr, size_t lo, size_t hi,
-                     float *params, const float *grads, float *mom1, float *mom2);
+void rf_adamw_step_blocks(const rf_bert *m, const rf_adamw *o, long step, float lr, size_t lo,
+                          size_t hi, float *params, const float *grads, float *mom1, float *mom2);
 
 #endif

@@ -445,17 +445,15 @@ static int with_full_params(dp_group *g, rf_bert *m, const rf_train_opts *o,
                             const rf_train_checkpoint *c) {
     if (!g->z3 || g->zero == 2) /* the full weights are in m: rank 0 alone */
         return g->rank == 0 && o->on_checkpoint ? o->on_checkpoint(o->user, m, c) : RF_OK;
-    float *full = m->be->alloc(m->nparams * sizeof *full);
+    float *full = malloc(m->nparams * sizeof *full);
     if (!full) return rf_fail(RF_ERR_NOMEM, "train: no memory to gather the weights");
     int rc = rf_zero3_gather(g->z3, 0, full);
     dp_count_z3(g);
-    if (!rc && g->rank == 0 && o->on_checkpoint) {
-        m->params = full;
-        rf_bert_bind_all(m);
-        rc = o->on_checkpoint(o->user, m, c);
-        m->params = NULL;
+    if (!rc && g->rank == 0 && o->on_checkpoint) { /* a transient full copy in m */
+        if (!(rc = rf_bert_adopt_params(m, full))) rc = o->on_checkpoint(o->user, m, c);
+        rf_bert_release_blocks(m, true);
     }
-    m->be->free(full);
+    free(full);
     return rc;
 }
 

@@ -226,16 +226,7 @@ int rf_zero3_new(rf_comm *c, rf_bert *m, bool shard_params, rf_zero3 **out) {
         return rf_fail(RF_ERR_NOMEM, "train: zero 3: no memory for the shards");
     }
     rf_zero3_scatter(z, m->params, NULL, NULL); /* host backends; the moments start at 0 */
-    if (shard_params) {
-        m->be->free(m->params);
-        m->params = NULL;
-    }
-    m->be->free(m->grads);
-    m->be->free(m->m);
-    m->be->free(m->v);
-    m->grads = m->m = m->v = NULL;
-    m->npadded = shard_params ? 0 : m->nparams;
-    m->nmoments = 0;
+    rf_bert_release_blocks(m, shard_params);
     m->unit_hook = hook;
     m->unit_user = z;
     *out = z;
@@ -256,13 +247,11 @@ int rf_zero3_free(rf_zero3 *z, bool restore) {
     int rc = drain(z);
     rf_bert *m = z->m;
     if (restore && !rc && z->shard_params) {
-        float *full = m->be->alloc(m->nparams * sizeof(float));
+        float *full = malloc(m->nparams * sizeof(float));
         if (!full) rc = rf_fail(RF_ERR_NOMEM, "train: zero 3: no memory to gather the weights");
-        if (!rc && (rc = rf_zero3_gather(z, 0, full))) m->be->free(full);
-        if (!rc) {
-            m->params = full;
-            m->npadded = m->nparams;
-        }
+        if (!rc) rc = rf_zero3_gather(z, 0, full);
+        if (!rc) rc = rf_bert_adopt_params(m, full);
+        free(full);
     }
     if (m->unit_hook == hook && m->unit_user == z) {
         m->unit_hook = NULL;
@@ -319,8 +308,8 @@ int rf_zero3_step(rf_zero3 *z, const rf_adamw *o, long step, float lr, float *no
         size_t n = real_len(z, k), lo = k->lo + (size_t)z->rank * k->b;
         float *p = z->shard_params ? z->p + k->soff : z->m->params + lo;
         if (n)
-            rf_adamw_update(z->m, o, step, lr, lo, lo + n, p, z->g + k->soff, z->m1 + k->soff,
-                            z->m2 + k->soff);
+            rf_adamw_step_blocks(z->m, o, step, lr, lo, lo + n, p, z->g + k->soff, z->m1 + k->soff,
+                                 z->m2 + k->soff);
     }
     return z->shard_params ? RF_OK : rf_zero3_gather(z, 0, z->m->params);
 }
