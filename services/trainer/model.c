@@ -168,28 +168,99 @@ static int build_table(rf_bert *m) {
     return rc;
 }
 
-/* Fills views of a parameter-shaped block (params or grads). */
-static void bind(rf_bert *m, float *base, rf_bert_params *v) {
+/* Fills unit u's views of a parameter-shaped block; base[0] is the unit's
+ * first element (see rf_bert_unit_range). */
+static void bind_unit(rf_bert *m, int u, float *base, rf_bert_params *v) {
     const rf_tensor_info *t = m->tensors;
-    v->wte = base + t[0].offset;
-    v->wpe = base + t[1].offset;
-    v->wtt = base + t[2].offset;
-    v->eln_w = base + t[3].offset;
-    v->eln_b = base + t[4].offset;
-    for (int l = 0; l < m->cfg.num_layers; l++) {
-        const rf_tensor_info *L = t + 5 + 16 * l;
-        rf_bert_layer *o = &v->layers[l];
+    int L = m->cfg.num_layers;
+    size_t lo, hi;
+    rf_bert_unit_range(m, u, &lo, &hi);
+#define AT(i) (base + (t[i].offset - lo))
+    if (u == 0) {
+        v->wte = AT(0);
+        v->wpe = AT(1);
+        v->wtt = AT(2);
+        v->eln_w = AT(3);
+        v->eln_b = AT(4);
+    } else if (u <= L) {
+        size_t f = 5 + 16 * (size_t)(u - 1);
+        rf_bert_layer *o = &v->layers[u - 1];
         float **dst[] = {&o->qkv_w, NULL,     NULL,      &o->qkv_b, NULL,     NULL,
                          &o->ao_w,  &o->ao_b, &o->ln1_w, &o->ln1_b, &o->fc_w, &o->fc_b,
                          &o->fo_w,  &o->fo_b, &o->ln2_w, &o->ln2_b};
         for (int i = 0; i < 16; i++)
-            if (dst[i]) *dst[i] = base + L[i].offset;
+            if (dst[i]) *dst[i] = AT(f + (size_t)i);
+    } else {
+        size_t h = 5 + 16 * (size_t)L;
+        v->pool_w = AT(h);
+        v->pool_b = AT(h + 1);
+        v->cls_w = AT(h + 2);
+        v->cls_b = AT(h + 3);
     }
-    size_t h = 5 + 16 * (size_t)m->cfg.num_layers;
-    v->pool_w = base + t[h].offset;
-    v->pool_b = base + t[h + 1].offset;
-    v->cls_w = base + t[h + 2].offset;
-    v->cls_b = base + t[h + 3].offset;
+#undef AT
+}
+
+/* Fills views of a whole parameter-shaped block (params or grads). */
+static void bind(rf_bert *m, float *base, rf_bert_params *v) {
+    for (int u = 0; u < rf_bert_units(m); u++) {
+        size_t lo, hi;
+        rf_bert_unit_range(m, u, &lo, &hi);
+        bind_unit(m, u, base + lo, v);
+    }
+}
+
+int rf_bert_units(const rf_bert *m) {
+    return m->cfg.num_layers + 2;
+}
+
+void rf_bert_unit_range(const rf_bert *m, int u, size_t *lo, size_t *hi) {
+    int L = m->cfg.num_layers;
+    size_t first = u == 0 ? 0 : u <= L ? 5 + 16 * (size_t)(u - 1) : 5 + 16 * (size_t)L;
+    size_t last = u == 0 ? 4 : u <= L ? first + 15 : first + 3; /* inclusive */
+    *lo = m->tensors[first].offset;
+    *hi = m->tensors[last].offset + m->tensors[last].numel;
+}
+
+void rf_bert_bind_unit(rf_bert *m, int u, float *p, float *g) {
+    if (p) bind_unit(m, u, p, &m->p);
+    if (g) bind_unit(m, u, g, &m->g);
+}
+
+void rf_bert_bind_all(rf_bert *m) {
+    if (m->params) bind(m, m->params, &m->p);
+    if (m->grads) bind(m, m->grads, &m->g);
+}
+
+void rf_bert_release_blocks(rf_bert *m, bool params) {
+    /* free never fails on a valid pointer (both backends); nothing to report */
+    if (params) {
+        (void)m->be->free(m->be, m->params);
+        m->params = NULL;
+    }
+    (void)m->be->free(m->be, m->grads);
+    (void)m->be->free(m->be, m->m);
+    (void)m->be->free(m->be, m->v);
+    m->grads = m->m = m->v = NULL;
+    m->npadded = m->params ? m->nparams : 0;
+    m->nmoments = 0;
+}
+
+int rf_bert_adopt_params(rf_bert *m, const float *host) {
+    if (!m->params) {
+        void *p = NULL;
+        int rc = m->be->alloc(m->be, &p, m->nparams * sizeof(float));
+        if (rc) return rf_fail_ctx(rc, "model: no memory for %zu parameters", m->nparams);
+        m->params = p;
+    }
+    TRY(m->be->to_device(m->be, m->params, host, m->nparams * sizeof(float)));
+    m->npadded = m->npadded > m->nparams ? m->npadded : m->nparams;
+    rf_bert_bind_all(m);
+    return RF_OK;
+}
+
+/* The unit hook (see rf_unit_hook), if any. */
+static int unit_event(rf_bert *m, int u, rf_unit_event ev) {
+    return m->unit_hook ? m->unit_hook(m->unit_user, m, u, ev) : RF_OK;
 }
 
 int rf_bert_new(const rf_bert_config *cfg, const rf_backend *be, rf_bert **out) {
@@ -506,6 +577,7 @@ int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout
     float ph = train ? c->hidden_dropout : 0, pa = train ? c->attention_dropout : 0,
           pc = train ? c->classifier_dropout : 0;
 
+    TRY(unit_event(m, 0, RF_UNIT_FWD));
     TRY(be->embed_fwd(be, a.emb_in, m->ids_dev, m->types_dev, m->p.wte, m->p.wpe, m->p.wtt, B, T,
                       C));
     TRY(be->layernorm_fwd(be, a.x0, a.emb_mean, a.emb_rstd, a.emb_in, m->p.eln_w, m->p.eln_b,
@@ -513,6 +585,7 @@ int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout
     TRY(be->dropout_fwd(be, a.x0, a.x0, N * C, ph, site_seed(dropout_seed, 0)));
     const float *x = a.x0;
     for (int l = 0; l < c->num_layers; l++) {
+        TRY(unit_event(m, 1 + l, RF_UNIT_FWD));
         const rf_bert_layer *P = &m->p.layers[l];
         layer_acts *L = &la[l];
         uint64_t s = 1 + 4 * (uint64_t)l;
@@ -543,6 +616,7 @@ int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout
                               (int)Nq, C, c->layer_norm_eps));
         x = L->x2;
     }
+    TRY(unit_event(m, c->num_layers + 1, RF_UNIT_FWD));
     TRY(be->linear_fwd(be, a.pool_pre, x, m->p.pool_w, m->p.pool_b, B, C, C)); /* x: [B, C] */
     TRY(be->tanh_fwd(be, a.pooled, a.pool_pre, (size_t)B * C));
     TRY(be->dropout_fwd(be, a.pooled_drop, a.pooled, (size_t)B * C, pc,
@@ -574,6 +648,8 @@ int rf_bert_backward(rf_bert *m, float loss_scale) {
     size_t used = layout(c, B, T, m->dacts, &d, false);
     TRY(be->zero(be, m->dacts, used * sizeof(float)));
 
+    /* unit events: a hook failure (a collective) ends the backward with its error */
+    TRY(unit_event(m, c->num_layers + 1, RF_UNIT_BWD));
     TRY(be->xent_bwd(be, d.logits, a.probs, m->labels_dev, m->class_weights_dev, B, K, loss_scale));
     TRY(be->linear_bwd(be, d.pooled_drop, m->g.cls_w, m->g.cls_b, d.logits, a.pooled_drop,
                        m->p.cls_w, B, C, K));
@@ -583,7 +659,9 @@ int rf_bert_backward(rf_bert *m, float loss_scale) {
     int last = c->num_layers - 1;
     TRY(be->linear_bwd(be, dla[last].x2, m->g.pool_w, m->g.pool_b, d.pool_pre, la[last].x2,
                        m->p.pool_w, B, C, C));
+    TRY(unit_event(m, c->num_layers + 1, RF_UNIT_BWD_DONE));
     for (int l = last; l >= 0; l--) {
+        TRY(unit_event(m, 1 + l, RF_UNIT_BWD));
         const rf_bert_layer *P = &m->p.layers[l], *G = &m->g.layers[l];
         layer_acts *L = &la[l], *D = &dla[l];
         const float *x = l ? la[l - 1].x2 : a.x0;
@@ -613,7 +691,9 @@ int rf_bert_backward(rf_bert *m, float loss_scale) {
         for (int b = 0; l == last && b < B; b++) /* the [CLS] rows' residual gradient */
             TRY(be->residual_bwd(be, dxin + (size_t)b * T * C, NULL, d.cls + (size_t)b * C, C, 0,
                                  0));
+        TRY(unit_event(m, 1 + l, RF_UNIT_BWD_DONE));
     }
+    TRY(unit_event(m, 0, RF_UNIT_BWD));
     /* x0 = dropout(LN(emb)): d(LN out) goes to emb_in's slot, LN's input gradient to x0's. */
     TRY(be->dropout_bwd(be, d.emb_in, d.x0, N * C, ph, site_seed(seed, 0)));
     TRY(be->zero(be, d.x0, N * C * sizeof(float)));
@@ -622,4 +702,5 @@ int rf_bert_backward(rf_bert *m, float loss_scale) {
     TRY(be->embed_bwd(be, m->g.wte, m->g.wpe, m->g.wtt, d.x0, m->ids_dev, m->types_dev, B, T, C,
                       c->vocab_size, c->type_vocab_size));
     return RF_OK;
+    TRY(unit_event(m, 0, RF_UNIT_BWD_DONE));
 }

@@ -45,6 +45,23 @@ typedef struct rf_batch {
     const uint8_t *valid;
 } rf_batch;
 
+/* Parameter units (ZeRO-3, like FSDP's flat-parameter units): unit 0 is the
+ * embeddings (word, position, token type, LayerNorm), unit 1 + l is encoder
+ * layer l, and unit num_layers + 1 the pooler and classifier. Each is a
+ * contiguous range of the flat block (rf_bert_unit_range). */
+typedef enum rf_unit_event {
+    RF_UNIT_FWD,      /* forward is about to read the unit's parameters */
+    RF_UNIT_BWD,      /* backward is about to read them and add into its gradients */
+    RF_UNIT_BWD_DONE, /* the unit's gradients of this backward are complete */
+} rf_unit_event;
+struct rf_bert;
+/* Called at each unit event when set (rf_bert.unit_hook). It may rebind the
+ * unit's parameter/gradient views (rf_bert_bind_unit) to buffers of its own;
+ * the arithmetic of forward/backward does not change. A non-zero return stops
+ * rf_bert_forward with that error; in rf_bert_backward (void) the hook must
+ * keep its error itself and later events should do nothing. */
+typedef int (*rf_unit_hook)(void *user, struct rf_bert *m, int unit, rf_unit_event ev);
+
 typedef struct rf_bert {
     rf_bert_config cfg;
     const rf_backend *be;
@@ -70,6 +87,9 @@ typedef struct rf_bert {
     float loss;            /* mean (class-weighted, if set) loss of the last forward */
     bool last_train;       /* dropout state of the last forward, for backward */
     uint64_t last_seed;
+
+    rf_unit_hook unit_hook; /* NULL: none (the views point into params/grads) */
+    void *unit_user;
 } rf_bert;
 
 /* Allocates an uninitialised model for cfg (parameters zero). */
@@ -79,6 +99,23 @@ const rf_tensor_info *rf_bert_find(const rf_bert *m, const char *name);
 /* Copies num_labels class weights for the training loss (forward and backward:
  * the weighted mean of rf_op_xent_fwd); NULL goes back to the plain mean. */
 int rf_bert_set_class_weights(rf_bert *m, const float *w);
+
+/* Number of parameter units (num_layers + 2) and unit u's range [lo, hi) of
+ * the flat block. */
+int rf_bert_units(const rf_bert *m);
+void rf_bert_unit_range(const rf_bert *m, int unit, size_t *lo, size_t *hi);
+/* Points unit u's parameter views (m->p) at p and its gradient views (m->g) at
+ * g, each laid out like [lo, hi) of the flat block (p[0] is element lo); NULL
+ * leaves that side as it is. rf_bert_bind_all rebinds every view into
+ * m->params / m->grads (either may be NULL: that side is skipped). */
+void rf_bert_bind_unit(rf_bert *m, int unit, float *p, float *g);
+void rf_bert_bind_all(rf_bert *m);
+/* ZeRO plumbing, so that zero3.c and train.c never allocate through the
+ * backend themselves: rf_bert_release_blocks frees grads, m and v (and params
+ * when `params`), leaving them NULL; rf_bert_adopt_params allocates m->params
+ * if it is NULL, copies host[nparams] into it and rebinds the views. */
+void rf_bert_release_blocks(rf_bert *m, bool params);
+int rf_bert_adopt_params(rf_bert *m, const float *host);
 
 /* Loads an HF folder: config.json + model.safetensors. Names with or without the
  * "bert." prefix are accepted (BertModel checkpoints such as MiniLM have none).

@@ -65,3 +65,23 @@ void rf_adamw_step_range(rf_bert *m, const rf_adamw *o, long step, float lr, siz
     if (rf_adamw_update(m, o, step, lr, lo, hi, mom1, mom2))
         rf_error("trainer", "adamw: %s", rf_errmsg());
 }
+
+int rf_adamw_step_blocks(const rf_bert *m, const rf_adamw *o, long step, float lr, size_t lo,
+                         size_t hi, float *params, const float *grads, float *mom1, float *mom2) {
+    /* The backend's adamw indexes params/grads by absolute offset and the
+     * moments from lo; here all four start at lo, so the spans are moved to the
+     * range's own coordinates (each cut to [lo, hi), keeping its decay flag). */
+    rf_param_span *spans = malloc(m->ntensors * sizeof *spans);
+    if (!spans) return rf_fail(RF_ERR_NOMEM, "adamw: no memory for %zu spans", m->ntensors);
+    size_t n = 0;
+    for (size_t t = 0; t < m->ntensors; t++) {
+        const rf_tensor_info *ti = &m->tensors[t];
+        size_t a = ti->offset > lo ? ti->offset : lo;
+        size_t b = ti->offset + ti->numel < hi ? ti->offset + ti->numel : hi;
+        if (a < b) spans[n++] = (rf_param_span){a - lo, b - a, ti->decay};
+    }
+    rf_adamw_hp hp = {lr, o->beta1, o->beta2, o->eps, o->weight_decay, step};
+    int rc = m->be->adamw(m->be, params, grads, mom1, mom2, 0, hi - lo, spans, n, &hp);
+    free(spans);
+    return rc;
+}

@@ -32,6 +32,12 @@ void rf_adamw_step(rf_bert *m, const rf_adamw *o, long step, float lr);
  * element equal to rf_adamw_step. */
 void rf_adamw_step_range(rf_bert *m, const rf_adamw *o, long step, float lr, size_t lo, size_t hi,
                          float *mom1, float *mom2);
+/* The same update on blocks given apart: params, grads, mom1 and mom2 each
+ * hold the range [lo, hi) of the flat block (element lo at index 0), as a
+ * ZeRO-3 shard does; m supplies only the tensor table and the backend (whose
+ * memory the four blocks are in). Returns the backend's error code. */
+int rf_adamw_step_blocks(const rf_bert *m, const rf_adamw *o, long step, float lr, size_t lo,
+                         size_t hi, float *params, const float *grads, float *mom1, float *mom2);
 
 /* The same with the backend's error code (the functions above log a failure
  * and return NaN as the norm): *norm is the norm before clipping. */

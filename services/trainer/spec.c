@@ -158,14 +158,10 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
         static const char *const pkeys[] = {"dp", "zero", NULL};
         if (rf_cfg_kind_of(par) != RF_CFG_MAP)
             return rf_fail(RF_ERR_INVALID, "trainer.parallel: expected a mapping {dp: N, zero: "
-                                           "0|1|2}");
+                                           "0|1|2|3}");
         if ((rc = rf_cfg_check_keys(par, pkeys))) return rc;
         INT("parallel.dp", 1, 1, 65536, s->dp);
         INT("parallel.zero", 0, 0, 3, o->zero);
-        if (o->zero == 3)
-            return rf_fail(RF_ERR_UNSUPPORTED,
-                           "trainer.parallel.zero: 3 (parameters sharded) is not implemented yet; "
-                           "use 0, 1 or 2");
     }
     if (s->dp > 1 && strcmp(s->device, "cpu") != 0)
         return rf_fail(RF_ERR_UNSUPPORTED,

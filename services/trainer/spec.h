@@ -12,9 +12,9 @@
  *                    rerun to resume (tests, time limits)
  *   class_weights    none (default) | balanced | [w0, w1, ...] (one per label)
  *   sampler          shuffle (default) | balanced (classes drawn equally often)
- *   parallel         {dp: N, zero: 0|1|2}: N data-parallel ranks (the world size
- *                    of the group the caller starts, e.g. mpirun -np N), ZeRO
- *                    stage (see train.c); zero 3 is refused (not implemented)
+ *   parallel         {dp: N, zero: 0|1|2|3}: N data-parallel ranks (the world
+ *                    size of the group the caller starts, e.g. mpirun -np N),
+ *                    ZeRO stage (see train.c and zero3.h)
  *   device           cpu (default) | cuda | cuda-bf16: the backend the model runs
  *                    on (backend.h; cuda-bf16: matrix products on bf16 tensor cores);
  *                    cuda is refused at parsing when the build has no CUDA

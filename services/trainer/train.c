@@ -14,6 +14,7 @@
 #include "common/sys.h"
 #include "common/obs.h"
 #include "trainer/checkpoint.h"
+#include "trainer/zero3.h"
 #include "comm/comm.h"
 
 void rf_set_threads(int n) {
@@ -156,7 +157,8 @@ int rf_train_class_weights(const rf_train_opts *o, const rf_dataset *d, int K, f
     return RF_OK;
 }
 
-static int write_summary(const char *dir, const rf_train_result *r, const rf_train_opts *o) {
+static int write_summary(const char *dir, const rf_train_result *r, const rf_train_opts *o,
+                         int world, int zero, const size_t mem[3], size_t work_peak) {
     char path[4096];
     rf_buf b = RF_BUF_INIT;
     snprintf(path, sizeof path, "%s/train.json", dir);
@@ -164,11 +166,14 @@ static int write_summary(const char *dir, const rf_train_result *r, const rf_tra
                            "{\"steps\":%ld,\"finished\":%s,\"resumed\":%s,\"last_loss\":%.6f,"
                            "\"seconds\":%.3f,\"tokens\":%llu,\"tokens_per_s\":%.1f,"
                            "\"epochs\":%d,\"batch_size\":%d,\"grad_accum\":%d,\"lr\":%g,"
-                           "\"seed\":%llu,\"peak_rss_kb\":%lld}\n",
+                           "\"seed\":%llu,\"peak_rss_kb\":%lld,\"world\":%d,\"zero\":%d,"
+                           "\"memory\":{\"params_bytes\":%zu,\"grads_bytes\":%zu,"
+                           "\"moments_bytes\":%zu,\"working_peak_bytes\":%zu}}\n",
                            r->steps, r->finished ? "true" : "false", r->resumed ? "true" : "false",
                            r->last_loss, r->seconds, (unsigned long long)r->tokens, r->tokens_per_s,
                            o->epochs, o->batch_size, o->grad_accum, o->optim.lr,
-                           (unsigned long long)o->seed, (long long)rf_peak_rss_kb());
+                           (unsigned long long)o->seed, (long long)rf_peak_rss_kb(), world, zero,
+                           mem[0], mem[1], mem[2], work_peak);
     if (!rc) rc = rf_write_file_atomic(path, b.data, b.len);
     rf_buf_free(&b);
     return rc;
@@ -185,14 +190,19 @@ static int write_summary(const char *dir, const rf_train_result *r, const rf_tra
  * float summation order. Loss, token counts, the gradient norm and clipping
  * are global.
  *
- * ZeRO over the flat blocks, rank r owning [lo, hi) = rf_comm_shard(n):
- *   zero 0: all-reduce the whole gradient block; every rank runs full AdamW.
- *   zero 1: all-reduce; AdamW on [lo, hi) with moments allocated for the shard
- *           only; all-gather the parameters.
- *   zero 2: reduce-scatter the gradients (rank r keeps [lo, hi)); the norm is
- *           the all-reduced sum of the shards' squares; AdamW on the shard;
- *           all-gather the parameters.
- * Communication is one call per step after backward (no bucketed overlap yet).
+ * ZeRO, rank r owning [lo, hi) = rf_comm_shard(n) of the flat blocks (zero
+ * 0/1) or its piece of every model unit (zero 2/3, zero3.h):
+ *   zero 0: all-reduce the gradient block (in buckets, one per unit, started
+ *           during the last micro-batch's backward: bucket_hook); every rank
+ *           runs full AdamW.
+ *   zero 1: the same all-reduce; AdamW on [lo, hi) with moments allocated for
+ *           the shard only; all-gather the parameters.
+ *   zero 2: each unit's gradient reduce-scattered after its backward (every
+ *           micro-batch) into the rank's gradient piece; the norm is the
+ *           all-reduced sum of the pieces' squares; AdamW on the pieces;
+ *           all-gather of the parameters per unit (rf_zero3_*).
+ *   zero 3: zero 2, with the parameters sharded too and all-gathered per unit
+ *           before its forward and its backward (rf_zero3_*).
  * comm_bytes counts what a ring implementation sends per rank for each call
  * (all-reduce 2(N-1)/N x bytes, reduce-scatter and all-gather (N-1)/N x the
  * full vector, broadcast the buffer once), so it compares with the ZeRO
@@ -202,7 +212,26 @@ typedef struct dp_group {
     int world, rank, zero;
     size_t lo, hi, block; /* rank's shard of the nparams floats; block = ceil(n/world) */
     uint64_t bytes;       /* ring-model bytes sent so far */
+    rf_zero3 *z3;         /* zero 2 and 3: the unit shards and the unit hook */
+    uint64_t z3_bytes;    /* rf_zero3_bytes already counted in bytes */
+    /* zero 0/1: the gradient all-reduce in buckets, one per model unit (see
+     * bucket_hook); bucket[u] is unit u's pending request */
+    rf_bert *m;
+    rf_comm_req **bucket;
+    bool *started;
+    int nbuckets;
+    bool armed;   /* the step's last micro-batch: its backward starts the buckets */
+    bool reduced; /* this step's gradients are all-reduced already */
+    int bucket_rc;
 } dp_group;
+
+/* Adds what the ZeRO-3 hook sent since the last call to g->bytes. */
+static void dp_count_z3(dp_group *g) {
+    if (!g->z3) return;
+    uint64_t b = rf_zero3_bytes(g->z3);
+    g->bytes += b - g->z3_bytes;
+    g->z3_bytes = b;
+}
 
 static int dp_fail(int rc, const char *what) {
     return rf_fail_ctx(rc, "train: %s", what);
@@ -222,6 +251,85 @@ static int dp_gather_params(dp_group *g, rf_bert *m) {
     return rc ? dp_fail(rc, "all-gather of the parameters") : RF_OK;
 }
 
+/* Gradient buckets (zero 0 and 1). The all-reduce of the whole gradient block
+ * is cut at the model's units (embeddings, each layer, head: the same ranges
+ * as zero 3's) and overlapped with backward: during the step's last
+ * micro-batch the unit hook starts unit u's in-place all-reduce as soon as
+ * its backward is done (the earlier micro-batches have added into the same
+ * block already), and calls rf_comm_test on the pending ones at each unit's
+ * start so that MPI progresses them; buckets_finish issues whatever backward
+ * did not (a rank without rows, a micro-batch without weight: in the same
+ * order, head first) and waits for all. An all-reduce sums every element on
+ * its own, so the buckets give the elements of one whole-block all-reduce
+ * whenever MPI adds the N contributions in the same order (always at N = 2;
+ * at larger N its algorithm may depend on the message size). */
+static void bucket_start(dp_group *g, int u) {
+    size_t lo, hi;
+    rf_bert_unit_range(g->m, u, &lo, &hi);
+    g->bytes += 2 * (uint64_t)(g->world - 1) * (hi - lo) * sizeof(float) / (uint64_t)g->world;
+    g->started[u] = true;
+    int rc = rf_comm_iallreduce(g->c, g->m->grads + lo, g->m->grads + lo, hi - lo, RF_COMM_F32,
+                                RF_COMM_SUM, &g->bucket[u]);
+    if (rc && !g->bucket_rc) g->bucket_rc = dp_fail(rc, "all-reduce of a gradient bucket");
+}
+
+static int bucket_hook(void *user, rf_bert *m, int u, rf_unit_event ev) {
+    (void)m;
+    dp_group *g = user;
+    if (!g->armed || g->bucket_rc) return RF_OK;
+    if (ev == RF_UNIT_BWD)
+        for (int i = 0; i < g->nbuckets; i++) {
+            int done;
+            if (g->bucket[i] && rf_comm_test(g->bucket[i], &done) && !g->bucket_rc)
+                g->bucket_rc = dp_fail(RF_ERR_IO, "all-reduce of a gradient bucket");
+        }
+    if (ev == RF_UNIT_BWD_DONE) bucket_start(g, u);
+    return RF_OK;
+}
+
+static int buckets_finish(dp_group *g) {
+    g->armed = false;
+    for (int u = g->nbuckets - 1; u >= 0 && !g->bucket_rc; u--)
+        if (!g->started[u]) bucket_start(g, u);
+    int rc = g->bucket_rc;
+    for (int u = 0; u < g->nbuckets; u++) {
+        int r = rf_comm_wait(g->bucket[u]); /* NULL: no-op */
+        if (r && !rc) rc = dp_fail(r, "all-reduce of a gradient bucket");
+        g->bucket[u] = NULL;
+        g->started[u] = false;
+    }
+    g->bucket_rc = RF_OK;
+    g->reduced = !rc;
+    return rc;
+}
+
+/* Installs the bucket hook (zero 0/1 with a group; nothing otherwise). */
+static int buckets_init(dp_group *g, rf_bert *m) {
+    if (!g->c || g->zero >= 2) return RF_OK;
+    g->m = m;
+    g->nbuckets = rf_bert_units(m);
+    g->bucket = calloc((size_t)g->nbuckets, sizeof *g->bucket);
+    g->started = calloc((size_t)g->nbuckets, sizeof *g->started);
+    if (!g->bucket || !g->started) return RF_ERR_NOMEM;
+    m->unit_hook = bucket_hook;
+    m->unit_user = g;
+    return RF_OK;
+}
+
+static void buckets_free(dp_group *g) {
+    if (!g->bucket) return;
+    g->armed = false;
+    for (int u = 0; u < g->nbuckets; u++)
+        rf_comm_wait(g->bucket[u]); /* after an error: nothing may stay pending */
+    if (g->m->unit_hook == bucket_hook) {
+        g->m->unit_hook = NULL;
+        g->m->unit_user = NULL;
+    }
+    free(g->bucket);
+    free(g->started);
+    g->bucket = NULL;
+}
+
 /* The weight of sequences idx[0..n): the loss's denominator (see rf_op_xent_fwd). */
 static double batch_weight(const rf_dataset *d, const size_t *idx, size_t n, const float *cw) {
     double w = 0;
@@ -234,60 +342,126 @@ static double batch_weight(const rf_dataset *d, const size_t *idx, size_t n, con
  * the global gradient norm before clipping in *norm. */
 static int dp_step(dp_group *g, rf_bert *m, const rf_adamw *opt, long step, float lr, float *norm) {
     int rc;
+    if (g->z3) {
+        rc = rf_zero3_step(g->z3, opt, step, lr, norm);
+        dp_count_z3(g);
+        return rc;
+    }
     if (!g->c) /* one process: exactly the code that ran before data parallelism */
         return (rc = rf_clip_grads_ex(m, opt->clip_norm, norm))
                    ? rc
                    : rf_adamw_update(m, opt, step, lr, 0, m->nparams, m->m, m->v);
-    if (g->zero < 2) {
-        if ((rc = dp_allreduce(g, m->grads, m->nparams, RF_COMM_F32, RF_COMM_SUM))) return rc;
-        /* every rank: the same full gradient */
-        if ((rc = rf_clip_grads_ex(m, opt->clip_norm, norm))) return rc;
-    } else {
-        g->bytes += (uint64_t)(g->world - 1) * g->block * sizeof(float);
-        rc = rf_comm_reduce_scatter(g->c, m->grads, m->grads + (size_t)g->rank * g->block, g->block,
-                                    RF_COMM_F32, RF_COMM_SUM);
-        if (rc) return dp_fail(rc, "reduce-scatter of the gradients");
-        double ss = 0;
-        if ((rc = m->be->sumsq(m->be, &ss, m->grads + g->lo, g->hi - g->lo))) return rc;
-        if ((rc = dp_allreduce(g, &ss, 1, RF_COMM_F64, RF_COMM_SUM))) return rc;
-        *norm = (float)sqrt(ss);
-        float coef = opt->clip_norm / (*norm + 1e-6f); /* as rf_clip_grads */
-        if (opt->clip_norm > 0 && coef < 1.0f &&
-            (rc = m->be->scale(m->be, m->grads + g->lo, g->hi - g->lo, coef)))
-            return rc;
-    }
+    /* zero 0 and 1 (2 and 3 went to rf_zero3_step) */
+    bool done = g->reduced; /* by the buckets */
+    g->reduced = false;
+    if (!done && (rc = dp_allreduce(g, m->grads, m->nparams, RF_COMM_F32, RF_COMM_SUM))) return rc;
+    /* every rank: the same full gradient */
+    if ((rc = rf_clip_grads_ex(m, opt->clip_norm, norm))) return rc;
     if (g->zero == 0) return rf_adamw_update(m, opt, step, lr, 0, m->nparams, m->m, m->v);
     if ((rc = rf_adamw_update(m, opt, step, lr, g->lo, g->hi, m->m, m->v))) return rc;
     return dp_gather_params(g, m);
 }
 
-/* Writes the checkpoint from rank 0; with sharded moments rank 0 first
- * receives every rank's block of m and v (transient full buffers on rank 0). */
-static int dp_save(dp_group *g, const char *path, rf_bert *m, const rf_train_state *st) {
-    if (!g->c || g->zero == 0) return g->rank == 0 ? rf_checkpoint_save(path, m, st) : RF_OK;
-    int rc = RF_OK;
-    if (g->rank != 0) {
-        g->bytes += 2 * g->block * sizeof(float);
-        if ((rc = rf_comm_send(g->c, m->m, g->block, RF_COMM_F32, 0)) ||
-            (rc = rf_comm_send(g->c, m->v, g->block, RF_COMM_F32, 0)))
-            return dp_fail(rc, "sending the moments to rank 0");
-        return RF_OK;
+/* What a zero-2/3 rank holds, as checkpoint pieces (one per unit, plus an
+ * empty last slot with `extra`; freed by the caller). At zero 2 the
+ * parameters of a piece are in m->params. */
+static rf_ckpt_piece *z3_pieces(rf_zero3 *z, rf_bert *m, bool extra, size_t *npc) {
+    float *zp, *zm1, *zm2;
+    rf_zero3_shards(z, &zp, &zm1, &zm2);
+    size_t units = (size_t)rf_zero3_units(z);
+    *npc = units + extra;
+    rf_ckpt_piece *pc = calloc(*npc, sizeof *pc);
+    for (size_t u = 0; pc && u < units; u++) {
+        size_t lo, hi, off;
+        rf_zero3_piece(z, (int)u, &lo, &hi, &off);
+        pc[u] = (rf_ckpt_piece){lo, hi, zp ? zp + off : m->params + lo, zm1 + off, zm2 + off};
     }
-    size_t full = g->block * (size_t)g->world;
-    float *mm = malloc(full * sizeof *mm), *vv = malloc(full * sizeof *vv);
-    if (!mm || !vv) rc = rf_fail(RF_ERR_NOMEM, "train: no memory to gather the moments");
-    if (!rc) {
-        rc = m->be->to_host(m->be, mm, m->m, g->block * sizeof *mm);
-        if (!rc) rc = m->be->to_host(m->be, vv, m->v, g->block * sizeof *vv);
+    return pc;
+}
+
+/* Writes the sharded checkpoint of step st->step (see checkpoint.h): every
+ * rank writes the pieces it owns, the ranks exchange their shards' sizes and
+ * checksums (which is also the barrier), and rank 0 commits the manifest, the
+ * COMPLETE marker and checkpoint.bin. What a rank owns: everything (one
+ * process); its rf_comm_shard range of params and moments (zero 0, where
+ * every rank holds the same full state, and zero 1); its piece of every
+ * unit (zero 2 and 3). */
+static int dp_save(dp_group *g, const char *out_dir, rf_bert *m, const rf_train_state *st) {
+    rf_ckpt_piece one, *pc = &one;
+    size_t npc = 1;
+    float *staged = NULL; /* device memory (one process only): the blocks copied to the host */
+    if (!g->c && m->be != rf_backend_cpu()) {
+        size_t n = m->nparams;
+        if (!(staged = malloc(3 * n * sizeof *staged)))
+            return rf_fail(RF_ERR_NOMEM, "train: no memory to stage the checkpoint");
+        int src = m->be->to_host(m->be, staged, m->params, n * sizeof *staged);
+        if (!src) src = m->be->to_host(m->be, staged + n, m->m, n * sizeof *staged);
+        if (!src) src = m->be->to_host(m->be, staged + 2 * n, m->v, n * sizeof *staged);
+        if (src) {
+            free(staged);
+            return rf_fail_ctx(src, "train: reading the model for the checkpoint");
+        }
+        one = (rf_ckpt_piece){0, n, staged, staged + n, staged + 2 * n};
+    } else if (!g->c) {
+        one = (rf_ckpt_piece){0, m->nparams, m->params, m->m, m->v};
+    } else if (g->z3) {
+        if (!(pc = z3_pieces(g->z3, m, false, &npc))) return RF_ERR_NOMEM;
+    } else {
+        size_t mo = g->zero ? 0 : g->lo; /* zero 1: the moments hold the shard only */
+        one = (rf_ckpt_piece){g->lo, g->hi, m->params + g->lo, m->m + mo, m->v + mo};
     }
-    for (int r = 1; r < g->world && !rc; r++) {
-        if ((rc = rf_comm_recv(g->c, mm + (size_t)r * g->block, g->block, RF_COMM_F32, r)) ||
-            (rc = rf_comm_recv(g->c, vv + (size_t)r * g->block, g->block, RF_COMM_F32, r)))
-            rc = dp_fail(rc, "receiving the moments");
+    /* Rank 0 prunes the older step directories after its commit; no rank can
+     * start writing the next checkpoint before then, because every step
+     * between two checkpoints has collectives with rank 0. */
+    uint64_t mine[3] = {0, 0, 0}; /* failed, size, hash */
+    int rc =
+        rf_checkpoint_write_shard(out_dir, m, st, g->rank, g->world, pc, npc, &mine[1], &mine[2]);
+    if (pc != &one) free(pc);
+    free(staged);
+    if (!g->c) return rc ? rc : rf_checkpoint_commit(out_dir, m, st, 1, 0, &mine[1], &mine[2]);
+    mine[0] = rc != RF_OK;
+    uint64_t *all = malloc(3 * (size_t)g->world * sizeof *all);
+    if (!all) return RF_ERR_NOMEM;
+    g->bytes += (uint64_t)(g->world - 1) * sizeof mine;
+    int crc = rf_comm_allgather(g->c, mine, all, 3, RF_COMM_I64);
+    if (crc) {
+        free(all);
+        return dp_fail(crc, "exchange of the checkpoint shards");
     }
-    if (!rc) rc = rf_checkpoint_save_blocks(path, m, mm, vv, st);
-    free(mm);
-    free(vv);
+    for (int w = 0; w < g->world && !rc; w++)
+        if (all[3 * w])
+            rc = rf_fail(RF_ERR_IO, "train: rank %d could not write its checkpoint shard", w);
+    if (!rc && g->rank == 0) {
+        uint64_t *sizes = malloc(2 * (size_t)g->world * sizeof *sizes);
+        if (!sizes) rc = RF_ERR_NOMEM;
+        for (int w = 0; w < g->world && !rc; w++) {
+            sizes[w] = all[3 * w + 1];
+            sizes[g->world + w] = all[3 * w + 2];
+        }
+        if (!rc)
+            rc = rf_checkpoint_commit(out_dir, m, st, g->world, g->zero, sizes, sizes + g->world);
+        free(sizes);
+    }
+    free(all);
+    return rc;
+}
+
+/* o->on_checkpoint with the full weights in m: under zero 3 every rank
+ * gathers them (collective; the ranks agreed at the start that some rank has
+ * a callback) and rank 0 calls its own, if it has one. */
+static int with_full_params(dp_group *g, rf_bert *m, const rf_train_opts *o,
+                            const rf_train_checkpoint *c) {
+    if (!g->z3 || g->zero == 2) /* the full weights are in m: rank 0 alone */
+        return g->rank == 0 && o->on_checkpoint ? o->on_checkpoint(o->user, m, c) : RF_OK;
+    float *full = malloc(m->nparams * sizeof *full);
+    if (!full) return rf_fail(RF_ERR_NOMEM, "train: no memory to gather the weights");
+    int rc = rf_zero3_gather(g->z3, 0, full);
+    dp_count_z3(g);
+    if (!rc && g->rank == 0 && o->on_checkpoint) { /* a transient full copy in m */
+        if (!(rc = rf_bert_adopt_params(m, full))) rc = o->on_checkpoint(o->user, m, c);
+        rf_bert_release_blocks(m, true);
+    }
+    free(full);
     return rc;
 }
 
@@ -339,10 +513,9 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
             return rf_fail(RF_ERR_INVALID, "train: sequence %zu has label %d outside [0, %d)", i,
                            data->label[i], m->cfg.num_labels);
     dp_group g = {.world = 1, .zero = 0, .lo = 0, .hi = m->nparams, .block = m->nparams};
-    if (o->zero < 0 || o->zero > 2)
-        return rf_fail(RF_ERR_UNSUPPORTED, "train: zero stage %d %s", o->zero,
-                       o->zero == 3 ? "(parameters sharded) is not implemented yet; use 0, 1 or 2"
-                                    : "is not a ZeRO stage (0, 1 or 2)");
+    if (o->zero < 0 || o->zero > 3)
+        return rf_fail(RF_ERR_INVALID, "train: zero stage %d is not a ZeRO stage (0 to 3)",
+                       o->zero);
     if (o->comm && rf_comm_world(o->comm) > 1) {
         g.c = o->comm;
         g.world = rf_comm_world(o->comm);
@@ -350,11 +523,14 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
         g.zero = o->zero;
         g.block = rf_comm_shard(m->nparams, g.world, g.rank, &g.lo, &g.hi);
     }
-    int rc = g.zero ? rf_bert_enable_training_sharded(m, g.block * (size_t)g.world, g.block)
-                    : rf_bert_enable_training(m);
+    /* zero 2 and 3 allocate their shards themselves (rf_zero3_new, below) */
+    bool flat = g.zero == 1, z3 = g.zero >= 2;
+    int rc = flat ? rf_bert_enable_training_sharded(m, g.block * (size_t)g.world, g.block)
+             : z3 ? RF_OK
+                  : rf_bert_enable_training(m);
     if (rc) return rc;
-    if ((g.zero && m->npadded < g.block * (size_t)g.world) ||
-        m->nmoments < (g.zero ? g.block : m->nparams))
+    if (!z3 && ((flat && m->npadded < g.block * (size_t)g.world) ||
+                m->nmoments < (flat ? g.block : m->nparams)))
         return rf_fail(RF_ERR_INVALID, "train: training buffers were allocated for another layout");
     if ((rc = rf_mkdir_p(o->out_dir)))
         return rf_fail_ctx(rc, "train: cannot create %s", o->out_dir);
@@ -384,12 +560,31 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
         if ((rc = rf_comm_broadcast(g.c, m->params, m->nparams, RF_COMM_F32, 0)))
             return dp_fail(rc, "broadcast of the initial weights");
     }
+    /* zero 2/3: from here on this rank holds its shards only (and at zero 2
+     * the full parameters) */
+    if (z3 && (rc = rf_zero3_new(g.c, m, g.zero == 3, &g.z3))) return rc;
     if (o->resume && stat(ckpt, &sb) == 0) {
-        /* the single-file checkpoint of any world size: every rank takes all
-         * the weights and the moments of its own shard */
-        if ((rc = g.zero ? rf_checkpoint_load_range(ckpt, m, &st, g.lo, g.hi)
-                         : rf_checkpoint_load(ckpt, m, &st)))
+        /* a checkpoint of any layout: every rank reads what it holds (all the
+         * weights, and the moments of its shard at zero 1 or of its unit
+         * pieces at zero 2; its pieces of every unit at zero 3) */
+        if (g.z3) {
+            size_t npc;
+            rf_ckpt_piece *pc = z3_pieces(g.z3, m, g.zero == 2, &npc);
+            if (pc && g.zero == 2) { /* the last slot (left by z3_pieces) takes all params */
+                for (size_t i = 0; i + 1 < npc; i++)
+                    pc[i].p = NULL;
+                pc[npc - 1] = (rf_ckpt_piece){0, m->nparams, m->params, NULL, NULL};
+            }
+            rc = pc ? rf_checkpoint_load_pieces(ckpt, m->nparams, &st, pc, npc) : RF_ERR_NOMEM;
+            free(pc);
+        } else {
+            rc = flat ? rf_checkpoint_load_range(ckpt, m, &st, g.lo, g.hi)
+                      : rf_checkpoint_load(ckpt, m, &st);
+        }
+        if (rc) {
+            rf_zero3_free(g.z3, false);
             return rc;
+        }
         res->resumed = true;
         rf_info("trainer", "resumed from %s at step %llu (epoch %llu, position %llu)", ckpt,
                 (unsigned long long)st.step, (unsigned long long)st.epoch,
@@ -398,27 +593,42 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
     if (g.c) { /* the ranks must resume from the same step (a shared output directory) */
         int64_t lohi[2] = {res->resumed ? (int64_t)st.step + 1 : 0, 0};
         lohi[1] = -lohi[0];
-        if ((rc = dp_allreduce(&g, lohi, 2, RF_COMM_I64, RF_COMM_MAX))) return rc;
-        if (lohi[0] != -lohi[1])
+        if ((rc = dp_allreduce(&g, lohi, 2, RF_COMM_I64, RF_COMM_MAX))) {
+            rf_zero3_free(g.z3, false);
+            return rc;
+        }
+        if (lohi[0] != -lohi[1]) {
+            rf_zero3_free(g.z3, false);
             return rf_fail(RF_ERR_INVALID,
                            "train: the ranks found different checkpoints in %s (steps %lld and "
                            "%lld; 0 = none): the output directory must be shared by all ranks",
                            o->out_dir, (long long)-lohi[1] - 1, (long long)lohi[0] - 1);
+        }
         rf_info("trainer", "rank %d of %d (pid %d), zero %d: shard [%zu, %zu) of %zu parameters",
                 g.rank, g.world, (int)getpid(), g.zero, g.lo, g.hi, m->nparams);
     }
+    size_t mem[3] = {m->npadded * sizeof(float), m->npadded * sizeof(float),
+                     2 * m->nmoments * sizeof(float)};
+    if (g.z3) {
+        size_t S = rf_zero3_memory_of(g.z3).shard_floats * sizeof(float);
+        mem[0] = g.zero == 3 ? S : m->nparams * sizeof(float);
+        mem[1] = S;
+        mem[2] = 2 * S;
+    }
     { /* what this rank holds for the optimizer (see the README's ZeRO table) */
-        size_t pb = m->npadded * sizeof(float), mb = 2 * m->nmoments * sizeof(float);
+        size_t pb = mem[0], gb = mem[1], mb = mem[2];
         rf_info("trainer",
                 "rank %d memory: params %zu B, grads %zu B, moments %zu B (%.2f + %.2f + %.2f MiB; "
                 "%zu parameters)",
-                g.rank, pb, pb, mb, (double)pb / 1048576.0, (double)pb / 1048576.0,
+                g.rank, pb, gb, mb, (double)pb / 1048576.0, (double)gb / 1048576.0,
                 (double)mb / 1048576.0, m->nparams);
     }
     FILE *metrics = NULL;
     if (g.rank == 0) {
-        if (!(metrics = open_metrics(o->out_dir, res->resumed, st.step)))
+        if (!(metrics = open_metrics(o->out_dir, res->resumed, st.step))) {
+            rf_zero3_free(g.z3, false);
             return rf_fail(RF_ERR_IO, "train: cannot open %s/metrics.jsonl", o->out_dir);
+        }
     }
 
     size_t *order = malloc(n * sizeof *order);
@@ -428,6 +638,7 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
         free(order);
         class_index_free(&ci);
         if (metrics) fclose(metrics);
+        rf_zero3_free(g.z3, false);
         return order ? rc : RF_ERR_NOMEM;
     }
     double t0 = rf_now(), win_loss = 0, ck_loss = 0;
@@ -441,6 +652,9 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
         rf_info("trainer", "balanced sampler: %d classes drawn equally often, with replacement",
                 ci.npresent);
     bool stop = false;
+    rc = buckets_init(&g, m);
+    uint8_t cb_any = o->on_checkpoint != NULL; /* zero 3 gathers for it on every rank */
+    if (!rc && g.c) rc = dp_allreduce(&g, &cb_any, 1, RF_COMM_U8, RF_COMM_MAX);
     uint64_t bytes_before = g.bytes;
     uint64_t max_epochs = o->max_steps > 0 ? UINT64_MAX : (uint64_t)o->epochs;
     while (!rc && !stop && (long)st.step < total && st.epoch < max_epochs) {
@@ -450,11 +664,15 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
             epoch_order(order, n, o->shuffle, o->seed, st.epoch);
         while (!rc && !stop && st.pos < n && (long)st.step < total) {
             /* one optimizer step: up to accum micro-batches */
-            if ((rc = rf_bert_zero_grad(m))) break;
+            if (g.z3)
+                rf_zero3_zero_grad(g.z3);
+            else if ((rc = rf_bert_zero_grad(m)))
+                break;
             size_t left = n - st.pos, group = (left + B - 1) / B;
             if (group > accum) group = accum;
             double t_step = rf_now(), step_sums[2] = {0, 0}; /* loss sum, tokens */
             for (size_t k = 0; k < group && !rc; k++) {
+                g.armed = g.bucket && k + 1 == group;
                 size_t nb = n - st.pos < B ? n - st.pos : B;
                 /* this rank's slice of the micro-batch one process would take */
                 size_t a = nb * (size_t)g.rank / (size_t)g.world;
@@ -475,11 +693,17 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
                     step_sums[0] += g.c ? (wg > 0 ? (double)m->loss * wl / wg : 0) : m->loss;
                     for (size_t i = 0; i < (size_t)bb.B * bb.T; i++)
                         step_sums[1] += bb.valid[i];
+                    if (g.z3 && wg > 0 && (rc = rf_zero3_end_backward(g.z3))) break;
+                } else if (g.z3) { /* no rows here: the unit collectives all the same */
+                    if ((rc = rf_zero3_idle(g.z3, wg > 0)) ||
+                        (wg > 0 && (rc = rf_zero3_end_backward(g.z3))))
+                        break;
                 }
                 st.pos += nb;
                 st.micro++;
             }
             if (rc) break;
+            if (g.bucket && (rc = buckets_finish(&g))) break;
             if (g.c && (rc = dp_allreduce(&g, step_sums, 2, RF_COMM_F64, RF_COMM_SUM))) break;
             win_loss += step_sums[0];
             win_n += (long)group;
@@ -521,25 +745,41 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
             bool scheduled =
                 (o->checkpoint_every > 0 && (long)st.step % o->checkpoint_every == 0) ||
                 (long)st.step == total;
-            if (scheduled && o->on_checkpoint && g.rank == 0) {
+            if (scheduled && cb_any && (g.rank == 0 || g.z3)) {
                 double dt = rf_now() - t0;
                 rf_train_checkpoint c = {(long)st.step, total, ck_loss / (double)(ck_n ? ck_n : 1),
                                          lr, dt > 0 ? (double)tokens / dt : 0};
-                rc = o->on_checkpoint(o->user, m, &c);
+                rc = with_full_params(&g, m, o, &c);
                 ck_loss = 0;
                 ck_n = 0;
             }
-            if (!rc && (scheduled || stop_now)) rc = dp_save(&g, ckpt, m, &st);
+            if (!rc && (scheduled || stop_now)) rc = dp_save(&g, o->out_dir, m, &st);
             if (stop_now) stop = true;
             if (st.pos == 0) break; /* epoch finished: reshuffle */
         }
     }
+    buckets_free(&g);
     if (win_n) res->last_loss = win_loss / (double)win_n;
     res->steps = (long)st.step;
     res->seconds = rf_now() - t0;
     res->tokens = tokens;
     res->tokens_per_s = res->seconds > 0 ? (double)tokens / res->seconds : 0;
     res->finished = !rc && (long)st.step >= total;
+    dp_count_z3(&g);
+    size_t work_peak = 0;
+    if (g.z3) {
+        rf_zero3_memory zm = rf_zero3_memory_of(g.z3);
+        work_peak = zm.working_peak * sizeof(float);
+        rf_info("trainer",
+                "rank %d zero %d working buffers: peak %zu B (%.2f MiB; parameters %zu B of it)",
+                g.rank, g.zero, work_peak, (double)work_peak / 1048576.0,
+                zm.working_params * sizeof(float));
+        /* the caller gets the full weights back (export); collective */
+        int frc = rf_zero3_free(g.z3, !rc);
+        if (!rc) rc = frc;
+        g.z3 = NULL;
+        dp_count_z3(&g);
+    }
     res->comm_bytes = g.bytes;
     if (g.c)
         rf_info("trainer", "rank %d: %llu bytes sent in collectives, peak RSS %lld KiB", g.rank,
@@ -548,7 +788,7 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
     free(order);
     class_index_free(&ci);
     rf_batch_buf_free(&bb);
-    if (!rc && g.rank == 0) rc = write_summary(o->out_dir, res, o);
+    if (!rc && g.rank == 0) rc = write_summary(o->out_dir, res, o, g.world, g.zero, mem, work_peak);
     return rc;
 }
 

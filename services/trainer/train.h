@@ -35,7 +35,8 @@ typedef enum rf_class_weighting {
 #define RF_TRAIN_MAX_CLASS_WEIGHTS 256
 
 typedef struct rf_train_opts {
-    const char *out_dir; /* checkpoint.bin and train.json go here (created) */
+    const char *out_dir; /* checkpoint.bin (+ checkpoint.d/), metrics.jsonl and train.json
+                            go here (created) */
     int epochs;          /* >= 1 */
     long max_steps;      /* > 0: stop (and schedule) at this many optimizer steps */
     int batch_size;      /* sequences per micro-batch */
@@ -49,7 +50,7 @@ typedef struct rf_train_opts {
     bool dropout;          /* false: dropout off (deterministic parity runs) */
     long checkpoint_every; /* optimizer steps between checkpoints; 0 = at the end only */
     long log_every;        /* optimizer steps between log lines; 0 = none */
-    bool resume;           /* continue from out_dir/checkpoint.bin when present */
+    bool resume;           /* continue from out_dir/checkpoint.bin when present (any layout) */
     long stop_after;       /* > 0: return after this many steps (tests, time limits) */
     volatile int *cancel;  /* non-zero: checkpoint and stop */
     rf_class_weighting class_weighting;
@@ -67,8 +68,11 @@ typedef struct rf_train_opts {
      * rf_train with the same data and options; each takes a contiguous slice
      * of every micro-batch, and zero picks what is sharded over the flat
      * blocks: 0 nothing (gradients all-reduced), 1 the AdamW moments, 2 also
-     * the gradients (reduce-scattered). Only rank 0 writes files and calls
-     * on_checkpoint. The caller owns comm. */
+     * the gradients (reduce-scattered), 3 also the parameters (per model
+     * unit, see zero3.h; m holds the full weights again when rf_train
+     * returns RF_OK). Every rank writes its checkpoint shard; rank 0 writes
+     * the other files and calls on_checkpoint (at zero 3 every rank takes
+     * part in gathering the weights it is given). The caller owns comm. */
     rf_comm *comm;
     int zero;
 } rf_train_opts;
