@@ -701,6 +701,6 @@ int rf_bert_backward(rf_bert *m, float loss_scale) {
                           a.emb_mean, a.emb_rstd, (int)N, C));
     TRY(be->embed_bwd(be, m->g.wte, m->g.wpe, m->g.wtt, d.x0, m->ids_dev, m->types_dev, B, T, C,
                       c->vocab_size, c->type_vocab_size));
-    return RF_OK;
     TRY(unit_event(m, 0, RF_UNIT_BWD_DONE));
+    return RF_OK;
 }
