@@ -59,7 +59,9 @@ static int auto_create(rd_kafka_t *rk, const char **missing, size_t nm, int part
         int got = !e && md->topic_cnt == 1 ? md->topics[0].partition_cnt : 0;
         if (md) rd_kafka_metadata_destroy(md);
         rd_kafka_topic_destroy(rkt);
-        if (e) return rf_fail(RF_ERR_IO, "kafka: creating topic %s: %s", missing[i], rd_kafka_err2str(e));
+        if (e)
+            return rf_fail(RF_ERR_IO, "kafka: creating topic %s: %s", missing[i],
+                           rd_kafka_err2str(e));
         if (got > 0 && got != partitions)
             rf_warn("kafka",
                     "topic %s: the brokers have no admin API; created by them with %d "
@@ -107,7 +109,8 @@ static int create(rd_kafka_t *rk, const char **missing, size_t nm, int partition
         if (broker >= 0) rd_kafka_AdminOptions_set_broker(ao, broker, err, sizeof err);
         rd_kafka_CreateTopics(rk, nt, nm, ao, q);
         rd_kafka_event_t *ev = rd_kafka_queue_poll(q, ms + 1000);
-        const rd_kafka_CreateTopics_result_t *res = ev ? rd_kafka_event_CreateTopics_result(ev) : NULL;
+        const rd_kafka_CreateTopics_result_t *res =
+            ev ? rd_kafka_event_CreateTopics_result(ev) : NULL;
         if (!ev) {
             rc = rf_fail(RF_ERR_IO, "kafka: creating topics: no answer in %d ms", ms);
         } else if (rd_kafka_event_error(ev) == RD_KAFKA_RESP_ERR__UNSUPPORTED_FEATURE) {
