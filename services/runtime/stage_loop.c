@@ -258,17 +258,20 @@ static int fail_run(rf_stage_loop *l, const rf_store_missing *m, const rf_kafka_
                  "the log now starts at offset %lld, records before it deleted",
                  (long long)st->low);
     else if (rc == RF_ERR_NOT_FOUND)
-        snprintf(where, sizeof where, "not in the log (offsets %lld..%lld)", (long long)st->low,
-                 (long long)st->high - 1);
+        snprintf(where, sizeof where, "not in the log (offsets %lld..%lld, none deleted)",
+                 (long long)st->low, (long long)st->high - 1);
     else
         return rc;
+    /* Deleted records are the likely cause only when some were deleted. */
+    bool retention = rc == RF_OK || st->low > 0;
     char reason[480];
     snprintf(reason, sizeof reason,
              "input lost: %s never received %lld of the %lld batches of run %s from %s "
              "(seq %" PRIu64 "..%" PRIu64 " missing, of %" PRIu64 "..%" PRIu64 "%s) on %s [%d]: "
-             "%s: probable retention",
+             "%s%s",
              l->stage, (long long)m->missing, (long long)m->expected, m->run_id, l->upstream,
-             m->first, m->last, m->seq_lo, m->seq_hi, sealed, topics[0], (int)st->partition, where);
+             m->first, m->last, m->seq_lo, m->seq_hi, sealed, topics[0], (int)st->partition, where,
+             retention ? ": probable retention" : "");
     bool failed = false;
     rc = rf_store_run_fail(l->store, m->run_id, reason, &failed);
     if (rc == RF_ERR_NOT_FOUND) return RF_OK; /* deleted meanwhile */
