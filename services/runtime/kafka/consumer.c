@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -84,10 +85,17 @@ static int offset_reset(rf_kafka_consumer *c, const rd_kafka_message_t *m) {
     int32_t part = m->partition;
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
     rd_kafka_topic_partition_list_add(l, topic, part);
-    rd_kafka_resp_err_t e = rd_kafka_committed(c->rk, l, 10000);
-    int64_t committed = l->elems[0].offset;
-    int64_t low = 0, high = 0;
-    if (!e) e = rd_kafka_query_watermark_offsets(c->rk, topic, part, &low, &high, 10000);
+    /* A fresh cluster's coordinator may need a moment: a few tries. */
+    rd_kafka_resp_err_t e = RD_KAFKA_RESP_ERR_NO_ERROR;
+    int64_t committed = -1, low = 0, high = 0;
+    for (int attempt = 0; attempt < 5; attempt++) {
+        if (attempt) usleep(500000);
+        l->elems[0].offset = RD_KAFKA_OFFSET_INVALID;
+        e = rd_kafka_committed(c->rk, l, 5000);
+        committed = l->elems[0].offset;
+        if (!e) e = rd_kafka_query_watermark_offsets(c->rk, topic, part, &low, &high, 5000);
+        if (!e) break;
+    }
     if (e) {
         rd_kafka_topic_partition_list_destroy(l);
         return rf_fail(RF_ERR_IO,
@@ -122,8 +130,8 @@ static void rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         rd_kafka_resp_err_t e = RD_KAFKA_RESP_ERR_NO_ERROR;
         /* The coordinator of a fresh cluster may not answer at once. */
-        for (int attempt = 0; attempt < 5; attempt++) {
-            e = rd_kafka_committed(rk, parts, 10000);
+        for (int attempt = 0; attempt < 3; attempt++) {
+            e = rd_kafka_committed(rk, parts, 5000);
             if (!e) break;
             rf_warn("kafka", "consumer: committed offsets at assignment: %s; retrying",
                     rd_kafka_err2str(e));
