@@ -244,43 +244,41 @@ static bool run_drained(rf_stage_loop *l, const char *run_id, rf_kafka_standing 
 static int fail_run(rf_stage_loop *l, const rf_store_missing *m, const rf_kafka_standing *st) {
     const char *const *topics;
     rf_kafka_consumer_topics(l->consumer, &topics);
-    char sealed[64] = "", where[192];
-    if (m->sealed_batches >= 0)
-        snprintf(sealed, sizeof sealed, "; sealed with %lld", (long long)m->sealed_batches);
     int64_t from, to;
     int rc = rf_store_gap_last(l->store, l->stage, topics[0], st->partition, &from, &to);
-    if (rc == RF_OK)
-        snprintf(where, sizeof where,
-                 "offsets %lld..%lld were deleted before %s consumed them (log now starts at %lld)",
-                 (long long)from, (long long)to - 1, l->stage, (long long)st->low);
-    else if (rc == RF_ERR_NOT_FOUND && st->low > 0)
-        snprintf(where, sizeof where,
-                 "the log now starts at offset %lld, records before it deleted",
-                 (long long)st->low);
-    else if (rc == RF_ERR_NOT_FOUND)
-        snprintf(where, sizeof where, "not in the log (offsets %lld..%lld, none deleted)",
-                 (long long)st->low, (long long)st->high - 1);
-    else
-        return rc;
+    if (rc < 0 && rc != RF_ERR_NOT_FOUND) return rc;
     /* Deleted records are the likely cause only when some were deleted. */
-    bool retention = rc == RF_OK || st->low > 0;
-    char reason[480];
-    snprintf(reason, sizeof reason,
-             "input lost: %s never received %lld of the %lld batches of run %s from %s "
-             "(seq %" PRIu64 "..%" PRIu64 " missing, of %" PRIu64 "..%" PRIu64 "%s) on %s [%d]: "
-             "%s%s",
-             l->stage, (long long)m->missing, (long long)m->expected, m->run_id, l->upstream,
-             m->first, m->last, m->seq_lo, m->seq_hi, sealed, topics[0], (int)st->partition, where,
-             retention ? ": probable retention" : "");
+    bool gap = rc == RF_OK, retention = gap || st->low > 0;
+    rf_buf reason = RF_BUF_INIT;
+    rc = rf_buf_printf(&reason,
+                       "input lost: %s never received %lld of the %lld batches of run %s from %s "
+                       "(seq %" PRIu64 "..%" PRIu64 " missing, of %" PRIu64 "..%" PRIu64,
+                       l->stage, (long long)m->missing, (long long)m->expected, m->run_id,
+                       l->upstream, m->first, m->last, m->seq_lo, m->seq_hi);
+    if (rc == RF_OK && m->sealed_batches >= 0)
+        rc = rf_buf_printf(&reason, "; sealed with %lld", (long long)m->sealed_batches);
+    if (rc == RF_OK) rc = rf_buf_printf(&reason, ") on %s [%d]: ", topics[0], (int)st->partition);
+    if (rc == RF_OK && gap)
+        rc = rf_buf_printf(&reason,
+                           "offsets %lld..%lld were deleted before %s consumed them (log now "
+                           "starts at %lld)",
+                           (long long)from, (long long)to - 1, l->stage, (long long)st->low);
+    else if (rc == RF_OK && retention)
+        rc = rf_buf_printf(&reason, "the log now starts at offset %lld, records before it deleted",
+                           (long long)st->low);
+    else if (rc == RF_OK)
+        rc = rf_buf_printf(&reason, "not in the log (offsets %lld..%lld, none deleted)",
+                           (long long)st->low, (long long)st->high - 1);
+    if (rc == RF_OK && retention) rc = rf_buf_puts(&reason, ": probable retention");
     bool failed = false;
-    rc = rf_store_run_fail(l->store, m->run_id, reason, &failed);
-    if (rc == RF_ERR_NOT_FOUND) return RF_OK; /* deleted meanwhile */
-    if (rc < 0) return rc;
-    if (failed) {
-        rf_error(l->stage, "run %s failed: %s", m->run_id, reason);
+    if (rc == RF_OK) rc = rf_store_run_fail(l->store, m->run_id, reason.data, &failed);
+    if (rc == RF_OK && failed) {
+        rf_error(l->stage, "run %s failed: %s", m->run_id, reason.data);
         count(l, "runs_input_lost", 1);
     }
-    return failed ? 1 : 0;
+    rf_buf_free(&reason);
+    if (rc == RF_ERR_NOT_FOUND) return RF_OK; /* deleted meanwhile */
+    return rc < 0 ? rc : failed ? 1 : 0;
 }
 
 int rf_stage_loop_check_runs(rf_stage_loop *l) {
