@@ -73,7 +73,8 @@ static int consume(const config *c, const rf_kafka_opts *ko, rf_evaluator_servic
                        .identify = rf_stage_identify_batch,
                        .process = rf_evaluator_service_intake,
                        .user = svc,
-                       .stats = stats};
+                       .stats = stats,
+                       .upstream = "tokenizer"};
     checkpoint_thread ct = {.svc = svc};
     rf_kafka_opts cko = *ko;
     const char **props = checkpoint_props(ko);

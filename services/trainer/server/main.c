@@ -40,7 +40,8 @@ static int run(void *cfg) {
                        .max_messages = (size_t)c->max_messages,
                        .delivery_timeout_s = c->kafka.delivery_timeout_s,
                        .identify = rf_stage_identify_batch,
-                       .process = rf_trainer_service_process};
+                       .process = rf_trainer_service_process,
+                       .upstream = "tokenizer"};
     rf_rpc_server *server = NULL;
     rf_ready *ready = NULL;
     int rc = rf_svc_health_open(&c->grpc, HEALTH, &server);
