@@ -122,8 +122,6 @@ static int serve(void *cfg) {
     int rc = c->spec ? apply_spec(c->spec, &spec, &io, &so) : RF_OK;
     if (rc == RF_OK && (rc = rf_svc_kafka_opts(&c->kafka, "refinery-ingest", &ko)) == RF_OK)
         ko.max_in_flight = (int)c->max_in_flight;
-    const char *topics[] = {c->topic_clean, c->topic_rejected, c->source_topic};
-    if (rc == RF_OK) rc = rf_svc_kafka_topics(&c->kafka, &ko, topics, 3);
     if (rc == RF_OK && (rc = rf_kafka_producer_new(&ko, &producer)) == RF_OK)
         so.producer = producer;
     if (rc == RF_OK && c->pg) {
@@ -135,6 +133,9 @@ static int serve(void *cfg) {
             co.store = control_store;
         if (rc == RF_OK) rc = rf_control_service_new(&co, &control);
     }
+    /* After PostgreSQL, whose unfixable errors end the start at once. */
+    const char *topics[] = {c->topic_clean, c->topic_rejected, c->source_topic};
+    if (rc == RF_OK) rc = rf_svc_kafka_topics(&c->kafka, &ko, topics, 3);
     rf_ingest_files_opts fo = {.producer = producer,
                                .pg = c->pg,
                                .input_root = c->input_root,

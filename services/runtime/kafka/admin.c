@@ -30,7 +30,9 @@ static int find_missing(rd_kafka_t *rk, const char *const *topics, size_t n, int
                         const char **missing, size_t *nm) {
     const struct rd_kafka_metadata *md = NULL;
     rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 1, NULL, &md, ms);
-    if (e) return rf_fail(RF_ERR_IO, "kafka: cluster metadata: %s", rd_kafka_err2str(e));
+    if (e)
+        return rf_fail(RF_ERR_IO, "kafka: no answer from the brokers within %.0f s (%s)",
+                       ms / 1000.0, rd_kafka_err2str(e));
     *nm = 0;
     for (size_t i = 0; i < n; i++)
         if (topics[i] && !seen_before(topics, i) && !topic_present(md, topics[i]))
