@@ -25,3 +25,12 @@ void rf_svc_kafka_free(rf_svc_kafka *k) {
     k->props_split = NULL;
     k->props_storage = NULL;
 }
+
+int rf_svc_kafka_topics(const rf_svc_kafka *k, const rf_kafka_opts *ko, const char *const *topics,
+                        size_t n) {
+    if (k->topic_partitions < 1 || k->topic_partitions > 10000)
+        return rf_fail(RF_ERR_INVALID, "--topic-partitions must be 1..10000");
+    double timeout = k->delivery_timeout_s > 0 ? k->delivery_timeout_s : 30;
+    return rf_kafka_topics_ensure(ko, topics, n, (int)k->topic_partitions, k->create_topics,
+                                  timeout);
+}

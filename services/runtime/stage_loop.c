@@ -10,6 +10,7 @@
 #include "common/buf.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/sys.h"
 #include "common/utf8.h"
 #include "common/obs.h"
 #include "common/sys.h"
@@ -203,15 +204,121 @@ static int process_all(rf_stage_loop *l, const rf_kafka_batch *b, rf_kafka_track
     return RF_OK;
 }
 
+/* Records the poll's gaps before its offsets can commit past them; without
+ * a store nobody could be told, and the loop stops as before. */
+static int record_gaps(rf_stage_loop *l, const rf_kafka_batch *b) {
+    for (size_t i = 0; i < b->n_gaps; i++) {
+        const rf_kafka_gap *g = &b->gaps[i];
+        count(l, "input_gaps", 1);
+        if (!l->store)
+            return rf_fail(RF_ERR_IO,
+                           "%s [%d]: offsets %lld..%lld deleted before %s consumed them "
+                           "(probable retention): input lost",
+                           g->topic, (int)g->partition, (long long)g->from, (long long)g->to - 1,
+                           l->stage);
+        int rc = rf_store_gap_add(l->store, l->stage, g->topic, g->partition, g->from, g->to);
+        if (rc < 0) return rc;
+    }
+    if (b->n_gaps) l->next_check_ = 0; /* check the runs at once */
+    return RF_OK;
+}
+
+/* Whether the consumer has read the run's partition of every input topic
+ * to the log's end; *st gets the first topic's standing. */
+static bool run_drained(rf_stage_loop *l, const char *run_id, rf_kafka_standing *first) {
+    const char *const *topics;
+    size_t nt = rf_kafka_consumer_topics(l->consumer, &topics);
+    for (size_t k = 0; k < nt; k++) {
+        rf_kafka_standing st;
+        if (rf_kafka_consumer_standing(l->consumer, topics[k], run_id, strlen(run_id), 5, &st) <
+            0) {
+            rf_warn(l->stage, "run %s: cannot tell whether its input is drained: %s", run_id,
+                    rf_errmsg());
+            return false;
+        }
+        if (k == 0) *first = st;
+        bool drained = st.position >= 0 ? st.position >= st.high : st.high == st.low;
+        if (!st.assigned || !drained) return false;
+    }
+    return nt > 0;
+}
+
+static int fail_run(rf_stage_loop *l, const rf_store_missing *m, const rf_kafka_standing *st) {
+    const char *const *topics;
+    rf_kafka_consumer_topics(l->consumer, &topics);
+    int64_t from, to;
+    int rc = rf_store_gap_last(l->store, l->stage, topics[0], st->partition, &from, &to);
+    if (rc < 0 && rc != RF_ERR_NOT_FOUND) return rc;
+    /* Deleted records are the likely cause only when some were deleted. */
+    bool gap = rc == RF_OK, retention = gap || st->low > 0;
+    rf_buf reason = RF_BUF_INIT;
+    rc = rf_buf_printf(&reason,
+                       "input lost: %s never received %lld of the %lld batches of run %s from %s "
+                       "(seq %" PRIu64 "..%" PRIu64 " missing, of %" PRIu64 "..%" PRIu64,
+                       l->stage, (long long)m->missing, (long long)m->expected, m->run_id,
+                       l->upstream, m->first, m->last, m->seq_lo, m->seq_hi);
+    if (rc == RF_OK && m->sealed_batches >= 0)
+        rc = rf_buf_printf(&reason, "; sealed with %lld", (long long)m->sealed_batches);
+    if (rc == RF_OK) rc = rf_buf_printf(&reason, ") on %s [%d]: ", topics[0], (int)st->partition);
+    if (rc == RF_OK && gap)
+        rc = rf_buf_printf(&reason,
+                           "offsets %lld..%lld were deleted before %s consumed them (log now "
+                           "starts at %lld)",
+                           (long long)from, (long long)to - 1, l->stage, (long long)st->low);
+    else if (rc == RF_OK && retention)
+        rc = rf_buf_printf(&reason, "the log now starts at offset %lld, records before it deleted",
+                           (long long)st->low);
+    else if (rc == RF_OK)
+        rc = rf_buf_printf(&reason, "not in the log (offsets %lld..%lld, none deleted)",
+                           (long long)st->low, (long long)st->high - 1);
+    if (rc == RF_OK && retention) rc = rf_buf_puts(&reason, ": probable retention");
+    bool failed = false;
+    if (rc == RF_OK) rc = rf_store_run_fail(l->store, m->run_id, reason.data, &failed);
+    if (rc == RF_OK && failed) {
+        rf_error(l->stage, "run %s failed: %s", m->run_id, reason.data);
+        count(l, "runs_input_lost", 1);
+    }
+    rf_buf_free(&reason);
+    if (rc == RF_ERR_NOT_FOUND) return RF_OK; /* deleted meanwhile */
+    return rc < 0 ? rc : failed ? 1 : 0;
+}
+
+int rf_stage_loop_check_runs(rf_stage_loop *l) {
+    if (!l->store || !l->upstream) return 0;
+    rf_store_missing m[16];
+    size_t n = 0;
+    int rc = rf_store_missing_batches(l->store, l->upstream, l->stage, 16, m, &n);
+    int failed = 0;
+    for (size_t i = 0; rc >= 0 && i < n; i++) {
+        rf_kafka_standing st;
+        if (!run_drained(l, m[i].run_id, &st)) continue;
+        rc = fail_run(l, &m[i], &st);
+        if (rc > 0) failed += rc;
+    }
+    return rc < 0 ? rc : failed;
+}
+
+/* The run check when due (every check_interval_s, at once after a gap). */
+static int check_due(rf_stage_loop *l) {
+    if (!l->store || !l->upstream) return RF_OK;
+    double now = rf_now();
+    if (now < l->next_check_) return RF_OK;
+    l->next_check_ = now + (l->check_interval_s > 0 ? l->check_interval_s : 5);
+    int rc = rf_stage_loop_check_runs(l);
+    return rc < 0 ? rc : RF_OK;
+}
+
 int rf_stage_loop_step(rf_stage_loop *l) {
     rf_kafka_batch b;
     size_t max = l->max_messages ? l->max_messages : 16;
     int rc =
         rf_kafka_poll_batch(l->consumer, max, l->poll_timeout_s > 0 ? l->poll_timeout_s : 0.5, &b);
     if (rc < 0) return rc;
-    if (b.n == 0) {
+    rc = record_gaps(l, &b);
+    if (rc == RF_OK && b.n == 0) rc = check_due(l);
+    if (rc < 0 || b.n == 0) {
         rf_kafka_batch_release(&b);
-        return 0;
+        return rc < 0 ? rc : 0;
     }
     double t0 = rf_now();
     item *it = calloc(b.n, sizeof *it);
@@ -246,6 +353,10 @@ int rf_stage_loop_step(rf_stage_loop *l) {
     }
     free(it);
     rf_kafka_batch_release(&b);
+    if (rc > 0) {
+        int c = check_due(l);
+        if (c < 0) return c;
+    }
     return rc;
 }
 

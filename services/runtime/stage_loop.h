@@ -16,6 +16,18 @@
  * own loop skips as a replay. Output batches must therefore keep the
  * (run_id, seq) of the input batch they come from.
  *
+ * Loss detection: records of the input deleted before the stage consumed
+ * them (retention) are reported by the consumer as gaps (kafka.h), which the
+ * loop records in PostgreSQL (input_gaps) before committing past them. With
+ * `upstream` set, every check_interval_s the loop looks for runs (pending
+ * or running) with batches that upstream recorded with documents and this
+ * stage has not; a run whose partition of every input topic is assigned to
+ * this member and consumed to the log's end cannot receive them any more
+ * (upstream records a batch only once it is in Kafka), so the run is ended
+ * FAILED with a reason naming the stage, the missing batches (count and seq
+ * range), the topic, the partition, the offsets deleted, and "probable
+ * retention". Never a silent stall: the reason shows in `refinery status`.
+ *
  * Single-threaded: the loop owns its consumer, store and tracker; the
  * producer may be shared. */
 #ifndef RF_SVC_STAGE_LOOP_H
@@ -67,6 +79,12 @@ typedef struct rf_stage_loop {
     rf_stats *stats;      /* optional: <stage>.batches, .replayed, .bad_messages, .unknown_run,
                            * .bad_batches, .in, .out, ... */
     const char *counters; /* the counters' prefix when it is not the stage's name */
+    /* Loss detection (see above): the stage whose batches this one consumes
+     * ("ingest" for dedup, "dedup" for the tokenizer); NULL: no run check
+     * (gaps are still recorded). Needs a store. */
+    const char *upstream;
+    double check_interval_s; /* 0 means 5 */
+    double next_check_;      /* internal: when the next run check is due */
 } rf_stage_loop;
 
 /* One poll's worth: the number of messages handled (0 when none came), or a
@@ -76,6 +94,10 @@ int rf_stage_loop_step(rf_stage_loop *l);
 /* Steps until rf_svc_stopping() (the poll in progress is finished and
  * committed first) or a failure. */
 int rf_stage_loop_run(rf_stage_loop *l);
+/* The run check now (rf_stage_loop_step does it every check_interval_s):
+ * the number of runs failed, or a negative rf_err when PostgreSQL fails
+ * (Kafka trouble only postpones a run's verdict). */
+int rf_stage_loop_check_runs(rf_stage_loop *l);
 
 /* identify() for DocumentBatch and TokenBatch messages, which share fields
  * 1 (run_id) and 2 (seq): reads just those two, bounds-checked; a run id

@@ -82,6 +82,8 @@ int rf_svc_grpc_write_port(const rf_svc_grpc *g, const rf_rpc_server *s);
 typedef struct rf_svc_kafka {
     const char *bootstrap, *props;
     double delivery_timeout_s;
+    int64_t topic_partitions; /* of the topics a service creates (rf_svc_kafka_topics) */
+    bool create_topics;       /* false: a missing topic is an error at start */
     char *props_storage;      /* filled by rf_svc_kafka_opts, freed by rf_svc_kafka_free */
     const char **props_split; /* idem */
 } rf_svc_kafka;
@@ -91,15 +93,32 @@ typedef struct rf_svc_kafka {
         {"kafka-props", "KAFKA_PROPERTIES",                                                          \
          RF_OPT_STR,    &(k)->props,                                                                 \
          NULL,          "more librdkafka properties: name=value;name=value (SASL, TLS to brokers)"}, \
+        {"delivery-timeout",                                                                         \
+         "REFINERY_KAFKA_DELIVERY_TIMEOUT",                                                          \
+         RF_OPT_REAL,                                                                                \
+         &(k)->delivery_timeout_s,                                                                   \
+         "30",                                                                                       \
+         "seconds a message may take to reach Kafka"},                                               \
+        {"topic-partitions",                                                                         \
+         "REFINERY_TOPIC_PARTITIONS",                                                                \
+         RF_OPT_INT,                                                                                 \
+         &(k)->topic_partitions,                                                                     \
+         "4",                                                                                        \
+         "partitions of the topics the service creates at start"},                                   \
     {                                                                                                \
-        "delivery-timeout", "REFINERY_KAFKA_DELIVERY_TIMEOUT", RF_OPT_REAL,                          \
-            &(k)->delivery_timeout_s, "30", "seconds a message may take to reach Kafka"              \
+        "create-topics", "REFINERY_CREATE_TOPICS", RF_OPT_BOOL, &(k)->create_topics, "true",         \
+            "create missing topics at start (false: refuse to start, naming them)"                   \
     }
 
 /* Fills *ko (bootstrap, client id, delivery timeout, the split --kafka-props)
  * for rf_kafka_producer_new / rf_kafka_consumer_new; ko borrows from k. */
 int rf_svc_kafka_opts(rf_svc_kafka *k, const char *client_id, rf_kafka_opts *ko);
 void rf_svc_kafka_free(rf_svc_kafka *k);
+/* Makes sure the service's topics[0..n) exist (NULL entries ignored): creates
+ * the missing ones with --topic-partitions partitions, or with
+ * --create-topics=false fails naming them (rf_kafka_topics_ensure). */
+int rf_svc_kafka_topics(const rf_svc_kafka *k, const rf_kafka_opts *ko, const char *const *topics,
+                        size_t n);
 
 int rf_svc_signals_init(void);
 /* The signal received, or 0 when timeout_s passed (timeout_s < 0: wait forever). */

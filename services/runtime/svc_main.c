@@ -79,6 +79,7 @@ int rf_svc_main(const rf_svc_def *d, int argc, char **argv) {
 int rf_svc_stage_env_open(rf_svc_stage_env *e, const char *name, rf_svc_kafka *k, const char *pg) {
     /* In e, not on this stack: the consumer made later reads ko.client_id. */
     snprintf(e->client_id, sizeof e->client_id, "refinery-%s", name);
+    e->kafka = k;
     if (!(e->stats = rf_stats_new())) return RF_ERR_NOMEM;
     int rc = rf_svc_kafka_opts(k, e->client_id, &e->ko);
     if (!rc) rc = rf_kafka_producer_new(&e->ko, &e->producer);
@@ -90,7 +91,8 @@ int rf_svc_stage_env_open(rf_svc_stage_env *e, const char *name, rf_svc_kafka *k
 }
 
 int rf_svc_stage_env_consume(rf_svc_stage_env *e, const char *group, const char *topic) {
-    return rf_kafka_consumer_new(&e->ko, group, &topic, 1, &e->consumer);
+    int rc = rf_svc_kafka_topics(e->kafka, &e->ko, &topic, 1);
+    return rc < 0 ? rc : rf_kafka_consumer_new(&e->ko, group, &topic, 1, &e->consumer);
 }
 
 void rf_svc_stage_env_wire(const rf_svc_stage_env *e, rf_stage_loop *l) {

@@ -48,13 +48,15 @@ typedef struct rf_svc_stage_env {
     rf_store *store;
     rf_kafka_consumer *consumer;
     rf_stats *stats;
+    const rf_svc_kafka *kafka; /* borrowed from rf_svc_stage_env_open */
 } rf_svc_stage_env;
 
 /* Opens the stats, the Kafka options of k (client id refinery-<name>), a
  * producer and a store on conninfo pg. Everything opened is closed by
  * rf_svc_stage_env_close, also after a failure here. */
 int rf_svc_stage_env_open(rf_svc_stage_env *e, const char *name, rf_svc_kafka *k, const char *pg);
-/* Subscribes the consumer: group, one input topic. */
+/* Subscribes the consumer: group, one input topic, which is created first
+ * when missing (rf_svc_kafka_topics: --topic-partitions, --create-topics). */
 int rf_svc_stage_env_consume(rf_svc_stage_env *e, const char *group, const char *topic);
 /* Fills the loop's consumer, producer, store and stats from e. */
 void rf_svc_stage_env_wire(const rf_svc_stage_env *e, rf_stage_loop *l);

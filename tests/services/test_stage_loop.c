@@ -250,6 +250,111 @@ static void test_crash_and_replay(void **state) {
     rf_kafka_mock_free(mock);
 }
 
+/* Loss detection: a run with batches its upstream recorded and this stage
+ * has not is left alone while its partition is not drained, and failed with
+ * the reason once it is; a run that lost nothing, and a run that already
+ * ended, are untouched. */
+static void test_missing_batches(void **state) {
+    rf_kafka_mock *mock;
+    assert_int_equal(rf_kafka_mock_new(1, &mock), 0);
+    const char *bs = rf_kafka_mock_bootstrap(mock);
+    assert_int_equal(rf_kafka_mock_topic(mock, "lin", 1), 0);
+    assert_int_equal(rf_kafka_mock_topic(mock, "lout", 1), 0);
+    rf_store_opts so = {.conninfo = pg_server.conninfo};
+    rf_store *st;
+    assert_int_equal(rf_store_open(&so, &st), 0);
+    char lost[64], whole[64], ended[64];
+    snprintf(lost, sizeof lost, "lost-%d", (int)getpid());
+    snprintf(whole, sizeof whole, "whole-%d", (int)getpid());
+    snprintf(ended, sizeof ended, "ended-%d", (int)getpid());
+    const char *runs[] = {lost, whole, ended};
+    const int batches[] = {6, 2, 3};
+    rf_store_counts c = {.in = 10, .out = 10};
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(rf_store_run_create(st, runs[r], "{}", NULL), 0);
+        assert_int_equal(rf_store_run_start(st, runs[r], NULL), 0);
+        for (int seq = 0; seq < batches[r]; seq++)
+            assert_int_equal(rf_store_progress_add(st, runs[r], "up", (uint64_t)seq, &c, NULL), 0);
+    }
+    bool cancelled;
+    assert_int_equal(rf_store_run_cancel(st, ended, &cancelled), 0);
+
+    rf_kafka_opts po = {.bootstrap = bs, .delivery_timeout_s = 10};
+    rf_kafka_producer *p;
+    assert_int_equal(rf_kafka_producer_new(&po, &p), 0);
+    for (uint64_t seq = 0; seq < 6; seq++)
+        if (seq != 2) produce_batch(p, "lin", lost, seq); /* batch 2 never reaches Kafka */
+    for (uint64_t seq = 0; seq < 2; seq++)
+        produce_batch(p, "lin", whole, seq);
+    assert_int_equal(rf_kafka_flush(p, 10), 0);
+
+    toy ty = {.producer = p, .out_topic = "lout", .fail_seq = 99, .after_fail_seq = 99};
+    rf_stats *stats = rf_stats_new();
+    rf_stage_loop l = {.stage = "lossy",
+                       .producer = p,
+                       .store = st,
+                       .identify = rf_stage_identify_batch,
+                       .process = toy_process,
+                       .user = &ty,
+                       .stats = stats,
+                       .counters = "upper",
+                       .upstream = "up",
+                       .check_interval_s = 3600};
+    l.consumer = consumer(bs, "lossy", "lin");
+    /* Nothing consumed yet: not drained, nobody failed. */
+    assert_int_equal(rf_stage_loop_check_runs(&l), 0);
+    rf_store_run run;
+    assert_int_equal(rf_store_run_get(st, lost, &run), 0);
+    assert_int_equal(run.state, RF_RUN_RUNNING);
+    rf_store_counts tot = {0};
+    double end = rf_now() + 30;
+    while (tot.batches < 5 && rf_now() < end) {
+        assert_true(rf_stage_loop_step(&l) >= 0);
+        assert_int_equal(rf_store_progress_total(st, lost, "lossy", &tot), 0);
+    }
+    assert_int_equal(tot.batches, 5);
+    end = rf_now() + 30;
+    int failed = 0;
+    while (failed == 0 && rf_now() < end) { /* the whole run's batches may still be coming */
+        assert_true(rf_stage_loop_step(&l) >= 0);
+        failed = rf_stage_loop_check_runs(&l);
+        assert_true(failed >= 0);
+    }
+    assert_int_equal(failed, 1);
+    assert_int_equal(rf_store_run_get(st, lost, &run), 0);
+    assert_int_equal(run.state, RF_RUN_FAILED);
+    assert_non_null(strstr(run.error, "input lost: lossy never received 1 of the 6 batches"));
+    assert_non_null(strstr(run.error, "seq 2..2 missing, of 0..5"));
+    assert_non_null(strstr(run.error, "on lin [0]"));
+    assert_non_null(strstr(run.error, "none deleted")); /* nothing deleted: no retention claim */
+    assert_null(strstr(run.error, "retention"));
+    assert_int_equal(rf_stats_get(stats, "upper.runs_input_lost"), 1);
+    assert_int_equal(rf_store_run_get(st, whole, &run), 0);
+    assert_int_equal(run.state, RF_RUN_RUNNING);
+    assert_int_equal(rf_store_run_get(st, ended, &run), 0);
+    assert_int_equal(run.state, RF_RUN_CANCELLED);
+    assert_int_equal(rf_stage_loop_check_runs(&l), 0); /* once */
+
+    /* A gap on record is named in the reason, with the retention claim. */
+    char again[64];
+    snprintf(again, sizeof again, "again-%d", (int)getpid());
+    assert_int_equal(rf_store_run_create(st, again, "{}", NULL), 0);
+    assert_int_equal(rf_store_progress_add(st, again, "up", 7, &c, NULL), 0);
+    assert_int_equal(rf_store_gap_add(st, "lossy", "lin", 0, 3, 9), 0);
+    assert_int_equal(rf_store_gap_add(st, "lossy", "lin", 0, 3, 10), 0); /* widened */
+    assert_int_equal(rf_stage_loop_check_runs(&l), 1);
+    assert_int_equal(rf_store_run_get(st, again, &run), 0);
+    assert_int_equal(run.state, RF_RUN_FAILED);
+    assert_non_null(strstr(run.error, "offsets 3..9 were deleted before lossy consumed them"));
+    assert_non_null(strstr(run.error, "probable retention"));
+
+    rf_kafka_consumer_free(l.consumer);
+    rf_stats_free(stats);
+    rf_kafka_producer_free(p);
+    rf_store_close(st);
+    rf_kafka_mock_free(mock);
+}
+
 static void test_identify(void **state) {
     Refinery__V1__TokenBatch tb = REFINERY__V1__TOKEN_BATCH__INIT;
     tb.run_id = "r9";
@@ -415,7 +520,8 @@ int main(int argc, char **argv) {
     if (argc == 5 && !strcmp(argv[1], "--check"))
         return tool_check(argv[2], argv[3], atoi(argv[4]));
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_identify), cmocka_unit_test(test_crash_and_replay),
+        cmocka_unit_test(test_identify), cmocka_unit_test(test_missing_batches),
+        cmocka_unit_test(test_crash_and_replay),
         cmocka_unit_test(test_stop_flag), /* last: the stop flag is process-wide */
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -196,6 +196,95 @@ static void test_tokenize_truncation(void **state) {
     rf_tokenizer_service_free(svc);
 }
 
+/* The Kafka path does not cut silently either: a sequence cut to the
+ * tokenizer's max_length (256 in MiniLM's tokenizer.json) is marked in the
+ * TokenBatch with its length before the cut, and counted. */
+static void test_process_truncation(void **state) {
+    const char *shared = getenv("SHARED");
+    if (!shared) fail_msg("SHARED is not set: the tokenizer comes from the shared data");
+    char path[4096], train[64], eval[64];
+    snprintf(path, sizeof path, "%s/data/tokenizers/all-MiniLM-L6-v2/tokenizer.json", shared);
+    snprintf(train, sizeof train, "tokens.train.t%d", (int)getpid());
+    snprintf(eval, sizeof eval, "tokens.eval.t%d", (int)getpid());
+    rf_kafka_mock *mock;
+    assert_int_equal(rf_kafka_mock_new(1, &mock), 0);
+    assert_int_equal(rf_kafka_mock_topic(mock, train, 1), 0);
+    assert_int_equal(rf_kafka_mock_topic(mock, eval, 1), 0);
+    rf_kafka_opts ko = {.bootstrap = rf_kafka_mock_bootstrap(mock), .delivery_timeout_s = 5};
+    rf_kafka_producer *producer;
+    assert_int_equal(rf_kafka_producer_new(&ko, &producer), 0);
+    rf_stats *stats = rf_stats_new();
+    rf_tokenizer_service_opts so = {.tokenizer = path,
+                                    .add_special = true,
+                                    .producer = producer,
+                                    .stats = stats,
+                                    .topic_train = train,
+                                    .topic_eval = eval};
+    rf_tokenizer_service *svc;
+    assert_int_equal(rf_tokenizer_service_new(&so, &svc), RF_OK);
+    /* 400 times 5 ids: 2000 ids and [CLS] [SEP] before the cut. */
+    size_t n_long = 0;
+    char *longtext = malloc(400 * 32);
+    for (int i = 0; i < 400; i++)
+        n_long += (size_t)sprintf(longtext + n_long, "the quick brown fox. ");
+    Refinery__V1__Document docs[2], *ptrs[2];
+    for (int i = 0; i < 2; i++) {
+        refinery__v1__document__init(&docs[i]);
+        docs[i].id = i ? "short" : "long";
+        docs[i].text = i ? "Hello, world!" : longtext;
+        ptrs[i] = &docs[i];
+    }
+    Refinery__V1__DocumentBatch in = REFINERY__V1__DOCUMENT_BATCH__INIT;
+    in.run_id = "run-cut";
+    in.seq = 1;
+    in.docs = ptrs;
+    in.n_docs = 2;
+    size_t len = refinery__v1__document_batch__get_packed_size(&in);
+    uint8_t *buf = malloc(len);
+    refinery__v1__document_batch__pack(&in, buf);
+    rf_kafka_msg m = {.topic = "docs.unique", .value = buf, .len = len};
+    rf_stage_batch_id id = {0};
+    rf_kafka_tracker t = {0};
+    rf_store_counts counts = {0};
+    assert_int_equal(rf_tokenizer_service_process(svc, &m, &id, &t, &counts), RF_OK);
+    assert_int_equal(rf_kafka_wait(producer, &t, 10), RF_OK);
+    assert_int_equal(counts.out, 2);
+    assert_int_equal(rf_stats_get(stats, "tokenizer.truncated"), 1);
+    const char *topics[] = {train, eval};
+    rf_kafka_consumer *c;
+    assert_int_equal(rf_kafka_consumer_new(&ko, "collect", topics, 2, &c), 0);
+    int batches = 0, seen = 0;
+    double end = rf_now() + 20;
+    while (batches < 2 && rf_now() < end) {
+        rf_kafka_batch b;
+        assert_int_equal(rf_kafka_poll_batch(c, 100, 0.5, &b), 0);
+        for (size_t i = 0; i < b.n; i++, batches++) {
+            Refinery__V1__TokenBatch *tb =
+                refinery__v1__token_batch__unpack(NULL, b.msgs[i].len, b.msgs[i].value);
+            assert_non_null(tb);
+            for (size_t k = 0; k < tb->n_seqs; k++, seen++) {
+                const Refinery__V1__TokenSequence *q = tb->seqs[k];
+                bool is_long = !strcmp(q->doc_id, "long");
+                assert_int_equal(q->truncated, is_long);
+                assert_int_equal(q->n_ids, is_long ? 256 : q->original_length);
+                if (is_long) assert_int_equal(q->original_length, 2002);
+                assert_true(q->original_length > 2);
+            }
+            refinery__v1__token_batch__free_unpacked(tb, NULL);
+        }
+        rf_kafka_batch_release(&b);
+    }
+    assert_int_equal(batches, 2);
+    assert_int_equal(seen, 2);
+    rf_kafka_consumer_free(c);
+    rf_tokenizer_service_free(svc);
+    rf_kafka_producer_free(producer);
+    rf_kafka_mock_free(mock);
+    rf_stats_free(stats);
+    free(buf);
+    free(longtext);
+}
+
 /* A WordPiece tokenizer without unk_token: an unknown word fails to encode.
  * ids: [PAD]0 [UNK]1 [CLS]2 [SEP]3 the4 cat5 sat6 ##s7 .8 */
 static const char no_unk_json[] =
@@ -456,8 +545,8 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--bad")) return tool_bad(argv[2]);
     if (argc == 6 && !strcmp(argv[1], "--collect"))
         return tool_collect(argv[2], argv[3], atoi(argv[4]), argv[5]);
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_tokenize_in_process),
-                                       cmocka_unit_test(test_tokenize_truncation),
-                                       cmocka_unit_test(test_process_rejects)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tokenize_in_process), cmocka_unit_test(test_tokenize_truncation),
+        cmocka_unit_test(test_process_rejects), cmocka_unit_test(test_process_truncation)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

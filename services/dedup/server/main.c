@@ -45,13 +45,16 @@ static int run(void *cfg) {
                        .delivery_timeout_s = c->kafka.delivery_timeout_s,
                        .identify = rf_stage_identify_batch,
                        .process = rf_dedup_service_process,
-                       .prepare = rf_dedup_service_prepare};
+                       .prepare = rf_dedup_service_prepare,
+                       .upstream = "ingest"};
     rf_rpc_server *server = NULL;
     rf_ready *ready = NULL;
     int rc = rf_svc_health_open(&c->grpc, HEALTH, &server);
     if (!rc) rc = rf_svc_stage_env_open(&env, "dedup", &c->kafka, c->pg);
     so.producer = env.producer;
     if (!rc && !(rc = rf_dedup_service_open(&so, &svc))) l.user = svc;
+    const char *topics[] = {c->topic_in, c->topic_unique, c->topic_dups};
+    if (!rc) rc = rf_svc_kafka_topics(&c->kafka, &env.ko, topics, 3);
     if (!rc) rc = rf_svc_stage_env_consume(&env, c->group, c->topic_in);
     /* Readiness: NOT_SERVING while PostgreSQL or Kafka does not answer. */
     if (!rc) rc = rf_ready_new(server, HEALTH, c->ready_interval_s, &ready);

@@ -73,7 +73,8 @@ static int consume(const config *c, const rf_kafka_opts *ko, rf_evaluator_servic
                        .identify = rf_stage_identify_batch,
                        .process = rf_evaluator_service_intake,
                        .user = svc,
-                       .stats = stats};
+                       .stats = stats,
+                       .upstream = "tokenizer"};
     checkpoint_thread ct = {.svc = svc};
     rf_kafka_opts cko = *ko;
     const char **props = checkpoint_props(ko);
@@ -84,6 +85,8 @@ static int consume(const config *c, const rf_kafka_opts *ko, rf_evaluator_servic
     if (!rc) rc = rf_store_open(&sto, &store);
     l.store = store;
     if (!rc) rc = rf_store_open(&sto, &ct.store);
+    const char *topics[] = {c->topic_eval, c->topic_checkpoints};
+    if (!rc) rc = rf_svc_kafka_topics(&c->kafka, ko, topics, 2);
     if (!rc) rc = rf_kafka_consumer_new(ko, c->group, &c->topic_eval, 1, &l.consumer);
     if (!rc)
         rc = rf_kafka_consumer_new(&cko, c->checkpoint_group, &c->topic_checkpoints, 1,

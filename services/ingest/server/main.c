@@ -133,6 +133,9 @@ static int serve(void *cfg) {
             co.store = control_store;
         if (rc == RF_OK) rc = rf_control_service_new(&co, &control);
     }
+    /* After PostgreSQL, whose unfixable errors end the start at once. */
+    const char *topics[] = {c->topic_clean, c->topic_rejected, c->source_topic};
+    if (rc == RF_OK) rc = rf_svc_kafka_topics(&c->kafka, &ko, topics, 3);
     rf_ingest_files_opts fo = {.producer = producer,
                                .pg = c->pg,
                                .input_root = c->input_root,

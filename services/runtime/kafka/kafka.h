@@ -19,6 +19,7 @@
 #define RF_KAFKA_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -99,11 +100,27 @@ typedef struct rf_kafka_msg {
     size_t len;
 } rf_kafka_msg;
 
+/* Records of a partition that were deleted before the group consumed them:
+ * offsets [from, to), `to` being the log's start when the consumer found
+ * its position (the committed offset, or 0 for a partition the group never
+ * committed on) below it. Retention is the usual cause. */
+typedef struct rf_kafka_gap {
+    char topic[256];
+    int32_t partition;
+    int64_t from, to;
+} rf_kafka_gap;
+
 /* Messages of one poll; valid until rf_kafka_batch_release. */
 typedef struct rf_kafka_batch {
     rf_kafka_msg *msgs;
     size_t n;
     void **raw; /* librdkafka messages, owned */
+    /* Gaps found since the previous poll (at assignment or at a position out
+     * of the log): the consumer resumed at the log's start, so these records
+     * are lost to this group, and whoever owns the runs they belonged to must
+     * be told before the batch's offsets are committed. */
+    rf_kafka_gap *gaps;
+    size_t n_gaps;
 } rf_kafka_batch;
 
 /* Joins group and subscribes to topics[0..n). A new group starts at the
@@ -115,8 +132,12 @@ int rf_kafka_consumer_new(const rf_kafka_opts *o, const char *group, const char 
 void rf_kafka_consumer_free(rf_kafka_consumer *c);
 /* Up to max messages: waits at most timeout_s for the first, then takes what
  * has already arrived. 0 messages on timeout. A partition the group never
- * committed on is read from its start; RF_ERR_IO when the group's committed
- * offset is no longer in the log (records deleted unread: never skipped). */
+ * committed on is read from its start. When the group's committed offset is
+ * no longer in the log (records deleted unread), or a partition never
+ * committed on no longer starts at 0, reading resumes at the log's start and
+ * the skipped range is reported in b->gaps (also logged as an error): never
+ * skipped silently. RF_ERR_IO when the committed offset is beyond the log's
+ * end (a topic deleted and created again) or the offsets cannot be read. */
 int rf_kafka_poll_batch(rf_kafka_consumer *c, size_t max, double timeout_s, rf_kafka_batch *b);
 /* Synchronously commits the offsets following the batch's messages. */
 int rf_kafka_commit_batch(rf_kafka_consumer *c, const rf_kafka_batch *b);
@@ -127,5 +148,35 @@ void rf_kafka_batch_release(rf_kafka_batch *b);
  * message there. */
 void rf_kafka_consumer_observe_lag(rf_kafka_consumer *c, const char *consumer,
                                    const rf_kafka_batch *b);
+
+/* --- loss detection and topics (consumer.c, admin.c) --- */
+
+/* The topics the consumer subscribed to; *topics is owned by c. */
+size_t rf_kafka_consumer_topics(const rf_kafka_consumer *c, const char *const **topics);
+
+/* Where a consumer stands on one partition. */
+typedef struct rf_kafka_standing {
+    int32_t partition;
+    bool assigned;     /* to this member of the group */
+    int64_t position;  /* the next offset it hands out; -1 when not known */
+    int64_t low, high; /* the log's first offset and its end */
+} rf_kafka_standing;
+
+/* The standing of c on the partition of topic that messages keyed by key
+ * go to, by the producers' partitioner (librdkafka's consistent_random, or
+ * the `partitioner` property among the consumer's extra properties): every
+ * stage keys its batches by run id, so a run's batches on a topic share
+ * that partition. The position is the one after the last message polled,
+ * else the committed offset. Queries the brokers (up to timeout_s). */
+int rf_kafka_consumer_standing(rf_kafka_consumer *c, const char *topic, const void *key,
+                               size_t key_len, double timeout_s, rf_kafka_standing *out);
+
+/* Makes sure topics[0..n) exist (NULL and repeated names are ignored):
+ * missing ones are created with `partitions` partitions and the brokers'
+ * default replication when create is true (a topic another process created
+ * meanwhile is fine); otherwise RF_ERR_NOT_FOUND names the missing ones.
+ * Waits up to timeout_s for the brokers. */
+int rf_kafka_topics_ensure(const rf_kafka_opts *o, const char *const *topics, size_t n,
+                           int partitions, bool create, double timeout_s);
 
 #endif

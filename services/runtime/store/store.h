@@ -60,7 +60,7 @@ const char *rf_run_state_name(rf_run_state st);
 typedef struct rf_store_run {
     char id[128];
     rf_run_state state;
-    char error[256];
+    char error[512];
     bool sealed;       /* no more input will come (rf_store_run_seal) */
     double created_at; /* unix seconds */
     double updated_at;
@@ -73,7 +73,10 @@ int rf_store_run_set_state(rf_store *s, const char *run_id, rf_run_state st, con
 int rf_store_run_get(rf_store *s, const char *run_id, rf_store_run *out);
 /* The spec the run was created with, malloc'd (the caller frees it). */
 int rf_store_run_spec(rf_store *s, const char *run_id, char **spec);
-/* Marks the run's input complete (idempotent); RF_ERR_NOT_FOUND for an unknown id. */
+/* Marks the run's input complete (idempotent) and records its batch count:
+ * the ingest batches with documents recorded so far (stage_progress, stage
+ * "ingest", docs_out > 0), which every later stage must deliver (the first
+ * seal's count stays). RF_ERR_NOT_FOUND for an unknown id. */
 int rf_store_run_seal(rf_store *s, const char *run_id);
 /* Up to cap runs, newest first, into out; *n is how many. */
 int rf_store_run_list(rf_store *s, size_t cap, rf_store_run *out, size_t *n);
@@ -105,6 +108,35 @@ int rf_store_progress_total(rf_store *s, const char *run_id, const char *stage,
  * {"ingest", "dedup", "tokenizer", "trainer"}. */
 int rf_store_stage_complete(rf_store *s, const char *run_id, const char *const *chain, size_t n,
                             bool *complete);
+
+/* --- loss detection (flow.c, migration 004_loss) --- */
+
+/* Batches that stage `upstream` delivered with documents and `stage` has not
+ * recorded, for one run still pending or running. A stage keeps its input
+ * batch's seq and produces one batch per input batch with documents (see
+ * rf_store_stage_complete), so these are what the stage still owes. */
+typedef struct rf_store_missing {
+    char run_id[128];
+    int64_t missing;         /* batches not recorded by the stage */
+    int64_t expected;        /* batches upstream recorded with documents */
+    int64_t sealed_batches;  /* the run's batch count at its seal; -1 when not sealed */
+    uint64_t first, last;    /* the lowest and highest missing seq */
+    uint64_t seq_lo, seq_hi; /* the lowest and highest expected seq */
+} rf_store_missing;
+
+/* Up to cap runs (oldest first) with missing batches into out; *n is how many. */
+int rf_store_missing_batches(rf_store *s, const char *upstream, const char *stage, size_t cap,
+                             rf_store_missing *out, size_t *n);
+/* Records that stage found offsets [from, to) of topic [partition] deleted
+ * before it consumed them (idempotent). */
+int rf_store_gap_add(rf_store *s, const char *stage, const char *topic, int32_t partition,
+                     int64_t from, int64_t to);
+/* The latest gap stage recorded on topic [partition]: RF_ERR_NOT_FOUND when none. */
+int rf_store_gap_last(rf_store *s, const char *stage, const char *topic, int32_t partition,
+                      int64_t *from, int64_t *to);
+/* Ends a pending or running run as failed with reason. *failed = false when
+ * it had already ended (nothing changes); RF_ERR_NOT_FOUND for an unknown id. */
+int rf_store_run_fail(rf_store *s, const char *run_id, const char *reason, bool *failed);
 
 /* --- trainer and evaluator --- */
 

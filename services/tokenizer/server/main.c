@@ -45,9 +45,12 @@ static int consume(const config *c, const rf_kafka_opts *ko, rf_tokenizer_servic
                        .identify = rf_stage_identify_batch,
                        .process = rf_tokenizer_service_process,
                        .user = svc,
-                       .stats = stats};
+                       .stats = stats,
+                       .upstream = "dedup"};
     int rc = rf_store_open(&sto, &store);
     l.store = store;
+    const char *topics[] = {c->topic_in, c->topic_train, c->topic_eval};
+    if (!rc) rc = rf_svc_kafka_topics(&c->kafka, ko, topics, 3);
     if (!rc) rc = rf_kafka_consumer_new(ko, c->group, &c->topic_in, 1, &l.consumer);
     if (!rc) {
         rf_info("tokenizer", "%s -> %s / %s at %s", c->topic_in, c->topic_train, c->topic_eval,

@@ -19,6 +19,8 @@ struct rf_tokenizer_service {
     rf_tok_splitter *splitter; /* the stage loop's; RPC calls make their own state */
     rf_tok_doc *views;         /* the current batch as rf_tok_docs */
     size_t n_views;
+    rf_tok_state *full_state; /* the stage loop's, on full: lengths of cut sequences */
+    rf_tok_encoding full_enc;
 };
 
 int rf_tokenizer_service_new(const rf_tokenizer_service_opts *o, rf_tokenizer_service **out) {
@@ -48,6 +50,8 @@ int rf_tokenizer_service_new(const rf_tokenizer_service_opts *o, rf_tokenizer_se
 void rf_tokenizer_service_free(rf_tokenizer_service *s) {
     if (!s) return;
     free(s->views);
+    rf_tok_state_free(s->full_state);
+    rf_tok_encoding_free(&s->full_enc);
     rf_tok_splitter_free(s->splitter);
     rf_tokenizer_free(s->tok);
     rf_tokenizer_free(s->full);
@@ -88,6 +92,31 @@ static int produce_split(rf_tokenizer_service *s, rf_kafka_tracker *t, const cha
     return rc;
 }
 
+static size_t unpadded(const rf_tok_encoding *e) {
+    size_t n = 0;
+    for (size_t i = 0; i < e->len; i++)
+        n += e->attention_mask[i];
+    return n;
+}
+
+/* Marks q as the Tokenize RPC does: its length before truncation, and
+ * whether it was cut to the tokenizer's max_length. Only a sequence that
+ * reached the limit may have been cut, and only it is encoded again. */
+static int mark_truncation(rf_tokenizer_service *s, const Refinery__V1__Document *d,
+                           const rf_tok_encoding *enc, Refinery__V1__TokenSequence *q) {
+    size_t original = unpadded(enc);
+    if (s->limit && original >= s->limit) {
+        if (!s->full_state && !(s->full_state = rf_tok_state_new(s->full))) return RF_ERR_NOMEM;
+        int rc =
+            rf_tok_encode(s->full_state, d->text, strlen(d->text), s->o.add_special, &s->full_enc);
+        if (rc) return rc;
+        original = s->full_enc.len;
+    }
+    q->truncated = s->limit && original > s->limit;
+    q->original_length = original > UINT32_MAX ? UINT32_MAX : (uint32_t)original;
+    return RF_OK;
+}
+
 static int reserve_views(rf_tokenizer_service *s, size_t n) {
     if (n <= s->n_views) return RF_OK;
     rf_tok_doc *v = realloc(s->views, n * sizeof *v);
@@ -105,7 +134,8 @@ int rf_tokenizer_service_process(void *user, const rf_kafka_msg *m, const rf_sta
     Refinery__V1__DocumentBatch *in;
     if (rf_svc_unpack_documents(m, &in) < 0) return RF_ERR_PARSE;
     split_out out[2] = {{0}, {0}};
-    int64_t rejected = 0;
+    int64_t rejected = 0, truncated = 0;
+    uint32_t longest = 0;
     int rc = reserve_views(s, in->n_docs);
     for (int k = 0; k < 2 && !rc; k++)
         if (!(out[k].seqs = calloc(in->n_docs + 1, sizeof *out[k].seqs)) ||
@@ -141,6 +171,18 @@ int rf_tokenizer_service_process(void *user, const rf_kafka_msg *m, const rf_sta
         }
         memcpy(q->ids, r->enc.ids, r->enc.len * sizeof *q->ids);
         out[k].ptrs[out[k].n++] = q;
+        if ((rc = mark_truncation(s, d, &r->enc, q))) break;
+        if (q->truncated) {
+            truncated++;
+            if (q->original_length > longest) longest = q->original_length;
+        }
+    }
+    /* Cut sequences are marked in the TokenBatch, counted and said here. */
+    if (!rc && truncated) {
+        if (s->o.stats) rf_stats_add(s->o.stats, "tokenizer.truncated", truncated);
+        rf_info("tokenizer",
+                "batch %s/%llu: %lld sequence(s) truncated to %zu ids (longest %u before)",
+                in->run_id, (unsigned long long)in->seq, (long long)truncated, s->limit, longest);
     }
     if (!rc) rc = produce_split(s, t, s->o.topic_train, in, &out[RF_SPLIT_TRAIN], false);
     if (!rc) rc = produce_split(s, t, s->o.topic_eval, in, &out[RF_SPLIT_EVAL], true);
@@ -175,13 +217,6 @@ static int cut_encoding(rf_tok_encoding *e, size_t max, rf_tok_side side) {
     memmove(e->ids + pre + keep, e->ids + pre + body, post * sizeof *e->ids);
     e->len = max;
     return RF_OK;
-}
-
-static size_t unpadded(const rf_tok_encoding *e) {
-    size_t n = 0;
-    for (size_t i = 0; i < e->len; i++)
-        n += e->attention_mask[i];
-    return n;
 }
 
 /* Encodes one text for Tokenize into seq: the server's tokenizer as loaded

@@ -9,6 +9,10 @@
  *   the id's hash without one, as in the shards). Counts: in, out (sequences
  *   produced), rejected (documents without text or that the tokenizer
  *   refused, also counted in stats as tokenizer.rejected.<reason> and logged).
+ *   Nothing is cut silently: each sequence carries its length before
+ *   truncation (original_length) and whether it was cut to the tokenizer's
+ *   max_length (truncated), as Tokenize's do; cut ones are counted as
+ *   tokenizer.truncated and logged per batch.
  * - gRPC refinery.v1.Tokenizer/Tokenize (unary): every text encoded, in
  *   order. A text that is not valid UTF-8 (proto3 strings must be) fails the
  *   call with INVALID_ARGUMENT naming the text and byte, rather than being

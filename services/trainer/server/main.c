@@ -40,7 +40,8 @@ static int run(void *cfg) {
                        .max_messages = (size_t)c->max_messages,
                        .delivery_timeout_s = c->kafka.delivery_timeout_s,
                        .identify = rf_stage_identify_batch,
-                       .process = rf_trainer_service_process};
+                       .process = rf_trainer_service_process,
+                       .upstream = "tokenizer"};
     rf_rpc_server *server = NULL;
     rf_ready *ready = NULL;
     int rc = rf_svc_health_open(&c->grpc, HEALTH, &server);
@@ -57,6 +58,8 @@ static int run(void *cfg) {
                                   .cancel_poll_s = c->cancel_poll_s,
                                   .stats = env.stats};
     if (!rc && !(rc = rf_trainer_service_new(&so, &svc))) l.user = svc;
+    const char *topics[] = {c->topic_in, c->topic_checkpoints};
+    if (!rc) rc = rf_svc_kafka_topics(&c->kafka, &env.ko, topics, 2);
     if (!rc) rc = rf_svc_stage_env_consume(&env, c->group, c->topic_in);
     /* Readiness: NOT_SERVING while PostgreSQL or Kafka does not answer. */
     if (!rc) rc = rf_ready_new(server, HEALTH, c->ready_interval_s, &ready);
