@@ -58,7 +58,13 @@ watchdog() {
 case $cmd in
 start)
     mkdir -p "$dir"
-    [ "$(id -u)" -eq 0 ] && chown postgres: "$dir"
+    if [ "$(id -u)" -eq 0 ]; then
+        chown postgres: "$dir"
+        runuser -u postgres -- test -x "$dir" || {
+            echo "pg.sh: the postgres user cannot reach $dir (a parent directory is private to root): use a directory of its own, e.g. \$(mktemp -d)" >&2
+            exit 1
+        }
+    fi
     if [ ! -d "$dir/data" ]; then
         as_owner "$PG_BIN/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --no-sync \
             --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 ||
