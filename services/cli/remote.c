@@ -270,6 +270,7 @@ typedef struct watcher {
     Refinery__V1__RunStatus *last; /* the last status seen (owned), NULL before one */
     uint8_t *last_packed;          /* and packed, to print only changes */
     size_t last_len;
+    char *last_line;    /* the last progress line printed, from after its time (owned) */
     double progress_at; /* rf_now() of the last progress (or of the start) */
     double down_since;  /* rf_now() since which the server gives no status; < 0: it does */
     double pause;       /* before asking a silent server again */
@@ -306,6 +307,29 @@ static bool progressed(const Refinery__V1__RunStatus *a, const Refinery__V1__Run
     return false;
 }
 
+/* The progress line, unless it reads as the last one did (a change of
+ * liveness between working and waiting, say, shows in JSON only). */
+static void print_changed_line(watcher *wt, const Refinery__V1__RunStatus *s) {
+    char *line = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&line, &n);
+    if (!m) {
+        rf_remote_print_line(stdout, s);
+        return;
+    }
+    rf_remote_print_line(m, s);
+    fclose(m);
+    const char *body = strchr(line, ' '); /* after the time */
+    body = body ? body : line;
+    if (!wt->last_line || strcmp(body, wt->last_line) != 0) {
+        fputs(line, stdout);
+        fflush(stdout);
+        free(wt->last_line);
+        wt->last_line = strdup(body);
+    }
+    free(line);
+}
+
 /* Takes s: notes progress, prints it when it differs from the last one. */
 static int observe(watcher *wt, Refinery__V1__RunStatus *s) {
     size_t len = refinery__v1__run_status__get_packed_size(s);
@@ -320,7 +344,7 @@ static int observe(watcher *wt, Refinery__V1__RunStatus *s) {
         if (wt->w->json)
             rf_remote_print_json(stdout, s);
         else
-            rf_remote_print_line(stdout, s);
+            print_changed_line(wt, s);
     }
     if (wt->last) protobuf_c_message_free_unpacked(&wt->last->base, NULL);
     free(wt->last_packed);
@@ -528,6 +552,7 @@ int rf_remote_watch(const rf_remote *r, const char *cmd, const char *run_id,
     }
     if (wt.last) protobuf_c_message_free_unpacked(&wt.last->base, NULL);
     free(wt.last_packed);
+    free(wt.last_line);
     rf_rpc_client_free(wt.c);
     return rc;
 }
