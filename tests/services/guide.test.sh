@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # services/README.md's by-hand guide, run as written: every fenced block that
 # follows a `<!-- guide -->` line, in order, in one bash, so that the guide
-# and this test cannot drift apart. The only change: its ports 7101-7105 are
-# moved to free ones (tests run beside other services). It runs in a
+# and this test cannot drift apart. The only changes: its ports 7101-7105 are
+# moved to free ones (tests run beside other services), and under make asan
+# build/refinery* is build-asan/refinery*. It runs in a
 # terminal of its own (script(1)) with job control, as a person's shell
 # would: a background process that read the terminal would be stopped there
 # (the Kafka mock once was) and the stop at the end would hang.
@@ -37,6 +38,9 @@ for s in ss: s.bind(("127.0.0.1", 0))
 print(" ".join(str(s.getsockname()[1]) for s in ss))')
 subst=()
 for i in 0 1 2 3 4; do subst+=(-e "s/127\.0\.0\.1:710$((i + 1))\b/127.0.0.1:${ports[$i]}/g"); done
+# Under make asan the binaries are those of $REFINERY_BUILD (build-asan).
+build_rel=${REFINERY_BUILD#"$REFINERY_ROOT"/}
+[ "$build_rel" = build ] || subst+=(-e "s#\bbuild/refinery#$build_rel/refinery#g")
 sed "${subst[@]}" "$TEST_DIR/blocks.sh" >"$TEST_DIR/body.sh"
 ! grep -n '710[1-5]' "$TEST_DIR/body.sh" | grep -v '^[0-9]*:#' || { echo "a port was not moved" >&2; exit 1; }
 
@@ -56,6 +60,8 @@ echo "running $n blocks ($(grep -cv '^\s*\(#\|$\)' "$TEST_DIR/body.sh") command 
 rc=0
 start=$SECONDS
 env -i PATH="$PATH" HOME="${HOME:-/tmp}" TERM=dumb LANG=C.UTF-8 PG_OWNER_PID=$$ \
+    ${ASAN_OPTIONS:+ASAN_OPTIONS="$ASAN_OPTIONS"} ${UBSAN_OPTIONS:+UBSAN_OPTIONS="$UBSAN_OPTIONS"} \
+    ${LSAN_OPTIONS:+LSAN_OPTIONS="$LSAN_OPTIONS"} \
     timeout -k 10 180 script -qec "bash $TEST_DIR/guide.sh >$TEST_DIR/guide.log 2>&1" /dev/null \
     </dev/null >/dev/null 2>&1 || rc=$?
 echo "the guide ran for $((SECONDS - start)) s, exit $rc"
