@@ -7,6 +7,7 @@
 #   for it that makes no progress (here refinery-dedup consuming the wrong
 #   topic) is "stalled" after --stall-after; a working stage is neither;
 #   `refinery status` (JSON) and `refinery status --lines` / `watch` show it;
+#   a live stage whose Kafka does not answer is "unready" with the reason;
 # - readiness of refinery-ingest (refinery.v1.Ingest, refinery.v1.Control)
 #   and refinery-evaluator (refinery.v1.Evaluator): NOT_SERVING while
 #   PostgreSQL is stopped, and (Ingest, Evaluator) while every Kafka broker is
@@ -120,6 +121,14 @@ json_stage live-2 dedup liveness_reason | grep -q "no heartbeat of refinery-dedu
 "$bin" cancel live-2 >/dev/null
 [ "$(json_stage live-2 dedup liveness)" = ended ]
 
+# --- unready: dedup beats but says Kafka does not answer ---
+"$REFINERY_BUILD/refinery-dedup" --listen 127.0.0.1:0 --index "$TEST_DIR/index" \
+    --ready-interval $BEAT 2>"$TEST_DIR/dedup.3.log" &
+dedup_pid=$!
+env_track_pid $dedup_pid
+"$bin" submit "$TEST_DIR/spec.yaml" --run-id live-3 >/dev/null
+wait_liveness live-3 dedup complete 30 >/dev/null
+
 # --- readiness of ingest (Ingest, Control) and the evaluator ---
 "$REFINERY_BUILD/refinery-evaluator" --listen 127.0.0.1:0 --port-file "$TEST_DIR/eval.port" \
     --state "$TEST_DIR/eval" --ready-interval $BEAT --threads 1 2>"$TEST_DIR/evaluator.log" &
@@ -140,9 +149,12 @@ hc "$eval_port" refinery.v1.Evaluator NOT_SERVING
 hc "$ingest_port" refinery.v1.Control SERVING # Control needs only PostgreSQL
 grep -q '"refinery.v1.Ingest NOT_SERVING: Kafka unreachable: ' "$TEST_DIR/ingest.log"
 grep -q '"refinery.v1.Evaluator NOT_SERVING: Kafka unreachable: ' "$TEST_DIR/evaluator.log"
+echo "unready after $(wait_liveness live-3 dedup unready 15)"
+json_stage live-3 dedup liveness_reason | grep -q "^Kafka unreachable: "
 for b in 1 2 3; do scripts/test-env/kafka.sh cmd "$TEST_DIR" "up $b"; done
 hc "$ingest_port" refinery.v1.Ingest SERVING
 hc "$eval_port" refinery.v1.Evaluator SERVING
+wait_liveness live-3 dedup complete 15 >/dev/null
 scripts/test-env/pg.sh stop "$TEST_DIR"
 hc "$ingest_port" refinery.v1.Ingest NOT_SERVING
 hc "$ingest_port" refinery.v1.Control NOT_SERVING
@@ -155,6 +167,8 @@ hc "$ingest_port" refinery.v1.Control SERVING
 hc "$eval_port" refinery.v1.Evaluator SERVING
 kill -TERM $eval_pid
 wait $eval_pid
+kill -TERM $dedup_pid
+wait $dedup_pid
 kill -TERM $ingest_pid
 wait $ingest_pid
 echo "liveness: ok"
