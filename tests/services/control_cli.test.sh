@@ -7,6 +7,10 @@
 # takes no more pushes; REFINERY__* overrides reach the stored spec; classify against refinery-evaluator (gRPC side) with
 # a recorded checkpoint. The run's later stages are the end-to-end test's.
 . "$REFINERY_ROOT/tests/services/lib.sh"
+# The stored spec must be the file as sent: no REFINERY__* override from the
+# caller (tests/run.sh on main sets REFINERY__RUN__CACHE=false for the
+# embedded runner); the overrides case below sets its own.
+while read -r v; do unset "$v"; done < <(env | sed -n 's/^\(REFINERY__[A-Za-z0-9_]*\)=.*/\1/p')
 env_start pg kafka
 bin=$REFINERY_BIN
 
