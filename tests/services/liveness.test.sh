@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Liveness and readiness (issue 15), with real service processes:
-# - every service writes a heartbeat to PostgreSQL (runtime/ready.h); Control
+# - every service writes a heartbeat to PostgreSQL (runtime/ready.h; checked
+#   for all five, with their pids); Control
 #   (refinery-ingest --down-after / --stall-after) flags each stage of a run:
 #   a stage whose service never started or was SIGKILLed is "down" within
 #   --down-after plus a heartbeat interval; a live stage with batches waiting
@@ -169,6 +170,31 @@ kill -TERM $eval_pid
 wait $eval_pid
 kill -TERM $dedup_pid
 wait $dedup_pid
+
+# --- the tokenizer and the trainer beat too ---
+"$REFINERY_BUILD/refinery-tokenizer" --listen 127.0.0.1:0 \
+    --tokenizer tests/fixtures/trainer/tiny-bert/vocab.txt --ready-interval $BEAT \
+    2>"$TEST_DIR/tokenizer.log" &
+tok_pid=$!
+env_track_pid $tok_pid
+"$REFINERY_BUILD/refinery-trainer" --listen 127.0.0.1:0 --state "$TEST_DIR/trainer" \
+    --checkpoints "$TEST_DIR/ck" --threads 1 --ready-interval $BEAT 2>"$TEST_DIR/trainer.log" &
+trainer_pid=$!
+env_track_pid $trainer_pid
+beats() { # the services with a ready heartbeat younger than 2 s, by this host and pid
+    psql "$REFINERY_PG" -Atc "select service || ' ' || split_part(instance, ':', 2) from heartbeats
+        where ready and beat_at > now() - interval '2 seconds' order by 1"
+}
+for _ in $(seq 100); do
+    [ "$(beats | grep -c -E "^(tokenizer $tok_pid|trainer $trainer_pid)$")" -eq 2 ] && break
+    sleep 0.2
+done
+beats
+beats | grep -qx "tokenizer $tok_pid" || { echo "no heartbeat of refinery-tokenizer" >&2; exit 1; }
+beats | grep -qx "trainer $trainer_pid" || { echo "no heartbeat of refinery-trainer" >&2; exit 1; }
+kill -TERM $tok_pid $trainer_pid
+wait $tok_pid
+wait $trainer_pid
 kill -TERM $ingest_pid
 wait $ingest_pid
 echo "liveness: ok"
