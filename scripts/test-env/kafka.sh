@@ -3,7 +3,7 @@
 # rdkafka_mock, 3 brokers on 127.0.0.1, real Kafka protocol) as a background
 # process.
 #
-#   kafka.sh start DIR [BROKERS]   start it; writes DIR/kafka.env (KAFKA_BOOTSTRAP)
+#   kafka.sh start DIR [BROKERS]   start it; writes DIR/kafka.env (exports KAFKA_BOOTSTRAP)
 #   kafka.sh cmd DIR "down 2"      send a command (down N, up N, topic NAME PARTS)
 #                                  and wait for its answer
 #   kafka.sh stop DIR              SIGTERM it and wait
@@ -29,7 +29,7 @@ start)
         sleep 0.05
     done
     [ -s "$dir/kafka.bootstrap" ] || { echo "kafka.sh: mock did not start" >&2; cat "$dir/kafka.log" >&2; exit 1; }
-    echo "KAFKA_BOOTSTRAP=$(cat "$dir/kafka.bootstrap")" >"$dir/kafka.env"
+    echo "export KAFKA_BOOTSTRAP=$(cat "$dir/kafka.bootstrap")" >"$dir/kafka.env"
     echo "kafka.sh: mock cluster at $(cat "$dir/kafka.bootstrap")" >&2
     ;;
 cmd)

@@ -2,8 +2,9 @@
 # A throwaway PostgreSQL server for tests: initdb into DIR/data, listen on a
 # free port of 127.0.0.1 only, unix socket in DIR, no fsync (test data only).
 #
-#   pg.sh start DIR     start it; writes DIR/pg.env (PGHOST, PGPORT, PGUSER,
-#                       PGDATABASE, REFINERY_PG = a libpq connection string)
+#   pg.sh start DIR     start it; writes DIR/pg.env (exports PGHOST, PGPORT, PGUSER,
+#                       PGDATABASE, REFINERY_PG = a libpq connection string:
+#                       `. DIR/pg.env` makes them the services' environment)
 #                       and DIR/pg.conninfo (the connection string alone).
 #                       With PG_OWNER_PID set, a watchdog stops the server and
 #                       removes DIR once that process is gone (even if killed).
@@ -35,11 +36,11 @@ start_on() {
 write_env() {
     local port=$1
     cat >"$dir/pg.env" <<ENV
-PGHOST=127.0.0.1
-PGPORT=$port
-PGUSER=postgres
-PGDATABASE=postgres
-REFINERY_PG="host=127.0.0.1 port=$port user=postgres dbname=postgres connect_timeout=5"
+export PGHOST=127.0.0.1
+export PGPORT=$port
+export PGUSER=postgres
+export PGDATABASE=postgres
+export REFINERY_PG="host=127.0.0.1 port=$port user=postgres dbname=postgres connect_timeout=5"
 ENV
     echo "host=127.0.0.1 port=$port user=postgres dbname=postgres connect_timeout=5" >"$dir/pg.conninfo"
 }
@@ -57,7 +58,13 @@ watchdog() {
 case $cmd in
 start)
     mkdir -p "$dir"
-    [ "$(id -u)" -eq 0 ] && chown postgres: "$dir"
+    if [ "$(id -u)" -eq 0 ]; then
+        chown postgres: "$dir"
+        runuser -u postgres -- test -x "$dir" || {
+            echo "pg.sh: the postgres user cannot reach $dir (a parent directory is private to root): use a directory of its own, e.g. \$(mktemp -d)" >&2
+            exit 1
+        }
+    fi
     if [ ! -d "$dir/data" ]; then
         as_owner "$PG_BIN/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --no-sync \
             --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 ||

@@ -36,8 +36,19 @@ int main(int argc, char **argv) {
     }
     const char *name = argv[1];
     if (!strcmp(name, "help") || !strcmp(name, "--help") || !strcmp(name, "-h")) {
-        usage(stdout);
-        return 0;
+        if (argc < 3) {
+            usage(stdout);
+            return 0;
+        }
+        /* `refinery help CMD` is `refinery CMD --help`. */
+        for (int i = 0; i < ncommands; i++)
+            if (!strcmp(commands[i]->name, argv[2])) {
+                char *args[] = {argv[2], "--help", NULL};
+                return commands[i]->main(2, args);
+            }
+        fprintf(stderr, "refinery: unknown command '%s'\n\n", argv[2]);
+        usage(stderr);
+        return 2;
     }
     for (int i = 0; i < ncommands; i++)
         if (!strcmp(commands[i]->name, name)) return commands[i]->main(argc - 1, argv + 1);

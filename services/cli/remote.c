@@ -154,6 +154,27 @@ static void put_str(rf_buf *b, const char *key, const char *v) {
     rf_buf_append_json_str(b, v, strlen(v));
 }
 
+static bool ended(const char *state);
+
+/* Unix seconds as a JSON string in UTC ("2026-11-25T02:10:00Z"); null for 0. */
+static void put_time(rf_buf *b, double t) {
+    if (t <= 0) {
+        rf_buf_puts(b, "null");
+        return;
+    }
+    time_t tt = (time_t)t;
+    struct tm tm;
+    char ts[32];
+    strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&tt, &tm));
+    rf_buf_printf(b, "\"%s\"", ts);
+}
+
+/* A stage whose liveness an operator must see: down, unready or stalled. */
+static bool flagged(const Refinery__V1__StageCounts *c) {
+    return !strcmp(c->liveness, "down") || !strcmp(c->liveness, "unready") ||
+           !strcmp(c->liveness, "stalled");
+}
+
 void rf_remote_print_json(FILE *out, const Refinery__V1__RunStatus *s) {
     rf_buf b = RF_BUF_INIT;
     rf_buf_putc(&b, '{');
@@ -170,10 +191,18 @@ void rf_remote_print_json(FILE *out, const Refinery__V1__RunStatus *s) {
         rf_buf_append_json_str(&b, c->stage, strlen(c->stage));
         rf_buf_printf(&b,
                       ":{\"batches\":%llu,\"docs_in\":%llu,\"docs_out\":%llu,\"rejected\":%llu,"
-                      "\"duplicate\":%llu,\"complete\":%s}",
+                      "\"duplicate\":%llu,\"complete\":%s,",
                       (unsigned long long)c->batches, (unsigned long long)c->docs_in,
                       (unsigned long long)c->docs_out, (unsigned long long)c->rejected,
                       (unsigned long long)c->duplicate, c->complete ? "true" : "false");
+        put_str(&b, "liveness", c->liveness);
+        rf_buf_putc(&b, ',');
+        put_str(&b, "liveness_reason", c->liveness_reason);
+        rf_buf_puts(&b, ",\"last_progress\":");
+        put_time(&b, c->last_progress_at);
+        rf_buf_puts(&b, ",\"last_heartbeat\":");
+        put_time(&b, c->last_heartbeat_at);
+        rf_buf_putc(&b, '}');
     }
     rf_buf_printf(&b,
                   "},\"checkpoint_step\":%lld,\"train_loss\":%.6g,\"eval_step\":%lld,\"eval\":{",
@@ -202,7 +231,21 @@ void rf_remote_print_line(FILE *out, const Refinery__V1__RunStatus *s) {
         if (c->rejected) fprintf(out, " rej %llu", (unsigned long long)c->rejected);
         if (c->duplicate) fprintf(out, " dup %llu", (unsigned long long)c->duplicate);
         if (c->complete) fputs(" done", out);
+        if (flagged(c)) {
+            fputc(' ', out);
+            for (const char *p = c->liveness; *p; p++)
+                fputc(*p - 'a' + 'A', out);
+        } else if (c->last_progress_at > 0 && !c->complete && !ended(s->state)) {
+            time_t at = (time_t)c->last_progress_at;
+            char lt[16];
+            strftime(lt, sizeof lt, "%H:%M:%S", localtime_r(&at, &tm));
+            fprintf(out, " @%s", lt);
+        }
     }
+    for (size_t i = 0; i < s->n_stages; i++)
+        if (flagged(s->stages[i]))
+            fprintf(out, " | %s %s: %s", s->stages[i]->stage, s->stages[i]->liveness,
+                    s->stages[i]->liveness_reason);
     if (s->checkpoint_step >= 0)
         fprintf(out, " | step %lld loss %.4f", (long long)s->checkpoint_step, s->train_loss);
     if (s->eval_step >= 0) {
@@ -227,6 +270,7 @@ typedef struct watcher {
     Refinery__V1__RunStatus *last; /* the last status seen (owned), NULL before one */
     uint8_t *last_packed;          /* and packed, to print only changes */
     size_t last_len;
+    char *last_line;    /* the last progress line printed, from after its time (owned) */
     double progress_at; /* rf_now() of the last progress (or of the start) */
     double down_since;  /* rf_now() since which the server gives no status; < 0: it does */
     double pause;       /* before asking a silent server again */
@@ -263,6 +307,29 @@ static bool progressed(const Refinery__V1__RunStatus *a, const Refinery__V1__Run
     return false;
 }
 
+/* The progress line, unless it reads as the last one did (a change of
+ * liveness between working and waiting, say, shows in JSON only). */
+static void print_changed_line(watcher *wt, const Refinery__V1__RunStatus *s) {
+    char *line = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&line, &n);
+    if (!m) {
+        rf_remote_print_line(stdout, s);
+        return;
+    }
+    rf_remote_print_line(m, s);
+    fclose(m);
+    const char *body = strchr(line, ' '); /* after the time */
+    body = body ? body : line;
+    if (!wt->last_line || strcmp(body, wt->last_line) != 0) {
+        fputs(line, stdout);
+        fflush(stdout);
+        free(wt->last_line);
+        wt->last_line = strdup(body);
+    }
+    free(line);
+}
+
 /* Takes s: notes progress, prints it when it differs from the last one. */
 static int observe(watcher *wt, Refinery__V1__RunStatus *s) {
     size_t len = refinery__v1__run_status__get_packed_size(s);
@@ -277,7 +344,7 @@ static int observe(watcher *wt, Refinery__V1__RunStatus *s) {
         if (wt->w->json)
             rf_remote_print_json(stdout, s);
         else
-            rf_remote_print_line(stdout, s);
+            print_changed_line(wt, s);
     }
     if (wt->last) protobuf_c_message_free_unpacked(&wt->last->base, NULL);
     free(wt->last_packed);
@@ -387,6 +454,7 @@ static int give_up_silent(const watcher *wt, double now) {
 static void put_counts(rf_buf *b, const Refinery__V1__StageCounts *c) {
     rf_buf_printf(b, "%s %llu>%llu (batches %llu)", c->stage, (unsigned long long)c->docs_in,
                   (unsigned long long)c->docs_out, (unsigned long long)c->batches);
+    if (flagged(c)) rf_buf_printf(b, " [%s: %s]", c->liveness, c->liveness_reason);
 }
 
 static int give_up_stalled(const watcher *wt, double now) {
@@ -484,6 +552,7 @@ int rf_remote_watch(const rf_remote *r, const char *cmd, const char *run_id,
     }
     if (wt.last) protobuf_c_message_free_unpacked(&wt.last->base, NULL);
     free(wt.last_packed);
+    free(wt.last_line);
     rf_rpc_client_free(wt.c);
     return rc;
 }

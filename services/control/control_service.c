@@ -39,6 +39,8 @@ int rf_control_service_new(const rf_control_service_opts *o, rf_control_service 
     svc->o = *o;
     if (svc->o.max_watches <= 0) svc->o.max_watches = 1;
     if (svc->o.poll_s <= 0) svc->o.poll_s = 0.5;
+    if (svc->o.down_after_s <= 0) svc->o.down_after_s = 15;
+    if (svc->o.stall_after_s <= 0) svc->o.stall_after_s = 120;
     pthread_mutex_init(&svc->store_mu, NULL);
     atomic_init(&svc->watches, 0);
     atomic_init(&svc->stopping, false);
@@ -69,6 +71,8 @@ static const char *const stage_names[NSTAGES] = {"ingest", "dedup", "tokenizer",
 /* Stage i of the first four completes over stage_names[0..i]; the evaluator
  * follows the tokenizer directly (it reads tokens.eval). */
 static const char *const eval_chain[] = {"ingest", "dedup", "tokenizer", "evaluator"};
+/* The stage each consumes from (its backlog). */
+static const char *const upstream[NSTAGES] = {NULL, "ingest", "dedup", "tokenizer", "tokenizer"};
 
 /* A RunStatus whose strings point into its own fields. */
 typedef struct run_status {
@@ -76,6 +80,7 @@ typedef struct run_status {
     rf_store_run run;
     Refinery__V1__StageCounts stages[NSTAGES];
     Refinery__V1__StageCounts *stage_ptrs[NSTAGES];
+    char reasons[NSTAGES][400];
     rf_store_metric *metrics;
     Refinery__V1__Metric *metric_msgs;
     Refinery__V1__Metric **metric_ptrs;
@@ -92,7 +97,66 @@ static uint64_t nonneg(int64_t v) {
     return v > 0 ? (uint64_t)v : 0;
 }
 
-static int load_stages(rf_store *s, run_status *st) {
+/* Unix seconds as 2026-11-25T02:10:00Z. */
+static void utc(double t, char *out, size_t n) {
+    time_t tt = (time_t)t;
+    struct tm tm;
+    strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&tt, &tm));
+}
+
+/* Fills c's liveness from lv (see control_service.h). */
+static void classify(const rf_control_service *svc, const rf_store_liveness *lv, bool ended,
+                     Refinery__V1__StageCounts *c, char *reason, size_t n) {
+    char at[32];
+    reason[0] = 0;
+    c->liveness_reason = reason;
+    c->last_progress_at = lv->progress_at;
+    if (ended) {
+        c->liveness = "ended";
+        return;
+    }
+    double down_after = svc->o.down_after_s, stall_after = svc->o.stall_after_s;
+    if (lv->heartbeat_at <= 0 || lv->now - lv->heartbeat_at > down_after) {
+        c->liveness = "down";
+        c->last_heartbeat_at = lv->heartbeat_at;
+        if (lv->heartbeat_at <= 0) {
+            snprintf(reason, n, "no heartbeat of refinery-%s recorded", c->stage);
+        } else {
+            utc(lv->heartbeat_at, at, sizeof at);
+            snprintf(reason, n,
+                     "no heartbeat of refinery-%s for %.0f s, since %s (down after %g s)", c->stage,
+                     lv->now - lv->heartbeat_at, at, down_after);
+        }
+        return;
+    }
+    if (!lv->ready) {
+        c->liveness = "unready";
+        snprintf(reason, n, "%s", lv->reason[0] ? lv->reason : "its dependencies do not answer");
+        return;
+    }
+    if (c->complete) {
+        c->liveness = "complete";
+        return;
+    }
+    if (lv->backlog <= 0) {
+        c->liveness = "waiting";
+        return;
+    }
+    /* Progress, or since the oldest waiting batch arrived when newer. */
+    double since = lv->progress_at > lv->backlog_since ? lv->progress_at : lv->backlog_since;
+    if (lv->now - since > stall_after) {
+        c->liveness = "stalled";
+        utc(since, at, sizeof at);
+        snprintf(reason, n,
+                 "%lld batch(es) wait for it and it made no progress for %.0f s, since %s "
+                 "(stalled after %g s)",
+                 (long long)lv->backlog, lv->now - since, at, stall_after);
+        return;
+    }
+    c->liveness = "working";
+}
+
+static int load_stages(rf_control_service *svc, rf_store *s, run_status *st) {
     rf_store_counts totals[NSTAGES];
     int rc = rf_store_progress_totals(s, st->run.id, stage_names, NSTAGES, totals);
     for (size_t i = 0; i < NSTAGES && rc == RF_OK; i++) {
@@ -109,6 +173,12 @@ static int load_stages(rf_store *s, run_status *st) {
         size_t n = i + 1 < NSTAGES ? i + 1 : 4;
         rc = rf_store_stage_complete(s, st->run.id, chain, n, &complete);
         c->complete = complete;
+        rf_store_liveness lv;
+        if (rc == RF_OK)
+            rc = rf_store_liveness_get(s, st->run.id, stage_names[i], upstream[i], &lv);
+        if (rc == RF_OK)
+            classify(svc, &lv, rf_run_state_ended(st->run.state), c, st->reasons[i],
+                     sizeof st->reasons[i]);
         st->stage_ptrs[i] = c;
     }
     st->msg.stages = st->stage_ptrs;
@@ -146,7 +216,7 @@ static int status_load(rf_control_service *svc, const char *run_id, run_status *
     rf_store *s = svc->o.store;
     pthread_mutex_lock(&svc->store_mu);
     int rc = rf_store_run_get(s, run_id, &st->run);
-    if (rc == RF_OK) rc = load_stages(s, st);
+    if (rc == RF_OK) rc = load_stages(svc, s, st);
     if (rc == RF_OK) {
         rc = rf_store_checkpoint_last(s, run_id, &st->msg.checkpoint_step, &st->msg.train_loss);
         if (rc == RF_ERR_NOT_FOUND) {

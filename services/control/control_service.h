@@ -22,7 +22,11 @@
  * ingest, dedup, tokenizer, trainer and evaluator, each with `complete`
  * (rf_store_stage_complete over the stage's chain), the latest checkpoint
  * and its training loss, and every metric of the latest evaluated
- * checkpoint. */
+ * checkpoint; and each stage's liveness: down (no heartbeat of its service
+ * for down_after_s: runtime/ready.h writes them), unready (its dependencies
+ * do not answer), stalled (batches wait for it upstream and it made no
+ * progress for stall_after_s), working, waiting, complete; "ended" once the
+ * run has ended. */
 #ifndef RF_SVC_CONTROL_SERVICE_H
 #define RF_SVC_CONTROL_SERVICE_H
 
@@ -34,6 +38,12 @@ typedef struct rf_control_service_opts {
     rf_store *store; /* required; owned by the caller, used only by this service */
     int max_watches; /* concurrent Watch calls; <= 0 means 1 */
     double poll_s;   /* Watch polling period; <= 0 means 0.5 */
+    /* Liveness of each stage in a RunStatus (refinery.proto, StageCounts):
+     * down after this long without a heartbeat of its service (<= 0: 15 s),
+     * stalled after this long with batches waiting and no progress (<= 0:
+     * 120 s). */
+    double down_after_s;
+    double stall_after_s;
 } rf_control_service_opts;
 
 typedef struct rf_control_service rf_control_service;

@@ -5,9 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/error.h"
 #include "common/log.h"
+#include "runtime/store/store.h"
 
 #define PROBE_TIMEOUT_S 2
 
@@ -17,6 +19,11 @@ struct rf_ready {
     double interval_s;
     char *pg;                    /* NULL: not probed */
     rf_kafka_producer *producer; /* NULL: not probed */
+    char *hb_service;            /* NULL: no heartbeat */
+    char instance[128];          /* host:pid */
+    double started_at;           /* unix seconds */
+    rf_store *hb_store;          /* the heartbeat's connection, NULL while closed */
+    int hb_failing;              /* the last heartbeat failed (logged once) */
     pthread_t thread;
     int started, stop, ok;
     pthread_mutex_t mu;
@@ -43,6 +50,39 @@ int rf_ready_new(rf_rpc_server *server, const char *health, double interval_s, r
 int rf_ready_add_pg(rf_ready *r, const char *conninfo) {
     free(r->pg);
     return (r->pg = strdup(conninfo)) ? RF_OK : RF_ERR_NOMEM;
+}
+
+int rf_ready_heartbeat(rf_ready *r, const char *service) {
+    if (!r->pg) return rf_fail(RF_ERR_INVALID, "ready: a heartbeat needs PostgreSQL (add_pg)");
+    free(r->hb_service);
+    if (!(r->hb_service = strdup(service))) return RF_ERR_NOMEM;
+    char host[64] = "";
+    if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "unknown");
+    snprintf(r->instance, sizeof r->instance, "%s:%ld", host, (long)getpid());
+    r->started_at = (double)time(NULL);
+    return RF_OK;
+}
+
+/* Writes the heartbeat; PostgreSQL answered the probe just now. */
+static void beat(rf_ready *r, int ok, const char *down, const char *why) {
+    char reason[320] = "";
+    if (!ok) snprintf(reason, sizeof reason, "%s unreachable: %s", down, why);
+    int rc = RF_OK;
+    if (!r->hb_store) {
+        rf_store_opts so = {.conninfo = r->pg, .attempts = 1};
+        rc = rf_store_open(&so, &r->hb_store);
+    }
+    if (rc == RF_OK)
+        rc = rf_store_heartbeat(r->hb_store, r->hb_service, r->instance, r->started_at, ok, reason);
+    if (rc < 0) {
+        if (!r->hb_failing)
+            rf_warn("ready", "%s heartbeat not recorded: %s", r->hb_service, rf_errmsg());
+        rf_store_close(r->hb_store);
+        r->hb_store = NULL;
+    } else if (r->hb_failing) {
+        rf_info("ready", "%s heartbeat recorded again", r->hb_service);
+    }
+    r->hb_failing = rc < 0;
 }
 
 int rf_ready_add_kafka(rf_ready *r, rf_kafka_producer *p) {
@@ -79,6 +119,8 @@ static void *run(void *arg) {
         pthread_mutex_unlock(&r->mu);
         char why[256] = "";
         const char *down = probe(r, why, sizeof why);
+        if (r->hb_service && !(down && !strcmp(down, "PostgreSQL")))
+            beat(r, down == NULL, down, why);
         pthread_mutex_lock(&r->mu);
         if (r->stop) break;
         int ok = down == NULL;
@@ -128,6 +170,8 @@ void rf_ready_free(rf_ready *r) {
     }
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
+    rf_store_close(r->hb_store);
+    free(r->hb_service);
     free(r->pg);
     free(r->health);
     free(r);

@@ -8,6 +8,7 @@
  *   rf_ready_new(server, "refinery.v1.Dedup", 3.0, &r);
  *   rf_ready_add_pg(r, conninfo);
  *   rf_ready_add_kafka(r, producer);
+ *   rf_ready_heartbeat(r, "dedup");  // optional: a heartbeat row after each probe
  *   rf_ready_start(r);          // probes at once, then every 3 s
  *   ...
  *   rf_ready_free(r);           // stops the thread (before freeing what it probes)
@@ -26,6 +27,13 @@ int rf_ready_new(rf_rpc_server *server, const char *health, double interval_s, r
 int rf_ready_add_pg(rf_ready *r, const char *conninfo);
 /* A Kafka broker answers a metadata request of p (borrowed) within 2 s. */
 int rf_ready_add_kafka(rf_ready *r, rf_kafka_producer *p);
+/* Liveness: after each probe the thread also writes service's heartbeat to
+ * the PostgreSQL of rf_ready_add_pg (store.h: rf_store_heartbeat, instance
+ * host:pid, whether the probe passed and why not), on a connection of its
+ * own, opened when PostgreSQL answers (one attempt: a failure waits for the
+ * next probe). Call after rf_ready_add_pg, before rf_ready_start; service is
+ * copied. */
+int rf_ready_heartbeat(rf_ready *r, const char *service);
 int rf_ready_start(rf_ready *r);
 /* 1 while every dependency answered at the last probe. */
 int rf_ready_ok(rf_ready *r);

@@ -3,7 +3,8 @@
  * broker is packaged here.
  *
  * Prints "bootstrap=HOST:PORT,..." on stdout, then runs until SIGTERM/SIGINT.
- * Commands, one per line, from stdin or from the FIFO given by --control:
+ * Commands, one per line, from stdin or from the FIFO given by --control
+ * (not from a terminal it runs in the background of: that would stop it):
  *   down N | up N            take broker N (1-based) down / bring it back
  *   topic NAME PARTITIONS    create a topic
  * Each is answered on stdout by "ok <command>" or "error <reason>". */
@@ -11,6 +12,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,7 +148,15 @@ int main(int argc, char **argv) {
     int have_thread = 0;
     if (status == 0) {
         rf_info("kafka-mock", "%d brokers at %s", (int)brokers, bs);
-        have_thread = pthread_create(&th, NULL, control_main, &c) == 0;
+        /* `refinery-kafka-mock &` from an interactive shell: reading the
+         * terminal from the background would stop the process (SIGTTIN). */
+        bool background =
+            !control_path && isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) != getpgrp();
+        if (background)
+            rf_info("kafka-mock", "in the background of a terminal: commands are not read from "
+                                  "stdin (use --control FIFO)");
+        else
+            have_thread = pthread_create(&th, NULL, control_main, &c) == 0;
         int sig = rf_svc_wait_signal(-1);
         rf_info("kafka-mock", "signal %d: stopping", sig);
     }

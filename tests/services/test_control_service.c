@@ -4,6 +4,7 @@
  * line, status codes, Watch streaming changes until the run ends; and
  * Ingest.Push (with the mock Kafka cluster) moving a pending run to running
  * and refusing sealed or ended runs. */
+#include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -321,6 +323,93 @@ static void test_status_from_store(void **state) {
     free_status(s);
 }
 
+/* Runs sql with $1 = id on the test's own connection. */
+static void exec_id(fixture *f, const char *sql, const char *id) {
+    const char *p[] = {id};
+    if (rf_store_exec(f->db, sql, 1, p, NULL) < 0) fail_msg("%s: %s", sql, rf_errmsg());
+}
+
+/* A stage_progress row of run id recorded `ago` seconds ago. */
+static void progress_at(fixture *f, const char *id, const char *stage, int seq, int out, int ago) {
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO stage_progress VALUES ($1, '%s', %d, %d, %d, 0, 0,"
+             " now() - interval '%d seconds')",
+             stage, seq, out, out, ago);
+    exec_id(f, sql, id);
+}
+
+/* Liveness from heartbeats and progress rows written here (default
+ * thresholds: down after 15 s, stalled after 120 s), each state once. */
+static void test_liveness(void **state) {
+    fixture *f = *state;
+    char id[96];
+    fresh_id("live", id, sizeof id);
+    rf_rpc_status st;
+    free_status(submit(f, good_spec, id, &st));
+    assert_int_equal(st.code, GRPC_STATUS_OK);
+    exec_id(f, "DELETE FROM heartbeats WHERE $1 <> ''", id);
+    exec_id(f,
+            "INSERT INTO heartbeats (service, instance, started_at, beat_at, ready, reason) VALUES"
+            " ('ingest', 'h:1', now(), now(), true, ''),"
+            " ('dedup', 'h:2', now(), now() - interval '60 seconds', true, ''),"
+            " ('dedup', 'h:9', now(), now() - interval '90 seconds', true, ''),"
+            " ('tokenizer', 'h:3', now(), now(), false, 'Kafka unreachable: all brokers down'),"
+            " ('trainer', 'h:4', now(), now(), true, ''),"
+            " ('evaluator', 'h:5', now(), now(), true, '')"
+            " ON CONFLICT DO NOTHING RETURNING $1",
+            id);
+    progress_at(f, id, "ingest", 1, 10, 300);
+    progress_at(f, id, "ingest", 2, 10, 300);
+    progress_at(f, id, "dedup", 1, 5, 250);
+    progress_at(f, id, "tokenizer", 1, 5, 200);
+    progress_at(f, id, "tokenizer", 3, 5, 2);
+    progress_at(f, id, "evaluator", 1, 1, 5);
+
+    double now = (double)time(NULL); /* the database is local: the same clock */
+    Refinery__V1__RunStatus *s = on_run(f, "Get", id, &st);
+    assert_int_equal(st.code, GRPC_STATUS_OK);
+    const Refinery__V1__StageCounts *c = stage(s, "ingest");
+    assert_string_equal(c->liveness, "waiting"); /* not sealed, nothing upstream */
+    assert_true(fabs(c->last_progress_at - (now - 300)) < 5);
+    c = stage(s, "dedup"); /* the newest of its two instances beat 60 s ago */
+    assert_string_equal(c->liveness, "down");
+    assert_true(fabs(c->last_heartbeat_at - (now - 60)) < 5);
+    if (!strstr(c->liveness_reason, "no heartbeat of refinery-dedup for 6") ||
+        !strstr(c->liveness_reason, "(down after 15 s)"))
+        fail_msg("dedup: %s", c->liveness_reason);
+    c = stage(s, "tokenizer");
+    assert_string_equal(c->liveness, "unready");
+    assert_string_equal(c->liveness_reason, "Kafka unreachable: all brokers down");
+    assert_true(c->last_heartbeat_at == 0); /* set only when down */
+    c = stage(s, "trainer"); /* tokenizer batches 1 (200 s ago) and 3 wait, none recorded */
+    assert_string_equal(c->liveness, "stalled");
+    assert_true(c->last_progress_at == 0);
+    if (!strstr(c->liveness_reason, "2 batch(es) wait for it and it made no progress for 20") ||
+        !strstr(c->liveness_reason, "(stalled after 120 s)"))
+        fail_msg("trainer: %s", c->liveness_reason);
+    c = stage(s, "evaluator"); /* batch 3 arrived 2 s ago */
+    assert_string_equal(c->liveness, "working");
+    assert_string_equal(c->liveness_reason, "");
+    free_status(s);
+
+    /* A heartbeat of dedup now; then an ended run flags nothing. */
+    exec_id(f, "UPDATE heartbeats SET beat_at = now() WHERE service = 'dedup' AND $1 <> ''", id);
+    s = on_run(f, "Get", id, &st);
+    /* Up; ingest batch 2 (300 s old) waits and its last progress is 250 s old. */
+    assert_string_equal(stage(s, "dedup")->liveness, "stalled");
+    if (!strstr(stage(s, "dedup")->liveness_reason, "1 batch(es) wait for it and it made no "
+                                                    "progress for 25"))
+        fail_msg("dedup: %s", stage(s, "dedup")->liveness_reason);
+    free_status(s);
+    free_status(on_run(f, "Cancel", id, &st));
+    s = on_run(f, "Get", id, &st);
+    for (size_t i = 0; i < s->n_stages; i++)
+        assert_string_equal(s->stages[i]->liveness, "ended");
+    free_status(s);
+    exec_id(f, "DELETE FROM heartbeats WHERE $1 <> ''", id);
+}
+
 static void test_cancel(void **state) {
     fixture *f = *state;
     char id[96], done[96];
@@ -534,6 +623,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_bad_specs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_and_empty_ids, setup, teardown),
         cmocka_unit_test_setup_teardown(test_status_from_store, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_liveness, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list, setup, teardown),
         cmocka_unit_test_setup_teardown(test_watch, setup, teardown),

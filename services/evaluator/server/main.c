@@ -19,6 +19,7 @@
 #include "runtime/rpc/rpc.h"
 #include "runtime/store/store.h"
 #include "evaluator/server/evaluator_service.h"
+#include "runtime/ready.h"
 #include "runtime/stage_loop.h"
 #include "runtime/svc.h"
 #include "runtime/svc_main.h"
@@ -30,6 +31,7 @@ typedef struct config {
     rf_svc_kafka kafka;
     const char *pg, *state, *group, *checkpoint_group, *topic_eval, *topic_checkpoints;
     int64_t max_messages, max_len, batch_size, max_texts, cache, threads;
+    double ready_interval_s;
 } config;
 
 typedef struct checkpoint_thread {
@@ -118,11 +120,27 @@ static int register_methods(void *svc, rf_rpc_server *server) {
     return rf_evaluator_service_register(svc, server);
 }
 
+/* Readiness: NOT_SERVING while PostgreSQL (or Kafka, with --kafka: probed
+ * through a producer of its own, the consumers having no metadata call that
+ * bounds its wait) does not answer; the evaluator heartbeat (liveness). */
+static int start_ready(const config *c, const rf_kafka_opts *ko, rf_rpc_server *server,
+                       rf_kafka_producer **probe, rf_ready **out) {
+    int rc = rf_ready_new(server, HEALTH, c->ready_interval_s, out);
+    if (!rc) rc = rf_ready_add_pg(*out, c->pg);
+    if (!rc && c->kafka.bootstrap) rc = rf_kafka_producer_new(ko, probe);
+    if (!rc && *probe) rc = rf_ready_add_kafka(*out, *probe);
+    if (!rc) rc = rf_ready_heartbeat(*out, "evaluator");
+    if (!rc) rc = rf_ready_start(*out);
+    return rc;
+}
+
 static int serve(void *cfg) {
     config *c = cfg;
     rf_kafka_opts ko;
     rf_evaluator_service *svc = NULL;
     rf_rpc_server *server = NULL;
+    rf_kafka_producer *probe = NULL;
+    rf_ready *ready = NULL;
     rf_stats *stats = rf_stats_new();
     rf_evaluator_service_opts so = {.state_dir = c->state,
                                     .pg = c->pg,
@@ -135,6 +153,7 @@ static int serve(void *cfg) {
     if (!rc && c->kafka.bootstrap) rc = rf_svc_kafka_opts(&c->kafka, "refinery-evaluator", &ko);
     if (!rc) rc = rf_evaluator_service_new(&so, &svc);
     if (!rc) rc = rf_svc_grpc_open(&c->grpc, register_methods, svc, HEALTH, &server);
+    if (!rc) rc = start_ready(c, &ko, server, &probe, &ready);
     if (rc) {
         rf_error("evaluator", "cannot start: %s", rf_errmsg());
     } else {
@@ -144,12 +163,16 @@ static int serve(void *cfg) {
         else
             rf_svc_wait_signal(-1);
         rf_info("evaluator", "stopping (calls get up to %.0fs)", c->grpc.grace_s);
+        rf_ready_free(ready); /* before NOT_SERVING, which a probe would undo */
+        ready = NULL;
         rf_svc_grpc_close(&c->grpc, server, HEALTH, stats);
         server = NULL;
         rf_stats_merge(stats, rf_evaluator_service_stats(svc));
         rf_svc_log_stats("evaluator", stats);
     }
+    rf_ready_free(ready);
     rf_svc_grpc_close(&c->grpc, server, HEALTH, NULL);
+    rf_kafka_producer_free(probe);
     rf_evaluator_service_free(svc);
     rf_stats_free(stats);
     rf_svc_kafka_free(&c->kafka);
@@ -166,7 +189,8 @@ static int check(void *cfg) {
     if (rc) return rc;
     if (c->max_messages < 1 || c->max_messages > 100000 || c->max_len < 2 || c->max_len > 65536 ||
         c->batch_size < 1 || c->batch_size > 4096 || c->max_texts < 1 || c->max_texts > 1000000 ||
-        c->cache < 1 || c->cache > 64 || c->threads < 0 || c->threads > 1024)
+        c->cache < 1 || c->cache > 64 || c->threads < 0 || c->threads > 1024 ||
+        !(c->ready_interval_s > 0))
         return rf_fail(RF_ERR_INVALID, "a numeric option is out of range (see --help)");
     return RF_OK;
 }
@@ -200,6 +224,8 @@ int main(int argc, char **argv) {
          "Classify: checkpoint folders kept loaded"},
         {"threads", "REFINERY_THREADS", RF_OPT_INT, &c.threads, "0",
          "CPU threads of a forward pass (0: all)"},
+        {"ready-interval", "REFINERY_READY_INTERVAL", RF_OPT_REAL, &c.ready_interval_s, "3",
+         "seconds between readiness probes of PostgreSQL and Kafka (and heartbeats)"},
     };
     const rf_svc_def def = {"evaluator",
                             "Evaluator service: tokens.eval intake, evaluation of announced "

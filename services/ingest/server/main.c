@@ -30,6 +30,7 @@
 #include "ingest/server/ingest_files.h"
 #include "ingest/server/ingest_kafka_source.h"
 #include "ingest/server/ingest_service.h"
+#include "runtime/ready.h"
 #include "runtime/svc.h"
 #include "runtime/svc_main.h"
 
@@ -38,7 +39,7 @@ typedef struct config {
     rf_svc_kafka kafka;
     const char *topic_clean, *topic_rejected, *spec, *pg, *input_root, *source_topic, *source_group;
     int64_t batch_docs, max_in_flight, max_watches, source_max_messages;
-    double load_rate;
+    double load_rate, ready_interval_s, down_after_s, stall_after_s;
     bool migrate_only;
 } config;
 
@@ -94,6 +95,22 @@ static int migrate_only(const config *c) {
     return rc;
 }
 
+/* Readiness: refinery.v1.Ingest NOT_SERVING while Kafka (or PostgreSQL, with
+ * --pg) does not answer, refinery.v1.Control while PostgreSQL does not; with
+ * --pg the first also writes the ingest heartbeat (liveness). */
+static int start_ready(const config *c, rf_rpc_server *server, rf_kafka_producer *producer,
+                       bool control, rf_ready **ingest, rf_ready **ctl) {
+    int rc = rf_ready_new(server, "refinery.v1.Ingest", c->ready_interval_s, ingest);
+    if (!rc) rc = rf_ready_add_kafka(*ingest, producer);
+    if (!rc && c->pg) rc = rf_ready_add_pg(*ingest, c->pg);
+    if (!rc && c->pg) rc = rf_ready_heartbeat(*ingest, "ingest");
+    if (!rc) rc = rf_ready_start(*ingest);
+    if (!rc && control) rc = rf_ready_new(server, "refinery.v1.Control", c->ready_interval_s, ctl);
+    if (!rc && control) rc = rf_ready_add_pg(*ctl, c->pg);
+    if (!rc && control) rc = rf_ready_start(*ctl);
+    return rc;
+}
+
 static int serve(void *cfg) {
     config *c = cfg;
     if (c->migrate_only) {
@@ -109,6 +126,7 @@ static int serve(void *cfg) {
     rf_control_service *control = NULL;
     rf_rpc_server *server = NULL;
     rf_ingest_source_thread *source = NULL;
+    rf_ready *ready = NULL, *ready_control = NULL;
     rf_cfg *spec = NULL;
     rf_ingest_opts io;
     rf_ingest_opts_default(&io);
@@ -128,7 +146,9 @@ static int serve(void *cfg) {
         rf_store_opts sto = {.conninfo = c->pg};
         if ((rc = rf_store_open(&sto, &store)) == RF_OK) so.store = store;
         /* Control has its own connection: Watch polls do not queue behind pushes. */
-        rf_control_service_opts co = {.max_watches = (int)c->max_watches};
+        rf_control_service_opts co = {.max_watches = (int)c->max_watches,
+                                      .down_after_s = c->down_after_s,
+                                      .stall_after_s = c->stall_after_s};
         if (rc == RF_OK && (rc = rf_store_open(&sto, &control_store)) == RF_OK)
             co.store = control_store;
         if (rc == RF_OK) rc = rf_control_service_new(&co, &control);
@@ -153,6 +173,7 @@ static int serve(void *cfg) {
         (rc = start_source(c, &ko, producer, &io, &source)) < 0 ||
         (rc = rf_rpc_server_start(server)) < 0 ||
         (rc = rf_ingest_files_resume(files, &resumed)) < 0 ||
+        (rc = start_ready(c, server, producer, control != NULL, &ready, &ready_control)) < 0 ||
         (rc = rf_svc_grpc_write_port(&c->grpc, server)) < 0) {
         rf_error("ingest", "cannot start: %s", rf_errmsg());
     } else {
@@ -162,6 +183,9 @@ static int serve(void *cfg) {
         if (resumed) rf_info("ingest", "resumed loading %zu run(s)", resumed);
         int sig = rf_svc_wait_signal(-1);
         rf_info("ingest", "signal %d: draining (up to %.0fs)", sig, c->grpc.grace_s);
+        rf_ready_free(ready); /* before NOT_SERVING, which a probe would undo */
+        rf_ready_free(ready_control);
+        ready = ready_control = NULL;
         rf_rpc_server_set_health(server, "refinery.v1.Ingest", 0);
         if (control) {
             rf_rpc_server_set_health(server, "refinery.v1.Control", 0);
@@ -178,6 +202,8 @@ static int serve(void *cfg) {
         rf_stats_merge(rf_ingest_service_stats(svc), rf_rpc_server_stats(server));
         rf_svc_log_stats("ingest", rf_ingest_service_stats(svc));
     }
+    rf_ready_free(ready); /* when the start failed after it */
+    rf_ready_free(ready_control);
     rf_svc_request_stop();
     rf_ingest_source_join(source, NULL); /* when the start failed after it */
     rf_rpc_server_free(server);
@@ -207,7 +233,8 @@ static int check(void *cfg) {
     if (rc) return rc;
     if (c->batch_docs < 1 || c->load_rate < 0 || c->max_in_flight < 1 || c->max_watches < 0 ||
         c->source_max_messages < 1 || c->source_max_messages > 100000 ||
-        c->max_watches >= c->grpc.workers)
+        c->max_watches >= c->grpc.workers || !(c->ready_interval_s > 0) || !(c->down_after_s > 0) ||
+        !(c->stall_after_s > 0))
         return rf_fail(RF_ERR_INVALID, "a numeric option is out of range (see --help)");
     if (c->max_watches == 0) c->max_watches = c->grpc.workers > 1 ? c->grpc.workers / 2 : 1;
     return RF_OK;
@@ -240,6 +267,12 @@ int main(int argc, char **argv) {
          "16", "--source-topic messages per poll (committed together)"},
         {"max-watches", "REFINERY_MAX_WATCHES", RF_OPT_INT, &c.max_watches, "0",
          "concurrent Control.Watch calls (each holds a worker); 0 = half the workers"},
+        {"ready-interval", "REFINERY_READY_INTERVAL", RF_OPT_REAL, &c.ready_interval_s, "3",
+         "seconds between readiness probes of Kafka and PostgreSQL (and heartbeats)"},
+        {"down-after", "REFINERY_DOWN_AFTER", RF_OPT_REAL, &c.down_after_s, "15",
+         "Control: a stage whose service wrote no heartbeat for this many seconds is down"},
+        {"stall-after", "REFINERY_STALL_AFTER", RF_OPT_REAL, &c.stall_after_s, "120",
+         "Control: a stage with input waiting and no progress for this many seconds is stalled"},
         {"batch-docs", "REFINERY_BATCH_DOCS", RF_OPT_INT, &c.batch_docs, "256",
          "kept documents per DocumentBatch"},
         {"migrate-only", NULL, RF_OPT_BOOL, &c.migrate_only, "false",

@@ -182,4 +182,33 @@ typedef struct rf_store_metric {
 int rf_store_eval_latest(rf_store *s, const char *run_id, int64_t *step, rf_store_metric **out,
                          size_t *n);
 
+/* --- liveness (heartbeat.c) --- */
+
+/* Records that instance (host:pid) of service (ingest, dedup, ...) is alive
+ * now (the database's clock), whether its dependencies answered and why not
+ * (reason may be NULL); started_at is its start, unix seconds. Rows of the
+ * service not renewed for a day are deleted. */
+int rf_store_heartbeat(rf_store *s, const char *service, const char *instance, double started_at,
+                       bool ready, const char *reason);
+
+/* What Control reads to tell a stage that is down or stalled in a run from
+ * one that is working or waiting. Times are unix seconds on the database's
+ * clock; 0: none. */
+typedef struct rf_store_liveness {
+    double now;           /* the database's clock */
+    double progress_at;   /* the stage's last progress in the run: its newest stage_progress
+                             row, or for the trainer its newest checkpoint, for the evaluator
+                             its newest eval result, whichever is newest */
+    double heartbeat_at;  /* the service's newest heartbeat (any instance) */
+    bool ready;           /* what that heartbeat said */
+    char reason[256];     /* and why not ready */
+    int64_t backlog;      /* batches with documents upstream recorded and this stage has not */
+    double backlog_since; /* when upstream recorded the oldest of them */
+} rf_store_liveness;
+
+/* For stage in run_id; upstream is the stage it consumes from (NULL or ""
+ * for ingest: no backlog). */
+int rf_store_liveness_get(rf_store *s, const char *run_id, const char *stage, const char *upstream,
+                          rf_store_liveness *out);
+
 #endif

@@ -91,7 +91,8 @@ static int serve(void *cfg) {
     /* Readiness of the consume side: NOT_SERVING while PostgreSQL or Kafka
      * does not answer. */
     if (!rc && producer && !(rc = rf_ready_new(server, HEALTH, c->ready_interval_s, &ready)) &&
-        !(rc = rf_ready_add_pg(ready, c->pg)) && !(rc = rf_ready_add_kafka(ready, producer)))
+        !(rc = rf_ready_add_pg(ready, c->pg)) && !(rc = rf_ready_add_kafka(ready, producer)) &&
+        !(rc = rf_ready_heartbeat(ready, "tokenizer")))
         rc = rf_ready_start(ready);
     if (rc) {
         rf_error("tokenizer", "cannot start: %s", rf_errmsg());

@@ -65,6 +65,7 @@ static int run(void *cfg) {
     if (!rc) rc = rf_ready_new(server, HEALTH, c->ready_interval_s, &ready);
     if (!rc) rc = rf_ready_add_pg(ready, c->pg);
     if (!rc) rc = rf_ready_add_kafka(ready, env.producer);
+    if (!rc) rc = rf_ready_heartbeat(ready, "trainer"); /* liveness: Control reads it */
     rf_svc_stage_env_wire(&env, &l);
     if (rc) {
         rf_error("trainer", "cannot start: %s", rf_errmsg());
