@@ -83,8 +83,8 @@ int rf_tgroup_send_job(rf_comm *c, const char *run_id, const char *spec, const r
     if (!rc) {
         memcpy(text, run_id, lr);
         memcpy(text + lr, spec, ls);
-        rc = send_header(c, CMD_TRAIN, (int64_t)lr, (int64_t)ls, (int64_t)d->n,
-                         (int64_t)d->ntokens);
+        rc =
+            send_header(c, CMD_TRAIN, (int64_t)lr, (int64_t)ls, (int64_t)d->n, (int64_t)d->ntokens);
     }
     if (!rc && lr + ls) rc = rf_comm_broadcast(c, text, lr + ls, RF_COMM_U8, 0);
     if (!rc && d->ntokens) rc = rf_comm_broadcast(c, d->tokens, d->ntokens, RF_COMM_I32, 0);
@@ -217,8 +217,8 @@ static int follow_job(rf_comm *c, const rf_tgroup_follower_opts *o, const int64_
                 rc = rf_fail(j.rc, "trainer group: rank %d, run %s: %s", rf_comm_rank(c), run_id,
                              j.err);
             else
-                rf_info("trainer", "group: rank %d: run %s %s at step %ld", rf_comm_rank(c),
-                        run_id, j.res.finished ? "trained" : "stopped", j.res.steps);
+                rf_info("trainer", "group: rank %d: run %s %s at step %ld", rf_comm_rank(c), run_id,
+                        j.res.finished ? "trained" : "stopped", j.res.steps);
         }
     } else if (!rc) {
         rf_info("trainer", "group: run %s not trained: a rank could not prepare it", run_id);
