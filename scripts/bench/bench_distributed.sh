@@ -98,10 +98,12 @@ for dp in 1 2 4; do
         spec $name $dp $z $threads
         rm -rf "${work:?}/$name"
         echo "=== $name: dp $dp, zero $z, $threads thread(s) per rank"
+        # CPU seconds of the whole command (every rank: mpirun waits for them)
         if [ $dp = 1 ]; then
-            "$bin" train "$work/$name.yaml" 2>"$work/$name.log"
+            /usr/bin/time -f '%U %S %e' -o "$work/$name.time" "$bin" train "$work/$name.yaml" 2>"$work/$name.log"
         else
-            scripts/mpirun.sh -np $dp --tag-output "$bin" train "$work/$name.yaml" 2>"$work/$name.log"
+            /usr/bin/time -f '%U %S %e' -o "$work/$name.time" \
+                scripts/mpirun.sh -np $dp --tag-output "$bin" train "$work/$name.yaml" 2>"$work/$name.log"
         fi || { tail -20 "$work/$name.log"; exit 1; }
     done
 done
@@ -127,7 +129,8 @@ for dp in (1, 2, 4):
         later = met[1:] if len(met) > 1 else met
         tps = statistics.mean(r["tokens_per_s"] for r in later)
         sps = statistics.mean(r["tokens"] / r["tokens_per_s"] for r in later if r["tokens_per_s"] > 0)
-        rows.append(dict(name=name, dp=dp, zero=z, tokens_per_s=tps, s_per_step=sps,
+        u, sy, wall = map(float, open("%s/%s.time" % (work, name)).read().split()[-3:])
+        rows.append(dict(name=name, dp=dp, zero=z, tokens_per_s=tps, s_per_step=sps, cpu_s=u + sy, wall_s=wall,
                          tokens_per_step=statistics.mean(r["tokens"] for r in later),
                          comm_bytes=[r["comm_bytes"] for r in met], mem=mem, rss_kib=rss,
                          loss=[r["loss"] for r in met]))
@@ -149,8 +152,8 @@ def theory(dp, z):
 out = []
 out.append("MiniLM-L6 (psi = %d parameters = %.2f MiB fp32), batch %d x seq %d = %d tokens/step, %d steps (steps 2-%d timed)\n"
            % (nparams, psi / MiB, batch, seq, batch * seq, steps, steps))
-out.append("| config | tokens/s | s/step | params / grads / moments per rank, MiB (measured) | ZeRO formula, MiB | peak RSS per rank, MiB | bytes/step/rank sent (measured) | theory 2psi or 3psi x (N-1)/N | measured / theory |")
-out.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+out.append("| config | tokens/s | s/step | CPU s (all ranks, whole command) / wall s | params / grads / moments per rank, MiB (measured) | ZeRO formula, MiB | peak RSS per rank, MiB | bytes/step/rank sent (measured) | theory 2psi or 3psi x (N-1)/N | measured / theory |")
+out.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for r in rows:
     dp, z = r["dp"], r["zero"]
     m0 = r["mem"][0]
@@ -168,7 +171,7 @@ for r in rows:
     b = r["comm_bytes"][1] if len(r["comm_bytes"]) > 1 else r["comm_bytes"][0]
     th = theory(dp, z)
     ratio = "%.3f" % (b / th) if th else "-"
-    out.append("| dp%d zero%d | %.0f | %.2f | %s | %s | %s | %d | %d | %s |" % (dp, z, r["tokens_per_s"], r["s_per_step"], meas, form, rss, b, th, ratio))
+    out.append("| dp%d zero%d | %.0f | %.2f | %.1f / %.1f | %s | %s | %s | %d | %d | %s |" % (dp, z, r["tokens_per_s"], r["s_per_step"], r["cpu_s"], r["wall_s"], meas, form, rss, b, th, ratio))
 
 # speedup model: compute of the global batch measured at 1 rank (2 threads),
 # split perfectly over N ranks; communication = bytes sent per rank / link
@@ -197,4 +200,4 @@ open(work + "/table.md", "w").write(text)
 json.dump(dict(nparams=nparams, psi_bytes=psi, rows=rows), open(work + "/results.json", "w"), indent=1)
 print(text)
 PY
-echo "Two cores cannot show a speedup: dp 2 runs 2 ranks of 1 thread on the 2 cores that dp 1 uses with 2 threads, and dp 4 oversubscribes them; the machine is shared with other jobs (load: $(cut -d' ' -f1-3 /proc/loadavg)). The tables are in $work/table.md."
+echo "Two cores cannot show a speedup: dp 2 runs 2 ranks of 1 thread on the 2 cores that dp 1 uses with 2 threads, and dp 4 oversubscribes them. On a machine shared with other jobs (load now: $(cut -d' ' -f1-3 /proc/loadavg)) more single-threaded processes also get a larger share of the cores, and one 2-thread process loses time in OpenMP barriers when a thread is descheduled, so tokens/s across dp here measure the scheduler as much as the trainer; compare CPU seconds. The tables are in $work/table.md."
