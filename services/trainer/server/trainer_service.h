@@ -32,6 +32,13 @@
  *   vocabulary, an export or store failure) set the run failed with the
  *   message in runs.error; the service goes on.
  *
+ * - group (opts.comm of world size N > 1, group.h): this process is rank 0
+ *   of N and does all of the above alone; each run is sent to ranks
+ *   1..N-1, which train it with this one (a spec without parallel.dp gets
+ *   N); between runs a heartbeat every second. A training that fails in a
+ *   group makes rf_trainer_service_tick fail, so that the process exits and
+ *   the whole group restarts.
+ *
  * Single-threaded API (the stage loop's thread); the training thread uses
  * its own store connection and shares the (thread-safe) producer. */
 #ifndef RF_SVC_TRAINER_SERVICE_H
