@@ -14,7 +14,11 @@
 #   final export; PostgreSQL holds every batch, checkpoint and metric row
 #   once (counts and step lists), the announcements name every checkpoint;
 # - a spec with parallel.dp 3 fails its run with the reason, the group goes
-#   on; SIGTERM to rank 1 stops the whole group, mpirun exits 0.
+#   on; SIGTERM to rank 1 stops the whole group, mpirun exits 0;
+# - run `five`: rank 1 kill -9ed where nobody ends the survivor (mpirun
+#   --enable-recovery, as in pods): rank 0 times out (REFINERY_COMM_TIMEOUT
+#   3 s) and exits, the run stays running; the relaunched group finishes it,
+#   bitwise equal to run four.
 # Skips (77) without mpirun or without MPI in the build.
 . "$REFINERY_ROOT/tests/services/lib.sh"
 svc=$REFINERY_BUILD/refinery-trainer
@@ -79,9 +83,10 @@ wait_for() { # SECONDS DESCRIPTION COMMAND (evaluated each time)
 args=(--state "$TEST_DIR/state" --checkpoints "$TEST_DIR/ck" --model "$model" --threads 1
       --cancel-poll 0.5)
 start_one() { "$svc" "${args[@]}" 2>"$TEST_DIR/$1" & pid=$!; env_track_pid $pid; }
-start_group() { # LOG: mpirun's pid in $pid; each rank's lines are tagged [1,r]
+start_group() { # LOG [MPIRUN FLAGS]: mpirun's pid in $pid; each rank's lines are tagged [1,r]
     glog=$TEST_DIR/$1
-    scripts/mpirun.sh -np 2 --tag-output "$svc" "${args[@]}" 2>"$glog" &
+    shift
+    scripts/mpirun.sh "$@" -np 2 --tag-output "$svc" "${args[@]}" 2>"$glog" &
     pid=$!
     env_track_pid $pid
     wait_for 60 "the group to form" 'grep -q "\[1,1\]<stderr>:.*group: rank 1 of 2 (pid" "$glog"'
@@ -184,4 +189,32 @@ kill -TERM "$(rank_pid group2.log 1)"
 wait $pid
 grep -q "\[1,0\]<stderr>:.*group: a rank is stopping: the group stops" "$TEST_DIR/group2.log"
 grep -q "\[1,1\]<stderr>:.*group: rank 1 stops (rank 0 said so)" "$TEST_DIR/group2.log"
+echo "SIGTERM to rank 1: the group stopped, exit 0"
+
+# 4. The same kill with nobody to end the survivor (as in pods without
+# mpirun: --enable-recovery keeps mpirun from killing rank 0): rank 0's next
+# collective times out (REFINERY_COMM_TIMEOUT=3), it exits non-zero and leaves
+# the run running (the group failed, not the run); the relaunched group
+# resumes it to the same final weights as run four.
+REFINERY_COMM_TIMEOUT=3 start_group group3.log --enable-recovery
+run five "$LONG"
+feed five
+wait_for 120 "run five's first saved state" 'test -f "$TEST_DIR/state/five/train/checkpoint.bin"'
+t0=$(date +%s.%N)
+kill -KILL "$(rank_pid group3.log 1)"
+wait $pid || true
+t1=$(date +%s.%N)
+ended=$(awk "BEGIN{printf \"%.1f\", $t1 - $t0}")
+grep -q "\[1,0\]<stderr>:.*run five: the trainer group failed: .*timeout: .*the run resumes when the group restarts" "$TEST_DIR/group3.log"
+[ "$(q "SELECT state FROM runs WHERE id = 'five'")" = running ]
+awk "BEGIN{exit !($t1 - $t0 < 30)}"
+echo "rank 1 killed, no mpirun clean-up: rank 0 timed out and exited in $ended s; run five still running"
+start_group group4.log
+wait_for 300 "run five trained" 'trained five'
+cmp "$TEST_DIR/ck/four/step-3000/model.safetensors" "$TEST_DIR/ck/five/step-3000/model.safetensors"
+ck=$(q "SELECT string_agg(step::text, ',' ORDER BY step) FROM checkpoints WHERE run_id = 'five'")
+[ "$ck" = "$steps" ] || { echo "five checkpoints: $ck" >&2; exit 1; }
+echo "run five: resumed by the relaunched group, identical final model.safetensors to run four"
+kill -TERM "$(rank_pid group4.log 1)"
+wait $pid
 echo "trainer group: ok"

@@ -315,7 +315,15 @@ static void *train_thread(void *arg) {
     rf_store_opts sto = {.conninfo = s->o.pg};
     int rc = s->train_store ? RF_OK : rf_store_open(&sto, &s->train_store);
     if (!rc) rc = train_run(j);
-    if (rc) {
+    if (rc && s->world > 1 && rf_comm_broken(s->o.comm)) {
+        /* the group failed (a rank died or went silent), not the run: it
+         * stays running and resumes from its last checkpoint when the group
+         * is restarted */
+        rf_error("trainer",
+                 "run %s: the trainer group failed: %s; the run resumes when the group "
+                 "restarts",
+                 j->run_id, rf_errmsg());
+    } else if (rc) {
         char msg[512];
         snprintf(msg, sizeof msg, "trainer: %s", rf_errmsg());
         rf_error("trainer", "run %s failed: %s", j->run_id, msg);
