@@ -42,21 +42,27 @@ int rf_trainer_check_group(const rf_trainer_spec *s, const rf_comm *comm) {
     return RF_OK;
 }
 
-int rf_trainer_drive(const rf_trainer_spec *s, const rf_dataset *data,
-                     const rf_trainer_hooks *hooks, rf_train_result *res) {
-    static const rf_trainer_hooks none = {0};
-    const rf_trainer_hooks *h = hooks ? hooks : &none;
-    rf_train_result r = {0};
+int rf_trainer_check(const rf_trainer_spec *s, const rf_dataset *data, const rf_comm *comm) {
     rf_bert_config cfg = {0};
-    rf_bert *m = NULL;
     int k = s->num_labels ? s->num_labels : rf_dataset_num_labels(data);
-    int rc = rf_trainer_check_group(s, h->comm);
+    int rc = rf_trainer_check_group(s, comm);
     if (rc) return rc;
     rc = k < 2 ? rf_fail(RF_ERR_INVALID,
                          "trainer: the training data has %d label(s); need at least 2 classes", k)
                : RF_OK;
     if (!rc) rc = model_config(s->model, &cfg);
     if (!rc) rc = check_vocab(data, cfg.vocab_size, s->model);
+    return rc;
+}
+
+int rf_trainer_drive(const rf_trainer_spec *s, const rf_dataset *data,
+                     const rf_trainer_hooks *hooks, rf_train_result *res) {
+    static const rf_trainer_hooks none = {0};
+    const rf_trainer_hooks *h = hooks ? hooks : &none;
+    rf_train_result r = {0};
+    rf_bert *m = NULL;
+    int k = s->num_labels ? s->num_labels : rf_dataset_num_labels(data);
+    int rc = rf_trainer_check(s, data, h->comm);
     if (rc) return rc;
     rf_info("trainer", "%zu training sequences (%zu skipped), %d labels", data->n, data->skipped,
             k);

@@ -41,6 +41,13 @@ void rf_trainer_stage_set_group(rf_comm *comm);
  * of model_dir/config.json. */
 int rf_trainer_max_len(const char *model_dir, int max_len, int *out);
 
+/* The checks rf_trainer_drive makes before it loads the model: the group
+ * (rf_trainer_check_group), at least 2 labels, the model's config.json, every
+ * token id inside its vocabulary. They depend only on the arguments, so the
+ * ranks of a group given the same spec and data agree on them without a
+ * collective (the trainer service's group runs them on every rank first). */
+int rf_trainer_check(const rf_trainer_spec *s, const rf_dataset *data, const rf_comm *comm);
+
 /* Trains on data (loaded with rf_trainer_max_len's length; sequences without
  * a label are an error of the caller's loading). s->opts is used as given
  * (out_dir, resume), with hooks' cancel and on_checkpoint; s->threads > 0 sets

@@ -7,12 +7,17 @@
  * PostgreSQL are open; Check and Watch).
  * SIGTERM: finish and commit the poll in progress, stop the training at a
  * saved state (it resumes on the next start), exit 0. See
- * services/README.md and trainer_service.h. */
+ * services/README.md and trainer_service.h.
+ * As a group (started by mpirun -np N, see group.h): rank 0 is the service
+ * above; ranks 1..N-1 open no Kafka, PostgreSQL or port and train with it. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
+#include "comm/comm.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/sys.h"
 #include "runtime/kafka/kafka.h"
 #include "runtime/ready.h"
 #include "runtime/rpc/rpc.h"
@@ -20,6 +25,7 @@
 #include "runtime/stage_loop.h"
 #include "runtime/svc.h"
 #include "runtime/svc_main.h"
+#include "trainer/server/group.h"
 #include "trainer/server/trainer_service.h"
 
 #define HEALTH "refinery.v1.Trainer"
@@ -32,8 +38,35 @@ typedef struct config {
     double cancel_poll_s, ready_interval_s;
 } config;
 
+/* Ranks 1..N-1 of a group: rank 0's commands until it says stop. */
+static int follow(config *c, rf_comm *comm) {
+    rf_tgroup_follower_opts fo = {
+        .state_dir = c->state, .model = c->model, .threads = (int)c->threads};
+    int rc = rf_mkdir_p(c->state);
+    if (rc) rf_fail_ctx(rc, "--state %s", c->state);
+    if (!rc) rc = rf_tgroup_follow(comm, &fo);
+    if (rc)
+        rf_error("trainer", "group: rank %d stops on error: %s", rf_comm_rank(comm), rf_errmsg());
+    /* after a failure the others may be stuck in a collective: exit without
+     * finalizing (comm.h), which ends the group under mpirun */
+    if (!rc || rf_comm_broken(comm)) rf_comm_destroy(comm);
+    rf_svc_kafka_free(&c->kafka);
+    return rc;
+}
+
 static int run(void *cfg) {
     config *c = cfg;
+    rf_comm *comm = NULL;
+    if (rf_comm_init_from_env(NULL, &comm)) {
+        rf_error("trainer", "cannot start the trainer group: %s", rf_errmsg());
+        rf_svc_kafka_free(&c->kafka);
+        return RF_ERR_INVALID;
+    }
+    int world = rf_comm_world(comm), rank = rf_comm_rank(comm);
+    if (world > 1)
+        rf_info("trainer", "group: rank %d of %d (pid %d, %s backend)", rank, world, (int)getpid(),
+                rf_comm_backend_name(comm));
+    if (rank > 0) return follow(c, comm);
     rf_svc_stage_env env = {0};
     rf_trainer_service *svc = NULL;
     rf_stage_loop l = {.stage = "trainer",
@@ -56,7 +89,8 @@ static int run(void *cfg) {
                                   .topic_checkpoints = c->topic_checkpoints,
                                   .delivery_timeout_s = c->kafka.delivery_timeout_s,
                                   .cancel_poll_s = c->cancel_poll_s,
-                                  .stats = env.stats};
+                                  .stats = env.stats,
+                                  .comm = world > 1 ? comm : NULL};
     if (!rc && !(rc = rf_trainer_service_new(&so, &svc))) l.user = svc;
     const char *topics[] = {c->topic_in, c->topic_checkpoints};
     if (!rc) rc = rf_svc_kafka_topics(&c->kafka, &env.ko, topics, 2);
@@ -84,7 +118,13 @@ static int run(void *cfg) {
     }
     rf_ready_free(ready);
     rf_svc_grpc_close(&c->grpc, server, HEALTH, NULL);
+    bool group_ok = rf_trainer_service_group_ok(svc);
     rf_trainer_service_free(svc); /* stops a training at a saved state */
+    /* the followers return on STOP; after a failed training of the group
+     * they may be inside a collective: exit without finalizing instead */
+    if (world > 1 && group_ok && !rf_comm_broken(comm) && rf_tgroup_stop(comm)) group_ok = false;
+    if (group_ok || rf_comm_broken(comm)) rf_comm_destroy(comm);
+    if (world > 1 && !group_ok && !rc) rc = RF_ERR_IO;
     if (env.stats) rf_svc_log_stats("trainer", env.stats);
     rf_svc_stage_env_close(&env);
     rf_svc_kafka_free(&c->kafka);

@@ -20,7 +20,9 @@
 #include "common/sys.h"
 #include "refinery.pb-c.h"
 #include "runtime/intake.h"
+#include "runtime/svc.h"
 #include "trainer/driver.h"
+#include "trainer/server/group.h"
 
 #define PATH_SIZE 4096
 #define SCAN_S    1.0 /* seconds between scans for a run to train */
@@ -53,6 +55,8 @@ struct rf_trainer_service {
     size_t nintakes, cap_intakes;
     job *job; /* NULL when no training runs */
     double next_scan, next_cancel_poll;
+    int world;                /* the group's size (1: no group) */
+    atomic_bool group_failed; /* a training of the group failed: the group must restart */
 };
 
 static const char *const chain[] = {"ingest", "dedup", "tokenizer", "trainer"};
@@ -190,21 +194,14 @@ static int on_checkpoint(void *user, const rf_bert *m, const rf_train_checkpoint
 /* ---- training (training thread) ---- */
 
 /* The run's spec, parsed; `model` defaults to the service's. */
+/* The run's spec, parsed (group.h: `model` defaults to the service's, and
+ * parallel.dp to the group's size); *text (the caller frees it) is the spec
+ * as stored, which a group sends to its other ranks. */
 static int load_spec(rf_trainer_service *s, const char *run_id, rf_cfg **root,
-                     rf_trainer_spec *spec) {
-    char *text = NULL, name[160];
-    int rc = rf_store_run_spec(s->train_store, run_id, &text);
+                     rf_trainer_spec *spec, char **text) {
+    int rc = rf_store_run_spec(s->train_store, run_id, text);
     if (rc) return rf_fail_ctx(rc, "reading the spec");
-    snprintf(name, sizeof name, "spec of run %s", run_id);
-    rc = rf_cfg_load_string(text, strlen(text), name, root);
-    free(text);
-    if (rc) return rc;
-    if (rf_cfg_kind_of(*root) != RF_CFG_MAP)
-        return rf_fail(RF_ERR_INVALID, "%s: not a map of sections", name);
-    if (s->o.model && !rf_cfg_get(*root, "trainer.model") &&
-        (rc = rf_cfg_set(*root, "trainer.model", s->o.model)))
-        return rc;
-    return rf_trainer_spec_parse(rf_cfg_get(*root, "trainer"), spec);
+    return rf_tgroup_parse_spec(*text, run_id, s->o.model, s->world, root, spec);
 }
 
 /* The intake's sequences with a label, checked against the progress rows:
@@ -256,23 +253,47 @@ static int train_run(job *j) {
     rf_cfg *root = NULL;
     rf_trainer_spec spec;
     rf_dataset data = {0};
-    char path[PATH_SIZE];
+    char path[PATH_SIZE], *text = NULL;
     int max_len = 0;
-    int rc = load_spec(s, j->run_id, &root, &spec);
+    int rc = load_spec(s, j->run_id, &root, &spec, &text);
     if (!rc) {
         j->model = spec.model;
         rc = rf_trainer_max_len(spec.model, spec.max_len, &max_len);
     }
     if (!rc) rc = load_data(s, j, max_len, &data);
     rf_train_result res = {0};
+    if (!rc && s->world > 1) {
+        /* the group (group.h): every rank gets the run and checks it; none
+         * trains unless all can */
+        bool all_ok = false;
+        int local = rf_trainer_check(&spec, &data, s->o.comm);
+        char why[512];
+        snprintf(why, sizeof why, "%s", local ? rf_errmsg() : "");
+        rc = rf_tgroup_send_job(s->o.comm, j->run_id, text, &data, local, &all_ok);
+        if (rc) {
+            atomic_store(&s->group_failed, true);
+            rf_fail_ctx(rc, "sending the run to the group");
+        } else if (!all_ok) {
+            rc = local ? rf_fail(local, "%s", why)
+                       : rf_fail(RF_ERR_INVALID,
+                                 "another rank of the trainer group could not prepare the run "
+                                 "(see its log)");
+        }
+    }
     if (!rc) {
         state_path(s, j->dirname, "train", path);
         spec.threads = s->o.threads > 0 ? s->o.threads : spec.threads > 0 ? spec.threads : 1;
         spec.export_dir = NULL; /* the checkpoints are the service's exports */
         spec.opts.out_dir = path;
         spec.opts.resume = true; /* a restarted service continues where it stopped */
-        rf_trainer_hooks h = {.cancel = &j->cancel, .on_checkpoint = on_checkpoint, .user = j};
+        rf_trainer_hooks h = {.cancel = &j->cancel,
+                              .on_checkpoint = on_checkpoint,
+                              .user = j,
+                              .comm = s->world > 1 ? s->o.comm : NULL};
         rc = rf_trainer_drive(&spec, &data, &h, &res);
+        /* in a group, the other ranks may be inside a collective that this
+         * rank will never join: only a restart of the whole group is safe */
+        if (rc && s->world > 1) atomic_store(&s->group_failed, true);
     }
     if (!rc && res.finished) {
         rc = write_marker(s, j, &res);
@@ -283,6 +304,7 @@ static int train_run(job *j) {
                 atomic_load(&j->run_cancelled) ? "run no longer running" : "service stopping");
     rf_dataset_free(&data);
     rf_cfg_free(root);
+    free(text);
     return rc;
 }
 
@@ -293,7 +315,15 @@ static void *train_thread(void *arg) {
     rf_store_opts sto = {.conninfo = s->o.pg};
     int rc = s->train_store ? RF_OK : rf_store_open(&sto, &s->train_store);
     if (!rc) rc = train_run(j);
-    if (rc) {
+    if (rc && s->world > 1 && rf_comm_broken(s->o.comm)) {
+        /* the group failed (a rank died or went silent), not the run: it
+         * stays running and resumes from its last checkpoint when the group
+         * is restarted */
+        rf_error("trainer",
+                 "run %s: the trainer group failed: %s; the run resumes when the group "
+                 "restarts",
+                 j->run_id, rf_errmsg());
+    } else if (rc) {
         char msg[512];
         snprintf(msg, sizeof msg, "trainer: %s", rf_errmsg());
         rf_error("trainer", "run %s failed: %s", j->run_id, msg);
@@ -315,6 +345,8 @@ int rf_trainer_service_new(const rf_trainer_service_opts *o, rf_trainer_service 
     rf_trainer_service *s = calloc(1, sizeof *s);
     if (!s) return RF_ERR_NOMEM;
     s->o = *o;
+    s->world = o->comm ? rf_comm_world(o->comm) : 1;
+    atomic_init(&s->group_failed, false);
     int rc = rf_mkdir_p(o->state_dir);
     if (rc) rf_fail_ctx(rc, "--state %s", o->state_dir);
     if (!rc && (rc = rf_mkdir_p(o->checkpoints_dir)))
@@ -416,13 +448,32 @@ int rf_trainer_service_tick(rf_trainer_service *s) {
     double now = rf_now();
     int rc = RF_OK;
     if (s->job && atomic_load(&s->job->done)) reap(s);
+    if (atomic_load(&s->group_failed))
+        return rf_fail(RF_ERR_IO, "the trainer group failed (see above): exiting so that the "
+                                  "whole group restarts and resumes from the last checkpoint");
     if (s->job && now >= s->next_cancel_poll) {
         s->next_cancel_poll = now + (s->o.cancel_poll_s > 0 ? s->o.cancel_poll_s : 2);
         rc = poll_cancel(s);
     }
     if (!rc && !s->job && now >= s->next_scan) {
         s->next_scan = now + SCAN_S;
+        bool stop = false;
+        /* the group's heartbeat: the service's thread owns the communicator
+         * only while no training runs */
+        if (s->world > 1 && (rc = rf_tgroup_heartbeat(s->o.comm, rf_svc_stopping(), &stop))) {
+            atomic_store(&s->group_failed, true);
+            return rf_fail_ctx(rc, "trainer group heartbeat");
+        }
+        if (stop) {
+            rf_info("trainer", "group: a rank is stopping: the group stops");
+            rf_svc_request_stop();
+            return RF_OK;
+        }
         rc = scan(s);
     }
     return rc;
+}
+
+bool rf_trainer_service_group_ok(const rf_trainer_service *s) {
+    return !s || !atomic_load(&s->group_failed);
 }

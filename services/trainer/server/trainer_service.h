@@ -32,11 +32,21 @@
  *   vocabulary, an export or store failure) set the run failed with the
  *   message in runs.error; the service goes on.
  *
+ * - group (opts.comm of world size N > 1, group.h): this process is rank 0
+ *   of N and does all of the above alone; each run is sent to ranks
+ *   1..N-1, which train it with this one (a spec without parallel.dp gets
+ *   N); between runs a heartbeat every second. A training that fails in a
+ *   group makes rf_trainer_service_tick fail, so that the process exits and
+ *   the whole group restarts.
+ *
  * Single-threaded API (the stage loop's thread); the training thread uses
  * its own store connection and shares the (thread-safe) producer. */
 #ifndef RF_SVC_TRAINER_SERVICE_H
 #define RF_SVC_TRAINER_SERVICE_H
 
+#include <stdbool.h>
+
+#include "comm/comm.h"
 #include "common/stats.h"
 #include "runtime/kafka/kafka.h"
 #include "runtime/store/store.h"
@@ -56,6 +66,10 @@ typedef struct rf_trainer_service_opts {
     double delivery_timeout_s; /* announcement delivery; 0 means 30 */
     double cancel_poll_s;      /* between polls of the training run's state; 0 means 2 */
     rf_stats *stats;           /* optional: trainer.runs_trained, .runs_failed, ... */
+    /* The trainer group (group.h) of which this process is rank 0; NULL or
+     * world size 1: one process. The caller owns it; while a run trains, the
+     * training thread uses it, else rf_trainer_service_tick (heartbeats). */
+    rf_comm *comm;
 } rf_trainer_service_opts;
 
 typedef struct rf_trainer_service rf_trainer_service;
@@ -77,6 +91,11 @@ int rf_trainer_service_tick(rf_trainer_service *s);
 /* The directory name of a run under STATE and CHECKPOINTS: the id itself
  * when made of [A-Za-z0-9._-] (not starting with '.', at most 128 bytes),
  * else "run-" and its 64-bit hash in hex. */
+/* False once a training of the group failed (the group must restart: the
+ * other ranks may be stuck in a collective, so do not send them STOP or
+ * finalize the communicator; exit non-zero). */
+bool rf_trainer_service_group_ok(const rf_trainer_service *s);
+
 void rf_trainer_run_dirname(const char *run_id, char *out, size_t size);
 
 #endif
