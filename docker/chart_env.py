@@ -7,7 +7,9 @@ For each Refinery workload (Deployment or JobSet) writes OUTDIR/<component>.args
 podman argument per line: -e NAME=VALUE for every env entry of its container (a
 secretKeyRef becomes PG_DSN, a fieldRef "0": rank 0, attempt 0) and -v HOST:PATH[:ro]
 for every volume mount (PVCs and emptyDirs become VOLDIR/<volume>[/<subPath>]; the
-models PVC becomes MODELS; /tmp and /dev/shm are left to podman's tmpfs).
+models PVC becomes MODELS; /tmp and /dev/shm are left to podman's tmpfs). The metrics
+address moves to the chart's metrics port + 1..5 (ingest..evaluator): the containers
+share the host network here, where on a cluster each pod has its own address.
 """
 import os
 import sys
@@ -15,6 +17,7 @@ import sys
 import yaml
 
 render, out, voldir, models, dsn = sys.argv[1:6]
+ORDER = ["ingest", "dedup", "tokenizer", "trainer", "evaluator"]
 for o in yaml.safe_load_all(open(render)):
     if not o or o["kind"] not in ("Deployment", "JobSet"):
         continue
@@ -26,7 +29,12 @@ for o in yaml.safe_load_all(open(render)):
     c = spec["containers"][0]
     args, env = [], {}
     for e in c.get("env", []):
-        if "value" in e:
+        if e["name"] == "REFINERY_METRICS_LISTEN" and e.get("value", "0") != "0":
+            # one network here, one per pod on a cluster: each component gets the
+            # chart's metrics port + its place (ingest 1 ... evaluator 5)
+            host, port = e["value"].rsplit(":", 1)
+            v = f"{host}:{int(port) + ORDER.index(comp) + 1}"
+        elif "value" in e:
             v = e["value"]
         elif "secretKeyRef" in e["valueFrom"]:
             v = dsn

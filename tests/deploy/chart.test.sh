@@ -43,6 +43,8 @@ render tls-server-only '{tls: true, mutual: false, tls_secret: grpc, ranks: 1}' 
     --set tls.enabled=true,tls.secretName=grpc,networkPolicy.enabled=true
 render no-trainer '{trainer: false}' --set trainer.enabled=false
 render no-migrations '{migrations: false}' --set migrations.enabled=false
+render metrics-off '{ranks: 1, hpa: [tokenizer, evaluator], metrics: false}' --set metrics.enabled=false
+render metrics-port '{ranks: 1, hpa: [tokenizer, evaluator], metrics_port: 9464}' --set metrics.port=9464,networkPolicy.enabled=true
 # Chart.yaml's kubeVersion: the oldest supported version renders, an older one is refused.
 "$helm" template rf "$chart" --kube-version "$K8S_MIN" >/dev/null
 if "$helm" template rf "$chart" --kube-version 1.24.0 >/dev/null 2>&1; then echo "kubeVersion accepted 1.24"; exit 1; fi

@@ -122,6 +122,21 @@ def check_refinery_container(o, c, component, values, where):
         else:
             check(p.get("grpc", {}).get("port") == port, where, f"{kind} is not a native gRPC probe on {port}")
     check(env.get("REFINERY_LISTEN", {}).get("value") == f"0.0.0.0:{port}", where, "REFINERY_LISTEN is not 0.0.0.0:<port>")
+    # Metrics (values metrics.*): the listen address, a named container port and the
+    # scrape annotations on the pod, or the endpoint off ("0") and no port.
+    mport = values["metrics_port"]
+    ports = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
+    ann = (o["spec"]["template"]["metadata"].get("annotations") or {}) if o["kind"] == "Deployment" else None
+    if values["metrics"]:
+        check(env.get("REFINERY_METRICS_LISTEN", {}).get("value") == f"0.0.0.0:{mport}", where,
+              "REFINERY_METRICS_LISTEN is not 0.0.0.0:<metrics.port>")
+        check(ports.get("metrics") == mport, where, "no container port 'metrics' on metrics.port")
+        if ann is not None:
+            check(ann.get("prometheus.io/scrape") == "true" and ann.get("prometheus.io/port") == str(mport),
+                  where, "no prometheus.io scrape annotations for the metrics port")
+    else:
+        check(env.get("REFINERY_METRICS_LISTEN", {}).get("value") == "0", where, "metrics off but REFINERY_METRICS_LISTEN is not 0")
+        check("metrics" not in ports, where, "metrics off but a metrics container port")
     if component in HELP:  # every variable the chart sets is one the binary reads
         for k in env:
             if not (k.startswith("REFINERY_") or k.startswith("KAFKA_")):
@@ -236,7 +251,8 @@ def main():
                 meta = yaml.safe_load(line[len("# check:"):])
                 break
         values = {"tls": meta.get("tls", False), "mutual": meta.get("mutual", False),
-                  "tls_secret": meta.get("tls_secret", "")}
+                  "tls_secret": meta.get("tls_secret", ""), "metrics": meta.get("metrics", True),
+                  "metrics_port": meta.get("metrics_port", 9100)}
         check(len(docs) > 10, f, f"only {len(docs)} objects rendered")
         services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
         seen = set()

@@ -181,3 +181,43 @@ Call with (dict "ctx" $ "port" 7101 "probes" .Values.ingest.probes).
   failureThreshold: {{ $c.failureThreshold }}
 {{- end }}
 {{- end -}}
+
+{{/* Metrics (metrics.enabled): the env, the container port and the pod annotations. */}}
+{{- define "refinery.metricsEnv" -}}
+{{- if .Values.metrics.enabled }}
+- name: REFINERY_METRICS_LISTEN
+  value: {{ printf "0.0.0.0:%v" .Values.metrics.port | quote }}
+{{- else }}
+- name: REFINERY_METRICS_LISTEN
+  value: "0"
+{{- end }}
+{{- end -}}
+
+{{- define "refinery.metricsPort" -}}
+{{- if .Values.metrics.enabled }}
+- name: metrics
+  containerPort: {{ .Values.metrics.port }}
+  protocol: TCP
+{{- end }}
+{{- end -}}
+
+{{- define "refinery.metricsAnnotations" -}}
+{{- if and .Values.metrics.enabled .Values.metrics.annotations }}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .Values.metrics.port | quote }}
+prometheus.io/path: /metrics
+{{- end }}
+{{- end -}}
+
+{{/* NetworkPolicy rule for the metrics port: from metrics.scrapeFrom, or any source. */}}
+{{- define "refinery.metricsIngress" -}}
+{{- if .Values.metrics.enabled }}
+- ports:
+    - port: {{ .Values.metrics.port }}
+      protocol: TCP
+  {{- with .Values.metrics.scrapeFrom }}
+  from:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
+{{- end -}}
