@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Data parallelism and ZeRO on the pretrained MiniLM-L6 (issue 13): a few
-# steps at short sequences, dropout off, `refinery train` at dp2/zero0,
-# dp2/zero3 and dp4/zero3 under scripts/mpirun.sh against one process: the
+# steps at short sequences, dropout off, `refinery train` at dp in {2, 4} x
+# zero in {0, 1, 2, 3} under scripts/mpirun.sh against one process: the
 # loss at every step and every weight within 1e-5 relative (per tensor, to its
 # largest weight), except the attention key biases: their gradient is
 # analytically zero (softmax ignores a constant added to every key), so each
 # side holds round-off noise there and AdamW turns noise of any size into steps
 # of about lr; they get a bound of 2 x lr x steps absolute instead (see the
-# trainer README). Kept small for CI (~30 s on 2 cores); not under ASan (the
+# trainer README). Kept small for CI (~1 min on 2 cores); not under ASan (the
 # tiny model's dp.test.sh covers the same code there). Skips (77) without
 # mpirun, MPI, or the MiniLM weights (scripts/fetch-minilm.sh).
 set -euo pipefail
@@ -45,7 +45,7 @@ spec one 1 0
 "$bin" train one.yaml 2>one.log || { tail -5 one.log; exit 1; }
 test "$(wc -l < one/metrics.jsonl)" = $steps
 key_tol=$(python3 -c "print(2 * $lr * $steps)")
-for cfg in "2 0" "2 3" "4 3"; do
+for cfg in "2 0" "2 1" "2 2" "2 3" "4 0" "4 1" "4 2" "4 3"; do
     set -- $cfg
     spec "d$1z$2" "$1" "$2"
     "$root/scripts/mpirun.sh" -np "$1" "$bin" train "d$1z$2.yaml" 2>"d$1z$2.log" || { tail -20 "d$1z$2.log"; exit 1; }
