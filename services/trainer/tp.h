@@ -93,7 +93,11 @@ int rf_tp_qkv_bwd(rf_comm *tp, float *dinp, float *dw, float *db, int wstride, c
  * so the result equals rf_op_embed_fwd bitwise). RF_ERR_RANGE, before any
  * communication, for an id outside [0, V) (ids are replicated, so every
  * rank fails alike). Backward: no communication; dwte_local gets the rows of
- * the rank's ids; dwpe, dwtt (NULL: none) the same on every rank. */
+ * the rank's ids; dwpe, dwtt (NULL: none) the same on every rank.
+ * The causal-LM head reuses wte_local as a column-parallel weight
+ * (rf_tp_colpar_fwd with OCl = v->block): its padding rows must then be zero
+ * (as allocated), so that their logits are 0, ignored by rf_tp_xent_*, and
+ * their gradients stay 0. */
 int rf_tp_embed_fwd(rf_comm *tp, float *out, const int32_t *ids, const int32_t *types,
                     const float *wte_local, const rf_tp_vocab *v, const float *wpe,
                     const float *wtt, int B, int T, int C);

@@ -347,6 +347,48 @@ static void test_xent(rf_comm *tp, int V) {
     free(z), free(dz0), free(probs), free(dz), free(zl), free(dzl), free(zpad);
 }
 
+/* ---- the causal-LM head: logits = h wte^T with the vocab-parallel word
+ * embedding as a column-parallel weight (its padding rows zero), then the
+ * vocab-parallel cross-entropy; N 21, C 19, V 103 ---- */
+static void test_lm_head(rf_comm *tp) {
+    const int N = 21, C = 19, V = 103, ntp = rf_comm_world(tp), r = rf_comm_rank(tp);
+    g_rng = 18;
+    float *h = rand_buf((size_t)N * C, 1), *wte = rand_buf((size_t)V * C, 0.5f);
+    int32_t labels[21];
+    for (int n = 0; n < N; n++)
+        labels[n] = n % 5 == 2 ? -1 : (int32_t)((rnd() + 1) * 0.5f * V) % V;
+    float *z = zeros((size_t)N * V), *probs = zeros((size_t)N * V), losses[21],
+          *dz = zeros((size_t)N * V), *dh = zeros((size_t)N * C), *dwte = zeros((size_t)V * C);
+    rf_op_linear_fwd(z, h, wte, NULL, N, C, V);
+    float loss = rf_op_xent_fwd(probs, losses, z, labels, NULL, N, V);
+    rf_op_xent_bwd(dz, probs, labels, NULL, N, V, 1.0f);
+    rf_op_linear_bwd(dh, dwte, NULL, dz, h, wte, N, C, V);
+
+    title("LM head: tied vocab-parallel embedding + cross-entropy, V 103");
+    rf_tp_vocab v;
+    OK(rf_tp_vocab_split(V, ntp, r, &v));
+    int nl = v.hi - v.lo;
+    float *wl = zeros((size_t)v.block * C), *dwl = zeros((size_t)v.block * C);
+    memcpy(wl, wte + (size_t)v.lo * C, (size_t)nl * C * sizeof(float)); /* padding rows 0 */
+    float *zl = zeros((size_t)N * v.block), *dzl = zeros((size_t)N * v.block),
+          *dhl = zeros((size_t)N * C), lossl, lossesl[21], mx[21];
+    double se[21];
+    OK(rf_tp_colpar_fwd(zl, v.block, h, wl, C, NULL, N, C, v.block));
+    OK(rf_tp_xent_fwd(tp, &lossl, lossesl, mx, se, zl, v.block, labels, &v, N));
+    rf_tp_xent_bwd(dzl, v.block, zl, v.block, mx, se, labels, &v, N, 1.0f);
+    OK(rf_tp_colpar_bwd(tp, dhl, dwl, NULL, C, dzl, v.block, h, wl, N, C, v.block));
+    check("lm logits (rank's columns)", zl, v.block, z + v.lo, V, N, nl, z, (size_t)N * V);
+    check("lm loss", &lossl, 1, &loss, 1, 1, 1, &loss, 1);
+    check("lm dh (all-reduced)", dhl, C, dh, C, N, C, dh, (size_t)N * C);
+    check("lm dwte (rank's rows)", dwl, C, dwte + (size_t)v.lo * C, C, nl, C, dwte, (size_t)V * C);
+    float *zpad = zeros((size_t)v.block * C);
+    check("lm dwte padding rows stay 0", dwl + (size_t)nl * C, C, zpad, C, v.block - nl, C, dwte,
+          (size_t)V * C);
+    same_on_tp("lm dh replicated", tp, dhl, (size_t)N * C);
+    free(h), free(wte), free(z), free(probs), free(dz), free(dh), free(dwte), free(wl), free(dwl),
+        free(zl), free(dzl), free(dhl), free(zpad);
+}
+
 /* ---- an attention block: QKV column-parallel, attention on the local heads,
  * output projection row-parallel; B 3, T 7 (lengths 7, 5, 3), C 20, 4 heads
  * of 5; no dropout ---- */
@@ -481,6 +523,7 @@ int main(void) {
         test_embed(m.tp_comm, 5);
         test_xent(m.tp_comm, 103);
         test_xent(m.tp_comm, 5);
+        test_lm_head(m.tp_comm);
         test_attention_block(m.tp_comm);
         test_mlp_block(m.tp_comm);
         OK(rf_comm_mesh_destroy(&m));
