@@ -108,9 +108,10 @@ static void title(const char *what) {
     if (rf_comm_rank(g_world) == 0) printf("-- %s, %s\n", g_mesh, what);
 }
 
-/* ---- column-parallel linear: N 21, IC 37, OC 36 (OCl 18 or 9) ---- */
-static void test_colpar(rf_comm *tp) {
-    const int N = 21, IC = 37, OC = 36, ntp = rf_comm_world(tp), r = rf_comm_rank(tp);
+/* ---- column-parallel linear: N rows (21; 301 cuts the products into two
+ * pieces, as ops.c does), IC 37, OC 36 (OCl 18 or 9) ---- */
+static void test_colpar(rf_comm *tp, int N) {
+    const int IC = 37, OC = 36, ntp = rf_comm_world(tp), r = rf_comm_rank(tp);
     const int OCl = OC / ntp;
     g_rng = 11;
     float *x = rand_buf((size_t)N * IC, 1), *W = rand_buf((size_t)OC * IC, 0.3f),
@@ -122,7 +123,9 @@ static void test_colpar(rf_comm *tp) {
     rf_op_linear_fwd(y, x, W, b, N, IC, OC);
     rf_op_linear_bwd(dx, dW, db, dy, x, W, N, IC, OC);
 
-    title("column-parallel linear [21x37] -> 36");
+    char t[64];
+    snprintf(t, sizeof t, "column-parallel linear [%dx37] -> 36", N);
+    title(t);
     float *yl = zeros((size_t)N * OCl), *dxl = dup(dx0, (size_t)N * IC),
           *dWl = dup(dW0, (size_t)OC * IC), *dbl = dup(db0, OC);
     size_t wo = (size_t)r * OCl * IC; /* the rank's rows: a view of the full weight */
@@ -138,10 +141,11 @@ static void test_colpar(rf_comm *tp) {
         free(dW), free(db), free(yl), free(dxl), free(dWl), free(dbl);
 }
 
-/* ---- row-parallel linear: N 21, IC 44 (ICl 22 or 11), OC 23; the weight as a
- * view of the full one (ldw = IC) and as a packed shard (ldw = ICl) ---- */
-static void test_rowpar(rf_comm *tp) {
-    const int N = 21, IC = 44, OC = 23, ntp = rf_comm_world(tp), r = rf_comm_rank(tp);
+/* ---- row-parallel linear: N rows (21 or 301), IC 44 (ICl 22 or 11), OC 23;
+ * the weight as a view of the full one (ldw = IC) and as a packed shard
+ * (ldw = ICl) ---- */
+static void test_rowpar(rf_comm *tp, int N) {
+    const int IC = 44, OC = 23, ntp = rf_comm_world(tp), r = rf_comm_rank(tp);
     const int ICl = IC / ntp;
     g_rng = 12;
     float *x = rand_buf((size_t)N * IC, 1), *W = rand_buf((size_t)OC * IC, 0.3f),
@@ -154,8 +158,10 @@ static void test_rowpar(rf_comm *tp) {
     rf_op_linear_bwd(dx, dW, db, dy, x, W, N, IC, OC);
 
     for (int packed = 0; packed < 2; packed++) {
-        title(packed ? "row-parallel linear 44 -> [21x23], packed [23x44/tp] shard"
-                     : "row-parallel linear 44 -> [21x23], view of the full weight");
+        char t[80];
+        snprintf(t, sizeof t, "row-parallel linear 44 -> [%dx23], %s", N,
+                 packed ? "packed [23x44/tp] shard" : "view of the full weight");
+        title(t);
         float *yl = zeros((size_t)N * OC), *dxl = dup(dx0, (size_t)N * IC), *dbl = dup(db0, OC);
         float *Wv, *dWv, *dWfull = dup(dW0, (size_t)OC * IC);
         int ldw;
@@ -516,8 +522,10 @@ int main(void) {
         rf_comm_mesh m;
         OK(rf_tr_mesh_init(g_world, &p, &m));
         snprintf(g_mesh, sizeof g_mesh, "dp %d x tp %d", p.dp, p.tp);
-        test_colpar(m.tp_comm);
-        test_rowpar(m.tp_comm);
+        test_colpar(m.tp_comm, 21);
+        test_colpar(m.tp_comm, 301);
+        test_rowpar(m.tp_comm, 21);
+        test_rowpar(m.tp_comm, 301);
         test_qkv(m.tp_comm);
         test_embed(m.tp_comm, 103);
         test_embed(m.tp_comm, 5);
