@@ -28,3 +28,14 @@ $(BUILD)/trainer/bench_cuda_step: $(BUILD)/obj/tests/trainer/bench_cuda_step.o \
 	@mkdir -p $(@D)
 	@echo '  LD     $@'
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(call group,$(filter %.a,$^)) $(LDLIBS)
+
+# The program tests/trainer/tp.test.sh runs under mpirun: the tensor-parallel
+# ops (tp.h) against their unsplit versions. Outside $(BUILD)/tests, like
+# comm's mpi_check, because tests/run.sh runs every binary there directly.
+EXTRA_BINS += $(BUILD)/trainer/tp_check
+$(BUILD)/trainer/tp_check: $(BUILD)/obj/tests/trainer/tp_check.o \
+    $(BUILD)/lib/librefinery_trainer.a $(BUILD)/lib/librefinery_comm.a \
+    $(BUILD)/lib/librefinery_common.a
+	@mkdir -p $(@D)
+	@echo '  LD     $@'
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(call group,$(filter %.a,$^)) $(LDLIBS)
