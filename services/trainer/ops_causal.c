@@ -307,7 +307,8 @@ void rf_op_causal_attention_bwd(float *dqkv, float *scratch, const float *dout, 
                     for (int j = 0; j <= t; j++) {
                         dp[j] = 0;
                         if (a[j] == 0) continue;
-                        const float *v = qkv + (size_t)(b * T + j) * W + (size_t)(NH + NKV + g) * hs;
+                        const float *v =
+                            qkv + (size_t)(b * T + j) * W + (size_t)(NH + NKV + g) * hs;
                         float *dv = dqkv + (size_t)(b * T + j) * W + (size_t)(NH + NKV + g) * hs;
                         float s = 0;
                         for (int i = 0; i < hs; i++) {

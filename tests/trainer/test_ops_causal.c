@@ -303,16 +303,16 @@ typedef struct {
 static void lm_fwd(check *c) {
     lm_ctx *k = c->ctx;
     rf_op_lm_head_fwd(k->logits, k->h, k->wte, k->B * k->T, k->C, k->V);
-    c->out[0] =
-        rf_op_causal_xent_fwd(k->lse, k->losses, &k->counted, k->logits, k->labels, k->B, k->T, k->V);
+    c->out[0] = rf_op_causal_xent_fwd(k->lse, k->losses, &k->counted, k->logits, k->labels, k->B,
+                                      k->T, k->V);
 }
 static void test_lm_head_xent(void **state) {
     (void)state;
     int B = 2, T = 4, C = 6, V = 9, N = B * T;
     /* sequence 0: all labels; sequence 1: one ignored (-100), then padding */
     int32_t labels[] = {3, 1, 8, 0, 2, -100, 5, -100};
-    lm_ctx k = {randn(N * C, 1), randn(V * C, 1), zeros(N * V), zeros(N), zeros(N), labels,
-                B,  T,           C,  V,           0};
+    lm_ctx k = {
+        randn(N * C, 1), randn(V * C, 1), zeros(N * V), zeros(N), zeros(N), labels, B, T, C, V, 0};
     float one = 1;
     check c = {lm_fwd, zeros(1), &one, 1, &k};
     objective(&c);
@@ -354,12 +354,11 @@ static void test_thread_count(void **state) {
         labels[n] = n % 7 == 0 ? -100 : (int32_t)(n * 13 % V);
         valid[n] = !(n / T == 2 && n % T > 40);
     }
-    size_t sz[] = {(size_t)N * C,     (size_t)B * NH * T * T, (size_t)N * W,
-                   (size_t)N * W,     (size_t)C * W,          (size_t)W,
-                   (size_t)N * C,     (size_t)N,              (size_t)C,
-                   (size_t)N * V,     (size_t)N,              (size_t)N * V,
-                   (size_t)V * C,     (size_t)N * W,          (size_t)N * F,
-                   (size_t)N * 2 * F, (size_t)N * W,          (size_t)N * 2 * F};
+    size_t sz[] = {
+        (size_t)N * C,     (size_t)B * NH * T * T, (size_t)N * W,    (size_t)N * W, (size_t)C * W,
+        (size_t)W,         (size_t)N * C,          (size_t)N,        (size_t)C,     (size_t)N * V,
+        (size_t)N,         (size_t)N * V,          (size_t)V * C,    (size_t)N * W, (size_t)N * F,
+        (size_t)N * 2 * F, (size_t)N * W,          (size_t)N * 2 * F};
     enum { NB = sizeof sz / sizeof sz[0] };
     float *r[2][NB];
     float loss[2];

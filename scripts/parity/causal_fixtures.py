@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Generates the causal-LM parity fixtures (run with the parity venv, torch +
+transformers, CPU):
+
+    /work/main/.venv-parity/bin/python scripts/parity/causal_fixtures.py
+
+Writes into tests/fixtures/causal/:
+
+tiny-gpt2-rand/           a random GPT2LMHeadModel (n_embd 32, 2 layers, 4 heads,
+                          vocab 64, 32 positions, gelu_new, dropout 0) saved with
+                          save_pretrained (config.json + model.safetensors).
+gpt2_rand_ref.safetensors for a fixed batch of 3 sequences of 8 tokens (one
+                          right-padded to 5 tokens, one with -100 labels on its
+                          first 3 tokens, as an SFT prompt would have): the
+                          inputs, logits, loss and the gradient of every
+                          parameter (transformer.wte.weight's includes the
+                          tied head's).
+gpt2_shared_ref.safetensors the same batch shape for ../shared/models/tiny-gpt2
+                          (hidden size 2, vocab 50257; its weights are not
+                          committed: the test reads them from ../shared and
+                          skips without them). Tensors up to 4096 elements are
+                          stored whole; larger ones (logits, wte, wpe) as
+                          sum., sumsq. and samp. = 1000 elements at flat
+                          indices i * numel // 1000.
+
+Attention runs in eager mode; dropout is off (eval mode), so both sides are
+deterministic. Ids and labels are stored as F32 (small integers, exact)."""
+import os
+
+import torch
+from safetensors.torch import save_file
+from transformers import GPT2Config, GPT2LMHeadModel
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT = os.path.join(ROOT, "tests", "fixtures", "causal")
+SHARED = os.path.join(ROOT, "..", "shared", "models", "tiny-gpt2")
+FULL_MAX, SAMPLES = 4096, 1000
+
+
+def batch(vocab, gen):
+    B, T = 3, 8
+    ids = torch.randint(0, vocab, (B, T), generator=gen)
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[1, 5:] = 0
+    labels = ids.clone()
+    labels[mask == 0] = -100
+    labels[2, :3] = -100
+    return ids, mask, labels
+
+
+def put(out, name, t):
+    t = t.detach().float().contiguous()
+    if t.numel() <= FULL_MAX:
+        out[name] = t.clone()
+        return
+    flat = t.reshape(-1).double()
+    n = flat.numel()
+    idx = torch.tensor([i * n // SAMPLES for i in range(SAMPLES)])
+    out["sum." + name] = flat.sum().float().reshape(1)
+    out["sumsq." + name] = (flat * flat).sum().float().reshape(1)
+    out["samp." + name] = flat[idx].float().clone()
+
+
+def reference(model, vocab, seed):
+    gen = torch.Generator().manual_seed(seed)
+    ids, mask, labels = batch(vocab, gen)
+    model.eval()
+    model.zero_grad()
+    out = model(input_ids=ids, attention_mask=mask, labels=labels)
+    out.loss.backward()
+    ref = {"in.ids": ids.float(), "in.mask": mask.float(), "in.labels": labels.float()}
+    put(ref, "out.logits", out.logits)
+    ref["out.loss"] = out.loss.detach().reshape(1)
+    for n, p in model.named_parameters():
+        put(ref, "grad." + n, p.grad)
+    return ref, out.loss.item()
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=4,
+                     activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
+                     attn_pdrop=0.0, initializer_range=0.2, bos_token_id=0, eos_token_id=0)
+    cfg._attn_implementation = "eager"
+    model = GPT2LMHeadModel(cfg)
+    with torch.no_grad():  # non-trivial LayerNorm and biases, so their gradients are tested
+        for n, p in model.named_parameters():
+            if n.endswith(".bias") or "ln_" in n:
+                p.add_(0.1 * torch.randn_like(p))
+    model.save_pretrained(os.path.join(OUT, "tiny-gpt2-rand"))
+    ref, loss = reference(model, cfg.vocab_size, 1)
+    save_file(ref, os.path.join(OUT, "gpt2_rand_ref.safetensors"))
+    print("tiny-gpt2-rand: loss %.6f" % loss)
+
+    if os.path.isdir(SHARED):
+        model = GPT2LMHeadModel.from_pretrained(SHARED, attn_implementation="eager")
+        ref, loss = reference(model, model.config.vocab_size, 2)
+        save_file(ref, os.path.join(OUT, "gpt2_shared_ref.safetensors"))
+        print("shared tiny-gpt2: loss %.6f" % loss)
+
+
+if __name__ == "__main__":
+    main()
