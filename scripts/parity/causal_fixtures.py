@@ -23,13 +23,18 @@ gpt2_shared_ref.safetensors the same batch shape for ../shared/models/tiny-gpt2
                           sum., sumsq. and samp. = 1000 elements at flat
                           indices i * numel // 1000.
 
+tiny-llama-rand/          a random LlamaForCausalLM (hidden 32, 2 layers, 4 heads,
+                          2 key/value heads, intermediate 48, vocab 64, rope
+                          theta 10000, RMSNorm eps 1e-6, untied head), and
+llama_rand_ref.safetensors  its reference on the same kind of batch.
+
 Attention runs in eager mode; dropout is off (eval mode), so both sides are
 deterministic. Ids and labels are stored as F32 (small integers, exact)."""
 import os
 
 import torch
 from safetensors.torch import save_file
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "tests", "fixtures", "causal")
@@ -92,6 +97,22 @@ def main():
     ref, loss = reference(model, cfg.vocab_size, 1)
     save_file(ref, os.path.join(OUT, "gpt2_rand_ref.safetensors"))
     print("tiny-gpt2-rand: loss %.6f" % loss)
+
+    torch.manual_seed(1)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                      rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
+                      initializer_range=0.2, bos_token_id=0, eos_token_id=0, pad_token_id=None)
+    cfg._attn_implementation = "eager"
+    model = LlamaForCausalLM(cfg)
+    with torch.no_grad():  # RMSNorm weights away from 1, so their gradients are tested
+        for n, p in model.named_parameters():
+            if "norm" in n:
+                p.add_(0.1 * torch.randn_like(p))
+    model.save_pretrained(os.path.join(OUT, "tiny-llama-rand"))
+    ref, loss = reference(model, cfg.vocab_size, 3)
+    save_file(ref, os.path.join(OUT, "llama_rand_ref.safetensors"))
+    print("tiny-llama-rand: loss %.6f" % loss)
 
     if os.path.isdir(SHARED):
         model = GPT2LMHeadModel.from_pretrained(SHARED, attn_implementation="eager")

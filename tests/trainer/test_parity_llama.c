@@ -1,0 +1,153 @@
+/* Parity of llama.c with PyTorch's LlamaForCausalLM (fixtures from
+ * scripts/parity/causal_fixtures.py, eager attention, no dropout) on a random
+ * Llama committed in tests/fixtures/causal/ (hidden 32, 2 layers, 4 query
+ * heads over 2 key/value heads, head size 8, SwiGLU width 48, RMSNorm, RoPE
+ * theta 10000, untied head, vocab 64) and a batch with right padding and -100
+ * labels: logits and loss within relative error 1e-5, every parameter's
+ * gradient within 1e-4 (norm-wise, ||c - ref|| / ||ref||). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "common/error.h"
+#include "parity_util.h"
+#include "trainer/llama.h"
+
+#define LOGIT_TOL 1e-5
+#define GRAD_TOL  1e-4
+
+static char *root_path(const char *rel) {
+    const char *root = getenv("REFINERY_ROOT");
+    char *p = malloc(4096);
+    snprintf(p, 4096, "%s/%s", root ? root : ".", rel);
+    return p;
+}
+
+/* Relative error of x[n] against the fixture's `name`: whole, or as sum, sum
+ * of squares and strided samples (the worst of the three). */
+static double compare(const rf_st_file *ref, const char *name, const float *x, size_t n) {
+    if (rf_st_find(ref, name)) {
+        size_t k;
+        float *r = fx_get(ref, name, &k);
+        assert_int_equal(k, n);
+        double e = rel_err(x, r, n);
+        free(r);
+        return e;
+    }
+    char key[256];
+    snprintf(key, sizeof key, "samp.%s", name);
+    size_t ns;
+    float *samp = fx_get(ref, key, &ns), *mine = malloc(ns * sizeof(float));
+    for (size_t i = 0; i < ns; i++)
+        mine[i] = x[i * n / ns];
+    double e = rel_err(mine, samp, ns);
+    double s = 0, ss = 0;
+    for (size_t i = 0; i < n; i++)
+        s += x[i], ss += (double)x[i] * x[i];
+    snprintf(key, sizeof key, "sum.%s", name);
+    float *rs = fx_get(ref, key, NULL);
+    snprintf(key, sizeof key, "sumsq.%s", name);
+    float *rss = fx_get(ref, key, NULL);
+    /* the sum may cancel to near zero: measured against the norm instead */
+    double es = fabs(s - rs[0]) / fmax(sqrt(rss[0]), 1e-6), ess = fabs(ss - rss[0]) / rss[0];
+    e = fmax(e, fmax(es, ess));
+    free(samp), free(mine), free(rs), free(rss);
+    return e;
+}
+
+static void run_parity(const char *model_dir, const char *ref_file) {
+    rf_llama *m;
+    if (rf_llama_load(model_dir, &m)) fail_msg("load %s: %s", model_dir, rf_errmsg());
+    rf_st_file *ref;
+    if (rf_st_open(ref_file, &ref)) fail_msg("%s", rf_errmsg());
+    size_t n;
+    int32_t *ids = fx_ints(ref, "in.ids", &n), *mask = fx_ints(ref, "in.mask", NULL),
+            *labels = fx_ints(ref, "in.labels", NULL);
+    int B = 3, T = (int)(n / 3);
+    uint8_t *valid = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        valid[i] = (uint8_t)mask[i];
+    assert_int_equal(rf_llama_enable_training(m), 0);
+    assert_int_equal(rf_llama_zero_grad(m), 0);
+    assert_int_equal(rf_llama_forward(m, ids, valid, labels, B, T), 0);
+    assert_int_equal(rf_llama_backward(m, 1.0f), 0);
+
+    float *loss = fx_get(ref, "out.loss", NULL);
+    double el = compare(ref, "out.logits", m->logits, n * m->cfg.vocab_size),
+           eloss = fabs(m->loss - loss[0]) / fabs(loss[0]);
+    printf("%s\n  logits rel err %.3g, loss rel err %.3g (loss %.7f vs %.7f, %d tokens)\n",
+           model_dir, el, eloss, m->loss, loss[0], m->counted);
+    assert_true(el <= LOGIT_TOL);
+    assert_true(eloss <= LOGIT_TOL);
+    double worst = 0;
+    const char *worst_name = "";
+    for (size_t t = 0; t < m->ntensors; t++) {
+        char name[128];
+        snprintf(name, sizeof name, "grad.%s", m->tensors[t].name);
+        double e = compare(ref, name, m->grads + m->tensors[t].offset, m->tensors[t].numel);
+        if (e > GRAD_TOL) printf("  %s: rel err %.3g\n", name, e);
+        if (e > worst) worst = e, worst_name = m->tensors[t].name;
+    }
+    printf("  worst gradient rel err %.3g (%s), %zu tensors\n", worst, worst_name, m->ntensors);
+    assert_true(worst <= GRAD_TOL);
+
+    /* backward accumulates: a second backward of the same forward doubles */
+    float g0 = m->grads[m->tensors[2].offset];
+    assert_int_equal(rf_llama_backward(m, 1.0f), 0);
+    assert_float_equal(m->grads[m->tensors[2].offset], 2 * g0, 1e-6 * fabs(g0) + 1e-12);
+
+    free(ids), free(mask), free(labels), free(valid), free(loss);
+    rf_st_free(ref);
+    rf_llama_free(m);
+}
+
+static void test_random_llama(void **state) {
+    (void)state;
+    char *dir = root_path("tests/fixtures/causal/tiny-llama-rand"),
+         *ref = root_path("tests/fixtures/causal/llama_rand_ref.safetensors");
+    run_parity(dir, ref);
+    free(dir), free(ref);
+}
+
+/* Errors are reported, not crashed on. */
+static void test_errors(void **state) {
+    (void)state;
+    rf_llama_config c;
+    const char *gqa = "{\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":4,"
+                      "\"num_hidden_layers\":1,\"num_attention_heads\":4,"
+                      "\"num_key_value_heads\":3}";
+    assert_int_equal(rf_llama_config_parse(gqa, strlen(gqa), &c), RF_ERR_INVALID);
+    const char *scaled = "{\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":4,"
+                         "\"num_hidden_layers\":1,\"num_attention_heads\":2,"
+                         "\"rope_parameters\":{\"rope_type\":\"llama3\",\"rope_theta\":5e5}}";
+    assert_int_equal(rf_llama_config_parse(scaled, strlen(scaled), &c), RF_ERR_UNSUPPORTED);
+    const char *old = "{\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":4,"
+                      "\"num_hidden_layers\":1,\"num_attention_heads\":2,\"rope_theta\":500000.0,"
+                      "\"tie_word_embeddings\":true}";
+    assert_int_equal(rf_llama_config_parse(old, strlen(old), &c), RF_OK);
+    assert_int_equal(c.num_key_value_heads, 2);
+    assert_int_equal(c.head_dim, 4);
+    assert_float_equal(c.rope_theta, 500000.0f, 0);
+    assert_true(c.tie_word_embeddings);
+    rf_llama *m;
+    assert_int_equal(rf_llama_new(&c, &m), RF_OK);
+    assert_null(rf_llama_find(m, "lm_head.weight")); /* tied: no tensor of its own */
+    assert_ptr_equal(m->p.head_w, m->p.wte);
+    int32_t ids[] = {1, 2, 8, 0};
+    assert_int_equal(rf_llama_forward(m, ids, NULL, NULL, 1, 4), RF_ERR_RANGE);
+    ids[2] = 3;
+    assert_int_equal(rf_llama_forward(m, ids, NULL, NULL, 1, 4), RF_OK);
+    assert_int_equal(rf_llama_backward(m, 1.0f), RF_ERR_INVALID);
+    rf_llama_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_random_llama),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
