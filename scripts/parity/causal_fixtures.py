@@ -14,7 +14,10 @@ gpt2_rand_ref.safetensors for a fixed batch of 3 sequences of 8 tokens (one
                           first 3 tokens, as an SFT prompt would have): the
                           inputs, logits, loss and the gradient of every
                           parameter (transformer.wte.weight's includes the
-                          tied head's).
+                          tied head's), and every parameter after 3 AdamW
+                          steps (after.3.<name>: lr 1e-2, linear warmup over 1
+                          step and decay to step 4, clipping at 1.0, weight
+                          decay 0.01 on matrices).
 gpt2_shared_ref.safetensors the same batch shape for ../shared/models/tiny-gpt2
                           (hidden size 2, vocab 50257; its weights are not
                           committed: the test reads them from ../shared and
@@ -26,7 +29,8 @@ gpt2_shared_ref.safetensors the same batch shape for ../shared/models/tiny-gpt2
 tiny-llama-rand/          a random LlamaForCausalLM (hidden 32, 2 layers, 4 heads,
                           2 key/value heads, intermediate 48, vocab 64, rope
                           theta 10000, RMSNorm eps 1e-6, untied head), and
-llama_rand_ref.safetensors  its reference on the same kind of batch.
+llama_rand_ref.safetensors  its reference on the same kind of batch, with
+                          the same 3 AdamW steps.
 
 Attention runs in eager mode; dropout is off (eval mode), so both sides are
 deterministic. Ids and labels are stored as F32 (small integers, exact)."""
@@ -40,6 +44,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 OUT = os.path.join(ROOT, "tests", "fixtures", "causal")
 SHARED = os.path.join(ROOT, "..", "shared", "models", "tiny-gpt2")
 FULL_MAX, SAMPLES = 4096, 1000
+LR, WD, BETAS, EPS, CLIP, WARMUP, TOTAL, STEPS = 1e-2, 0.01, (0.9, 0.999), 1e-8, 1.0, 1, 4, 3
 
 
 def batch(vocab, gen):
@@ -66,19 +71,44 @@ def put(out, name, t):
     out["samp." + name] = flat[idx].float().clone()
 
 
-def reference(model, vocab, seed):
+def reference(model, vocab, seed, steps=0):
+    """The first forward/backward's logits, loss and gradients; with steps > 0
+    also every parameter after that many AdamW steps on the same batch (lr
+    LR with linear warmup over WARMUP steps and linear decay to TOTAL, global
+    clipping at CLIP, weight decay WD on matrices only, as the C side's tensor
+    tables flag them)."""
     gen = torch.Generator().manual_seed(seed)
     ids, mask, labels = batch(vocab, gen)
     model.eval()
-    model.zero_grad()
-    out = model(input_ids=ids, attention_mask=mask, labels=labels)
-    out.loss.backward()
+    params = dict(model.named_parameters())
+    groups = [
+        {"params": [p for p in params.values() if p.dim() == 2], "weight_decay": WD},
+        {"params": [p for p in params.values() if p.dim() != 2], "weight_decay": 0.0},
+    ]
+    opt = torch.optim.AdamW(groups, lr=LR, betas=BETAS, eps=EPS)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: s / WARMUP if s < WARMUP else max(0.0, (TOTAL - s) / (TOTAL - WARMUP)))
     ref = {"in.ids": ids.float(), "in.mask": mask.float(), "in.labels": labels.float()}
-    put(ref, "out.logits", out.logits)
-    ref["out.loss"] = out.loss.detach().reshape(1)
-    for n, p in model.named_parameters():
-        put(ref, "grad." + n, p.grad)
-    return ref, out.loss.item()
+    loss0 = None
+    for step in range(max(steps, 1)):
+        opt.zero_grad()
+        out = model(input_ids=ids, attention_mask=mask, labels=labels)
+        out.loss.backward()
+        if step == 0:
+            put(ref, "out.logits", out.logits)
+            ref["out.loss"] = out.loss.detach().reshape(1)
+            loss0 = out.loss.item()
+            for n, p in params.items():
+                put(ref, "grad." + n, p.grad)
+        if steps == 0:
+            break
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        opt.step()
+        sched.step()
+    if steps:
+        for n, p in params.items():
+            put(ref, "after.%d.%s" % (steps, n), p)
+    return ref, loss0
 
 
 def main():
@@ -94,7 +124,7 @@ def main():
             if n.endswith(".bias") or "ln_" in n:
                 p.add_(0.1 * torch.randn_like(p))
     model.save_pretrained(os.path.join(OUT, "tiny-gpt2-rand"))
-    ref, loss = reference(model, cfg.vocab_size, 1)
+    ref, loss = reference(model, cfg.vocab_size, 1, STEPS)
     save_file(ref, os.path.join(OUT, "gpt2_rand_ref.safetensors"))
     print("tiny-gpt2-rand: loss %.6f" % loss)
 
@@ -110,7 +140,7 @@ def main():
             if "norm" in n:
                 p.add_(0.1 * torch.randn_like(p))
     model.save_pretrained(os.path.join(OUT, "tiny-llama-rand"))
-    ref, loss = reference(model, cfg.vocab_size, 3)
+    ref, loss = reference(model, cfg.vocab_size, 3, STEPS)
     save_file(ref, os.path.join(OUT, "llama_rand_ref.safetensors"))
     print("tiny-llama-rand: loss %.6f" % loss)
 
