@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include <cmocka.h>
+#include <omp.h>
 
 #include "common/error.h"
 #include "parity_causal.h"
@@ -137,6 +138,46 @@ static void test_shared_tiny_gpt2(void **state) {
     free(dir), free(ref);
 }
 
+/* The whole model gives the same bits with 1 and 2 threads (a batch of
+ * 8 x 32 with padding: past the ops' serial thresholds and one product piece). */
+static void test_thread_count(void **state) {
+    (void)state;
+    char *dir = root_path("tests/fixtures/causal/tiny-gpt2-rand");
+    int B = 8, T = 32, N = B * T;
+    int32_t *ids = malloc(sizeof(int32_t) * N), *labels = malloc(sizeof(int32_t) * N);
+    uint8_t *valid = malloc(N);
+    for (int n = 0; n < N; n++) {
+        ids[n] = (int32_t)((n * 37 + 11) % 64);
+        valid[n] = n % T < T - (n / T) * 3;
+        labels[n] = valid[n] ? ids[n] : -100;
+    }
+    float *grads[2], *logits[2], loss[2];
+    size_t np = 0;
+    for (int t = 0; t < 2; t++) {
+        omp_set_num_threads(t + 1);
+        rf_gpt2 *m;
+        if (rf_gpt2_load(dir, &m)) fail_msg("%s", rf_errmsg());
+        assert_int_equal(rf_gpt2_enable_training(m), 0);
+        assert_int_equal(rf_gpt2_forward(m, ids, valid, labels, B, T), 0);
+        assert_int_equal(rf_gpt2_backward(m, 1.0f), 0);
+        np = m->nparams;
+        grads[t] = malloc(np * sizeof(float));
+        memcpy(grads[t], m->grads, np * sizeof(float));
+        logits[t] = malloc(sizeof(float) * N * 64);
+        memcpy(logits[t], m->logits, sizeof(float) * N * 64);
+        loss[t] = m->loss;
+        rf_gpt2_free(m);
+    }
+    omp_set_num_threads(2);
+    assert_memory_equal(logits[0], logits[1], sizeof(float) * N * 64);
+    assert_memory_equal(&loss[0], &loss[1], sizeof(float));
+    assert_memory_equal(grads[0], grads[1], np * sizeof(float));
+    assert_true(norm(grads[0], np) > 0);
+    for (int t = 0; t < 2; t++)
+        free(grads[t]), free(logits[t]);
+    free(ids), free(labels), free(valid), free(dir);
+}
+
 /* Errors are reported, not crashed on. */
 static void test_errors(void **state) {
     (void)state;
@@ -159,14 +200,16 @@ static void test_errors(void **state) {
     assert_int_equal(rf_gpt2_forward(m, ids, NULL, NULL, 1, 5), RF_ERR_RANGE); /* 5 > 4 positions */
     assert_int_equal(rf_gpt2_forward(m, ids, NULL, NULL, 1, 4), RF_OK);
     assert_int_equal(rf_gpt2_backward(m, 1.0f), RF_ERR_INVALID); /* training not enabled */
-    assert_int_equal(rf_gpt2_load("/nonexistent-dir", &m), RF_ERR_NOT_FOUND);
     rf_gpt2_free(m);
+    assert_int_equal(rf_gpt2_load("/nonexistent-dir", &m), RF_ERR_NOT_FOUND);
+    assert_null(m);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random_gpt2),
         cmocka_unit_test(test_shared_tiny_gpt2),
+        cmocka_unit_test(test_thread_count),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
