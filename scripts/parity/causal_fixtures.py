@@ -15,9 +15,12 @@ gpt2_rand_ref.safetensors for a fixed batch of 3 sequences of 8 tokens (one
                           inputs, logits, loss and the gradient of every
                           parameter (transformer.wte.weight's includes the
                           tied head's), and every parameter after 3 AdamW
-                          steps (after.3.<name>: lr 1e-2, linear warmup over 1
-                          step and decay to step 4, clipping at 1.0, weight
-                          decay 0.01 on matrices).
+                          steps (after.3.<name>: lr 1e-3 as in the BERT
+                          fixture, linear warmup over 1 step and decay to
+                          step 4, clipping at 1.0, weight decay 0.01 on
+                          matrices). With lr 1e-2 the tied Llama's weights
+                          differed by up to 1.9e-5 after one large step (loss
+                          5.16 -> 3.03): AdamW magnifies round-off there.
 gpt2_shared_ref.safetensors the same batch shape for ../shared/models/tiny-gpt2
                           (hidden size 2, vocab 50257; its weights are not
                           committed: the test reads them from ../shared and
@@ -31,6 +34,9 @@ tiny-llama-rand/          a random LlamaForCausalLM (hidden 32, 2 layers, 4 head
                           theta 10000, RMSNorm eps 1e-6, untied head), and
 llama_rand_ref.safetensors  its reference on the same kind of batch, with
                           the same 3 AdamW steps.
+tiny-llama-tied/, llama_tied_ref.safetensors  the same for a Llama shaped like
+                          SmolLM2 in miniature: tied head, 6 query heads over 2
+                          key/value heads of size 6, rope theta 1e5, eps 1e-5.
 
 Attention runs in eager mode; dropout is off (eval mode), so both sides are
 deterministic. Ids and labels are stored as F32 (small integers, exact)."""
@@ -44,7 +50,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 OUT = os.path.join(ROOT, "tests", "fixtures", "causal")
 SHARED = os.path.join(ROOT, "..", "shared", "models", "tiny-gpt2")
 FULL_MAX, SAMPLES = 4096, 1000
-LR, WD, BETAS, EPS, CLIP, WARMUP, TOTAL, STEPS = 1e-2, 0.01, (0.9, 0.999), 1e-8, 1.0, 1, 4, 3
+LR, WD, BETAS, EPS, CLIP, WARMUP, TOTAL, STEPS = 1e-3, 0.01, (0.9, 0.999), 1e-8, 1.0, 1, 4, 3
 
 
 def batch(vocab, gen):
@@ -143,6 +149,22 @@ def main():
     ref, loss = reference(model, cfg.vocab_size, 3, STEPS)
     save_file(ref, os.path.join(OUT, "llama_rand_ref.safetensors"))
     print("tiny-llama-rand: loss %.6f" % loss)
+
+    torch.manual_seed(2)  # tied head, 6 query heads over 2 kv heads of size 6, theta 1e5
+    cfg = LlamaConfig(vocab_size=64, hidden_size=36, intermediate_size=40, num_hidden_layers=2,
+                      num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=32,
+                      rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True,
+                      initializer_range=0.2, bos_token_id=0, eos_token_id=0, pad_token_id=None)
+    cfg._attn_implementation = "eager"
+    model = LlamaForCausalLM(cfg)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "norm" in n:
+                p.add_(0.1 * torch.randn_like(p))
+    model.save_pretrained(os.path.join(OUT, "tiny-llama-tied"))
+    ref, loss = reference(model, cfg.vocab_size, 4, STEPS)
+    save_file(ref, os.path.join(OUT, "llama_tied_ref.safetensors"))
+    print("tiny-llama-tied: loss %.6f" % loss)
 
     if os.path.isdir(SHARED):
         model = GPT2LMHeadModel.from_pretrained(SHARED, attn_implementation="eager")

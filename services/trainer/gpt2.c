@@ -332,6 +332,10 @@ int rf_gpt2_forward(rf_gpt2 *m, const int32_t *ids, const uint8_t *valid, const 
         if (ids[n] < 0 || ids[n] >= V)
             return rf_fail(RF_ERR_RANGE, "gpt2: token id %d outside the vocabulary (%d)", ids[n],
                            V);
+    for (int n = 0; labels && n < N; n++)
+        if (labels[n] >= V)
+            return rf_fail(RF_ERR_RANGE, "%s: label %d outside the vocabulary (%d)", "gpt2",
+                           labels[n], V);
     memcpy(m->ids, ids, sizeof(int32_t) * N);
     for (int n = 0; n < N; n++) {
         m->valid[n] = valid ? valid[n] != 0 : 1;

@@ -92,7 +92,8 @@ int rf_gpt2_reserve(rf_gpt2 *m, int B, int T);
 
 /* Forward over ids[B*T]; valid[B*T] is the attention mask (NULL: all valid;
  * right padding expected: positions are 0..T-1 as in Hugging Face); labels
- * [B*T] (NULL: no loss) are Hugging Face's unshifted labels, -100 ignored.
+ * [B*T] (NULL: no loss) are Hugging Face's unshifted labels, -100 (any
+ * negative label) ignored; ids and labels >= vocab_size are RF_ERR_RANGE.
  * Fills m->logits, and m->loss / m->counted with labels. */
 int rf_gpt2_forward(rf_gpt2 *m, const int32_t *ids, const uint8_t *valid, const int32_t *labels,
                     int B, int T);
