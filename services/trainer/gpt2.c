@@ -193,6 +193,8 @@ void rf_gpt2_free(rf_gpt2 *m) {
     free(m->dacts);
     free(m->ids);
     free(m->labels);
+    free(m->pos);
+    free(m->seg);
     free(m->valid);
     free(m);
 }
@@ -309,20 +311,25 @@ int rf_gpt2_reserve(rf_gpt2 *m, int B, int T) {
     T = T > m->capT ? T : m->capT;
     size_t n = layout(m, &m->a, NULL, nB, T);
     float *a = calloc(n, sizeof(float)), *d = m->grads ? calloc(n, sizeof(float)) : NULL;
-    int32_t *ids = malloc(sizeof(int32_t) * nB * T), *lab = malloc(sizeof(int32_t) * nB * T);
-    uint8_t *valid = malloc((size_t)nB * T);
-    if (!a || (m->grads && !d) || !ids || !lab || !valid) {
-        free(a), free(d), free(ids), free(lab), free(valid);
+    size_t nt = (size_t)nB * T;
+    int32_t *ids = malloc(sizeof(int32_t) * nt), *lab = malloc(sizeof(int32_t) * nt),
+            *pos = malloc(sizeof(int32_t) * nt), *seg = malloc(sizeof(int32_t) * nt);
+    uint8_t *valid = malloc(nt);
+    if (!a || (m->grads && !d) || !ids || !lab || !pos || !seg || !valid) {
+        free(a), free(d), free(ids), free(lab), free(pos), free(seg), free(valid);
         return RF_ERR_NOMEM;
     }
     free(m->acts), free(m->dacts), free(m->ids), free(m->labels), free(m->valid);
+    free(m->pos), free(m->seg);
     m->acts = a, m->dacts = d, m->ids = ids, m->labels = lab, m->valid = valid;
+    m->pos = pos, m->seg = seg;
     m->nacts = n, m->capB = nB, m->capT = T;
     return RF_OK;
 }
 
-int rf_gpt2_forward(rf_gpt2 *m, const int32_t *ids, const uint8_t *valid, const int32_t *labels,
-                    int B, int T) {
+int rf_gpt2_forward(rf_gpt2 *m, const rf_causal_batch *bt) {
+    int B = bt->B, T = bt->T;
+    const int32_t *ids = bt->ids, *labels = bt->labels;
     const rf_gpt2_config *c = &m->cfg;
     int rc = rf_gpt2_reserve(m, B, T);
     if (rc) return rc;
@@ -336,24 +343,31 @@ int rf_gpt2_forward(rf_gpt2 *m, const int32_t *ids, const uint8_t *valid, const 
         if (labels[n] >= V)
             return rf_fail(RF_ERR_RANGE, "%s: label %d outside the vocabulary (%d)", "gpt2",
                            labels[n], V);
+    for (int n = 0; bt->pos && n < N; n++)
+        if (bt->pos[n] < 0 || bt->pos[n] >= c->n_positions)
+            return rf_fail(RF_ERR_RANGE, "gpt2: position %d outside [0, %d)", bt->pos[n],
+                           c->n_positions);
     memcpy(m->ids, ids, sizeof(int32_t) * N);
     for (int n = 0; n < N; n++) {
-        m->valid[n] = valid ? valid[n] != 0 : 1;
+        m->valid[n] = bt->valid ? bt->valid[n] != 0 : 1;
         m->labels[n] = labels ? labels[n] : -100;
+        m->pos[n] = bt->pos ? bt->pos[n] : n % T;
+        m->seg[n] = bt->seg ? bt->seg[n] : 0;
     }
-    m->B = B, m->T = T, m->has_labels = labels != NULL;
+    m->B = B, m->T = T, m->has_labels = labels != NULL, m->packed = bt->seg != NULL;
     /* the views for this B x T (the arena holds capB x capT) */
     layout(m, &m->a, m->acts, B, T);
     rf_gpt2_acts *a = &m->a;
 
-    rf_op_tokpos_fwd(a->res[0], m->ids, NULL, m->p.wte, m->p.wpe, B, T, C);
+    rf_op_tokpos_fwd(a->res[0], m->ids, m->pos, m->p.wte, m->p.wpe, B, T, C);
     for (int l = 0; l < c->n_layer; l++) {
         const rf_gpt2_layer *w = &m->p.layers[l];
         rf_gpt2_acts_layer *y = &a->layers[l];
         rf_op_layernorm_fwd(y->ln1, y->ln1_mean, y->ln1_rstd, a->res[l], w->ln1_w, w->ln1_b, N, C,
                             eps);
         rf_op_conv1d_fwd(y->qkv, y->ln1, w->attn_w, w->attn_b, N, C, 3 * C);
-        rf_op_causal_attention_fwd(y->atty, y->att, y->qkv, m->valid, B, T, NH, NH, C / NH);
+        rf_op_causal_attention_fwd(y->atty, y->att, y->qkv, m->valid, m->packed ? m->seg : NULL, B,
+                                   T, NH, NH, C / NH);
         rf_op_conv1d_fwd(y->res2, y->atty, w->proj_w, w->proj_b, N, C, C);
         rf_op_residual_fwd(y->res2, y->res2, a->res[l], (size_t)N * C, 0.0f, 0);
         rf_op_layernorm_fwd(y->ln2, y->ln2_mean, y->ln2_rstd, y->res2, w->ln2_w, w->ln2_b, N, C,
@@ -410,6 +424,6 @@ int rf_gpt2_backward(rf_gpt2 *m, float loss_scale) {
                             y->ln1_mean, y->ln1_rstd, N, C);
         rf_op_residual_bwd(d->res[l], NULL, dy->res2, (size_t)N * C, 0.0f, 0);
     }
-    rf_op_tokpos_bwd(m->g.wte, m->g.wpe, d->res[0], m->ids, NULL, B, T, C);
+    rf_op_tokpos_bwd(m->g.wte, m->g.wpe, d->res[0], m->ids, m->pos, B, T, C);
     return RF_OK;
 }

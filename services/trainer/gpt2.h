@@ -19,7 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "trainer/model.h" /* rf_tensor_info */
+#include "trainer/model.h"      /* rf_tensor_info */
+#include "trainer/ops_causal.h" /* rf_causal_batch */
 
 typedef struct rf_gpt2_config {
     int vocab_size, n_positions, n_embd, n_layer, n_head, n_inner;
@@ -66,8 +67,9 @@ typedef struct rf_gpt2 {
     rf_gpt2_acts a, da;
 
     int B, T; /* the last forward's batch, kept for backward */
-    int32_t *ids, *labels;
+    int32_t *ids, *labels, *pos, *seg;
     uint8_t *valid;
+    bool packed; /* the last batch had seg */
     bool has_labels;
     float *logits; /* view into acts: [B*T, vocab_size] of the last forward */
     float loss;    /* mean causal-LM loss of the last forward (0 without labels) */
@@ -90,13 +92,10 @@ int rf_gpt2_zero_grad(rf_gpt2 *m);
 /* Ensures activation capacity for B x T (T <= n_positions). */
 int rf_gpt2_reserve(rf_gpt2 *m, int B, int T);
 
-/* Forward over ids[B*T]; valid[B*T] is the attention mask (NULL: all valid;
- * right padding expected: positions are 0..T-1 as in Hugging Face); labels
- * [B*T] (NULL: no loss) are Hugging Face's unshifted labels, -100 (any
- * negative label) ignored; ids and labels >= vocab_size are RF_ERR_RANGE.
- * Fills m->logits, and m->loss / m->counted with labels. */
-int rf_gpt2_forward(rf_gpt2 *m, const int32_t *ids, const uint8_t *valid, const int32_t *labels,
-                    int B, int T);
+/* Forward over batch b (see rf_causal_batch; ids and labels must be below
+ * vocab_size, positions below n_positions: RF_ERR_RANGE otherwise). Fills
+ * m->logits, and m->loss / m->counted when b has labels. */
+int rf_gpt2_forward(rf_gpt2 *m, const rf_causal_batch *b);
 /* Backward of the last forward (which had labels); ADDS
  * loss_scale * d(loss)/d(param) into m->grads. */
 int rf_gpt2_backward(rf_gpt2 *m, float loss_scale);

@@ -220,6 +220,8 @@ void rf_llama_free(rf_llama *m) {
     free(m->dacts);
     free(m->ids);
     free(m->labels);
+    free(m->pos);
+    free(m->seg);
     free(m->valid);
     free(m);
 }
@@ -334,20 +336,25 @@ int rf_llama_reserve(rf_llama *m, int B, int T) {
     T = T > m->capT ? T : m->capT;
     size_t n = layout(m, &m->a, NULL, nB, T);
     float *a = calloc(n, sizeof(float)), *d = m->grads ? calloc(n, sizeof(float)) : NULL;
-    int32_t *ids = malloc(sizeof(int32_t) * nB * T), *lab = malloc(sizeof(int32_t) * nB * T);
-    uint8_t *valid = malloc((size_t)nB * T);
-    if (!a || (m->grads && !d) || !ids || !lab || !valid) {
-        free(a), free(d), free(ids), free(lab), free(valid);
+    size_t nt = (size_t)nB * T;
+    int32_t *ids = malloc(sizeof(int32_t) * nt), *lab = malloc(sizeof(int32_t) * nt),
+            *pos = malloc(sizeof(int32_t) * nt), *seg = malloc(sizeof(int32_t) * nt);
+    uint8_t *valid = malloc(nt);
+    if (!a || (m->grads && !d) || !ids || !lab || !pos || !seg || !valid) {
+        free(a), free(d), free(ids), free(lab), free(pos), free(seg), free(valid);
         return RF_ERR_NOMEM;
     }
     free(m->acts), free(m->dacts), free(m->ids), free(m->labels), free(m->valid);
+    free(m->pos), free(m->seg);
     m->acts = a, m->dacts = d, m->ids = ids, m->labels = lab, m->valid = valid;
+    m->pos = pos, m->seg = seg;
     m->nacts = n, m->capB = nB, m->capT = T;
     return RF_OK;
 }
 
-int rf_llama_forward(rf_llama *m, const int32_t *ids, const uint8_t *valid, const int32_t *labels,
-                     int B, int T) {
+int rf_llama_forward(rf_llama *m, const rf_causal_batch *bt) {
+    int B = bt->B, T = bt->T;
+    const int32_t *ids = bt->ids, *labels = bt->labels;
     const rf_llama_config *c = &m->cfg;
     int rc = rf_llama_reserve(m, B, T);
     if (rc) return rc;
@@ -363,24 +370,31 @@ int rf_llama_forward(rf_llama *m, const int32_t *ids, const uint8_t *valid, cons
         if (labels[n] >= V)
             return rf_fail(RF_ERR_RANGE, "%s: label %d outside the vocabulary (%d)", "llama",
                            labels[n], V);
+    for (int n = 0; bt->pos && n < N; n++)
+        if (bt->pos[n] < 0 || bt->pos[n] >= c->max_position_embeddings)
+            return rf_fail(RF_ERR_RANGE, "llama: position %d outside [0, %d)", bt->pos[n],
+                           c->max_position_embeddings);
     memcpy(m->ids, ids, sizeof(int32_t) * N);
     for (int n = 0; n < N; n++) {
-        m->valid[n] = valid ? valid[n] != 0 : 1;
+        m->valid[n] = bt->valid ? bt->valid[n] != 0 : 1;
         m->labels[n] = labels ? labels[n] : -100;
+        m->pos[n] = bt->pos ? bt->pos[n] : n % T;
+        m->seg[n] = bt->seg ? bt->seg[n] : 0;
     }
-    m->B = B, m->T = T, m->has_labels = labels != NULL;
+    m->B = B, m->T = T, m->has_labels = labels != NULL, m->packed = bt->seg != NULL;
     layout(m, &m->a, m->acts, B, T);
     rf_llama_acts *a = &m->a;
 
-    rf_op_tokpos_fwd(a->res[0], m->ids, NULL, m->p.wte, NULL, B, T, C);
+    rf_op_tokpos_fwd(a->res[0], m->ids, m->pos, m->p.wte, NULL, B, T, C);
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const rf_llama_layer *w = &m->p.layers[l];
         rf_llama_acts_layer *y = &a->layers[l];
         rf_op_rmsnorm_fwd(y->ln1, y->ln1_rstd, a->res[l], w->ln1_w, N, C, eps);
         rf_op_linear_fwd(y->qkv, y->ln1, w->qkv_w, NULL, N, C, W);
-        rf_op_rope_fwd(y->qkv, y->qkv, NULL, N, T, NH, hd, W, c->rope_theta);
-        rf_op_rope_fwd(y->qkv + A, y->qkv + A, NULL, N, T, NKV, hd, W, c->rope_theta);
-        rf_op_causal_attention_fwd(y->atty, y->att, y->qkv, m->valid, B, T, NH, NKV, hd);
+        rf_op_rope_fwd(y->qkv, y->qkv, m->pos, N, T, NH, hd, W, c->rope_theta);
+        rf_op_rope_fwd(y->qkv + A, y->qkv + A, m->pos, N, T, NKV, hd, W, c->rope_theta);
+        rf_op_causal_attention_fwd(y->atty, y->att, y->qkv, m->valid, m->packed ? m->seg : NULL, B,
+                                   T, NH, NKV, hd);
         rf_op_linear_fwd(y->res2, y->atty, w->o_w, NULL, N, A, C);
         rf_op_residual_fwd(y->res2, y->res2, a->res[l], (size_t)N * C, 0.0f, 0);
         rf_op_rmsnorm_fwd(y->ln2, y->ln2_rstd, y->res2, w->ln2_w, N, C, eps);
@@ -429,8 +443,8 @@ int rf_llama_backward(rf_llama *m, float loss_scale) {
         rf_op_linear_bwd(dy->atty, g->o_w, NULL, dy->res2, y->atty, w->o_w, N, A, C);
         rf_op_causal_attention_bwd(dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NH, NKV, hd);
         /* back through RoPE on q and k; v passes unchanged */
-        rf_op_rope_bwd(dy->qkvr, dy->qkv, NULL, N, T, NH, hd, W, c->rope_theta);
-        rf_op_rope_bwd(dy->qkvr + A, dy->qkv + A, NULL, N, T, NKV, hd, W, c->rope_theta);
+        rf_op_rope_bwd(dy->qkvr, dy->qkv, m->pos, N, T, NH, hd, W, c->rope_theta);
+        rf_op_rope_bwd(dy->qkvr + A, dy->qkv + A, m->pos, N, T, NKV, hd, W, c->rope_theta);
         for (int n = 0; n < N; n++)
             memcpy(dy->qkvr + (size_t)n * W + A + NKV * hd, dy->qkv + (size_t)n * W + A + NKV * hd,
                    sizeof(float) * NKV * hd);
@@ -438,6 +452,6 @@ int rf_llama_backward(rf_llama *m, float loss_scale) {
         rf_op_rmsnorm_bwd(d->res[l], g->ln1_w, dy->ln1, a->res[l], w->ln1_w, y->ln1_rstd, N, C);
         rf_op_residual_bwd(d->res[l], NULL, dy->res2, (size_t)N * C, 0.0f, 0);
     }
-    rf_op_tokpos_bwd(m->g.wte, NULL, d->res[0], m->ids, NULL, B, T, C);
+    rf_op_tokpos_bwd(m->g.wte, NULL, d->res[0], m->ids, m->pos, B, T, C);
     return RF_OK;
 }

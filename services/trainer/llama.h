@@ -19,7 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "trainer/model.h" /* rf_tensor_info */
+#include "trainer/model.h"      /* rf_tensor_info */
+#include "trainer/ops_causal.h" /* rf_causal_batch */
 
 typedef struct rf_llama_config {
     int vocab_size, hidden_size, intermediate_size, num_hidden_layers;
@@ -61,8 +62,9 @@ typedef struct rf_llama {
     size_t nacts;
     rf_llama_acts a, da;
     int B, T;
-    int32_t *ids, *labels;
+    int32_t *ids, *labels, *pos, *seg;
     uint8_t *valid;
+    bool packed; /* the last batch had seg */
     bool has_labels;
     float *logits, loss;
     int counted;
@@ -76,9 +78,9 @@ int rf_llama_load(const char *dir, rf_llama **out);
 int rf_llama_enable_training(rf_llama *m);
 int rf_llama_zero_grad(rf_llama *m);
 int rf_llama_reserve(rf_llama *m, int B, int T);
-/* As rf_gpt2_forward / rf_gpt2_backward: positions 0..T-1, right padding. */
-int rf_llama_forward(rf_llama *m, const int32_t *ids, const uint8_t *valid, const int32_t *labels,
-                     int B, int T);
+/* As rf_gpt2_forward / rf_gpt2_backward (positions bound RoPE only: any
+ * value below max_position_embeddings). */
+int rf_llama_forward(rf_llama *m, const rf_causal_batch *b);
 int rf_llama_backward(rf_llama *m, float loss_scale);
 
 #endif

@@ -243,8 +243,13 @@ void rf_op_gelu_tanh_bwd(float *dinp, const float *inp, const float *dout, size_
     }
 }
 
+/* Whether query t of sequence b may attend to key j. */
+static inline bool sees(const uint8_t *valid, const int32_t *seg, int b, int T, int t, int j) {
+    return j <= t && (!valid || valid[b * T + j]) && (!seg || seg[b * T + j] == seg[b * T + t]);
+}
+
 void rf_op_causal_attention_fwd(float *out, float *att, const float *qkv, const uint8_t *valid,
-                                int B, int T, int NH, int NKV, int hs) {
+                                const int32_t *seg, int B, int T, int NH, int NKV, int hs) {
     int W = (NH + 2 * NKV) * hs, grp = NH / NKV;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static) collapse(2) if ((size_t)B * NH * T * T * hs > OMP_MIN)
@@ -258,7 +263,7 @@ void rf_op_causal_attention_fwd(float *out, float *att, const float *qkv, const 
                 float mx = -INFINITY;
                 for (int j = 0; j < T; j++) {
                     a[j] = 0;
-                    if (j > t || (valid && !valid[b * T + j])) continue;
+                    if (!sees(valid, seg, b, T, t, j)) continue;
                     const float *k = qkv + (size_t)(b * T + j) * W + (size_t)(NH + g) * hs;
                     float s = 0;
                     for (int i = 0; i < hs; i++)
@@ -270,13 +275,13 @@ void rf_op_causal_attention_fwd(float *out, float *att, const float *qkv, const 
                 if (mx == -INFINITY) continue; /* no key to attend to */
                 double sum = 0;
                 for (int j = 0; j <= t; j++) {
-                    if (valid && !valid[b * T + j]) continue;
+                    if (!sees(valid, seg, b, T, t, j)) continue;
                     a[j] = expf(a[j] - mx);
                     sum += a[j];
                 }
                 float inv = (float)(1.0 / sum);
                 for (int j = 0; j <= t; j++) {
-                    if (valid && !valid[b * T + j]) continue;
+                    if (!sees(valid, seg, b, T, t, j)) continue;
                     a[j] *= inv;
                     const float *v = qkv + (size_t)(b * T + j) * W + (size_t)(NH + NKV + g) * hs;
                     for (int i = 0; i < hs; i++)

@@ -15,6 +15,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The batch the causal models take: B sequences of T tokens, row-major.
+ * valid (NULL: all 1) is the attention mask (right padding); labels (NULL: no
+ * loss) Hugging Face's unshifted labels, -100 ignored. For packed documents
+ * pos (NULL: 0..T-1 in every row) restarts at each document and seg (NULL:
+ * one document per row) numbers them, so attention stays inside a document;
+ * the caller sets the label of each document's first token to -100 so that
+ * the previous document's last token does not predict it. */
+typedef struct rf_causal_batch {
+    int B, T;
+    const int32_t *ids, *labels, *pos, *seg;
+    const uint8_t *valid;
+} rf_causal_batch;
+
 /* out[n] = wte[ids[n]] + wpe[pos[n]] (wpe NULL: no learned positions, as in
  * Llama; pos NULL: position n % T). ids and pos must be in range. */
 void rf_op_tokpos_fwd(float *out, const int32_t *ids, const int32_t *pos, const float *wte,
@@ -65,11 +78,14 @@ void rf_op_gelu_tanh_bwd(float *dinp, const float *inp, const float *dout, size_
  * NH*hs, values at (NH + NKV)*hs; query head h reads kv head h / (NH/NKV)
  * (NKV must divide NH; NKV = NH is plain multi-head attention, as in GPT-2).
  * Query t of sequence b attends to keys j <= t with valid[b*T+j] != 0 (valid
- * NULL: every key valid), scores scaled by 1/sqrt(hs); a query with no such
- * key gets a zero output. att[B,NH,T,T] keeps the probabilities (zero above
- * the diagonal and at masked keys) for backward. out is [B*T, NH*hs]. */
+ * NULL: every key valid) and, for packed sequences, seg[b*T+j] ==
+ * seg[b*T+t] (seg NULL: one document per row of the batch), so attention
+ * never crosses documents. Scores are scaled by 1/sqrt(hs); a query with no
+ * such key gets a zero output. att[B,NH,T,T] keeps the probabilities (zero
+ * above the diagonal and at masked keys) for backward, which therefore needs
+ * neither mask. out is [B*T, NH*hs]. */
 void rf_op_causal_attention_fwd(float *out, float *att, const float *qkv, const uint8_t *valid,
-                                int B, int T, int NH, int NKV, int hs);
+                                const int32_t *seg, int B, int T, int NH, int NKV, int hs);
 /* scratch: B*NH*T floats of working space (each probability row's gradient
  * dot product), not kept between calls. */
 void rf_op_causal_attention_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv,

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -243,16 +244,20 @@ static void test_gelu_tanh(void **state) {
 typedef struct {
     float *qkv, *att;
     const uint8_t *valid;
+    const int32_t *seg;
     int B, T, NH, NKV, hs;
 } att_ctx;
 static void att_fwd(check *c) {
     att_ctx *k = c->ctx;
-    rf_op_causal_attention_fwd(c->out, k->att, k->qkv, k->valid, k->B, k->T, k->NH, k->NKV, k->hs);
+    rf_op_causal_attention_fwd(c->out, k->att, k->qkv, k->valid, k->seg, k->B, k->T, k->NH, k->NKV,
+                               k->hs);
 }
-static void check_attention(int NH, int NKV, const char *what) {
+static void check_attention(int NH, int NKV, bool packed, const char *what) {
     int B = 2, T = 5, hs = 4, W = (NH + 2 * NKV) * hs;
     uint8_t valid[] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0}; /* sequence 1: 3 tokens + 2 padding */
-    att_ctx k = {randn(B * T * W, 1), zeros(B * NH * T * T), valid, B, T, NH, NKV, hs};
+    int32_t seg[] = {0, 0, 1, 1, 1, 0, 0, 0, 0, 0};   /* packed: sequence 0 holds 2 documents */
+    att_ctx k = {
+        randn(B * T * W, 1), zeros(B * NH * T * T), valid, packed ? seg : NULL, B, T, NH, NKV, hs};
     size_t nout = (size_t)B * T * NH * hs;
     check c = {att_fwd, zeros(nout), randn(nout, 1), nout, &k};
     objective(&c);
@@ -270,6 +275,7 @@ static void check_attention(int NH, int NKV, const char *what) {
                 for (int j = 0; j < T; j++) {
                     float a = k.att[(((size_t)b * NH + h) * T + t) * T + j];
                     if (j > t || !valid[b * T + j]) assert_true(a == 0);
+                    if (packed && seg[b * T + j] != seg[b * T + t]) assert_true(a == 0);
                     s += a;
                 }
                 assert_true(fabs(s - 1) < 1e-5);
@@ -286,12 +292,27 @@ static void check_attention(int NH, int NKV, const char *what) {
 }
 static void test_attention_mha(void **state) {
     (void)state;
-    check_attention(3, 3, "attention mha");
+    check_attention(3, 3, false, "attention mha");
 }
 static void test_attention_gqa(void **state) {
     (void)state;
-    check_attention(4, 2, "attention gqa 4/2");
-    check_attention(4, 1, "attention mqa 4/1");
+    check_attention(4, 2, false, "attention gqa 4/2");
+    check_attention(4, 1, false, "attention mqa 4/1");
+}
+
+/* Packed documents: gradients, no probability across a document boundary, and
+ * the second document's output equals attention over that document alone. */
+static void test_attention_packed(void **state) {
+    (void)state;
+    check_attention(4, 2, true, "attention packed 4/2");
+    int T = 7, NH = 2, NKV = 1, hs = 4, W = (NH + 2 * NKV) * hs, A = NH * hs;
+    int32_t seg[] = {0, 0, 0, 1, 1, 1, 1};
+    float *qkv = randn(T * W, 1), *out = zeros(T * A), *att = zeros(NH * T * T);
+    float *alone = zeros(4 * A), *att1 = zeros(NH * 4 * 4);
+    rf_op_causal_attention_fwd(out, att, qkv, NULL, seg, 1, T, NH, NKV, hs);
+    rf_op_causal_attention_fwd(alone, att1, qkv + 3 * W, NULL, NULL, 1, 4, NH, NKV, hs);
+    assert_memory_equal(out + 3 * A, alone, sizeof(float) * 4 * A);
+    free(qkv), free(out), free(att), free(alone), free(att1);
 }
 
 /* ---- tied LM head + causal cross-entropy: the objective is the loss ---- */
@@ -349,10 +370,12 @@ static void test_thread_count(void **state) {
           *dW = randn(N * W, 1), *dC = randn(N * C, 1), *nw = randn(C, 1), *wte = randn(V * C, 1),
           *gu = randn(N * 2 * F, 2), *dF = randn(N * F, 1);
     int32_t *labels = malloc(sizeof(int32_t) * N);
+    int32_t *seg = malloc(sizeof(int32_t) * N);
     uint8_t *valid = malloc(N);
     for (int n = 0; n < N; n++) {
         labels[n] = n % 7 == 0 ? -100 : (int32_t)(n * 13 % V);
         valid[n] = !(n / T == 2 && n % T > 40);
+        seg[n] = n / T == 1 && n % T >= 20; /* sequence 1 packs two documents */
     }
     size_t sz[] = {
         (size_t)N * C,     (size_t)B * NH * T * T, (size_t)N * W,    (size_t)N * W, (size_t)C * W,
@@ -367,7 +390,7 @@ static void test_thread_count(void **state) {
         for (int i = 0; i < NB; i++)
             r[t][i] = zeros(sz[i]);
         float *scratch = zeros(B * NH * T);
-        rf_op_causal_attention_fwd(r[t][0], r[t][1], qkv, valid, B, T, NH, NKV, hs);
+        rf_op_causal_attention_fwd(r[t][0], r[t][1], qkv, valid, seg, B, T, NH, NKV, hs);
         rf_op_causal_attention_bwd(r[t][2], scratch, dC, qkv, r[t][1], B, T, NH, NKV, hs);
         rf_op_conv1d_fwd(r[t][3], x, w, b, N, C, W);
         rf_op_conv1d_bwd(r[t][6], r[t][4], r[t][5], dW, x, w, N, C, W);
@@ -394,17 +417,18 @@ static void test_thread_count(void **state) {
         free(r[0][i]), free(r[1][i]);
     }
     free(qkv), free(x), free(w), free(b), free(dW), free(dC), free(nw), free(wte), free(gu);
-    free(dF), free(labels), free(valid);
+    free(dF), free(labels), free(valid), free(seg);
 }
 
 int main(void) {
     rf_rng_seed(&rng, 1234);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_conv1d),        cmocka_unit_test(test_tokpos),
-        cmocka_unit_test(test_rmsnorm),       cmocka_unit_test(test_rope),
-        cmocka_unit_test(test_swiglu),        cmocka_unit_test(test_gelu_tanh),
-        cmocka_unit_test(test_attention_mha), cmocka_unit_test(test_attention_gqa),
-        cmocka_unit_test(test_lm_head_xent),  cmocka_unit_test(test_thread_count),
+        cmocka_unit_test(test_conv1d),           cmocka_unit_test(test_tokpos),
+        cmocka_unit_test(test_rmsnorm),          cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_swiglu),           cmocka_unit_test(test_gelu_tanh),
+        cmocka_unit_test(test_attention_mha),    cmocka_unit_test(test_attention_gqa),
+        cmocka_unit_test(test_attention_packed), cmocka_unit_test(test_lm_head_xent),
+        cmocka_unit_test(test_thread_count),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -34,7 +34,10 @@ static void run_parity(const char *model_dir, const char *ref_file) {
         valid[i] = (uint8_t)mask[i];
     assert_int_equal(rf_gpt2_enable_training(m), 0);
     assert_int_equal(rf_gpt2_zero_grad(m), 0);
-    assert_int_equal(rf_gpt2_forward(m, ids, valid, labels, B, T), 0);
+    assert_int_equal(
+        rf_gpt2_forward(
+            m, &(rf_causal_batch){.B = B, .T = T, .ids = ids, .valid = valid, .labels = labels}),
+        0);
     assert_int_equal(rf_gpt2_backward(m, 1.0f), 0);
 
     float *loss = fx_get(ref, "out.loss", NULL);
@@ -70,7 +73,11 @@ static void run_parity(const char *model_dir, const char *ref_file) {
         float *m1 = calloc(m->nparams, sizeof(float)), *m2 = calloc(m->nparams, sizeof(float));
         for (long step = 0; step < 3; step++) {
             assert_int_equal(rf_gpt2_zero_grad(m), 0);
-            assert_int_equal(rf_gpt2_forward(m, ids, valid, labels, B, T), 0);
+            assert_int_equal(
+                rf_gpt2_forward(m,
+                                &(rf_causal_batch){
+                                    .B = B, .T = T, .ids = ids, .valid = valid, .labels = labels}),
+                0);
             assert_int_equal(rf_gpt2_backward(m, 1.0f), 0);
             adamw_step_flat(m->params, m->grads, m1, m2, m->nparams, m->tensors, m->ntensors, &o,
                             step);
@@ -163,7 +170,11 @@ static void test_thread_count(void **state) {
         rf_gpt2 *m;
         if (rf_gpt2_load(dir, &m)) fail_msg("%s", rf_errmsg());
         assert_int_equal(rf_gpt2_enable_training(m), 0);
-        assert_int_equal(rf_gpt2_forward(m, ids, valid, labels, B, T), 0);
+        assert_int_equal(
+            rf_gpt2_forward(
+                m,
+                &(rf_causal_batch){.B = B, .T = T, .ids = ids, .valid = valid, .labels = labels}),
+            0);
         assert_int_equal(rf_gpt2_backward(m, 1.0f), 0);
         np = m->nparams;
         grads[t] = malloc(np * sizeof(float));
@@ -183,6 +194,55 @@ static void test_thread_count(void **state) {
     free(ids), free(labels), free(valid), free(dir);
 }
 
+/* Packing: two documents in one row (positions restarting, seg numbering
+ * them, the second's first label -100) give the logits of each document run
+ * alone, and the summed-loss gradients of the two separate runs. */
+static void test_packed(void **state) {
+    (void)state;
+    char *dir = root_path("tests/fixtures/causal/tiny-gpt2-rand");
+    rf_gpt2 *m;
+    if (rf_gpt2_load(dir, &m)) fail_msg("%s", rf_errmsg());
+    assert_int_equal(rf_gpt2_enable_training(m), 0);
+    int V = m->cfg.vocab_size, TA = 5, TB = 3, T = TA + TB;
+    int32_t ids[8], pos[8], seg[8], labels[8];
+    for (int n = 0; n < T; n++) {
+        ids[n] = (int32_t)((n * 29 + 5) % V);
+        pos[n] = n < TA ? n : n - TA;
+        seg[n] = n >= TA;
+        labels[n] = n == TA ? -100 : ids[n];
+    }
+    assert_int_equal(
+        rf_gpt2_forward(m,
+                        &(rf_causal_batch){
+                            .B = 1, .T = T, .ids = ids, .labels = labels, .pos = pos, .seg = seg}),
+        0);
+    int cp = m->counted;
+    assert_int_equal(cp, (TA - 1) + (TB - 1));
+    float *lp = malloc(sizeof(float) * T * V), *g = calloc(m->nparams, sizeof(float));
+    memcpy(lp, m->logits, sizeof(float) * T * V);
+    assert_int_equal(rf_gpt2_zero_grad(m), 0);
+    assert_int_equal(rf_gpt2_backward(m, (float)cp), 0);
+    memcpy(g, m->grads, sizeof(float) * m->nparams);
+
+    assert_int_equal(rf_gpt2_zero_grad(m), 0);
+    assert_int_equal(
+        rf_gpt2_forward(m, &(rf_causal_batch){.B = 1, .T = TA, .ids = ids, .labels = labels}), 0);
+    double ea = rel_err(lp, m->logits, (size_t)TA * V);
+    assert_int_equal(rf_gpt2_backward(m, (float)m->counted), 0);
+    assert_int_equal(
+        rf_gpt2_forward(
+            m, &(rf_causal_batch){.B = 1, .T = TB, .ids = ids + TA, .labels = labels + TA}),
+        0);
+    double eb = rel_err(lp + TA * V, m->logits, (size_t)TB * V);
+    assert_int_equal(rf_gpt2_backward(m, (float)m->counted), 0);
+    double eg = rel_err(g, m->grads, m->nparams);
+    printf("  packed vs separate: logits %.3g / %.3g, gradients %.3g\n", ea, eb, eg);
+    assert_true(ea <= 1e-6 && eb <= 1e-6);
+    assert_true(eg <= 1e-5);
+    free(lp), free(g), free(dir);
+    rf_gpt2_free(m);
+}
+
 /* Errors are reported, not crashed on. */
 static void test_errors(void **state) {
     (void)state;
@@ -200,12 +260,24 @@ static void test_errors(void **state) {
     rf_gpt2 *m;
     assert_int_equal(rf_gpt2_new(&c, &m), RF_OK);
     int32_t ids[] = {1, 2, 8, 0};
-    assert_int_equal(rf_gpt2_forward(m, ids, NULL, NULL, 1, 4), RF_ERR_RANGE); /* id 8 */
+    assert_int_equal(
+        rf_gpt2_forward(
+            m, &(rf_causal_batch){.B = 1, .T = 4, .ids = ids, .valid = NULL, .labels = NULL}),
+        RF_ERR_RANGE); /* id 8 */
     ids[2] = 3;
-    assert_int_equal(rf_gpt2_forward(m, ids, NULL, NULL, 1, 5), RF_ERR_RANGE); /* 5 > 4 positions */
+    assert_int_equal(
+        rf_gpt2_forward(
+            m, &(rf_causal_batch){.B = 1, .T = 5, .ids = ids, .valid = NULL, .labels = NULL}),
+        RF_ERR_RANGE); /* 5 > 4 positions */
     int32_t labels[] = {1, 2, 3, 8};
-    assert_int_equal(rf_gpt2_forward(m, ids, NULL, labels, 1, 4), RF_ERR_RANGE); /* label 8 */
-    assert_int_equal(rf_gpt2_forward(m, ids, NULL, NULL, 1, 4), RF_OK);
+    assert_int_equal(
+        rf_gpt2_forward(
+            m, &(rf_causal_batch){.B = 1, .T = 4, .ids = ids, .valid = NULL, .labels = labels}),
+        RF_ERR_RANGE); /* label 8 */
+    assert_int_equal(
+        rf_gpt2_forward(
+            m, &(rf_causal_batch){.B = 1, .T = 4, .ids = ids, .valid = NULL, .labels = NULL}),
+        RF_OK);
     assert_int_equal(rf_gpt2_backward(m, 1.0f), RF_ERR_INVALID); /* training not enabled */
     rf_gpt2_free(m);
     assert_int_equal(rf_gpt2_load("/nonexistent-dir", &m), RF_ERR_NOT_FOUND);
@@ -214,9 +286,8 @@ static void test_errors(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_random_gpt2),
-        cmocka_unit_test(test_shared_tiny_gpt2),
-        cmocka_unit_test(test_thread_count),
+        cmocka_unit_test(test_random_gpt2),  cmocka_unit_test(test_shared_tiny_gpt2),
+        cmocka_unit_test(test_thread_count), cmocka_unit_test(test_packed),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

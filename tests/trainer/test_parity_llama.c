@@ -32,7 +32,10 @@ static void run_parity(const char *model_dir, const char *ref_file) {
         valid[i] = (uint8_t)mask[i];
     assert_int_equal(rf_llama_enable_training(m), 0);
     assert_int_equal(rf_llama_zero_grad(m), 0);
-    assert_int_equal(rf_llama_forward(m, ids, valid, labels, B, T), 0);
+    assert_int_equal(
+        rf_llama_forward(
+            m, &(rf_causal_batch){.B = B, .T = T, .ids = ids, .valid = valid, .labels = labels}),
+        0);
     assert_int_equal(rf_llama_backward(m, 1.0f), 0);
 
     float *loss = fx_get(ref, "out.loss", NULL);
@@ -68,7 +71,11 @@ static void run_parity(const char *model_dir, const char *ref_file) {
         float *m1 = calloc(m->nparams, sizeof(float)), *m2 = calloc(m->nparams, sizeof(float));
         for (long step = 0; step < 3; step++) {
             assert_int_equal(rf_llama_zero_grad(m), 0);
-            assert_int_equal(rf_llama_forward(m, ids, valid, labels, B, T), 0);
+            assert_int_equal(
+                rf_llama_forward(m,
+                                 &(rf_causal_batch){
+                                     .B = B, .T = T, .ids = ids, .valid = valid, .labels = labels}),
+                0);
             assert_int_equal(rf_llama_backward(m, 1.0f), 0);
             adamw_step_flat(m->params, m->grads, m1, m2, m->nparams, m->tensors, m->ntensors, &o,
                             step);
@@ -116,6 +123,55 @@ static void test_tied_llama(void **state) {
     free(dir), free(ref);
 }
 
+/* Packing: two documents in one row (positions restarting, seg numbering
+ * them, the second's first label -100) give the logits of each document run
+ * alone, and the summed-loss gradients of the two separate runs. */
+static void test_packed(void **state) {
+    (void)state;
+    char *dir = root_path("tests/fixtures/causal/tiny-llama-tied");
+    rf_llama *m;
+    if (rf_llama_load(dir, &m)) fail_msg("%s", rf_errmsg());
+    assert_int_equal(rf_llama_enable_training(m), 0);
+    int V = m->cfg.vocab_size, TA = 5, TB = 3, T = TA + TB;
+    int32_t ids[8], pos[8], seg[8], labels[8];
+    for (int n = 0; n < T; n++) {
+        ids[n] = (int32_t)((n * 29 + 5) % V);
+        pos[n] = n < TA ? n : n - TA;
+        seg[n] = n >= TA;
+        labels[n] = n == TA ? -100 : ids[n];
+    }
+    assert_int_equal(
+        rf_llama_forward(m,
+                         &(rf_causal_batch){
+                             .B = 1, .T = T, .ids = ids, .labels = labels, .pos = pos, .seg = seg}),
+        0);
+    int cp = m->counted;
+    assert_int_equal(cp, (TA - 1) + (TB - 1));
+    float *lp = malloc(sizeof(float) * T * V), *g = calloc(m->nparams, sizeof(float));
+    memcpy(lp, m->logits, sizeof(float) * T * V);
+    assert_int_equal(rf_llama_zero_grad(m), 0);
+    assert_int_equal(rf_llama_backward(m, (float)cp), 0);
+    memcpy(g, m->grads, sizeof(float) * m->nparams);
+
+    assert_int_equal(rf_llama_zero_grad(m), 0);
+    assert_int_equal(
+        rf_llama_forward(m, &(rf_causal_batch){.B = 1, .T = TA, .ids = ids, .labels = labels}), 0);
+    double ea = rel_err(lp, m->logits, (size_t)TA * V);
+    assert_int_equal(rf_llama_backward(m, (float)m->counted), 0);
+    assert_int_equal(
+        rf_llama_forward(
+            m, &(rf_causal_batch){.B = 1, .T = TB, .ids = ids + TA, .labels = labels + TA}),
+        0);
+    double eb = rel_err(lp + TA * V, m->logits, (size_t)TB * V);
+    assert_int_equal(rf_llama_backward(m, (float)m->counted), 0);
+    double eg = rel_err(g, m->grads, m->nparams);
+    printf("  packed vs separate: logits %.3g / %.3g, gradients %.3g\n", ea, eb, eg);
+    assert_true(ea <= 1e-6 && eb <= 1e-6);
+    assert_true(eg <= 1e-5);
+    free(lp), free(g), free(dir);
+    rf_llama_free(m);
+}
+
 /* Errors are reported, not crashed on. */
 static void test_errors(void **state) {
     (void)state;
@@ -141,9 +197,15 @@ static void test_errors(void **state) {
     assert_null(rf_llama_find(m, "lm_head.weight")); /* tied: no tensor of its own */
     assert_ptr_equal(m->p.head_w, m->p.wte);
     int32_t ids[] = {1, 2, 8, 0};
-    assert_int_equal(rf_llama_forward(m, ids, NULL, NULL, 1, 4), RF_ERR_RANGE);
+    assert_int_equal(
+        rf_llama_forward(
+            m, &(rf_causal_batch){.B = 1, .T = 4, .ids = ids, .valid = NULL, .labels = NULL}),
+        RF_ERR_RANGE);
     ids[2] = 3;
-    assert_int_equal(rf_llama_forward(m, ids, NULL, NULL, 1, 4), RF_OK);
+    assert_int_equal(
+        rf_llama_forward(
+            m, &(rf_causal_batch){.B = 1, .T = 4, .ids = ids, .valid = NULL, .labels = NULL}),
+        RF_OK);
     assert_int_equal(rf_llama_backward(m, 1.0f), RF_ERR_INVALID);
     rf_llama_free(m);
 }
@@ -152,6 +214,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random_llama),
         cmocka_unit_test(test_tied_llama),
+        cmocka_unit_test(test_packed),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
