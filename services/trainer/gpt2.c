@@ -1,0 +1,429 @@
+#include "trainer/gpt2.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/json.h"
+#include "common/sys.h"
+#include "trainer/ops.h"
+#include "trainer/ops_causal.h"
+#include "trainer/safetensors.h"
+
+/* ---- config ---- */
+
+static int get_int(const rf_json *root, const char *key, int def, int min, int max, int *out) {
+    const rf_json *v = rf_json_get(root, key);
+    int64_t x;
+    if (!v || v->type == RF_JSON_NULL) {
+        if (def < 0) return rf_fail(RF_ERR_INVALID, "config.json: missing '%s'", key);
+        *out = def;
+        return RF_OK;
+    }
+    if (rf_json_int64(v, &x) != 0 || x < min || x > max)
+        return rf_fail(RF_ERR_INVALID, "config.json: '%s' must be an integer in [%d, %d]", key, min,
+                       max);
+    *out = (int)x;
+    return RF_OK;
+}
+
+int rf_gpt2_config_parse(const char *text, size_t len, rf_gpt2_config *c) {
+    memset(c, 0, sizeof *c);
+    rf_json_doc *doc = rf_json_doc_new();
+    if (!doc) return RF_ERR_NOMEM;
+    const rf_json *r, *v;
+    int rc = rf_json_parse(doc, text, len, &r);
+    if (rc) {
+        rc = rf_fail_ctx(RF_ERR_PARSE, "config.json");
+        goto out;
+    }
+    if (r->type != RF_JSON_OBJECT) {
+        rc = rf_fail(RF_ERR_PARSE, "config.json: not a JSON object");
+        goto out;
+    }
+    if ((v = rf_json_get(r, "model_type")) &&
+        (!rf_json_is_str(v) || strcmp(v->u.str, "gpt2") != 0)) {
+        rc = rf_fail(RF_ERR_UNSUPPORTED, "config.json: model_type is not 'gpt2'");
+        goto out;
+    }
+    if ((rc = get_int(r, "vocab_size", -1, 1, 1 << 24, &c->vocab_size)) ||
+        (rc = get_int(r, "n_positions", -1, 1, 1 << 20, &c->n_positions)) ||
+        (rc = get_int(r, "n_embd", -1, 1, 1 << 16, &c->n_embd)) ||
+        (rc = get_int(r, "n_layer", -1, 1, 1024, &c->n_layer)) ||
+        (rc = get_int(r, "n_head", -1, 1, 1024, &c->n_head)) ||
+        (rc = get_int(r, "n_inner", 4 * c->n_embd, 1, 1 << 20, &c->n_inner)))
+        goto out;
+    if (c->n_embd % c->n_head) {
+        rc = rf_fail(RF_ERR_INVALID, "config.json: n_embd %d is not a multiple of n_head %d",
+                     c->n_embd, c->n_head);
+        goto out;
+    }
+    c->layer_norm_epsilon = 1e-5f;
+    if ((v = rf_json_get(r, "layer_norm_epsilon")) && v->type != RF_JSON_NULL) {
+        if (v->type != RF_JSON_NUMBER || !(v->num > 0 && v->num < 1)) {
+            rc = rf_fail(RF_ERR_INVALID, "config.json: 'layer_norm_epsilon' must be in (0, 1)");
+            goto out;
+        }
+        c->layer_norm_epsilon = (float)v->num;
+    }
+    if ((v = rf_json_get(r, "activation_function")) &&
+        (!rf_json_is_str(v) ||
+         (strcmp(v->u.str, "gelu_new") && strcmp(v->u.str, "gelu_pytorch_tanh")))) {
+        rc = rf_fail(RF_ERR_UNSUPPORTED,
+                     "config.json: activation_function '%s'; only the tanh GELU (gelu_new) is "
+                     "supported",
+                     rf_json_is_str(v) ? v->u.str : "(not a string)");
+        goto out;
+    }
+    if ((v = rf_json_get(r, "tie_word_embeddings")) && v->type == RF_JSON_FALSE) {
+        rc = rf_fail(RF_ERR_UNSUPPORTED, "config.json: untied GPT-2 heads are not supported");
+        goto out;
+    }
+    v = rf_json_get(r, "scale_attn_by_inverse_layer_idx");
+    bool inv = v && v->type == RF_JSON_TRUE;
+    v = rf_json_get(r, "scale_attn_weights");
+    if (inv || (v && v->type == RF_JSON_FALSE))
+        rc = rf_fail(RF_ERR_UNSUPPORTED,
+                     "config.json: only attention scaled by 1/sqrt(head size) is supported");
+out:
+    rf_json_doc_free(doc);
+    return rc;
+}
+
+/* ---- parameter table ---- */
+
+static void add(rf_gpt2 *m, const char *name, int d0, int d1) {
+    rf_tensor_info *t = &m->tensors[m->ntensors++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->offset = m->nparams;
+    t->ndim = d1 ? 2 : 1;
+    t->shape[0] = d0;
+    t->shape[1] = d1;
+    t->numel = (size_t)d0 * (d1 ? d1 : 1);
+    t->decay = d1 != 0; /* matrices only: not biases, not LayerNorm */
+    m->nparams += t->numel;
+}
+
+static void build_table(rf_gpt2 *m) {
+    const rf_gpt2_config *c = &m->cfg;
+    int C = c->n_embd, F = c->n_inner;
+    char n[96];
+    add(m, "transformer.wte.weight", c->vocab_size, C);
+    add(m, "transformer.wpe.weight", c->n_positions, C);
+    for (int l = 0; l < c->n_layer; l++) {
+#define L(suffix, d0, d1)                                                                          \
+    snprintf(n, sizeof n, "transformer.h.%d.%s", l, suffix);                                       \
+    add(m, n, d0, d1)
+        L("ln_1.weight", C, 0);
+        L("ln_1.bias", C, 0);
+        L("attn.c_attn.weight", C, 3 * C);
+        L("attn.c_attn.bias", 3 * C, 0);
+        L("attn.c_proj.weight", C, C);
+        L("attn.c_proj.bias", C, 0);
+        L("ln_2.weight", C, 0);
+        L("ln_2.bias", C, 0);
+        L("mlp.c_fc.weight", C, F);
+        L("mlp.c_fc.bias", F, 0);
+        L("mlp.c_proj.weight", F, C);
+        L("mlp.c_proj.bias", C, 0);
+#undef L
+    }
+    add(m, "transformer.ln_f.weight", C, 0);
+    add(m, "transformer.ln_f.bias", C, 0);
+}
+
+/* Points the views of v at block base (params or grads: same offsets). */
+static void bind(rf_gpt2 *m, rf_gpt2_params *v, float *base) {
+    const rf_tensor_info *t = m->tensors;
+    v->wte = base + t[0].offset;
+    v->wpe = base + t[1].offset;
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        const rf_tensor_info *u = t + 2 + 12 * l;
+        rf_gpt2_layer *y = &v->layers[l];
+        float **f[] = {&y->ln1_w, &y->ln1_b, &y->attn_w, &y->attn_b, &y->proj_w, &y->proj_b,
+                       &y->ln2_w, &y->ln2_b, &y->fc_w,   &y->fc_b,   &y->fcp_w,  &y->fcp_b};
+        for (int i = 0; i < 12; i++)
+            *f[i] = base + u[i].offset;
+    }
+    v->lnf_w = base + t[m->ntensors - 2].offset;
+    v->lnf_b = base + t[m->ntensors - 1].offset;
+}
+
+int rf_gpt2_new(const rf_gpt2_config *cfg, rf_gpt2 **out) {
+    *out = NULL;
+    rf_gpt2 *m = calloc(1, sizeof *m);
+    if (!m) return RF_ERR_NOMEM;
+    m->cfg = *cfg;
+    int L = cfg->n_layer;
+    m->tensors = calloc((size_t)12 * L + 4, sizeof *m->tensors);
+    m->p.layers = calloc((size_t)L, sizeof(rf_gpt2_layer));
+    m->g.layers = calloc((size_t)L, sizeof(rf_gpt2_layer));
+    m->a.layers = calloc((size_t)L, sizeof(rf_gpt2_acts_layer));
+    m->da.layers = calloc((size_t)L, sizeof(rf_gpt2_acts_layer));
+    m->a.res = calloc((size_t)L + 1, sizeof(float *));
+    m->da.res = calloc((size_t)L + 1, sizeof(float *));
+    if (!m->tensors || !m->p.layers || !m->g.layers || !m->a.layers || !m->da.layers || !m->a.res ||
+        !m->da.res) {
+        rf_gpt2_free(m);
+        return RF_ERR_NOMEM;
+    }
+    build_table(m);
+    if (!(m->params = calloc(m->nparams, sizeof(float)))) {
+        rf_gpt2_free(m);
+        return RF_ERR_NOMEM;
+    }
+    bind(m, &m->p, m->params);
+    *out = m;
+    return RF_OK;
+}
+
+void rf_gpt2_free(rf_gpt2 *m) {
+    if (!m) return;
+    free(m->tensors);
+    free(m->params);
+    free(m->grads);
+    free(m->p.layers);
+    free(m->g.layers);
+    free(m->a.layers);
+    free(m->da.layers);
+    free(m->a.res);
+    free(m->da.res);
+    free(m->acts);
+    free(m->dacts);
+    free(m->ids);
+    free(m->labels);
+    free(m->pos);
+    free(m->seg);
+    free(m->valid);
+    free(m);
+}
+
+const rf_tensor_info *rf_gpt2_find(const rf_gpt2 *m, const char *name) {
+    for (size_t i = 0; i < m->ntensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0) return &m->tensors[i];
+    return NULL;
+}
+
+int rf_gpt2_load(const char *dir, rf_gpt2 **out) {
+    char path[4096];
+    *out = NULL;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text;
+    size_t len;
+    int rc = rf_read_file(path, 1 << 20, &text, &len);
+    if (rc) return rc;
+    rf_gpt2_config cfg;
+    rc = rf_gpt2_config_parse(text, len, &cfg);
+    free(text);
+    if (rc) return rf_fail_ctx(rc, "%s", path);
+    rf_st_file *st;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if ((rc = rf_st_open(path, &st))) return rc;
+    rf_gpt2 *m;
+    if ((rc = rf_gpt2_new(&cfg, &m))) {
+        rf_st_free(st);
+        return rc;
+    }
+    for (size_t i = 0; i < m->ntensors && !rc; i++) {
+        const rf_tensor_info *t = &m->tensors[i];
+        const rf_st_tensor *s = rf_st_find(st, t->name);
+        if (!s) s = rf_st_find(st, t->name + strlen("transformer."));
+        if (!s) {
+            rc = rf_fail(RF_ERR_NOT_FOUND, "%s: tensor '%s' is missing", path, t->name);
+            break;
+        }
+        if (s->ndim != t->ndim || s->shape[0] != t->shape[0] ||
+            (t->ndim == 2 && s->shape[1] != t->shape[1])) {
+            rc = rf_fail(RF_ERR_INVALID, "%s: tensor '%s' does not have the config's shape [%d,%d]",
+                         path, s->name, t->shape[0], t->shape[1]);
+            break;
+        }
+        if ((rc = rf_st_to_f32(s, m->params + t->offset))) rc = rf_fail_ctx(rc, "%s", path);
+    }
+    rf_st_free(st);
+    if (rc) {
+        rf_gpt2_free(m);
+        return rc;
+    }
+    *out = m;
+    return RF_OK;
+}
+
+int rf_gpt2_enable_training(rf_gpt2 *m) {
+    if (m->grads) return RF_OK;
+    if (!(m->grads = calloc(m->nparams, sizeof(float)))) return RF_ERR_NOMEM;
+    bind(m, &m->g, m->grads);
+    if (m->acts && !(m->dacts = calloc(m->nacts, sizeof(float)))) return RF_ERR_NOMEM;
+    return RF_OK;
+}
+
+int rf_gpt2_zero_grad(rf_gpt2 *m) {
+    if (!m->grads) return rf_fail(RF_ERR_INVALID, "gpt2: training is not enabled");
+    memset(m->grads, 0, m->nparams * sizeof(float));
+    return RF_OK;
+}
+
+/* ---- activations ---- */
+
+/* Lays the activation views of v out from base (NULL: only counts floats). */
+static size_t layout(const rf_gpt2 *m, rf_gpt2_acts *v, float *base, int B, int T) {
+    const rf_gpt2_config *c = &m->cfg;
+    size_t N = (size_t)B * T, C = c->n_embd, F = c->n_inner, off = 0;
+#define TAKE(ptr, n)                                                                               \
+    do {                                                                                           \
+        if (base) (ptr) = base + off;                                                              \
+        off += (n);                                                                                \
+    } while (0)
+    for (int l = 0; l <= c->n_layer; l++)
+        TAKE(v->res[l], N * C);
+    for (int l = 0; l < c->n_layer; l++) {
+        rf_gpt2_acts_layer *y = &v->layers[l];
+        TAKE(y->ln1, N * C);
+        TAKE(y->ln1_mean, N);
+        TAKE(y->ln1_rstd, N);
+        TAKE(y->qkv, N * 3 * C);
+        TAKE(y->att, (size_t)B * c->n_head * T * T);
+        TAKE(y->atty, N * C);
+        TAKE(y->res2, N * C);
+        TAKE(y->ln2, N * C);
+        TAKE(y->ln2_mean, N);
+        TAKE(y->ln2_rstd, N);
+        TAKE(y->fch, N * F);
+        TAKE(y->fcg, N * F);
+    }
+    TAKE(v->lnf, N * C);
+    TAKE(v->lnf_mean, N);
+    TAKE(v->lnf_rstd, N);
+    TAKE(v->logits, N * c->vocab_size);
+    TAKE(v->lse, N);
+    TAKE(v->losses, N);
+#undef TAKE
+    return off;
+}
+
+int rf_gpt2_reserve(rf_gpt2 *m, int B, int T) {
+    if (B < 1 || T < 1 || T > m->cfg.n_positions)
+        return rf_fail(RF_ERR_RANGE, "gpt2: batch %d x %d (at most %d positions)", B, T,
+                       m->cfg.n_positions);
+    if (B <= m->capB && T <= m->capT) return RF_OK;
+    int nB = B > m->capB ? B : m->capB;
+    T = T > m->capT ? T : m->capT;
+    size_t n = layout(m, &m->a, NULL, nB, T);
+    float *a = calloc(n, sizeof(float)), *d = m->grads ? calloc(n, sizeof(float)) : NULL;
+    size_t nt = (size_t)nB * T;
+    int32_t *ids = malloc(sizeof(int32_t) * nt), *lab = malloc(sizeof(int32_t) * nt),
+            *pos = malloc(sizeof(int32_t) * nt), *seg = malloc(sizeof(int32_t) * nt);
+    uint8_t *valid = malloc(nt);
+    if (!a || (m->grads && !d) || !ids || !lab || !pos || !seg || !valid) {
+        free(a), free(d), free(ids), free(lab), free(pos), free(seg), free(valid);
+        return RF_ERR_NOMEM;
+    }
+    free(m->acts), free(m->dacts), free(m->ids), free(m->labels), free(m->valid);
+    free(m->pos), free(m->seg);
+    m->acts = a, m->dacts = d, m->ids = ids, m->labels = lab, m->valid = valid;
+    m->pos = pos, m->seg = seg;
+    m->nacts = n, m->capB = nB, m->capT = T;
+    return RF_OK;
+}
+
+int rf_gpt2_forward(rf_gpt2 *m, const rf_causal_batch *bt) {
+    int B = bt->B, T = bt->T;
+    const int32_t *ids = bt->ids, *labels = bt->labels;
+    const rf_gpt2_config *c = &m->cfg;
+    int rc = rf_gpt2_reserve(m, B, T);
+    if (rc) return rc;
+    int N = B * T, C = c->n_embd, F = c->n_inner, NH = c->n_head, V = c->vocab_size;
+    float eps = c->layer_norm_epsilon;
+    for (int n = 0; n < N; n++)
+        if (ids[n] < 0 || ids[n] >= V)
+            return rf_fail(RF_ERR_RANGE, "gpt2: token id %d outside the vocabulary (%d)", ids[n],
+                           V);
+    for (int n = 0; labels && n < N; n++)
+        if (labels[n] >= V)
+            return rf_fail(RF_ERR_RANGE, "%s: label %d outside the vocabulary (%d)", "gpt2",
+                           labels[n], V);
+    for (int n = 0; bt->pos && n < N; n++)
+        if (bt->pos[n] < 0 || bt->pos[n] >= c->n_positions)
+            return rf_fail(RF_ERR_RANGE, "gpt2: position %d outside [0, %d)", bt->pos[n],
+                           c->n_positions);
+    memcpy(m->ids, ids, sizeof(int32_t) * N);
+    for (int n = 0; n < N; n++) {
+        m->valid[n] = bt->valid ? bt->valid[n] != 0 : 1;
+        m->labels[n] = labels ? labels[n] : -100;
+        m->pos[n] = bt->pos ? bt->pos[n] : n % T;
+        m->seg[n] = bt->seg ? bt->seg[n] : 0;
+    }
+    m->B = B, m->T = T, m->has_labels = labels != NULL, m->packed = bt->seg != NULL;
+    /* the views for this B x T (the arena holds capB x capT) */
+    layout(m, &m->a, m->acts, B, T);
+    rf_gpt2_acts *a = &m->a;
+
+    rf_op_tokpos_fwd(a->res[0], m->ids, m->pos, m->p.wte, m->p.wpe, B, T, C);
+    for (int l = 0; l < c->n_layer; l++) {
+        const rf_gpt2_layer *w = &m->p.layers[l];
+        rf_gpt2_acts_layer *y = &a->layers[l];
+        rf_op_layernorm_fwd(y->ln1, y->ln1_mean, y->ln1_rstd, a->res[l], w->ln1_w, w->ln1_b, N, C,
+                            eps);
+        rf_op_conv1d_fwd(y->qkv, y->ln1, w->attn_w, w->attn_b, N, C, 3 * C);
+        rf_op_causal_attention_fwd(y->atty, y->att, y->qkv, m->valid, m->packed ? m->seg : NULL, B,
+                                   T, NH, NH, C / NH);
+        rf_op_conv1d_fwd(y->res2, y->atty, w->proj_w, w->proj_b, N, C, C);
+        rf_op_residual_fwd(y->res2, y->res2, a->res[l], (size_t)N * C, 0.0f, 0);
+        rf_op_layernorm_fwd(y->ln2, y->ln2_mean, y->ln2_rstd, y->res2, w->ln2_w, w->ln2_b, N, C,
+                            eps);
+        rf_op_conv1d_fwd(y->fch, y->ln2, w->fc_w, w->fc_b, N, C, F);
+        rf_op_gelu_tanh_fwd(y->fcg, y->fch, (size_t)N * F);
+        rf_op_conv1d_fwd(a->res[l + 1], y->fcg, w->fcp_w, w->fcp_b, N, F, C);
+        rf_op_residual_fwd(a->res[l + 1], a->res[l + 1], y->res2, (size_t)N * C, 0.0f, 0);
+    }
+    rf_op_layernorm_fwd(a->lnf, a->lnf_mean, a->lnf_rstd, a->res[c->n_layer], m->p.lnf_w,
+                        m->p.lnf_b, N, C, eps);
+    rf_op_lm_head_fwd(a->logits, a->lnf, m->p.wte, N, C, V);
+    m->logits = a->logits;
+    m->loss = 0;
+    m->counted = 0;
+    if (labels)
+        m->loss =
+            rf_op_causal_xent_fwd(a->lse, a->losses, &m->counted, a->logits, m->labels, B, T, V);
+    return RF_OK;
+}
+
+int rf_gpt2_backward(rf_gpt2 *m, float loss_scale) {
+    const rf_gpt2_config *c = &m->cfg;
+    if (!m->grads || !m->dacts) return rf_fail(RF_ERR_INVALID, "gpt2: training is not enabled");
+    if (!m->has_labels)
+        return rf_fail(RF_ERR_INVALID, "gpt2: backward needs a forward with labels");
+    int B = m->B, T = m->T, N = B * T, C = c->n_embd, F = c->n_inner, NH = c->n_head,
+        V = c->vocab_size;
+    size_t used = layout(m, &m->da, m->dacts, B, T);
+    memset(m->dacts, 0, used * sizeof(float));
+    rf_gpt2_acts *a = &m->a, *d = &m->da;
+
+    rf_op_causal_xent_bwd(d->logits, a->logits, a->lse, m->labels, B, T, V, loss_scale);
+    rf_op_lm_head_bwd(d->lnf, m->g.wte, d->logits, a->lnf, m->p.wte, N, C, V);
+    rf_op_layernorm_bwd(d->res[c->n_layer], m->g.lnf_w, m->g.lnf_b, d->lnf, a->res[c->n_layer],
+                        m->p.lnf_w, a->lnf_mean, a->lnf_rstd, N, C);
+    for (int l = c->n_layer - 1; l >= 0; l--) {
+        const rf_gpt2_layer *w = &m->p.layers[l];
+        rf_gpt2_layer *g = &m->g.layers[l];
+        rf_gpt2_acts_layer *y = &a->layers[l], *dy = &d->layers[l];
+        float *dout = d->res[l + 1];
+        rf_op_conv1d_bwd(dy->fcg, g->fcp_w, g->fcp_b, dout, y->fcg, w->fcp_w, N, F, C);
+        rf_op_gelu_tanh_bwd(dy->fch, y->fch, dy->fcg, (size_t)N * F);
+        rf_op_conv1d_bwd(dy->ln2, g->fc_w, g->fc_b, dy->fch, y->ln2, w->fc_w, N, C, F);
+        rf_op_layernorm_bwd(dy->res2, g->ln2_w, g->ln2_b, dy->ln2, y->res2, w->ln2_w, y->ln2_mean,
+                            y->ln2_rstd, N, C);
+        rf_op_residual_bwd(dy->res2, NULL, dout, (size_t)N * C, 0.0f, 0);
+        rf_op_conv1d_bwd(dy->atty, g->proj_w, g->proj_b, dy->res2, y->atty, w->proj_w, N, C, C);
+        /* the attention-probability slot of the gradient arena is the scratch */
+        rf_op_causal_attention_bwd(dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NH, NH,
+                                   C / NH);
+        rf_op_conv1d_bwd(dy->ln1, g->attn_w, g->attn_b, dy->qkv, y->ln1, w->attn_w, N, C, 3 * C);
+        rf_op_layernorm_bwd(d->res[l], g->ln1_w, g->ln1_b, dy->ln1, a->res[l], w->ln1_w,
+                            y->ln1_mean, y->ln1_rstd, N, C);
+        rf_op_residual_bwd(d->res[l], NULL, dy->res2, (size_t)N * C, 0.0f, 0);
+    }
+    rf_op_tokpos_bwd(m->g.wte, m->g.wpe, d->res[0], m->ids, m->pos, B, T, C);
+    return RF_OK;
+}

@@ -1,0 +1,103 @@
+/* GPT2LMHeadModel (Hugging Face) on contiguous host buffers, CPU only.
+ *
+ * Learned positions, pre-LayerNorm blocks, tanh GELU ("gelu_new"), Conv1D
+ * weights kept in their [in, out] layout (rf_op_conv1d_*), and the LM head
+ * tied to the token embedding: its gradient and the embedding's add into the
+ * one wte gradient. All parameters live in one float block in the order of
+ * the tensor table (HF names <-> offsets, as model.h's rf_tensor_info), the
+ * gradients in a second block of the same layout, so the optimizer and ZeRO
+ * code that works on flat blocks applies unchanged. Activations for a batch
+ * capacity B x T are one arena, their gradients a second of the same layout.
+ *
+ * Not yet wired into the backend table, the spec or the driver: forward and
+ * backward call ops.h / ops_causal.h directly. No dropout (fine-tuning runs
+ * and the parity fixtures use none). */
+#ifndef RF_TR_GPT2_H
+#define RF_TR_GPT2_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trainer/model.h"      /* rf_tensor_info */
+#include "trainer/ops_causal.h" /* rf_causal_batch */
+
+typedef struct rf_gpt2_config {
+    int vocab_size, n_positions, n_embd, n_layer, n_head, n_inner;
+    float layer_norm_epsilon;
+} rf_gpt2_config;
+
+/* config.json text -> config. Refuses activations other than the tanh GELU,
+ * untied embeddings and n_embd not divisible by n_head. */
+int rf_gpt2_config_parse(const char *text, size_t len, rf_gpt2_config *c);
+
+typedef struct rf_gpt2_layer {
+    float *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b;
+    float *ln2_w, *ln2_b, *fc_w, *fc_b, *fcp_w, *fcp_b;
+} rf_gpt2_layer;
+
+typedef struct rf_gpt2_params {
+    float *wte, *wpe;
+    rf_gpt2_layer *layers;
+    float *lnf_w, *lnf_b;
+} rf_gpt2_params;
+
+/* Views of one layer's activations (or their gradients: same layout). */
+typedef struct rf_gpt2_acts_layer {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2;
+    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fcg;
+} rf_gpt2_acts_layer;
+
+typedef struct rf_gpt2_acts {
+    float **res; /* [n_layer + 1] residual stream: res[0] embeddings, res[l+1] after layer l */
+    rf_gpt2_acts_layer *layers;
+    float *lnf, *lnf_mean, *lnf_rstd, *logits, *lse, *losses;
+} rf_gpt2_acts;
+
+typedef struct rf_gpt2 {
+    rf_gpt2_config cfg;
+    rf_tensor_info *tensors;
+    size_t ntensors, nparams;
+    float *params, *grads; /* grads: NULL until rf_gpt2_enable_training */
+    rf_gpt2_params p, g;
+
+    int capB, capT;
+    float *acts, *dacts; /* arenas of nacts floats; dacts allocated by enable_training */
+    size_t nacts;
+    rf_gpt2_acts a, da;
+
+    int B, T; /* the last forward's batch, kept for backward */
+    int32_t *ids, *labels, *pos, *seg;
+    uint8_t *valid;
+    bool packed; /* the last batch had seg */
+    bool has_labels;
+    float *logits; /* view into acts: [B*T, vocab_size] of the last forward */
+    float loss;    /* mean causal-LM loss of the last forward (0 without labels) */
+    int counted;   /* tokens the loss counted */
+} rf_gpt2;
+
+/* A model for cfg with every parameter zero. */
+int rf_gpt2_new(const rf_gpt2_config *cfg, rf_gpt2 **out);
+void rf_gpt2_free(rf_gpt2 *m);
+const rf_tensor_info *rf_gpt2_find(const rf_gpt2 *m, const char *name);
+/* Loads an HF folder (config.json + model.safetensors). Names with or without
+ * the "transformer." prefix are accepted; lm_head.weight, when present, is
+ * the tied embedding and is not read. A missing tensor, shape mismatch or
+ * non-float dtype is an error. */
+int rf_gpt2_load(const char *dir, rf_gpt2 **out);
+
+/* Allocates the gradient block and arena (zeroed). */
+int rf_gpt2_enable_training(rf_gpt2 *m);
+int rf_gpt2_zero_grad(rf_gpt2 *m);
+/* Ensures activation capacity for B x T (T <= n_positions). */
+int rf_gpt2_reserve(rf_gpt2 *m, int B, int T);
+
+/* Forward over batch b (see rf_causal_batch; ids and labels must be below
+ * vocab_size, positions below n_positions: RF_ERR_RANGE otherwise). Fills
+ * m->logits, and m->loss / m->counted when b has labels. */
+int rf_gpt2_forward(rf_gpt2 *m, const rf_causal_batch *b);
+/* Backward of the last forward (which had labels); ADDS
+ * loss_scale * d(loss)/d(param) into m->grads. */
+int rf_gpt2_backward(rf_gpt2 *m, float loss_scale);
+
+#endif

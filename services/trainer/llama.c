@@ -1,0 +1,457 @@
+#include "trainer/llama.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/json.h"
+#include "common/sys.h"
+#include "trainer/ops.h"
+#include "trainer/ops_causal.h"
+#include "trainer/safetensors.h"
+
+/* ---- config ---- */
+
+static int get_int(const rf_json *root, const char *key, int def, int min, int max, int *out) {
+    const rf_json *v = rf_json_get(root, key);
+    int64_t x;
+    if (!v || v->type == RF_JSON_NULL) {
+        if (def < 0) return rf_fail(RF_ERR_INVALID, "config.json: missing '%s'", key);
+        *out = def;
+        return RF_OK;
+    }
+    if (rf_json_int64(v, &x) != 0 || x < min || x > max)
+        return rf_fail(RF_ERR_INVALID, "config.json: '%s' must be an integer in [%d, %d]", key, min,
+                       max);
+    *out = (int)x;
+    return RF_OK;
+}
+
+static int get_real(const rf_json *root, const char *key, double def, double min, double max,
+                    float *out) {
+    const rf_json *v = rf_json_get(root, key);
+    if (!v || v->type == RF_JSON_NULL) {
+        *out = (float)def;
+        return RF_OK;
+    }
+    if (v->type != RF_JSON_NUMBER || !(v->num > min && v->num < max))
+        return rf_fail(RF_ERR_INVALID, "config.json: '%s' must be a number in (%g, %g)", key, min,
+                       max);
+    *out = (float)v->num;
+    return RF_OK;
+}
+
+static bool is_true(const rf_json *root, const char *key) {
+    const rf_json *v = rf_json_get(root, key);
+    return v && v->type == RF_JSON_TRUE;
+}
+
+int rf_llama_config_parse(const char *text, size_t len, rf_llama_config *c) {
+    memset(c, 0, sizeof *c);
+    rf_json_doc *doc = rf_json_doc_new();
+    if (!doc) return RF_ERR_NOMEM;
+    const rf_json *r, *v;
+    int rc = rf_json_parse(doc, text, len, &r);
+    if (rc) {
+        rc = rf_fail_ctx(RF_ERR_PARSE, "config.json");
+        goto out;
+    }
+    if (r->type != RF_JSON_OBJECT) {
+        rc = rf_fail(RF_ERR_PARSE, "config.json: not a JSON object");
+        goto out;
+    }
+    if ((v = rf_json_get(r, "model_type")) &&
+        (!rf_json_is_str(v) || strcmp(v->u.str, "llama") != 0)) {
+        rc = rf_fail(RF_ERR_UNSUPPORTED, "config.json: model_type is not 'llama'");
+        goto out;
+    }
+    if ((rc = get_int(r, "vocab_size", -1, 1, 1 << 24, &c->vocab_size)) ||
+        (rc = get_int(r, "hidden_size", -1, 1, 1 << 16, &c->hidden_size)) ||
+        (rc = get_int(r, "intermediate_size", -1, 1, 1 << 20, &c->intermediate_size)) ||
+        (rc = get_int(r, "num_hidden_layers", -1, 1, 1024, &c->num_hidden_layers)) ||
+        (rc = get_int(r, "num_attention_heads", -1, 1, 1024, &c->num_attention_heads)) ||
+        (rc = get_int(r, "num_key_value_heads", c->num_attention_heads, 1, 1024,
+                      &c->num_key_value_heads)) ||
+        (rc = get_int(r, "max_position_embeddings", 2048, 1, 1 << 24, &c->max_position_embeddings)))
+        goto out;
+    if (c->hidden_size % c->num_attention_heads == 0 &&
+        (rc = get_int(r, "head_dim", c->hidden_size / c->num_attention_heads, 2, 1 << 12,
+                      &c->head_dim)))
+        goto out;
+    if (!c->head_dim && (rc = get_int(r, "head_dim", -1, 2, 1 << 12, &c->head_dim))) goto out;
+    if (c->head_dim % 2 || c->num_attention_heads % c->num_key_value_heads) {
+        rc = rf_fail(RF_ERR_INVALID,
+                     "config.json: head_dim %d must be even and num_key_value_heads %d must divide "
+                     "num_attention_heads %d",
+                     c->head_dim, c->num_key_value_heads, c->num_attention_heads);
+        goto out;
+    }
+    if ((rc = get_real(r, "rms_norm_eps", 1e-6, 0, 1, &c->rms_norm_eps))) goto out;
+    /* rope theta: transformers 5 writes rope_parameters, older versions rope_theta */
+    const rf_json *rp = rf_json_get(r, "rope_parameters");
+    if (rp && rp->type == RF_JSON_OBJECT) {
+        if ((rc = get_real(rp, "rope_theta", 10000, 0, 1e12, &c->rope_theta))) goto out;
+        v = rf_json_get(rp, "rope_type");
+        if (v && (!rf_json_is_str(v) || strcmp(v->u.str, "default") != 0)) {
+            rc = rf_fail(RF_ERR_UNSUPPORTED, "config.json: only rope_type 'default' is supported");
+            goto out;
+        }
+    } else if ((rc = get_real(r, "rope_theta", 10000, 0, 1e12, &c->rope_theta))) {
+        goto out;
+    }
+    if ((v = rf_json_get(r, "rope_scaling")) && v->type != RF_JSON_NULL) {
+        rc = rf_fail(RF_ERR_UNSUPPORTED, "config.json: rope_scaling is not supported");
+        goto out;
+    }
+    if ((v = rf_json_get(r, "hidden_act")) && (!rf_json_is_str(v) || strcmp(v->u.str, "silu"))) {
+        rc = rf_fail(RF_ERR_UNSUPPORTED, "config.json: only hidden_act 'silu' is supported");
+        goto out;
+    }
+    if (is_true(r, "attention_bias") || is_true(r, "mlp_bias")) {
+        rc = rf_fail(RF_ERR_UNSUPPORTED, "config.json: attention and MLP biases are not supported");
+        goto out;
+    }
+    c->tie_word_embeddings = is_true(r, "tie_word_embeddings");
+out:
+    rf_json_doc_free(doc);
+    return rc;
+}
+
+/* ---- parameter table ---- */
+
+static void add(rf_llama *m, const char *name, int d0, int d1) {
+    rf_tensor_info *t = &m->tensors[m->ntensors++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->offset = m->nparams;
+    t->ndim = d1 ? 2 : 1;
+    t->shape[0] = d0;
+    t->shape[1] = d1;
+    t->numel = (size_t)d0 * (d1 ? d1 : 1);
+    t->decay = d1 != 0; /* matrices only, not the norms */
+    m->nparams += t->numel;
+}
+
+#define PER_LAYER 9
+
+static void build_table(rf_llama *m) {
+    const rf_llama_config *c = &m->cfg;
+    int C = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
+    int NH = c->num_attention_heads, NKV = c->num_key_value_heads;
+    char n[96];
+    add(m, "model.embed_tokens.weight", c->vocab_size, C);
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+#define L(suffix, d0, d1)                                                                          \
+    snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix);                                        \
+    add(m, n, d0, d1)
+        L("input_layernorm.weight", C, 0);
+        L("self_attn.q_proj.weight", NH * hd, C); /* q, k, v adjacent: one fused projection */
+        L("self_attn.k_proj.weight", NKV * hd, C);
+        L("self_attn.v_proj.weight", NKV * hd, C);
+        L("self_attn.o_proj.weight", C, NH * hd);
+        L("post_attention_layernorm.weight", C, 0);
+        L("mlp.gate_proj.weight", F, C); /* gate, up adjacent: one fused projection */
+        L("mlp.up_proj.weight", F, C);
+        L("mlp.down_proj.weight", C, F);
+#undef L
+    }
+    add(m, "model.norm.weight", C, 0);
+    if (!c->tie_word_embeddings) add(m, "lm_head.weight", c->vocab_size, C);
+}
+
+static void bind(rf_llama *m, rf_llama_params *v, float *base) {
+    const rf_tensor_info *t = m->tensors;
+    int L = m->cfg.num_hidden_layers;
+    v->wte = base + t[0].offset;
+    for (int l = 0; l < L; l++) {
+        const rf_tensor_info *u = t + 1 + PER_LAYER * l;
+        rf_llama_layer *y = &v->layers[l];
+        y->ln1_w = base + u[0].offset;
+        y->qkv_w = base + u[1].offset;
+        y->o_w = base + u[4].offset;
+        y->ln2_w = base + u[5].offset;
+        y->gu_w = base + u[6].offset;
+        y->down_w = base + u[8].offset;
+    }
+    v->norm_w = base + t[1 + PER_LAYER * L].offset;
+    v->head_w = m->cfg.tie_word_embeddings ? v->wte : base + t[2 + PER_LAYER * L].offset;
+}
+
+int rf_llama_new(const rf_llama_config *cfg, rf_llama **out) {
+    *out = NULL;
+    rf_llama *m = calloc(1, sizeof *m);
+    if (!m) return RF_ERR_NOMEM;
+    m->cfg = *cfg;
+    int L = cfg->num_hidden_layers;
+    m->tensors = calloc((size_t)PER_LAYER * L + 3, sizeof *m->tensors);
+    m->p.layers = calloc((size_t)L, sizeof(rf_llama_layer));
+    m->g.layers = calloc((size_t)L, sizeof(rf_llama_layer));
+    m->a.layers = calloc((size_t)L, sizeof(rf_llama_acts_layer));
+    m->da.layers = calloc((size_t)L, sizeof(rf_llama_acts_layer));
+    m->a.res = calloc((size_t)L + 1, sizeof(float *));
+    m->da.res = calloc((size_t)L + 1, sizeof(float *));
+    if (!m->tensors || !m->p.layers || !m->g.layers || !m->a.layers || !m->da.layers || !m->a.res ||
+        !m->da.res) {
+        rf_llama_free(m);
+        return RF_ERR_NOMEM;
+    }
+    build_table(m);
+    if (!(m->params = calloc(m->nparams, sizeof(float)))) {
+        rf_llama_free(m);
+        return RF_ERR_NOMEM;
+    }
+    bind(m, &m->p, m->params);
+    *out = m;
+    return RF_OK;
+}
+
+void rf_llama_free(rf_llama *m) {
+    if (!m) return;
+    free(m->tensors);
+    free(m->params);
+    free(m->grads);
+    free(m->p.layers);
+    free(m->g.layers);
+    free(m->a.layers);
+    free(m->da.layers);
+    free(m->a.res);
+    free(m->da.res);
+    free(m->acts);
+    free(m->dacts);
+    free(m->ids);
+    free(m->labels);
+    free(m->pos);
+    free(m->seg);
+    free(m->valid);
+    free(m);
+}
+
+const rf_tensor_info *rf_llama_find(const rf_llama *m, const char *name) {
+    for (size_t i = 0; i < m->ntensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0) return &m->tensors[i];
+    return NULL;
+}
+
+int rf_llama_load(const char *dir, rf_llama **out) {
+    char path[4096];
+    *out = NULL;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text;
+    size_t len;
+    int rc = rf_read_file(path, 1 << 20, &text, &len);
+    if (rc) return rc;
+    rf_llama_config cfg;
+    rc = rf_llama_config_parse(text, len, &cfg);
+    free(text);
+    if (rc) return rf_fail_ctx(rc, "%s", path);
+    rf_st_file *st;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if ((rc = rf_st_open(path, &st))) return rc;
+    rf_llama *m;
+    if ((rc = rf_llama_new(&cfg, &m))) {
+        rf_st_free(st);
+        return rc;
+    }
+    for (size_t i = 0; i < m->ntensors && !rc; i++) {
+        const rf_tensor_info *t = &m->tensors[i];
+        const rf_st_tensor *s = rf_st_find(st, t->name);
+        if (!s) {
+            rc = rf_fail(RF_ERR_NOT_FOUND, "%s: tensor '%s' is missing", path, t->name);
+            break;
+        }
+        if (s->ndim != t->ndim || s->shape[0] != t->shape[0] ||
+            (t->ndim == 2 && s->shape[1] != t->shape[1])) {
+            rc = rf_fail(RF_ERR_INVALID, "%s: tensor '%s' does not have the config's shape [%d,%d]",
+                         path, s->name, t->shape[0], t->shape[1]);
+            break;
+        }
+        if ((rc = rf_st_to_f32(s, m->params + t->offset))) rc = rf_fail_ctx(rc, "%s", path);
+    }
+    rf_st_free(st);
+    if (rc) {
+        rf_llama_free(m);
+        return rc;
+    }
+    *out = m;
+    return RF_OK;
+}
+
+int rf_llama_enable_training(rf_llama *m) {
+    if (m->grads) return RF_OK;
+    if (!(m->grads = calloc(m->nparams, sizeof(float)))) return RF_ERR_NOMEM;
+    bind(m, &m->g, m->grads);
+    if (m->acts && !(m->dacts = calloc(m->nacts, sizeof(float)))) return RF_ERR_NOMEM;
+    return RF_OK;
+}
+
+int rf_llama_zero_grad(rf_llama *m) {
+    if (!m->grads) return rf_fail(RF_ERR_INVALID, "llama: training is not enabled");
+    memset(m->grads, 0, m->nparams * sizeof(float));
+    return RF_OK;
+}
+
+/* ---- activations ---- */
+
+static size_t layout(const rf_llama *m, rf_llama_acts *v, float *base, int B, int T) {
+    const rf_llama_config *c = &m->cfg;
+    size_t N = (size_t)B * T, C = c->hidden_size, F = c->intermediate_size, off = 0;
+    size_t A = (size_t)c->num_attention_heads * c->head_dim,
+           W = (size_t)(c->num_attention_heads + 2 * c->num_key_value_heads) * c->head_dim;
+#define TAKE(ptr, n)                                                                               \
+    do {                                                                                           \
+        if (base) (ptr) = base + off;                                                              \
+        off += (n);                                                                                \
+    } while (0)
+    for (int l = 0; l <= c->num_hidden_layers; l++)
+        TAKE(v->res[l], N * C);
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        rf_llama_acts_layer *y = &v->layers[l];
+        TAKE(y->ln1, N * C);
+        TAKE(y->ln1_rstd, N);
+        TAKE(y->qkv, N * W);  /* after RoPE */
+        TAKE(y->qkvr, N * W); /* gradient arena only: the gradient before RoPE */
+        TAKE(y->att, (size_t)B * c->num_attention_heads * T * T);
+        TAKE(y->atty, N * A);
+        TAKE(y->res2, N * C);
+        TAKE(y->ln2, N * C);
+        TAKE(y->ln2_rstd, N);
+        TAKE(y->gu, N * 2 * F);
+        TAKE(y->act, N * F);
+    }
+    TAKE(v->lnf, N * C);
+    TAKE(v->lnf_rstd, N);
+    TAKE(v->logits, N * c->vocab_size);
+    TAKE(v->lse, N);
+    TAKE(v->losses, N);
+#undef TAKE
+    return off;
+}
+
+int rf_llama_reserve(rf_llama *m, int B, int T) {
+    if (B < 1 || T < 1 || T > m->cfg.max_position_embeddings)
+        return rf_fail(RF_ERR_RANGE, "llama: batch %d x %d (at most %d positions)", B, T,
+                       m->cfg.max_position_embeddings);
+    if (B <= m->capB && T <= m->capT) return RF_OK;
+    int nB = B > m->capB ? B : m->capB;
+    T = T > m->capT ? T : m->capT;
+    size_t n = layout(m, &m->a, NULL, nB, T);
+    float *a = calloc(n, sizeof(float)), *d = m->grads ? calloc(n, sizeof(float)) : NULL;
+    size_t nt = (size_t)nB * T;
+    int32_t *ids = malloc(sizeof(int32_t) * nt), *lab = malloc(sizeof(int32_t) * nt),
+            *pos = malloc(sizeof(int32_t) * nt), *seg = malloc(sizeof(int32_t) * nt);
+    uint8_t *valid = malloc(nt);
+    if (!a || (m->grads && !d) || !ids || !lab || !pos || !seg || !valid) {
+        free(a), free(d), free(ids), free(lab), free(pos), free(seg), free(valid);
+        return RF_ERR_NOMEM;
+    }
+    free(m->acts), free(m->dacts), free(m->ids), free(m->labels), free(m->valid);
+    free(m->pos), free(m->seg);
+    m->acts = a, m->dacts = d, m->ids = ids, m->labels = lab, m->valid = valid;
+    m->pos = pos, m->seg = seg;
+    m->nacts = n, m->capB = nB, m->capT = T;
+    return RF_OK;
+}
+
+int rf_llama_forward(rf_llama *m, const rf_causal_batch *bt) {
+    int B = bt->B, T = bt->T;
+    const int32_t *ids = bt->ids, *labels = bt->labels;
+    const rf_llama_config *c = &m->cfg;
+    int rc = rf_llama_reserve(m, B, T);
+    if (rc) return rc;
+    int N = B * T, C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
+    int NH = c->num_attention_heads, NKV = c->num_key_value_heads, hd = c->head_dim;
+    int A = NH * hd, W = (NH + 2 * NKV) * hd;
+    float eps = c->rms_norm_eps;
+    for (int n = 0; n < N; n++)
+        if (ids[n] < 0 || ids[n] >= V)
+            return rf_fail(RF_ERR_RANGE, "llama: token id %d outside the vocabulary (%d)", ids[n],
+                           V);
+    for (int n = 0; labels && n < N; n++)
+        if (labels[n] >= V)
+            return rf_fail(RF_ERR_RANGE, "%s: label %d outside the vocabulary (%d)", "llama",
+                           labels[n], V);
+    for (int n = 0; bt->pos && n < N; n++)
+        if (bt->pos[n] < 0 || bt->pos[n] >= c->max_position_embeddings)
+            return rf_fail(RF_ERR_RANGE, "llama: position %d outside [0, %d)", bt->pos[n],
+                           c->max_position_embeddings);
+    memcpy(m->ids, ids, sizeof(int32_t) * N);
+    for (int n = 0; n < N; n++) {
+        m->valid[n] = bt->valid ? bt->valid[n] != 0 : 1;
+        m->labels[n] = labels ? labels[n] : -100;
+        m->pos[n] = bt->pos ? bt->pos[n] : n % T;
+        m->seg[n] = bt->seg ? bt->seg[n] : 0;
+    }
+    m->B = B, m->T = T, m->has_labels = labels != NULL, m->packed = bt->seg != NULL;
+    layout(m, &m->a, m->acts, B, T);
+    rf_llama_acts *a = &m->a;
+
+    rf_op_tokpos_fwd(a->res[0], m->ids, m->pos, m->p.wte, NULL, B, T, C);
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const rf_llama_layer *w = &m->p.layers[l];
+        rf_llama_acts_layer *y = &a->layers[l];
+        rf_op_rmsnorm_fwd(y->ln1, y->ln1_rstd, a->res[l], w->ln1_w, N, C, eps);
+        rf_op_linear_fwd(y->qkv, y->ln1, w->qkv_w, NULL, N, C, W);
+        rf_op_rope_fwd(y->qkv, y->qkv, m->pos, N, T, NH, hd, W, c->rope_theta);
+        rf_op_rope_fwd(y->qkv + A, y->qkv + A, m->pos, N, T, NKV, hd, W, c->rope_theta);
+        rf_op_causal_attention_fwd(y->atty, y->att, y->qkv, m->valid, m->packed ? m->seg : NULL, B,
+                                   T, NH, NKV, hd);
+        rf_op_linear_fwd(y->res2, y->atty, w->o_w, NULL, N, A, C);
+        rf_op_residual_fwd(y->res2, y->res2, a->res[l], (size_t)N * C, 0.0f, 0);
+        rf_op_rmsnorm_fwd(y->ln2, y->ln2_rstd, y->res2, w->ln2_w, N, C, eps);
+        rf_op_linear_fwd(y->gu, y->ln2, w->gu_w, NULL, N, C, 2 * F);
+        rf_op_swiglu_fwd(y->act, y->gu, N, F);
+        rf_op_linear_fwd(a->res[l + 1], y->act, w->down_w, NULL, N, F, C);
+        rf_op_residual_fwd(a->res[l + 1], a->res[l + 1], y->res2, (size_t)N * C, 0.0f, 0);
+    }
+    rf_op_rmsnorm_fwd(a->lnf, a->lnf_rstd, a->res[c->num_hidden_layers], m->p.norm_w, N, C, eps);
+    rf_op_lm_head_fwd(a->logits, a->lnf, m->p.head_w, N, C, V);
+    m->logits = a->logits;
+    m->loss = 0;
+    m->counted = 0;
+    if (labels)
+        m->loss =
+            rf_op_causal_xent_fwd(a->lse, a->losses, &m->counted, a->logits, m->labels, B, T, V);
+    return RF_OK;
+}
+
+int rf_llama_backward(rf_llama *m, float loss_scale) {
+    const rf_llama_config *c = &m->cfg;
+    if (!m->grads || !m->dacts) return rf_fail(RF_ERR_INVALID, "llama: training is not enabled");
+    if (!m->has_labels)
+        return rf_fail(RF_ERR_INVALID, "llama: backward needs a forward with labels");
+    int B = m->B, T = m->T, N = B * T, C = c->hidden_size, F = c->intermediate_size,
+        V = c->vocab_size, L = c->num_hidden_layers;
+    int NH = c->num_attention_heads, NKV = c->num_key_value_heads, hd = c->head_dim;
+    int A = NH * hd, W = (NH + 2 * NKV) * hd;
+    size_t used = layout(m, &m->da, m->dacts, B, T);
+    memset(m->dacts, 0, used * sizeof(float));
+    rf_llama_acts *a = &m->a, *d = &m->da;
+
+    rf_op_causal_xent_bwd(d->logits, a->logits, a->lse, m->labels, B, T, V, loss_scale);
+    rf_op_lm_head_bwd(d->lnf, m->g.head_w, d->logits, a->lnf, m->p.head_w, N, C, V);
+    rf_op_rmsnorm_bwd(d->res[L], m->g.norm_w, d->lnf, a->res[L], m->p.norm_w, a->lnf_rstd, N, C);
+    for (int l = L - 1; l >= 0; l--) {
+        const rf_llama_layer *w = &m->p.layers[l];
+        rf_llama_layer *g = &m->g.layers[l];
+        rf_llama_acts_layer *y = &a->layers[l], *dy = &d->layers[l];
+        float *dout = d->res[l + 1];
+        rf_op_linear_bwd(dy->act, g->down_w, NULL, dout, y->act, w->down_w, N, F, C);
+        rf_op_swiglu_bwd(dy->gu, dy->act, y->gu, N, F);
+        rf_op_linear_bwd(dy->ln2, g->gu_w, NULL, dy->gu, y->ln2, w->gu_w, N, C, 2 * F);
+        rf_op_rmsnorm_bwd(dy->res2, g->ln2_w, dy->ln2, y->res2, w->ln2_w, y->ln2_rstd, N, C);
+        rf_op_residual_bwd(dy->res2, NULL, dout, (size_t)N * C, 0.0f, 0);
+        rf_op_linear_bwd(dy->atty, g->o_w, NULL, dy->res2, y->atty, w->o_w, N, A, C);
+        rf_op_causal_attention_bwd(dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NH, NKV, hd);
+        /* back through RoPE on q and k; v passes unchanged */
+        rf_op_rope_bwd(dy->qkvr, dy->qkv, m->pos, N, T, NH, hd, W, c->rope_theta);
+        rf_op_rope_bwd(dy->qkvr + A, dy->qkv + A, m->pos, N, T, NKV, hd, W, c->rope_theta);
+        for (int n = 0; n < N; n++)
+            memcpy(dy->qkvr + (size_t)n * W + A + NKV * hd, dy->qkv + (size_t)n * W + A + NKV * hd,
+                   sizeof(float) * NKV * hd);
+        rf_op_linear_bwd(dy->ln1, g->qkv_w, NULL, dy->qkvr, y->ln1, w->qkv_w, N, C, W);
+        rf_op_rmsnorm_bwd(d->res[l], g->ln1_w, dy->ln1, a->res[l], w->ln1_w, y->ln1_rstd, N, C);
+        rf_op_residual_bwd(d->res[l], NULL, dy->res2, (size_t)N * C, 0.0f, 0);
+    }
+    rf_op_tokpos_bwd(m->g.wte, NULL, d->res[0], m->ids, m->pos, B, T, C);
+    return RF_OK;
+}

@@ -1,0 +1,86 @@
+/* LlamaForCausalLM (Hugging Face) on contiguous host buffers, CPU only.
+ *
+ * RMSNorm, rotary positions (rotate_half convention, theta from the config),
+ * SwiGLU MLP, grouped-query attention (num_key_value_heads dividing
+ * num_attention_heads) and a tied or untied LM head. As in gpt2.h: one
+ * parameter block in tensor-table order (HF names <-> offsets), a gradient
+ * block of the same layout, one activation arena and its gradient twin. Within
+ * a layer q_proj, k_proj and v_proj are adjacent and used as one fused
+ * [(NH + 2 NKV) hd, C] nn.Linear projection, gate_proj and up_proj as one
+ * [2F, C] projection (their HF names still map to the sub-ranges).
+ *
+ * Not yet wired into the backend table, the spec or the driver; no dropout;
+ * rope scaling variants (rope_type other than "default") and attention/MLP
+ * biases are refused. */
+#ifndef RF_TR_LLAMA_H
+#define RF_TR_LLAMA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trainer/model.h"      /* rf_tensor_info */
+#include "trainer/ops_causal.h" /* rf_causal_batch */
+
+typedef struct rf_llama_config {
+    int vocab_size, hidden_size, intermediate_size, num_hidden_layers;
+    int num_attention_heads, num_key_value_heads, head_dim, max_position_embeddings;
+    float rms_norm_eps, rope_theta;
+    bool tie_word_embeddings;
+} rf_llama_config;
+
+int rf_llama_config_parse(const char *text, size_t len, rf_llama_config *c);
+
+typedef struct rf_llama_layer {
+    float *ln1_w, *qkv_w, *o_w, *ln2_w, *gu_w, *down_w;
+} rf_llama_layer;
+
+typedef struct rf_llama_params {
+    float *wte;
+    rf_llama_layer *layers;
+    float *norm_w, *head_w; /* head_w == wte when tied */
+} rf_llama_params;
+
+typedef struct rf_llama_acts_layer {
+    float *ln1, *ln1_rstd, *qkv, *qkvr, *att, *atty, *res2, *ln2, *ln2_rstd, *gu, *act;
+} rf_llama_acts_layer;
+
+typedef struct rf_llama_acts {
+    float **res; /* [layers + 1] residual stream */
+    rf_llama_acts_layer *layers;
+    float *lnf, *lnf_rstd, *logits, *lse, *losses;
+} rf_llama_acts;
+
+typedef struct rf_llama {
+    rf_llama_config cfg;
+    rf_tensor_info *tensors;
+    size_t ntensors, nparams;
+    float *params, *grads;
+    rf_llama_params p, g;
+    int capB, capT;
+    float *acts, *dacts;
+    size_t nacts;
+    rf_llama_acts a, da;
+    int B, T;
+    int32_t *ids, *labels, *pos, *seg;
+    uint8_t *valid;
+    bool packed; /* the last batch had seg */
+    bool has_labels;
+    float *logits, loss;
+    int counted;
+} rf_llama;
+
+int rf_llama_new(const rf_llama_config *cfg, rf_llama **out);
+void rf_llama_free(rf_llama *m);
+const rf_tensor_info *rf_llama_find(const rf_llama *m, const char *name);
+/* config.json + model.safetensors; lm_head.weight is read unless tied. */
+int rf_llama_load(const char *dir, rf_llama **out);
+int rf_llama_enable_training(rf_llama *m);
+int rf_llama_zero_grad(rf_llama *m);
+int rf_llama_reserve(rf_llama *m, int B, int T);
+/* As rf_gpt2_forward / rf_gpt2_backward (positions bound RoPE only: any
+ * value below max_position_embeddings). */
+int rf_llama_forward(rf_llama *m, const rf_causal_batch *b);
+int rf_llama_backward(rf_llama *m, float loss_scale);
+
+#endif
