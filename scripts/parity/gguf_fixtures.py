@@ -85,3 +85,27 @@ with open(os.path.join(out, "types.f32"), "wb") as f:
     for r in ref:
         f.write(r.tobytes())
 print(out, "types.gguf", os.path.getsize(os.path.join(out, "types.gguf")), "bytes")
+
+
+def smollm2_tensor_hashes(path, dest):
+    """Per SmolLM2 tensor: name, type, numel and the xxh3-64 of its float32
+    dequantization by gguf-py (what transformers uses to load a GGUF), for the
+    bit-exact check of test_gguf.c (run when the model has been fetched)."""
+    import xxhash
+    r = gguf.GGUFReader(path)
+    with open(dest, "w") as f:
+        from importlib.metadata import version
+        f.write(f"# {os.path.basename(path)}: gguf-py {version('gguf')} dequantize(), "
+                "xxh3-64 of the little-endian float32 values\n")
+        for t in r.tensors:
+            x = np.ascontiguousarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype="<f4")
+            f.write(f"{t.name} {t.tensor_type.name} {x.size} {xxhash.xxh3_64_intdigest(x.tobytes()):016x}\n")
+
+
+model = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                     "build", "models", "smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf")
+if os.path.exists(model):
+    smollm2_tensor_hashes(model, os.path.join(out, "smollm2_tensors.txt"))
+    print(out, "smollm2_tensors.txt")
+else:
+    print("no", model, "(run scripts/fetch-smollm2.sh): smollm2_tensors.txt not written")

@@ -2,7 +2,8 @@
  * type; F32/F16/BF16/Q8_0/Q4_0/Q4_1 dequantized bit-equal to gguf-py's
  * reference), malformed files rejected with clear error codes, and, when
  * scripts/fetch-smollm2.sh has run, every SmolLM2-135M tensor checked against
- * the shapes its metadata implies and dequantized. */
+ * the shapes its metadata implies and dequantized bit-equal to gguf-py (the
+ * dequantizer transformers loads GGUF files with). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@
 
 #include "../support/skip.h"
 #include "common/error.h"
+#include "common/hash.h"
 #include "common/sys.h"
 #include "trainer/gguf.h"
 
@@ -365,6 +367,11 @@ static void test_smollm2(void **state) {
     assert_int_equal(L, 30), assert_int_equal(H, 576), assert_int_equal(V, 49152);
     /* token_embd, output_norm (tied head), 9 tensors a layer */
     assert_int_equal(f->n_tensors, 2 + 9 * L);
+    /* gguf-py's dequantization of every tensor (scripts/parity/gguf_fixtures.py) */
+    uint8_t *ref;
+    size_t ref_len;
+    read_fixture("tests/fixtures/gguf/smollm2_tensors.txt", &ref, &ref_len);
+    char *line = strtok((char *)ref, "\n"); /* header */
     uint64_t params = 0, q41 = 0;
     double t1 = rf_now();
     float *buf = NULL;
@@ -400,6 +407,16 @@ static void test_smollm2(void **state) {
             buf = malloc((cap = t->numel) * sizeof(float));
         }
         if (rf_gguf_dequant(t, buf)) fail_msg("%s", rf_errmsg());
+        char rname[128], rtype[16];
+        unsigned long long rn, rh;
+        if (!(line = strtok(NULL, "\n")) ||
+            sscanf(line, "%127s %15s %llu %llx", rname, rtype, &rn, &rh) != 4)
+            fail_msg("smollm2_tensors.txt: no line for %s", t->name);
+        assert_string_equal(rname, t->name);
+        assert_string_equal(rtype, rf_ggml_type_name(t->type));
+        assert_int_equal(rn, t->numel);
+        if (rf_hash64(buf, t->numel * sizeof(float), 0) != rh)
+            fail_msg("%s: dequantized values differ from gguf-py's", t->name);
         for (uint64_t j = 0; j < t->numel; j++)
             if (!isfinite(buf[j]))
                 fail_msg("%s[%llu] is not finite", t->name, (unsigned long long)j);
@@ -410,9 +427,11 @@ static void test_smollm2(void **state) {
     assert_int_equal(params, 134515008);
     assert_int_equal(q41, 7 * L); /* every linear weight of the layers is Q4_1 */
     printf("  smollm2: %llu tensors, %llu parameters (%llu Q4_1 tensors), parse %.3f s, "
-           "dequantize all %.2f s\n",
+           "dequantize all %.2f s (bit-equal to gguf-py)\n",
            (unsigned long long)f->n_tensors, (unsigned long long)params, (unsigned long long)q41,
            t_parse, t_deq);
+    assert_null(strtok(NULL, "\n"));
+    free(ref);
     free(buf);
     rf_gguf_free(f);
 }
