@@ -1,10 +1,12 @@
-/* libFuzzer target: the GGUF parser, metadata getters and dequantization on
+/* libFuzzer target: the GGUF parser, metadata getters, dequantization and the
+ * tokenizer built from GGUF metadata (then one encode and decode) on
  * arbitrary bytes. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "trainer/gguf.h"
+#include "trainer/gguf_tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t *buf = malloc(size ? size : 1); /* exact size: overreads are caught */
@@ -38,6 +40,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         float *x = malloc(t->numel * sizeof(float) + 1);
         if (x) rf_gguf_dequant(t, x);
         free(x);
+    }
+    rf_tokenizer *tok;
+    if (rf_gguf_tokenizer(f, &tok, NULL) == 0) {
+        rf_tok_state *st = rf_tok_state_new(tok);
+        rf_tok_encoding e = {0};
+        static const char text[] = "Hello <|im_start|>wörld 123 \x04--\x16--";
+        if (st && rf_tok_encode(st, text, sizeof text - 1, true, &e) == 0) {
+            rf_buf out = RF_BUF_INIT;
+            rf_tok_decode(tok, e.ids, e.len, false, &out);
+            rf_buf_free(&out);
+        }
+        rf_tok_encoding_free(&e);
+        rf_tok_state_free(st);
+        rf_tokenizer_free(tok);
     }
     rf_gguf_free(f);
     free(buf);
