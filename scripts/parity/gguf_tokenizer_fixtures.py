@@ -13,7 +13,8 @@ Writes, in tests/fixtures/gguf/:
   smollm2_samples.jsonl full ids of the first 3 and every 50th corpus text
                         (by corpus and index: no corpus text is committed), and of
                         every adversarial and chat text (with the text and what
-                        Tokenizer.decode(ids) gives back)
+                        Tokenizer.decode(ids) gives back), and of 4 pairs
+                        (Tokenizer.encode(a, b): ids and type ids)
 
 Usage: needs the model (scripts/fetch-smollm2.sh) and ../shared. Run with the
 parity venv's python and a small venv holding `gguf` on the path:
@@ -110,6 +111,11 @@ def main():
         assert ids == backend.encode(t).ids
         decoded = backend.decode(ids, skip_special_tokens=False)
         samples.append({"text": t, "ids": ids, "decoded": decoded})
+    # pairs: the template (A, then B with type id 1, no special tokens)
+    ch = chat_texts()
+    for a, b in [(ch[0], ch[1]), ("Is it good?", " Yes<|im_end|>"), ("", "x"), (adversarial[5], ch[4])]:
+        e = backend.encode(a, b)
+        samples.append({"text": a, "pair": b, "ids": e.ids, "type_ids": e.type_ids})
     with open(os.path.join(OUT, "smollm2_samples.jsonl"), "w", encoding="utf-8") as f:
         for s in samples:
             f.write(json.dumps(s, ensure_ascii=True) + "\n")
