@@ -37,8 +37,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SHARED = os.environ.get("SHARED", os.path.join(os.path.dirname(ROOT), "shared"))
 MODEL = os.environ.get("SMOLLM2_DIR", os.path.join(ROOT, "build", "models", "smollm2-135m"))
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-OUT = os.path.join(ROOT, "tests", "fixtures", "gguf")
-N = 1000
+OUT = os.environ.get("OUT", os.path.join(ROOT, "tests", "fixtures", "gguf"))
+# texts per corpus (a larger N, with OUT elsewhere, makes a one-off check:
+# REFINERY_GGUF_TOK_FIXTURE=$OUT/smollm2_tokens.txt build/tests/trainer/test_gguf_tokenizer)
+N = int(os.environ.get("N", "1000"))
 
 
 def wikitext_lines():

@@ -249,7 +249,15 @@ static char *fixture(const char *name) {
 static void test_smollm2_corpora(void **state) {
     char why[4400];
     if (load_smollm2(why, sizeof why)) RF_SKIP("%s", why);
-    char *fx = fixture("smollm2_tokens.txt");
+    /* REFINERY_GGUF_TOK_FIXTURE: a larger one made with N=... (see the script) */
+    const char *big = getenv("REFINERY_GGUF_TOK_FIXTURE");
+    char *fx;
+    size_t fxlen;
+    if (big && *big) {
+        if (rf_read_file(big, 64u << 20, &fx, &fxlen)) fail_msg("%s", rf_errmsg());
+    } else {
+        fx = fixture("smollm2_tokens.txt");
+    }
     char *line = strtok(fx, "\n");
     assert_non_null(line); /* the header */
     rf_tok_state *st = rf_tok_state_new(smollm2_tok);
@@ -290,7 +298,7 @@ static void test_smollm2_corpora(void **state) {
     }
     printf("  %zu texts, %zu ids, %zu differ from transformers; encode %.3f s (%.2f M ids/s)\n",
            total, nids, bad, secs, (double)nids / secs / 1e6);
-    assert_int_equal(ntexts, 2000);
+    assert_true(ntexts >= 2000);
     assert_int_equal(bad, 0);
     rf_tok_encoding_free(&e);
     rf_tok_state_free(st);
