@@ -106,9 +106,9 @@ static int bpe_word_short(rf_tok_state *st, const unsigned char *s, size_t n, rf
     rf_u32vec *sym = &st->sym, *rank = &st->rank;
     sym->n = rank->n = 0;
     if (rf_u32vec_reserve(sym, n) || rf_u32vec_reserve(rank, n)) return RF_ERR_NOMEM;
-    for (size_t i = 0; i < n; i++)
-        sym->v[i] = t->byte_id[s[i]];
-    size_t m = n;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) /* a byte missing from the vocabulary is dropped, as HF does */
+        if (t->byte_id[s[i]] != RF_BPE_NO_BYTE) sym->v[m++] = t->byte_id[s[i]];
     for (size_t i = 0; i + 1 < m; i++)
         rank->v[i] = pair_rank(t, sym->v[i], sym->v[i + 1]);
     while (m > 1) {
@@ -181,9 +181,12 @@ static int bpe_word_long(rf_tok_state *st, const unsigned char *s, size_t n, rf_
     }
     uint32_t *next = link->v, *prev = link->v + n, *id = sym->v;
     const uint32_t none = UINT32_MAX;
-    size_t hn = 0;
+    size_t hn = 0, k = 0;
+    for (size_t i = 0; i < n; i++) /* missing bytes dropped, as in bpe_word_short */
+        if (t->byte_id[s[i]] != RF_BPE_NO_BYTE) id[k++] = t->byte_id[s[i]];
+    n = k;
+    if (n == 0) return 0;
     for (size_t i = 0; i < n; i++) {
-        id[i] = t->byte_id[s[i]];
         next[i] = i + 1 < n ? (uint32_t)(i + 1) : none;
         prev[i] = i ? (uint32_t)(i - 1) : none;
     }

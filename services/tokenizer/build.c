@@ -135,9 +135,9 @@ int rf_tok_finish_bpe(rf_tokenizer *t) {
         size_t n = c < 0x80 ? (u[0] = (char)c, 1)
                             : (u[0] = (char)(0xC0 | c >> 6), u[1] = (char)(0x80 | (c & 0x3F)), 2);
         int64_t id = rf_strmap_get(&t->vocab, u, n);
-        if (id < 0)
+        if (id < 0 && !t->allow_missing_bytes)
             return rf_fail(RF_ERR_INVALID, "byte-level BPE vocabulary lacks byte 0x%02X", b);
-        t->byte_id[b] = (uint32_t)id;
+        t->byte_id[b] = id < 0 ? RF_BPE_NO_BYTE : (uint32_t)id;
     }
     if (!t->merges) return rf_tok_reserve_merges(t, 1);
     return 0;

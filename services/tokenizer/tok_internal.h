@@ -42,6 +42,8 @@ typedef struct rf_tok_template {
     size_t n;
 } rf_tok_template;
 
+#define RF_BPE_NO_BYTE UINT32_MAX
+
 /* BPE merge table: (left id, right id) -> (rank, merged id), open addressing. */
 typedef struct rf_merge_slot {
     uint64_t key; /* left << 32 | right; UINT64_MAX marks an empty slot */
@@ -73,6 +75,11 @@ struct rf_tokenizer {
 
     /* byte-level BPE */
     bool add_prefix_space;
+    /* A byte whose one-byte token is missing gets byte_id RF_BPE_NO_BYTE and is
+     * dropped from words, as HF's BPE without unk/byte_fallback drops it. Only
+     * the array constructor allows this; the file loaders refuse such a
+     * vocabulary. */
+    bool allow_missing_bytes;
     rf_merge_slot *merges;
     size_t merges_mask, merges_count;
     uint32_t byte_id[256];    /* id of the one-byte token of each byte */

@@ -44,6 +44,25 @@ int rf_tokenizer_load(const char *path, rf_tokenizer **out);
 int rf_tokenizer_from_json(const char *text, size_t len, rf_tokenizer **out);
 void rf_tokenizer_free(rf_tokenizer *tok);
 
+/* A byte-level BPE tokenizer from arrays, as a GGUF file's metadata stores a
+ * "gpt2" tokenizer (tokenizer.ggml.tokens, .merges, .token_type), configured
+ * as transformers builds it from such a file: GPT-2 regex ByteLevel
+ * pre-tokenizer without prefix space, ByteLevel decoder, no BOS/EOS added.
+ * Token i has id i; a token not spelled in GPT-2's byte alphabet is respelled
+ * byte by byte. Merges are "left right" strings, best first. token_types may be
+ * NULL; type 3 (control) makes the token a special added token, type 4
+ * (user-defined) a plain added token. Nothing is borrowed after return. */
+typedef struct rf_tok_bpe_arrays {
+    size_t n_tokens;
+    const char *const *tokens;
+    const size_t *token_lens;
+    const int32_t *token_types;
+    size_t n_merges;
+    const char *const *merges;
+    const size_t *merge_lens;
+} rf_tok_bpe_arrays;
+int rf_tokenizer_from_bpe_arrays(const rf_tok_bpe_arrays *a, rf_tokenizer **out);
+
 rf_tok_kind rf_tokenizer_kind(const rf_tokenizer *tok);
 /* One more than the largest id (model vocabulary and added tokens). */
 uint32_t rf_tokenizer_vocab_size(const rf_tokenizer *tok);
