@@ -152,7 +152,7 @@ for c in configs:
         d, where = rel(wref, wb, lambda k: not key_bias(k))
         dk, _ = rel(wref, wb, key_bias)
         w, kb = "%.1e (%s)" % (d, where.replace("bert.", "")), "%.1e" % dk
-        same = [label[o] for o in configs if o != c and o != ref and o[:3] == c[:3] and w_of(o) == wb]
+        same = ["zero %s" % o[4] for o in configs if o != c and o != ref and o[:3] == c[:3] and w_of(o) == wb]
         bitwise = ", ".join(same) or "none"
     lines.append("| %s | %.2f%% | %d of %d | %.1e | %s | %s | %s | %.6f | %.2f | %.0f |" % (
         label.get(c, c), 100 * acc, ndiff, len(preds), loss_rel, w, kb, bitwise, met[-1]["loss"], sps,
