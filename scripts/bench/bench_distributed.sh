@@ -115,13 +115,21 @@ work, steps, batch, seq, zeros = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 # each unit padded to a multiple of N: at most N-1 floats of padding per unit
 nunits = json.load(open(sys.argv[6] + "/config.json"))["num_hidden_layers"] + 2
 MiB = 1048576.0
+def jsonl(path):
+    """The records of a JSONL file; blank lines are skipped and reported (one
+    was seen once at the end of a dp4/zero3 run's metrics.jsonl)."""
+    lines = open(path).read().split("\n")
+    blank = sum(1 for l in lines[:-1] if not l.strip())
+    if blank:
+        print("warning: %s has %d blank line(s), skipped" % (path, blank), file=sys.stderr)
+    return [json.loads(l) for l in lines if l.strip()]
 rows = []
 for dp in (1, 2, 4):
     for z in map(int, zeros):
         if dp == 1 and z:
             continue
         name = "dp%dz%d" % (dp, z)
-        met = [json.loads(l) for l in open("%s/%s/metrics.jsonl" % (work, name))]
+        met = jsonl("%s/%s/metrics.jsonl" % (work, name))
         log = open("%s/%s.log" % (work, name)).read()
         mem = {}
         for m in re.finditer(r'rank (\d+) memory: params (\d+) B, grads (\d+) B, moments (\d+) B[^"]*; (\d+) parameters', log):

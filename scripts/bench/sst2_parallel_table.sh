@@ -117,14 +117,23 @@ def rel(wa, wb, keep):
             worst, where = d, k
     return worst, where
 
+def jsonl(path):
+    """The records of a JSONL file; blank lines are skipped and reported (one
+    was seen once at the end of a dp4/zero3 run's metrics.jsonl)."""
+    lines = open(path).read().split("\n")
+    blank = sum(1 for l in lines[:-1] if not l.strip())
+    if blank:
+        print("warning: %s has %d blank line(s), skipped" % (path, blank), file=sys.stderr)
+    return [json.loads(l) for l in lines if l.strip()]
+
 key_bias = lambda k: k.endswith("attention.self.key.bias")
 ref = configs[0]
 wref = load_st("%s/%s/model/model.safetensors" % (work, ref))
-pref = [json.loads(l)["pred"] for l in open("%s/%s/dev.preds.jsonl" % (work, ref))]
+pref = [r["pred"] for r in jsonl("%s/%s/dev.preds.jsonl" % (work, ref))]
 lines = ["SST-2: %d training sentences (seeded shuffle of train.tsv), 1 epoch, batch 32, max_len 64, lr 1e-4, dropout off; dev = all 872 sentences.\n" % n,
          "| configuration | dev accuracy | predictions differing from 1 process | loss per step vs 1 process (largest rel.) | weights vs 1 process (largest, key biases apart) | key biases | final weights bitwise equal to (same dp) | last-step loss | s/step (mean) | training s |",
          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-lref = [json.loads(l)["loss"] for l in open("%s/%s/metrics.jsonl" % (work, ref))]
+lref = [r["loss"] for r in jsonl("%s/%s/metrics.jsonl" % (work, ref))]
 weights = {}
 def w_of(c):
     if c not in weights:
@@ -138,9 +147,9 @@ for dp in (2, 4):
 for c in configs:
     rep = json.load(open("%s/%s/dev.json" % (work, c)))
     acc = rep.get("accuracy")
-    preds = [json.loads(l)["pred"] for l in open("%s/%s/dev.preds.jsonl" % (work, c))]
+    preds = [r["pred"] for r in jsonl("%s/%s/dev.preds.jsonl" % (work, c))]
     ndiff = sum(a != b for a, b in zip(pref, preds))
-    met = [json.loads(l) for l in open("%s/%s/metrics.jsonl" % (work, c))]
+    met = jsonl("%s/%s/metrics.jsonl" % (work, c))
     sps = sum(r["tokens"] / r["tokens_per_s"] for r in met if r["tokens_per_s"] > 0) / len(met)
     tr = json.load(open("%s/%s/train.json" % (work, c)))
     loss_rel = max(abs(a - b) / max(abs(a), 1e-30) for a, b in zip(lref, [r["loss"] for r in met]))
