@@ -108,21 +108,33 @@ for dp in 1 2 4; do
     done
 done
 
-python3 - "$work" "$steps" "$batch" "$seq" "$zeros" <<'PY'
+python3 - "$work" "$steps" "$batch" "$seq" "$zeros" "$model" <<'PY'
 import json, re, statistics, sys
 work, steps, batch, seq, zeros = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5].split()
+# zero 2/3 shard per unit (rf_bert_units: embeddings, each layer, the head),
+# each unit padded to a multiple of N: at most N-1 floats of padding per unit
+nunits = json.load(open(sys.argv[6] + "/config.json"))["num_hidden_layers"] + 2
 MiB = 1048576.0
+def jsonl(path):
+    """The records of a JSONL file; blank lines are skipped and reported (one
+    was seen once at the end of a dp4/zero3 run's metrics.jsonl)."""
+    lines = open(path).read().split("\n")
+    blank = sum(1 for l in lines[:-1] if not l.strip())
+    if blank:
+        print("warning: %s has %d blank line(s), skipped" % (path, blank), file=sys.stderr)
+    return [json.loads(l) for l in lines if l.strip()]
 rows = []
 for dp in (1, 2, 4):
     for z in map(int, zeros):
         if dp == 1 and z:
             continue
         name = "dp%dz%d" % (dp, z)
-        met = [json.loads(l) for l in open("%s/%s/metrics.jsonl" % (work, name))]
+        met = jsonl("%s/%s/metrics.jsonl" % (work, name))
         log = open("%s/%s.log" % (work, name)).read()
         mem = {}
         for m in re.finditer(r'rank (\d+) memory: params (\d+) B, grads (\d+) B, moments (\d+) B[^"]*; (\d+) parameters', log):
             mem[int(m.group(1))] = tuple(int(m.group(i)) for i in range(2, 6))
+        work_b = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r'rank (\d+) zero \d+ working buffers: peak (\d+) B', log)}
         rss = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r'rank (\d+): \d+ bytes sent in collectives, peak RSS (\d+) KiB', log)}
         if not rss:  # one process logs no group line: its train.json has the peak
             rss = {0: json.load(open("%s/%s/train.json" % (work, name)))["peak_rss_kb"]}
@@ -132,18 +144,25 @@ for dp in (1, 2, 4):
         u, sy, wall = map(float, open("%s/%s.time" % (work, name)).read().split()[-3:])
         rows.append(dict(name=name, dp=dp, zero=z, tokens_per_s=tps, s_per_step=sps, cpu_s=u + sy, wall_s=wall,
                          tokens_per_step=statistics.mean(r["tokens"] for r in later),
-                         comm_bytes=[r["comm_bytes"] for r in met], mem=mem, rss_kib=rss,
+                         comm_bytes=[r["comm_bytes"] for r in met], mem=mem, rss_kib=rss, work_bytes=work_b,
                          loss=[r["loss"] for r in met]))
 nparams = rows[0]["mem"][0][3]
 psi = 4 * nparams  # bytes of one fp32 copy of the parameters
 
 def formula(dp, z):
-    """Per-rank bytes (params, grads, moments) by the ZeRO paper, fp32 AdamW."""
-    blk = -(-nparams // dp) * 4  # one rank's padded shard in bytes
+    """Per-rank bytes (params, grads, moments) by the ZeRO paper, fp32 AdamW:
+    psi/N per sharded copy, unpadded."""
+    blk = psi / dp
     p = blk if z >= 3 else psi
     g = blk if z >= 2 else psi
     m = 2 * blk if z >= 1 else 2 * psi
     return p, g, m
+
+def pad_allow(dp, z):
+    """Bytes of shard padding allowed per copy: zero 1 pads the flat block to
+    a multiple of N (and zero 0 keeps the block padded for it); zero 2/3 pad
+    each unit to a multiple of N."""
+    return 4 * (dp - 1) * (nunits if z >= 2 else 1)
 
 def theory(dp, z):
     f = (dp - 1) / dp
@@ -152,8 +171,8 @@ def theory(dp, z):
 out = []
 out.append("MiniLM-L6 (psi = %d parameters = %.2f MiB fp32), batch %d x seq %d = %d tokens/step, %d steps (steps 2-%d timed)\n"
            % (nparams, psi / MiB, batch, seq, batch * seq, steps, steps))
-out.append("| config | tokens/s | s/step | CPU s (all ranks, whole command) / wall s | params / grads / moments per rank, MiB (measured) | ZeRO formula, MiB | peak RSS per rank, MiB | bytes/step/rank sent (measured) | theory 2psi or 3psi x (N-1)/N | measured / theory |")
-out.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+out.append("| config | tokens/s | s/step | CPU s (all ranks, whole command) / wall s | params / grads / moments per rank, MiB (measured) | ZeRO formula, MiB | padding, B (allowed) | zero 2/3 working buffers, peak MiB | peak RSS per rank, MiB | bytes/step/rank sent (measured) | theory 2psi or 3psi x (N-1)/N | measured / theory |")
+out.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for r in rows:
     dp, z = r["dp"], r["zero"]
     m0 = r["mem"][0]
@@ -162,16 +181,22 @@ for r in rows:
     if any(r["mem"][k][:3] != m0[:3] for k in r["mem"]):
         meas += " (rank 0; others differ: %s)" % ", ".join("%d: %.2f/%.2f/%.2f" % (k, v[0] / MiB, v[1] / MiB, v[2] / MiB) for k, v in sorted(r["mem"].items()) if k)
     form = "%.2f / %.2f / %.2f" % (fp / MiB, fg / MiB, fm / MiB)
-    flags = []
-    if abs(m0[1] - fg) > 4 * dp: flags.append("grads")
-    if abs(m0[0] - fp) > 4 * dp: flags.append("params")
-    if abs(m0[2] - fm) > 8 * dp: flags.append("moments")
+    flags, pads = [], []
+    allow = pad_allow(dp, z)
+    for what, meas_b, f_b, copies in (("params", m0[0], fp, 1), ("grads", m0[1], fg, 1), ("moments", m0[2], fm, 2)):
+        pad = meas_b - f_b
+        pads.append("%.0f" % pad)
+        if pad < 0 or pad > copies * allow:
+            flags.append(what)
     if flags: form += " (differs: %s)" % ", ".join(flags)
+    padcell = "%s (%d)" % (" / ".join(pads), allow)
+    wk = r["work_bytes"].get(0)
+    wkcell = "%.2f" % (wk / MiB) if wk is not None else "-"
     rss = " / ".join("%.0f" % (r["rss_kib"][k] / 1024) for k in sorted(r["rss_kib"])) or "-"
     b = r["comm_bytes"][1] if len(r["comm_bytes"]) > 1 else r["comm_bytes"][0]
     th = theory(dp, z)
     ratio = "%.3f" % (b / th) if th else "-"
-    out.append("| dp%d zero%d | %.0f | %.2f | %.1f / %.1f | %s | %s | %s | %d | %d | %s |" % (dp, z, r["tokens_per_s"], r["s_per_step"], r["cpu_s"], r["wall_s"], meas, form, rss, b, th, ratio))
+    out.append("| dp%d zero%d | %.0f | %.2f | %.1f / %.1f | %s | %s | %s | %s | %s | %d | %d | %s |" % (dp, z, r["tokens_per_s"], r["s_per_step"], r["cpu_s"], r["wall_s"], meas, form, padcell, wkcell, rss, b, th, ratio))
 
 # speedup model: compute of the global batch measured at 1 rank (2 threads),
 # split perfectly over N ranks; communication = bytes sent per rank / link

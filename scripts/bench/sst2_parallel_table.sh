@@ -13,8 +13,11 @@
 # max_len 64, batch 32, 1 epoch, lr 1e-4 with 10% warmup, dropout off (so
 # that N ranks compute the same function as 1 process), seed 42.
 # 1 process uses 2 threads; each rank of a dp-2 group 1 thread (the same 2
-# cores). Writes build/bench/sst2-parallel/table.md; SST2_REPORT_ONLY=1 only
-# rebuilds the table from the last runs.
+# cores). SST2_DP4=1 adds the same four configurations at dp 4 (4 ranks of
+# 1 thread, oversubscribed). Writes build/bench/sst2-parallel/table.md;
+# SST2_REPORT_ONLY=1 only rebuilds the table from the last runs; SST2_RUN
+# (e.g. "dp4z0 dp4z1") runs only those configurations, and the table is
+# built from every configuration's last run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SHARED=${SHARED:-../shared}
@@ -65,11 +68,12 @@ if "$bin" train "$work/detect.yaml" >"$work/detect.log" 2>&1; then
     echo "sst2_parallel_table: the zero-3 detection run did not fail on the group size" >&2; exit 1
 elif grep -q "but the group has 1 rank" "$work/detect.log"; then
     configs="$configs dp2z3"
+    [ "${SST2_DP4:-0}" = 1 ] && configs="$configs dp4z0 dp4z1 dp4z2 dp4z3"
 else
     echo "zero 3: not in the table, the trainer refuses it: $(grep -o 'trainer.parallel.zero[^"]*' "$work/detect.log" | head -1)"
 fi
 
-for c in $configs; do
+for c in ${SST2_RUN:-$configs}; do
     [ "${SST2_REPORT_ONLY:-0}" = 1 ] && break # the table from the last runs' files
     dp=${c:2:1} z=${c:4:1}
     threads=$([ "$dp" = 1 ] && echo 2 || echo 1)
@@ -113,23 +117,39 @@ def rel(wa, wb, keep):
             worst, where = d, k
     return worst, where
 
+def jsonl(path):
+    """The records of a JSONL file; blank lines are skipped and reported (one
+    was seen once at the end of a dp4/zero3 run's metrics.jsonl)."""
+    lines = open(path).read().split("\n")
+    blank = sum(1 for l in lines[:-1] if not l.strip())
+    if blank:
+        print("warning: %s has %d blank line(s), skipped" % (path, blank), file=sys.stderr)
+    return [json.loads(l) for l in lines if l.strip()]
+
 key_bias = lambda k: k.endswith("attention.self.key.bias")
 ref = configs[0]
 wref = load_st("%s/%s/model/model.safetensors" % (work, ref))
-pref = [json.loads(l)["pred"] for l in open("%s/%s/dev.preds.jsonl" % (work, ref))]
+pref = [r["pred"] for r in jsonl("%s/%s/dev.preds.jsonl" % (work, ref))]
 lines = ["SST-2: %d training sentences (seeded shuffle of train.tsv), 1 epoch, batch 32, max_len 64, lr 1e-4, dropout off; dev = all 872 sentences.\n" % n,
-         "| configuration | dev accuracy | predictions differing from 1 process | loss per step vs 1 process (largest rel.) | weights vs 1 process (largest, key biases apart) | key biases | bitwise equal to DP2 | last-step loss | s/step (mean) | training s |",
+         "| configuration | dev accuracy | predictions differing from 1 process | loss per step vs 1 process (largest rel.) | weights vs 1 process (largest, key biases apart) | key biases | final weights bitwise equal to (same dp) | last-step loss | s/step (mean) | training s |",
          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-lref = [json.loads(l)["loss"] for l in open("%s/%s/metrics.jsonl" % (work, ref))]
-wdp2 = load_st("%s/dp2z0/model/model.safetensors" % work) if "dp2z0" in configs else None
-label = {"dp1z0": "1 process (2 threads)", "dp2z0": "DP2 (dp 2, zero 0)", "dp2z1": "ZeRO-1, dp 2",
-         "dp2z2": "ZeRO-2, dp 2", "dp2z3": "ZeRO-3, dp 2"}
+lref = [r["loss"] for r in jsonl("%s/%s/metrics.jsonl" % (work, ref))]
+weights = {}
+def w_of(c):
+    if c not in weights:
+        weights[c] = load_st("%s/%s/model/model.safetensors" % (work, c))
+    return weights[c]
+label = {"dp1z0": "1 process (2 threads)"}
+for dp in (2, 4):
+    label["dp%dz0" % dp] = "DP%d (dp %d, zero 0)" % (dp, dp)
+    for z in (1, 2, 3):
+        label["dp%dz%d" % (dp, z)] = "ZeRO-%d, dp %d" % (z, dp)
 for c in configs:
     rep = json.load(open("%s/%s/dev.json" % (work, c)))
     acc = rep.get("accuracy")
-    preds = [json.loads(l)["pred"] for l in open("%s/%s/dev.preds.jsonl" % (work, c))]
+    preds = [r["pred"] for r in jsonl("%s/%s/dev.preds.jsonl" % (work, c))]
     ndiff = sum(a != b for a, b in zip(pref, preds))
-    met = [json.loads(l) for l in open("%s/%s/metrics.jsonl" % (work, c))]
+    met = jsonl("%s/%s/metrics.jsonl" % (work, c))
     sps = sum(r["tokens"] / r["tokens_per_s"] for r in met if r["tokens_per_s"] > 0) / len(met)
     tr = json.load(open("%s/%s/train.json" % (work, c)))
     loss_rel = max(abs(a - b) / max(abs(a), 1e-30) for a, b in zip(lref, [r["loss"] for r in met]))
@@ -137,12 +157,12 @@ for c in configs:
     if c == ref:
         w, kb = "(reference)", "(reference)"
     else:
-        wb = load_st("%s/%s/model/model.safetensors" % (work, c))
+        wb = w_of(c)
         d, where = rel(wref, wb, lambda k: not key_bias(k))
         dk, _ = rel(wref, wb, key_bias)
         w, kb = "%.1e (%s)" % (d, where.replace("bert.", "")), "%.1e" % dk
-        if wdp2 is not None and c != "dp2z0":
-            bitwise = "yes" if wb == wdp2 else "no"
+        same = ["zero %s" % o[4] for o in configs if o != c and o != ref and o[:3] == c[:3] and w_of(o) == wb]
+        bitwise = ", ".join(same) or "none"
     lines.append("| %s | %.2f%% | %d of %d | %.1e | %s | %s | %s | %.6f | %.2f | %.0f |" % (
         label.get(c, c), 100 * acc, ndiff, len(preds), loss_rel, w, kb, bitwise, met[-1]["loss"], sps,
         tr.get("seconds", 0)))

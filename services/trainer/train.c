@@ -664,10 +664,7 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
             epoch_order(order, n, o->shuffle, o->seed, st.epoch);
         while (!rc && !stop && st.pos < n && (long)st.step < total) {
             /* one optimizer step: up to accum micro-batches */
-            if (g.z3)
-                rf_zero3_zero_grad(g.z3);
-            else if ((rc = rf_bert_zero_grad(m)))
-                break;
+            if ((rc = g.z3 ? rf_zero3_zero_grad(g.z3) : rf_bert_zero_grad(m))) break;
             size_t left = n - st.pos, group = (left + B - 1) / B;
             if (group > accum) group = accum;
             double t_step = rf_now(), step_sums[2] = {0, 0}; /* loss sum, tokens */

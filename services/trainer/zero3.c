@@ -29,6 +29,13 @@ typedef struct gslot {
     uint64_t seq;
 } gslot;
 
+/* Arithmetic on the shards (zeroing, accumulating the reduced blocks, the
+ * norm, clipping, AdamW) goes through the model's backend. The memcpy/memset
+ * in gather/scatter and the buffers handed to rf_comm are transport staging:
+ * the comm layer moves bytes, it does not compute on model memory. The shard
+ * and working buffers are host allocations, so stages 2 and 3 run on host
+ * backends (MPI); a device build would allocate them with be->alloc and hand
+ * device pointers to NCCL. */
 struct rf_zero3 {
     rf_comm *c;
     rf_bert *m;
@@ -136,11 +143,14 @@ static int g_finish(rf_zero3 *z, int i) {
     int rc = RF_OK;
     if (s->req) {
         rc = rf_comm_wait(s->req);
-        if (rc)
+        if (rc) {
             fail(z, rc, "reduce-scatter of the gradients", s->unit);
-        else
-            for (size_t j = 0, at = (size_t)z->rank * k->b; j < k->b; j++)
-                z->g[k->soff + j] += s->buf[at + j];
+        } else { /* g += block through the backend (residual with p = 0 is a + b; out aliases a) */
+            const rf_backend *be = z->m->be;
+            float *g = z->g + k->soff;
+            rc = be->residual_fwd(be, g, g, s->buf + (size_t)z->rank * k->b, k->b, 0.0f, 0);
+            if (rc) fail(z, rc, "adding the reduced gradient block", s->unit);
+        }
     }
     account(z, 0, -(long)(k->b * (size_t)z->world));
     free(s->buf);
@@ -267,8 +277,9 @@ int rf_zero3_free(rf_zero3 *z, bool restore) {
     return rc;
 }
 
-void rf_zero3_zero_grad(rf_zero3 *z) {
-    memset(z->g, 0, z->S * sizeof *z->g);
+int rf_zero3_zero_grad(rf_zero3 *z) {
+    int rc = z->m->be->zero(z->m->be, z->g, z->S * sizeof *z->g);
+    return rc ? rf_fail_ctx(rc, "train: zero 3: zeroing the gradient shard") : RF_OK;
 }
 
 int rf_zero3_idle(rf_zero3 *z, bool backward) {
@@ -288,21 +299,26 @@ int rf_zero3_end_backward(rf_zero3 *z) {
 
 int rf_zero3_step(rf_zero3 *z, const rf_adamw *o, long step, float lr, float *norm) {
     if (z->rc) return z->rc;
+    /* The norm and the clipping run on the backend, like rf_clip_grads_ex:
+     * this rank's sum of squares over its real pieces (not the padding), then
+     * one all-reduce of the scalar. */
+    const rf_backend *be = z->m->be;
     double ss = 0;
     for (int i = 0; i < z->nunits; i++) {
         const unit *k = &z->u[i];
         size_t n = real_len(z, k);
-        for (size_t j = 0; j < n; j++)
-            ss += (double)z->g[k->soff + j] * z->g[k->soff + j];
+        double part = 0;
+        int rc = n ? be->sumsq(be, &part, z->g + k->soff, n) : RF_OK;
+        if (rc) return fail(z, rc, "sum of squares of the gradient", i);
+        ss += part;
     }
     z->bytes += 2 * (uint64_t)(z->world - 1) * sizeof ss / (uint64_t)z->world;
     int rc = rf_comm_allreduce(z->c, &ss, &ss, 1, RF_COMM_F64, RF_COMM_SUM);
     if (rc) return fail(z, rc, "all-reduce of the gradient norm", -1);
     *norm = (float)sqrt(ss);
     float coef = o->clip_norm / (*norm + 1e-6f); /* as rf_clip_grads */
-    if (o->clip_norm > 0 && coef < 1.0f)
-        for (size_t j = 0; j < z->S; j++)
-            z->g[j] *= coef;
+    if (o->clip_norm > 0 && coef < 1.0f && (rc = be->scale(be, z->g, z->S, coef)))
+        return fail(z, rc, "clipping of the gradient", -1);
     for (int i = 0; i < z->nunits; i++) {
         const unit *k = &z->u[i];
         size_t n = real_len(z, k), lo = k->lo + (size_t)z->rank * k->b;

@@ -61,8 +61,8 @@ int rf_zero3_new(rf_comm *c, rf_bert *m, bool shard_params, rf_zero3 **out);
  * restore false only frees (after an error: no collective). */
 int rf_zero3_free(rf_zero3 *z, bool restore);
 
-/* Zeroes the gradient shard (start of an optimizer step). */
-void rf_zero3_zero_grad(rf_zero3 *z);
+/* Zeroes the gradient shard (start of an optimizer step), on the backend. */
+int rf_zero3_zero_grad(rf_zero3 *z);
 /* The events of one micro-batch for a rank without rows (backward: whether
  * the other ranks run backward); contributes zero gradients. */
 int rf_zero3_idle(rf_zero3 *z, bool backward);
