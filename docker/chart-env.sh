@@ -6,7 +6,8 @@
 # BERT fixture is the models volume): read-only root filesystem, UID 10001, the host
 # network. Passes when all five answer grpc.health.v1 Check with SERVING on the chart's
 # ports (0.0.0.0:7101-7105; dedup and the trainer serve health only), serve /metrics
-# (on the chart's metrics port + 1..5: one host network here), and all exit 0 on SIGTERM. Ports 7101-7105 must be free on this host.
+# (on the chart's metrics port + 11..15: one host network here), and all exit 0 on
+# SIGTERM. Ports 7101-7105 and 9111-9115 must be free on this host.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export REFINERY_ROOT=$PWD
@@ -60,10 +61,10 @@ for s in ingest tokenizer evaluator dedup trainer; do
         echo "FAIL $s: not serving on ${port[$s]}"; tail -n 5 "$TEST_DIR/$s.log"; fail=1
     fi
 done
-# /metrics: the chart's metrics port (+1..5 here, see chart_env.py) answers in the
+# /metrics: the chart's metrics port (+11..15 here, see chart_env.py) answers in the
 # Prometheus text format with the service's families.
 mbase=$(sed -n 's/^  port: \([0-9]*\)$/\1/p' <(sed -n '/^metrics:/,/^[a-z]/p' charts/refinery/values.yaml) | head -n 1)
-i=0
+i=10
 for s in ingest dedup tokenizer trainer evaluator; do
     i=$((i + 1))
     if curl -sf "http://127.0.0.1:$((mbase + i))/metrics" | grep -q '^# TYPE refinery_'; then

@@ -8,7 +8,7 @@ podman argument per line: -e NAME=VALUE for every env entry of its container (a
 secretKeyRef becomes PG_DSN, a fieldRef "0": rank 0, attempt 0) and -v HOST:PATH[:ro]
 for every volume mount (PVCs and emptyDirs become VOLDIR/<volume>[/<subPath>]; the
 models PVC becomes MODELS; /tmp and /dev/shm are left to podman's tmpfs). The metrics
-address moves to the chart's metrics port + 1..5 (ingest..evaluator): the containers
+address moves to the chart's metrics port + 11..15 (ingest..evaluator): the containers
 share the host network here, where on a cluster each pod has its own address.
 """
 import os
@@ -31,9 +31,10 @@ for o in yaml.safe_load_all(open(render)):
     for e in c.get("env", []):
         if e["name"] == "REFINERY_METRICS_LISTEN" and e.get("value", "0") != "0":
             # one network here, one per pod on a cluster: each component gets the
-            # chart's metrics port + its place (ingest 1 ... evaluator 5)
+            # chart's metrics port + 11 + its place (ingest 0 ... evaluator 4; not the
+            # services' own defaults, 9101-9105, so the env is what is tested)
             host, port = e["value"].rsplit(":", 1)
-            v = f"{host}:{int(port) + ORDER.index(comp) + 1}"
+            v = f"{host}:{int(port) + 11 + ORDER.index(comp)}"
         elif "value" in e:
             v = e["value"]
         elif "secretKeyRef" in e["valueFrom"]:
