@@ -39,3 +39,13 @@ $(BUILD)/trainer/tp_check: $(BUILD)/obj/tests/trainer/tp_check.o \
 	@mkdir -p $(@D)
 	@echo '  LD     $@'
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(call group,$(filter %.a,$^)) $(LDLIBS)
+
+# The program tests/trainer/pp.test.sh runs under mpirun: the 1F1B executor
+# (pipeline.h) on a toy chain of layers against one process, and its bubble.
+EXTRA_BINS += $(BUILD)/trainer/pp_check
+$(BUILD)/trainer/pp_check: $(BUILD)/obj/tests/trainer/pp_check.o \
+    $(BUILD)/lib/librefinery_trainer.a $(BUILD)/lib/librefinery_comm.a \
+    $(BUILD)/lib/librefinery_common.a
+	@mkdir -p $(@D)
+	@echo '  LD     $@'
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(call group,$(filter %.a,$^)) $(LDLIBS)
