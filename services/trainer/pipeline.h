@@ -34,7 +34,13 @@
  * stages. A barrier before the first operation lines the stages up (its time
  * is not counted: it is the previous step's imbalance, not the pipeline's).
  *
- * Host memory (the comm layer's MPI backend); CPU only so far. */
+ * Host memory, the comm layer's MPI backend; CPU only so far. Not for NCCL
+ * as it is: NCCL runs one rank's point-to-point operations in the order
+ * issued (comm.h), so a receive posted ahead of need would hold back the
+ * sends issued after it (stage 0's early receive of gradient 0 would block
+ * its send of activation 0, which that gradient needs); a device pipeline
+ * needs each send grouped with the receive it pairs with (Megatron's
+ * batch_isend_irecv). */
 #ifndef RF_TR_PIPELINE_H
 #define RF_TR_PIPELINE_H
 
