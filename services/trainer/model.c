@@ -9,6 +9,8 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/rng.h"
+#include "trainer/model_tp.h"
+#include "trainer/ops.h"
 #include "trainer/safetensors.h"
 
 /* Allocation through the backend; NULL on failure (its detail in rf_errmsg). */
@@ -28,6 +30,10 @@ static void dev_free(const rf_backend *be, void *p) {
         if (rc_) return rc_;                                                                       \
     } while (0)
 
+static int tp_size(const rf_bert *m) {
+    return m->tp ? m->tp->n : 1;
+}
+
 /* Activation views for one batch capacity; the same layout serves gradients. */
 typedef struct layer_acts {
     float *qkv, *att, *ctx, *res1, *ln1_mean, *ln1_rstd, *x1;
@@ -45,10 +51,14 @@ typedef struct acts {
 /* Lays out acts over base (NULL base: just counts) and returns the float
  * count. The attention probabilities and the attention scratch come last and
  * only when probs is set: nothing takes their gradient, so the gradient arena
- * (probs = false, those views left NULL) ends before them. */
-static size_t layout(const rf_bert_config *c, int B, int T, float *base, acts *a, bool probs) {
+ * (probs = false, those views left NULL) ends before them. With tp ranks
+ * (tpn > 1) the split activations (qkv, attention context and
+ * probabilities, the MLP's intermediate) hold this rank's 1/tpn. */
+static size_t layout(const rf_bert_config *c, int B, int T, float *base, acts *a, bool probs,
+                     int tpn) {
     size_t N = (size_t)B * T, C = c->hidden_size, I = c->intermediate_size, K = c->num_labels;
-    size_t off = 0, P = (size_t)B * c->num_heads * T * T;
+    size_t Cl = C / (size_t)tpn, Il = I / (size_t)tpn;
+    size_t off = 0, P = (size_t)B * (c->num_heads / tpn) * T * T;
 #define TAKE(ptr, n)                                                                               \
     do {                                                                                           \
         if (base) ptr = base + off;                                                                \
@@ -60,14 +70,14 @@ static size_t layout(const rf_bert_config *c, int B, int T, float *base, acts *a
     TAKE(a->x0, N * C);
     for (int l = 0; l < c->num_layers; l++) {
         layer_acts *L = &a->layers[l];
-        TAKE(L->qkv, 3 * N * C);
-        TAKE(L->ctx, N * C);
+        TAKE(L->qkv, 3 * N * Cl);
+        TAKE(L->ctx, N * Cl);
         TAKE(L->res1, N * C);
         TAKE(L->ln1_mean, N);
         TAKE(L->ln1_rstd, N);
         TAKE(L->x1, N * C);
-        TAKE(L->fc_pre, N * I);
-        TAKE(L->fc_act, N * I);
+        TAKE(L->fc_pre, N * Il);
+        TAKE(L->fc_act, N * Il);
         TAKE(L->res2, N * C);
         TAKE(L->ln2_mean, N);
         TAKE(L->ln2_rstd, N);
@@ -305,6 +315,11 @@ void rf_bert_free(rf_bert *m) {
     free(m->p.layers);
     free(m->g.layers);
     free(m->tensors);
+    if (m->tp) {
+        free(m->tp->full);
+        free(m->tp->spans);
+        free(m->tp);
+    }
     free(m);
 }
 
@@ -443,6 +458,10 @@ int rf_bert_load(const char *dir, int num_labels, uint64_t seed, const rf_backen
 }
 
 int rf_bert_save_safetensors(const rf_bert *m, const char *path) {
+    if (m->tp)
+        return rf_fail(RF_ERR_UNSUPPORTED,
+                       "model: %s: a tensor-parallel shard is not a whole model (gather it first)",
+                       path);
     rf_st_out *o = calloc(m->ntensors, sizeof *o);
     float *host = malloc(m->nparams * sizeof(float));
     int rc = o && host ? RF_OK : RF_ERR_NOMEM;
@@ -509,7 +528,8 @@ int rf_bert_reserve(rf_bert *m, int B, int T) {
     layer_acts *la = calloc((size_t)m->cfg.num_layers, sizeof *la);
     if (!la) return RF_ERR_NOMEM;
     acts a = {.layers = la};
-    size_t n = layout(&m->cfg, B, T, NULL, &a, true), ng = layout(&m->cfg, B, T, NULL, &a, false);
+    size_t n = layout(&m->cfg, B, T, NULL, &a, true, tp_size(m)),
+           ng = layout(&m->cfg, B, T, NULL, &a, false, tp_size(m));
     free(la);
     dev_free(be, m->acts);
     dev_free(be, m->dacts);
@@ -571,15 +591,21 @@ int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout
     m->last_train = train;
     m->last_seed = dropout_seed;
 
+    struct rf_bert_tp *tp = m->tp;
+    int Cl = tp ? tp->Cl : C, Il = tp ? tp->Il : I;
     layer_acts la[c->num_layers];
     acts a = {.layers = la};
-    layout(c, B, T, m->acts, &a, true);
+    layout(c, B, T, m->acts, &a, true, tp_size(m));
     float ph = train ? c->hidden_dropout : 0, pa = train ? c->attention_dropout : 0,
           pc = train ? c->classifier_dropout : 0;
 
     TRY(unit_event(m, 0, RF_UNIT_FWD));
-    TRY(be->embed_fwd(be, a.emb_in, m->ids_dev, m->types_dev, m->p.wte, m->p.wpe, m->p.wtt, B, T,
-                      C));
+    if (tp)
+        TRY(tp->embed_fwd(tp->c, a.emb_in, m->ids_dev, m->types_dev, m->p.wte, &tp->vocab, m->p.wpe,
+                          m->p.wtt, B, T, C));
+    else
+        TRY(be->embed_fwd(be, a.emb_in, m->ids_dev, m->types_dev, m->p.wte, m->p.wpe, m->p.wtt, B,
+                          T, C));
     TRY(be->layernorm_fwd(be, a.x0, a.emb_mean, a.emb_rstd, a.emb_in, m->p.eln_w, m->p.eln_b,
                           (int)N, C, c->layer_norm_eps));
     TRY(be->dropout_fwd(be, a.x0, a.x0, N * C, ph, site_seed(dropout_seed, 0)));
@@ -600,16 +626,32 @@ int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout
                 TRY(be->copy(be, a.cls + (size_t)b * C, x + (size_t)b * T * C, C * sizeof(float)));
             xq = a.cls;
         }
-        TRY(be->linear_fwd(be, L->qkv, x, P->qkv_w, P->qkv_b, (int)N, C, 3 * C));
-        TRY(be->attention_fwd(be, L->ctx, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq, C,
-                              c->num_heads, pa, site_seed(dropout_seed, s)));
-        TRY(be->linear_fwd(be, L->res1, L->ctx, P->ao_w, P->ao_b, (int)Nq, C, C));
+        if (tp) { /* QKV column-parallel by heads, attention on the local heads, output
+                   * projection row-parallel (one all-reduce) */
+            TRY(tp->qkv_fwd(L->qkv, x, P->qkv_w, P->qkv_b, Cl, (int)N, C, Cl));
+            rf_op_attention_heads_fwd(L->ctx, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq,
+                                      Cl, tp->NHl, tp->h0, c->num_heads, pa,
+                                      site_seed(dropout_seed, s));
+            TRY(tp->rowpar_fwd(tp->c, L->res1, L->ctx, Cl, P->ao_w, Cl, P->ao_b, (int)Nq, Cl, C));
+        } else {
+            TRY(be->linear_fwd(be, L->qkv, x, P->qkv_w, P->qkv_b, (int)N, C, 3 * C));
+            TRY(be->attention_fwd(be, L->ctx, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq,
+                                  C, c->num_heads, pa, site_seed(dropout_seed, s)));
+            TRY(be->linear_fwd(be, L->res1, L->ctx, P->ao_w, P->ao_b, (int)Nq, C, C));
+        }
         TRY(be->residual_fwd(be, L->res1, L->res1, xq, Nq * C, ph, site_seed(dropout_seed, s + 1)));
         TRY(be->layernorm_fwd(be, L->x1, L->ln1_mean, L->ln1_rstd, L->res1, P->ln1_w, P->ln1_b,
                               (int)Nq, C, c->layer_norm_eps));
-        TRY(be->linear_fwd(be, L->fc_pre, L->x1, P->fc_w, P->fc_b, (int)Nq, C, I));
-        TRY(be->gelu_fwd(be, L->fc_act, L->fc_pre, Nq * I));
-        TRY(be->linear_fwd(be, L->res2, L->fc_act, P->fo_w, P->fo_b, (int)Nq, I, C));
+        if (tp) { /* up column-parallel, down row-parallel (one all-reduce) */
+            TRY(tp->colpar_fwd(L->fc_pre, Il, L->x1, P->fc_w, C, P->fc_b, (int)Nq, C, Il));
+            TRY(be->gelu_fwd(be, L->fc_act, L->fc_pre, Nq * Il));
+            TRY(tp->rowpar_fwd(tp->c, L->res2, L->fc_act, Il, P->fo_w, Il, P->fo_b, (int)Nq, Il,
+                               C));
+        } else {
+            TRY(be->linear_fwd(be, L->fc_pre, L->x1, P->fc_w, P->fc_b, (int)Nq, C, I));
+            TRY(be->gelu_fwd(be, L->fc_act, L->fc_pre, Nq * I));
+            TRY(be->linear_fwd(be, L->res2, L->fc_act, P->fo_w, P->fo_b, (int)Nq, I, C));
+        }
         TRY(be->residual_fwd(be, L->res2, L->res2, L->x1, Nq * C, ph,
                              site_seed(dropout_seed, s + 2)));
         TRY(be->layernorm_fwd(be, L->x2, L->ln2_mean, L->ln2_rstd, L->res2, P->ln2_w, P->ln2_b,
@@ -642,10 +684,12 @@ int rf_bert_backward(rf_bert *m, float loss_scale) {
     uint64_t seed = m->last_seed;
     float ph = tr ? c->hidden_dropout : 0, pa = tr ? c->attention_dropout : 0,
           pc = tr ? c->classifier_dropout : 0;
+    struct rf_bert_tp *tp = m->tp;
+    int Cl = tp ? tp->Cl : C, Il = tp ? tp->Il : I;
     layer_acts la[c->num_layers], dla[c->num_layers];
     acts a = {.layers = la}, d = {.layers = dla};
-    layout(c, B, T, m->acts, &a, true);
-    size_t used = layout(c, B, T, m->dacts, &d, false);
+    layout(c, B, T, m->acts, &a, true, tp_size(m));
+    size_t used = layout(c, B, T, m->dacts, &d, false, tp_size(m));
     TRY(be->zero(be, m->dacts, used * sizeof(float)));
 
     /* unit events: a hook failure (a collective) ends the backward with its error */
@@ -674,20 +718,41 @@ int rf_bert_backward(rf_bert *m, float loss_scale) {
         TRY(be->layernorm_bwd(be, D->res2, G->ln2_w, G->ln2_b, D->x2, L->res2, P->ln2_w,
                               L->ln2_mean, L->ln2_rstd, (int)Nq, C));
         TRY(be->residual_bwd(be, D->res1, D->x1, D->res2, Nq * C, ph, site_seed(seed, s + 2)));
-        TRY(be->linear_bwd(be, D->fc_act, G->fo_w, G->fo_b, D->res1, L->fc_act, P->fo_w, (int)Nq, I,
-                           C));
-        TRY(be->gelu_bwd(be, D->fc_pre, L->fc_pre, D->fc_act, Nq * I));
-        TRY(be->linear_bwd(be, D->x1, G->fc_w, G->fc_b, D->fc_pre, L->x1, P->fc_w, (int)Nq, C, I));
+        if (tp) { /* down row-parallel (no communication), up column-parallel (one all-reduce
+                   * of d(x1), which holds the replicated residual gradient already) */
+            TRY(tp->rowpar_bwd(D->fc_act, Il, G->fo_w, Il, G->fo_b, D->res1, L->fc_act, P->fo_w,
+                               (int)Nq, Il, C));
+            TRY(be->gelu_bwd(be, D->fc_pre, L->fc_pre, D->fc_act, Nq * Il));
+            TRY(tp->colpar_bwd(tp->c, D->x1, G->fc_w, G->fc_b, C, D->fc_pre, Il, L->x1, P->fc_w,
+                               (int)Nq, C, Il));
+        } else {
+            TRY(be->linear_bwd(be, D->fc_act, G->fo_w, G->fo_b, D->res1, L->fc_act, P->fo_w,
+                               (int)Nq, I, C));
+            TRY(be->gelu_bwd(be, D->fc_pre, L->fc_pre, D->fc_act, Nq * I));
+            TRY(be->linear_bwd(be, D->x1, G->fc_w, G->fc_b, D->fc_pre, L->x1, P->fc_w, (int)Nq, C,
+                               I));
+        }
         /* x1 = LN(res1), res1 = dropout(ao) + xq; D->res2 is scratch for d(ao). */
         TRY(be->zero(be, D->res1, Nq * C * sizeof(float)));
         TRY(be->layernorm_bwd(be, D->res1, G->ln1_w, G->ln1_b, D->x1, L->res1, P->ln1_w,
                               L->ln1_mean, L->ln1_rstd, (int)Nq, C));
         TRY(be->zero(be, D->res2, Nq * C * sizeof(float)));
         TRY(be->residual_bwd(be, D->res2, dxq, D->res1, Nq * C, ph, site_seed(seed, s + 1)));
-        TRY(be->linear_bwd(be, D->ctx, G->ao_w, G->ao_b, D->res2, L->ctx, P->ao_w, (int)Nq, C, C));
-        TRY(be->attention_bwd(be, D->qkv, a.att_scratch, D->ctx, L->qkv, L->att, B, T, Tq, C,
-                              c->num_heads, pa, site_seed(seed, s)));
-        TRY(be->linear_bwd(be, dxin, G->qkv_w, G->qkv_b, D->qkv, x, P->qkv_w, (int)N, C, 3 * C));
+        if (tp) { /* output row-parallel, local heads, QKV column-parallel (one all-reduce) */
+            TRY(tp->rowpar_bwd(D->ctx, Cl, G->ao_w, Cl, G->ao_b, D->res2, L->ctx, P->ao_w, (int)Nq,
+                               Cl, C));
+            rf_op_attention_heads_bwd(D->qkv, a.att_scratch, D->ctx, L->qkv, L->att, B, T, Tq, Cl,
+                                      tp->NHl, tp->h0, c->num_heads, pa, site_seed(seed, s));
+            TRY(tp->qkv_bwd(tp->c, dxin, G->qkv_w, G->qkv_b, Cl, D->qkv, x, P->qkv_w, (int)N, C,
+                            Cl));
+        } else {
+            TRY(be->linear_bwd(be, D->ctx, G->ao_w, G->ao_b, D->res2, L->ctx, P->ao_w, (int)Nq, C,
+                               C));
+            TRY(be->attention_bwd(be, D->qkv, a.att_scratch, D->ctx, L->qkv, L->att, B, T, Tq, C,
+                                  c->num_heads, pa, site_seed(seed, s)));
+            TRY(be->linear_bwd(be, dxin, G->qkv_w, G->qkv_b, D->qkv, x, P->qkv_w, (int)N, C,
+                               3 * C));
+        }
         for (int b = 0; l == last && b < B; b++) /* the [CLS] rows' residual gradient */
             TRY(be->residual_bwd(be, dxin + (size_t)b * T * C, NULL, d.cls + (size_t)b * C, C, 0,
                                  0));
@@ -699,8 +764,12 @@ int rf_bert_backward(rf_bert *m, float loss_scale) {
     TRY(be->zero(be, d.x0, N * C * sizeof(float)));
     TRY(be->layernorm_bwd(be, d.x0, m->g.eln_w, m->g.eln_b, d.emb_in, a.emb_in, m->p.eln_w,
                           a.emb_mean, a.emb_rstd, (int)N, C));
-    TRY(be->embed_bwd(be, m->g.wte, m->g.wpe, m->g.wtt, d.x0, m->ids_dev, m->types_dev, B, T, C,
-                      c->vocab_size, c->type_vocab_size));
+    if (tp) /* vocabulary-parallel: this rank's rows; no communication */
+        tp->embed_bwd(m->g.wte, m->g.wpe, m->g.wtt, d.x0, m->ids_dev, m->types_dev, &tp->vocab, B,
+                      T, C);
+    else
+        TRY(be->embed_bwd(be, m->g.wte, m->g.wpe, m->g.wtt, d.x0, m->ids_dev, m->types_dev, B, T, C,
+                          c->vocab_size, c->type_vocab_size));
     TRY(unit_event(m, 0, RF_UNIT_BWD_DONE));
     return RF_OK;
 }
