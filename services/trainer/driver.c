@@ -60,7 +60,7 @@ int rf_trainer_drive(const rf_trainer_spec *s, const rf_dataset *data,
     static const rf_trainer_hooks none = {0};
     const rf_trainer_hooks *h = hooks ? hooks : &none;
     rf_train_result r = {0};
-    rf_bert *m = NULL;
+    rf_model *m = NULL;
     int k = s->num_labels ? s->num_labels : rf_dataset_num_labels(data);
     int rc = rf_trainer_check(s, data, h->comm);
     if (rc) return rc;
@@ -69,14 +69,16 @@ int rf_trainer_drive(const rf_trainer_spec *s, const rf_dataset *data,
     if (s->threads > 0) rf_set_threads(s->threads);
     const rf_backend *be;
     if ((rc = rf_backend_for(s->device, &be))) return rc;
-    if ((rc = rf_bert_load(s->model, k, s->opts.seed, be, &m))) return rc;
+    rf_model_load_opts lo = {.num_labels = k, .seed = s->opts.seed};
+    if ((rc = rf_model_load(s->model, &lo, be, &m))) return rc;
     rf_train_opts o = s->opts;
     o.cancel = h->cancel;
     o.on_checkpoint = h->on_checkpoint;
+    o.on_checkpoint_model = h->on_checkpoint_model;
     o.user = h->user;
     o.comm = h->comm;
     int rank = h->comm ? rf_comm_rank(h->comm) : 0;
-    rc = rf_train(&o, data, m, &r);
+    rc = rf_train_model(&o, data, m, &r);
     if (!rc && h->stats) {
         rf_stats_set(h->stats, "trainer.steps", r.steps);
         rf_stats_set(h->stats, "trainer.sequences", (int64_t)data->n);
@@ -88,11 +90,11 @@ int rf_trainer_drive(const rf_trainer_spec *s, const rf_dataset *data,
         rf_info("trainer", "stopped at step %ld before the end; state kept, rerun to resume",
                 r.steps);
     if (!rc && r.finished && s->export_dir && rank == 0) {
-        if (!(rc = rf_export_hf(m, s->model, s->export_dir)))
+        if (!(rc = rf_export_model(m, s->model, s->export_dir)))
             rf_info("trainer", "exported %s (loss %.4f, %.0f tokens/s)", s->export_dir, r.last_loss,
                     r.tokens_per_s);
     }
-    rf_bert_free(m);
+    rf_model_free(m);
     if (res) *res = r;
     return rc;
 }
