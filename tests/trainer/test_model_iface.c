@@ -215,9 +215,29 @@ static void test_bert(void **state) {
     check_model("trainer/tiny-bert", false);
 }
 
+static void test_gpt2(void **state) {
+    (void)state;
+    check_model("causal/tiny-gpt2-rand", false);
+    check_model("causal/tiny-gpt2-rand", true);
+}
+
+static void test_llama_untied(void **state) {
+    (void)state;
+    check_model("causal/tiny-llama-rand", true);
+}
+
+static void test_llama_tied(void **state) {
+    (void)state;
+    check_model("causal/tiny-llama-tied", false);
+    check_model("causal/tiny-llama-tied", true);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bert),
+        cmocka_unit_test(test_gpt2),
+        cmocka_unit_test(test_llama_untied),
+        cmocka_unit_test(test_llama_tied),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
