@@ -352,7 +352,7 @@ int rf_gpt2_adopt_params(rf_gpt2 *m, const float *host) {
 }
 
 int rf_gpt2_zero_grad(rf_gpt2 *m) {
-    if (!m->training) return rf_fail(RF_ERR_INVALID, "gpt2: training is not enabled");
+    if (!m->grads && !m->unit_hook) return rf_fail(RF_ERR_INVALID, "gpt2: training is not enabled");
     if (m->grads) memset(m->grads, 0, m->npadded * sizeof(float));
     return RF_OK;
 }
@@ -403,12 +403,13 @@ int rf_gpt2_reserve(rf_gpt2 *m, int B, int T) {
     int nB = B > m->capB ? B : m->capB;
     T = T > m->capT ? T : m->capT;
     size_t n = layout(m, &m->a, NULL, nB, T);
-    float *a = calloc(n, sizeof(float)), *d = m->training ? calloc(n, sizeof(float)) : NULL;
+    float *a = calloc(n, sizeof(float)),
+          *d = m->training || m->dacts ? calloc(n, sizeof(float)) : NULL;
     size_t nt = (size_t)nB * T;
     int32_t *ids = malloc(sizeof(int32_t) * nt), *lab = malloc(sizeof(int32_t) * nt),
             *pos = malloc(sizeof(int32_t) * nt), *seg = malloc(sizeof(int32_t) * nt);
     uint8_t *valid = malloc(nt);
-    if (!a || (m->training && !d) || !ids || !lab || !pos || !seg || !valid) {
+    if (!a || ((m->training || m->dacts) && !d) || !ids || !lab || !pos || !seg || !valid) {
         free(a), free(d), free(ids), free(lab), free(pos), free(seg), free(valid);
         return RF_ERR_NOMEM;
     }
@@ -548,7 +549,9 @@ int rf_gpt2_backward(rf_gpt2 *m, float loss_scale) {
 int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const float *dout,
                            float *din) {
     const rf_gpt2_config *c = &m->cfg;
-    if (!m->training || !m->dacts) return rf_fail(RF_ERR_INVALID, "gpt2: training is not enabled");
+    if (!m->grads && !m->unit_hook) /* (a hook binds the gradient views: ZeRO-2/3) */
+        return rf_fail(RF_ERR_INVALID, "gpt2: training is not enabled");
+    if (!m->dacts && !(m->dacts = calloc(m->nacts, sizeof(float)))) return RF_ERR_NOMEM;
     int n_units = rf_gpt2_units(m), rc = check_range(m, u0, u1, din, dout);
     if (rc) return rc;
     if (u1 == n_units && !m->has_labels)

@@ -378,7 +378,8 @@ int rf_llama_adopt_params(rf_llama *m, const float *host) {
 }
 
 int rf_llama_zero_grad(rf_llama *m) {
-    if (!m->training) return rf_fail(RF_ERR_INVALID, "llama: training is not enabled");
+    if (!m->grads && !m->unit_hook)
+        return rf_fail(RF_ERR_INVALID, "llama: training is not enabled");
     if (m->grads) memset(m->grads, 0, m->npadded * sizeof(float));
     return RF_OK;
 }
@@ -428,12 +429,13 @@ int rf_llama_reserve(rf_llama *m, int B, int T) {
     int nB = B > m->capB ? B : m->capB;
     T = T > m->capT ? T : m->capT;
     size_t n = layout(m, &m->a, NULL, nB, T);
-    float *a = calloc(n, sizeof(float)), *d = m->training ? calloc(n, sizeof(float)) : NULL;
+    float *a = calloc(n, sizeof(float)),
+          *d = m->training || m->dacts ? calloc(n, sizeof(float)) : NULL;
     size_t nt = (size_t)nB * T;
     int32_t *ids = malloc(sizeof(int32_t) * nt), *lab = malloc(sizeof(int32_t) * nt),
             *pos = malloc(sizeof(int32_t) * nt), *seg = malloc(sizeof(int32_t) * nt);
     uint8_t *valid = malloc(nt);
-    if (!a || (m->training && !d) || !ids || !lab || !pos || !seg || !valid) {
+    if (!a || ((m->training || m->dacts) && !d) || !ids || !lab || !pos || !seg || !valid) {
         free(a), free(d), free(ids), free(lab), free(pos), free(seg), free(valid);
         return RF_ERR_NOMEM;
     }
@@ -573,7 +575,9 @@ int rf_llama_backward(rf_llama *m, float loss_scale) {
 int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const float *dout,
                             float *din) {
     const rf_llama_config *c = &m->cfg;
-    if (!m->training || !m->dacts) return rf_fail(RF_ERR_INVALID, "llama: training is not enabled");
+    if (!m->grads && !m->unit_hook) /* (a hook binds the gradient views: ZeRO-2/3) */
+        return rf_fail(RF_ERR_INVALID, "llama: training is not enabled");
+    if (!m->dacts && !(m->dacts = calloc(m->nacts, sizeof(float)))) return RF_ERR_NOMEM;
     int n_units = rf_llama_units(m), rc = check_range(m, u0, u1, din, dout);
     if (rc) return rc;
     if (u1 == n_units && !m->has_labels)

@@ -9,6 +9,9 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/sys.h"
+#include "trainer/bert_config.h"
+#include "trainer/gpt2.h"
+#include "trainer/llama.h"
 
 /* The model_type of a config.json text into arch (empty when absent). */
 static int config_arch(const char *text, size_t len, const char *path, char *arch, size_t cap) {
@@ -45,15 +48,50 @@ static rf_model_task task_of(const char *arch) {
                                                                    : RF_TASK_CLASSIFY;
 }
 
-int rf_model_dir_task(const char *dir, rf_model_task *task, char *arch, size_t arch_cap) {
+static int eos_of(const char *text, size_t len) {
+    rf_json_doc *doc = rf_json_doc_new();
+    const rf_json *root, *v;
+    int64_t x = -1;
+    if (doc && rf_json_parse(doc, text, len, &root) == 0 &&
+        (v = rf_json_get(root, "eos_token_id"))) {
+        if (v->type == RF_JSON_ARRAY && v->len) v = &v->u.items[0];
+        if (rf_json_int64(v, &x) || x < 0 || x > INT32_MAX) x = -1;
+    }
+    rf_json_doc_free(doc);
+    return (int)x;
+}
+
+int rf_model_describe(const char *dir, rf_model_desc *out) {
     char *text = NULL, a[64];
     size_t len;
+    memset(out, 0, sizeof *out);
     int rc = read_config(dir, &text, &len, a, sizeof a);
-    free(text);
     if (rc) return rc;
-    if (arch) snprintf(arch, arch_cap, "%s", a[0] ? a : "bert");
-    *task = task_of(a);
-    return RF_OK;
+    snprintf(out->arch, sizeof out->arch, "%s", a[0] ? a : "bert");
+    out->task = task_of(a);
+    out->eos_token_id = eos_of(text, len);
+    if (strcmp(out->arch, "gpt2") == 0) {
+        rf_gpt2_config c;
+        if (!(rc = rf_gpt2_config_parse(text, len, &c))) {
+            out->vocab = c.vocab_size;
+            out->max_positions = c.n_positions;
+        }
+    } else if (strcmp(out->arch, "llama") == 0) {
+        rf_llama_config c;
+        if (!(rc = rf_llama_config_parse(text, len, &c))) {
+            out->vocab = c.vocab_size;
+            out->max_positions = c.max_position_embeddings;
+        }
+    } else {
+        rf_bert_config c;
+        if (!(rc = rf_bert_config_parse(text, len, 0, &c))) {
+            out->vocab = c.vocab_size;
+            out->max_positions = c.max_position;
+        }
+        out->eos_token_id = -1;
+    }
+    free(text);
+    return rc ? rf_fail_ctx(rc, "model %s", dir) : RF_OK;
 }
 
 /* model_causal.c */

@@ -189,8 +189,14 @@ typedef struct rf_model_load_opts {
  * (causal LMs; model.safetensors). Anything else is RF_ERR_UNSUPPORTED. */
 int rf_model_load(const char *dir, const rf_model_load_opts *o, const rf_backend *be,
                   rf_model **out);
-/* The task a folder's config.json describes (model_type as above). */
-int rf_model_dir_task(const char *dir, rf_model_task *task, char *arch, size_t arch_cap);
+/* What a folder's config.json says, without reading the weights. */
+typedef struct rf_model_desc {
+    char arch[64]; /* "bert" (also when model_type is absent), "gpt2", "llama" */
+    rf_model_task task;
+    int vocab, max_positions;
+    int eos_token_id; /* -1 when absent (the first of a list) */
+} rf_model_desc;
+int rf_model_describe(const char *dir, rf_model_desc *out);
 void rf_model_free(rf_model *m);
 
 /* ---- the calls (each checks and dispatches to m->ops) ---- */

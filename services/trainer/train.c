@@ -14,6 +14,7 @@
 #include "common/sys.h"
 #include "common/obs.h"
 #include "trainer/checkpoint.h"
+#include "trainer/lm_data.h"
 #include "trainer/zero3.h"
 #include "comm/comm.h"
 
@@ -115,6 +116,7 @@ static rf_train_ident run_ident(const rf_dataset *d, const rf_train_opts *o, con
     for (size_t i = 0; i < d->n; i++) {
         id.data = rf_hash64(d->tokens + d->start[i], d->len[i] * sizeof *d->tokens, id.data);
         id.data = rf_hash64(&d->label[i], sizeof d->label[i], id.data);
+        if (d->tflags) id.data = rf_hash64(d->tflags + d->start[i], d->len[i], id.data);
     }
     float f[] = {a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->clip_norm};
     uint64_t u[] = {(uint64_t)a->total_steps,
@@ -333,9 +335,15 @@ static void buckets_free(dp_group *g) {
     g->bucket = NULL;
 }
 
-/* The weight of sequences idx[0..n): the loss's denominator (see rf_op_xent_fwd). */
+/* The weight of sequences idx[0..n): the loss's denominator (see rf_op_xent_fwd);
+ * for causal-LM rows the tokens they make the model predict (lm_data.h). */
 static double batch_weight(const rf_dataset *d, const size_t *idx, size_t n, const float *cw) {
     double w = 0;
+    if (d->tflags) {
+        for (size_t i = 0; i < n; i++)
+            w += rf_lm_row_targets(d, idx[i]);
+        return w;
+    }
     for (size_t i = 0; i < n; i++)
         w += cw ? (double)cw[d->label[idx[i]]] : 1.0;
     return w;
@@ -549,7 +557,14 @@ int rf_train_model(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
     int rc = rf_model_blocks_of(m, &mb);
     if (rc) return rc;
     const size_t NP = mb.nparams;
-    for (size_t i = 0; i < data->n; i++)
+    const bool causal = info.task == RF_TASK_CAUSAL_LM;
+    if (causal != (data->tflags != NULL))
+        return rf_fail(RF_ERR_INVALID, "train: a %s model needs %s data", info.arch,
+                       causal ? "causal-LM (lm_data.h)" : "labelled classification");
+    if (causal && (o->class_weighting != RF_CW_NONE || o->balanced_sampler))
+        return rf_fail(RF_ERR_INVALID, "train: class weights and the balanced sampler are for "
+                                       "classifiers, not a causal LM");
+    for (size_t i = 0; !causal && i < data->n; i++)
         if (data->label[i] < 0 || data->label[i] >= info.num_labels)
             return rf_fail(RF_ERR_INVALID, "train: sequence %zu has label %d outside [0, %d)", i,
                            data->label[i], info.num_labels);
@@ -715,6 +730,15 @@ int rf_train_model(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
             size_t left = n - st.pos, group = (left + B - 1) / B;
             if (group > accum) group = accum;
             double t_step = rf_now(), step_sums[2] = {0, 0}; /* loss sum, tokens */
+            /* causal LM: the loss is the mean over the step's predicted tokens
+             * (every micro-batch and rank of it), so each micro-batch's mean
+             * is weighted by its share of them */
+            double w_step = 0;
+            for (size_t k = 0, at = st.pos; causal && k < group; k++) {
+                size_t nb = n - at < B ? n - at : B;
+                w_step += batch_weight(data, order + at, nb, NULL);
+                at += nb;
+            }
             for (size_t k = 0; k < group && !rc; k++) {
                 g.armed = g.bucket && k + 1 == group;
                 size_t nb = n - st.pos < B ? n - st.pos : B;
@@ -733,16 +757,30 @@ int rf_train_model(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
                                         .valid = bb.valid,
                                         .labels = bb.labels,
                                         .types = bb.types};
+                    if (causal) {
+                        b.pos = bb.pos;
+                        b.seg = bb.seg;
+                    }
                     if ((rc = rf_model_forward(m, &b, o->dropout, dseed))) break;
-                    if (!g.c)
+                    if (causal) {
+                        if (wg > 0) rc = rf_model_backward(m, (float)(wl / w_step));
+                    } else if (!g.c) {
                         rc = rf_model_backward(m, 1.0f / (float)group);
-                    else if (wg > 0)
+                    } else if (wg > 0) {
                         rc = rf_model_backward(m, (float)(wl / wg / (double)group));
+                    }
                     float loss = 0;
                     long counted;
                     if (!rc) rc = rf_model_loss(m, &loss, &counted);
+                    if (!rc && causal && counted != (long)wl)
+                        rc = rf_fail(RF_ERR_INVALID,
+                                     "train: the model counted %ld predicted tokens, the data %.0f",
+                                     counted, wl);
                     if (rc) break;
-                    step_sums[0] += g.c ? (wg > 0 ? (double)loss * wl / wg : 0) : loss;
+                    if (causal)
+                        step_sums[0] += wg > 0 ? (double)loss * wl / w_step : 0;
+                    else
+                        step_sums[0] += g.c ? (wg > 0 ? (double)loss * wl / wg : 0) : loss;
                     for (size_t i = 0; i < (size_t)bb.B * bb.T; i++)
                         step_sums[1] += bb.valid[i];
                     if (g.z3 && wg > 0 && (rc = rf_zero3_end_backward(g.z3))) break;
@@ -757,20 +795,22 @@ int rf_train_model(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
             if (rc) break;
             if (g.bucket && (rc = buckets_finish(&g))) break;
             if (g.c && (rc = dp_allreduce(&g, step_sums, 2, RF_COMM_F64, RF_COMM_SUM))) break;
+            /* the step's loss: classifiers the mean of the micro-batches', a
+             * causal LM the token mean over the step */
+            double step_loss = causal ? step_sums[0] : step_sums[0] / (double)group;
             win_loss += step_sums[0];
-            win_n += (long)group;
+            win_n += causal ? 1 : (long)group;
             ck_loss += step_sums[0];
-            ck_n += (long)group;
+            ck_n += causal ? 1 : (long)group;
             tokens += (uint64_t)step_sums[1];
             float gn = 0, lr = rf_adamw_lr(&opt, (long)st.step);
             if ((rc = dp_step(&g, m, &opt, (long)st.step, lr, &gn))) break;
             if (!g.z3 && (rc = rf_model_blocks_of(m, &mb))) break;
-            write_metrics(metrics, st.step + 1, step_sums[0] / (double)group, lr, gn,
-                          (uint64_t)step_sums[1], rf_now() - t_step, g.bytes - bytes_before);
-            rf_obs_train_step_done(
-                &(rf_obs_train_step){step_sums[0] / (double)group, lr, gn, step_sums[1],
-                                     rf_now() - t_step, (double)NP, info.layers, info.hidden, bb.T,
-                                     4.0 * (2.0 * (double)mb.npadded + 2.0 * (double)mb.nmoments)});
+            write_metrics(metrics, st.step + 1, step_loss, lr, gn, (uint64_t)step_sums[1],
+                          rf_now() - t_step, g.bytes - bytes_before);
+            rf_obs_train_step_done(&(rf_obs_train_step){
+                step_loss, lr, gn, step_sums[1], rf_now() - t_step, (double)NP, info.layers,
+                info.hidden, bb.T, 4.0 * (2.0 * (double)mb.npadded + 2.0 * (double)mb.nmoments)});
             bytes_before = g.bytes;
             st.step++;
             done_this_run++;
