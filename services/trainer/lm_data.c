@@ -27,7 +27,8 @@ struct rf_lm_packer {
 
 int rf_lm_packer_new(rf_dataset *d, int max_len, int eos_id, rf_lm_packer **out) {
     *out = NULL;
-    if (max_len < 2) return rf_fail(RF_ERR_INVALID, "causal data: max_len %d is too small", max_len);
+    if (max_len < 2)
+        return rf_fail(RF_ERR_INVALID, "causal data: max_len %d is too small", max_len);
     rf_lm_packer *p = calloc(1, sizeof *p);
     if (!p) return RF_ERR_NOMEM;
     p->d = d;
@@ -72,7 +73,8 @@ int rf_lm_packer_add(rf_lm_packer *p, const uint32_t *ids, const uint8_t *mask, 
     if (p->eos < 0) return rf_fail(RF_ERR_INVALID, "causal data: no EOS id to end documents with");
     int rc = RF_OK;
     for (size_t i = 0; i < n && !rc; i++) {
-        uint8_t f = (uint8_t)((!mask || mask[i] ? RF_LM_TARGET : 0) | (i == 0 ? RF_LM_DOC_START : 0));
+        uint8_t f =
+            (uint8_t)((!mask || mask[i] ? RF_LM_TARGET : 0) | (i == 0 ? RF_LM_DOC_START : 0));
         rc = put(p, ids[i], f);
     }
     if (!rc && ids[n - 1] != (uint32_t)p->eos) /* the EOS is a target when the last token is */
@@ -155,9 +157,10 @@ static int load_shard(rf_dataset *d, const char *prefix, int max_len, int eos_id
     uint8_t *mask = NULL;
     rf_lm_packer *p = NULL;
     if (packed && in->block_len > (uint32_t)max_len)
-        rc = rf_fail(RF_ERR_INVALID,
-                     "%s: packed rows of %u tokens do not fit max_len %d (repack, or raise max_len)",
-                     prefix, in->block_len, max_len);
+        rc =
+            rf_fail(RF_ERR_INVALID,
+                    "%s: packed rows of %u tokens do not fit max_len %d (repack, or raise max_len)",
+                    prefix, in->block_len, max_len);
     if (!rc && eos < 0)
         rc = rf_fail(RF_ERR_INVALID,
                      "%s: no EOS id (neither the shard header nor the model's eos_token_id)",
@@ -174,7 +177,8 @@ static int load_shard(rf_dataset *d, const char *prefix, int max_len, int eos_id
             skip(d, stats, sp, "empty");
             continue;
         }
-        rc = packed ? add_packed_row(d, q.ids, m, q.len, eos) : rf_lm_packer_add(p, q.ids, m, q.len);
+        rc =
+            packed ? add_packed_row(d, q.ids, m, q.len, eos) : rf_lm_packer_add(p, q.ids, m, q.len);
     }
     if (p) {
         int r = rc ? (rf_lm_packer_free(p), rc) : rf_lm_packer_finish(p);
@@ -189,8 +193,8 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static int load_shard_dir(rf_dataset *d, const char *dir, int max_len, int eos_id,
-                          rf_stats *stats, const char *sp) {
+static int load_shard_dir(rf_dataset *d, const char *dir, int max_len, int eos_id, rf_stats *stats,
+                          const char *sp) {
     DIR *dh = opendir(dir);
     if (!dh) return rf_fail(RF_ERR_IO, "cannot open directory %s", dir);
     char **names = NULL;
@@ -276,7 +280,8 @@ static int load_text(rf_dataset *d, const char *path, const char *model_dir, int
     rf_tokenizer_set_padding(tok, false, 0, 0, 0, 0, RF_SIDE_RIGHT);
     if (!(t.st = rf_tok_state_new(tok)) || !(jd = rf_json_doc_new())) rc = RF_ERR_NOMEM;
     if (!rc) rc = rf_lm_packer_new(d, max_len, eos_id, &p);
-    if (!rc && (rc = rf_reader_open(path, 1 << 24, &r))) rc = rf_fail_ctx(rc, "cannot read %s", path);
+    if (!rc && (rc = rf_reader_open(path, 1 << 24, &r)))
+        rc = rf_fail_ctx(rc, "cannot read %s", path);
     rf_line line;
     while (!rc && (rc = rf_reader_next(r, &line)) == 1) {
         rc = RF_OK;

@@ -76,8 +76,8 @@ static void test_pack(void **state) {
                (int32_t[]){0, 0, 0, 0}, 4);
     /* b at position 0 of a row; c starts at t = 3: its first token is not
      * predicted from b's EOS, its position and segment restart */
-    expect_row(&bb, 1, (int32_t[]){4, 5, 9, 6}, (int32_t[]){4, 5, 9, -100},
-               (int32_t[]){0, 1, 2, 0}, (int32_t[]){0, 0, 0, 1}, 4);
+    expect_row(&bb, 1, (int32_t[]){4, 5, 9, 6}, (int32_t[]){4, 5, 9, -100}, (int32_t[]){0, 1, 2, 0},
+               (int32_t[]){0, 0, 0, 1}, 4);
     /* c continues: 7 is a prompt token (mask 0), 8 10 11 targets */
     expect_row(&bb, 2, (int32_t[]){7, 8, 10, 11}, (int32_t[]){-100, 8, 10, 11},
                (int32_t[]){0, 1, 2, 3}, (int32_t[]){0, 0, 0, 0}, 4);
@@ -150,8 +150,8 @@ static void test_shards(void **state) {
     assert_int_equal(rf_lm_load(&d, prefix, "unused", 16, -1, NULL, NULL), 0);
     collate_all(&d, &bb);
     expect_row(&bb, 0, (int32_t[]){1, 2, 3, 9, 4, 5, 6, 7, 9},
-               (int32_t[]){1, 2, 3, 9, -100, -100, 6, 7, 9},
-               (int32_t[]){0, 1, 2, 3, 0, 1, 2, 3, 4}, (int32_t[]){0, 0, 0, 0, 1, 1, 1, 1, 1}, 9);
+               (int32_t[]){1, 2, 3, 9, -100, -100, 6, 7, 9}, (int32_t[]){0, 1, 2, 3, 0, 1, 2, 3, 4},
+               (int32_t[]){0, 0, 0, 0, 1, 1, 1, 1, 1}, 9);
     check_targets(&d, &bb);
     rf_dataset_free(&d);
     write_file(path, (uint8_t[]){1, 1, 1, 0, 2, 1, 1}, 7);
