@@ -564,12 +564,43 @@ static uint64_t site_seed(uint64_t seed, uint64_t site) {
     return x ^ (x >> 32);
 }
 
+/* Boundary u of the residual stream (1 <= u <= num_layers + 1): the input of
+ * unit u, in an activation-shaped arena (acts or dacts). */
+static float *boundary_slot(const rf_bert_config *c, acts *a, int u) {
+    return u == 1 ? a->x0 : a->layers[u - 2].x2;
+}
+
+size_t rf_bert_boundary_floats(const rf_bert *m, int B, int T, int u) {
+    /* the last layer keeps only the [CLS] rows: the head's input is [B, 1, C] */
+    size_t rows = u == m->cfg.num_layers + 1 ? (size_t)B : (size_t)B * T;
+    return rows * (size_t)m->cfg.hidden_size;
+}
+
+/* at_u0, at_u1: the boundary buffers of the range's ends (input and output
+ * forward, their gradients backward). */
+static int check_range(const rf_bert *m, int u0, int u1, const float *at_u0, const float *at_u1) {
+    int n = rf_bert_units(m);
+    if (u0 < 0 || u1 > n || u0 >= u1)
+        return rf_fail(RF_ERR_RANGE, "model: unit range [%d, %d) outside [0, %d)", u0, u1, n);
+    if ((u0 > 0 && !at_u0) || (u1 < n && !at_u1))
+        return rf_fail(RF_ERR_INVALID, "model: unit range [%d, %d) needs its boundary buffers", u0,
+                       u1);
+    return RF_OK;
+}
+
 int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout_seed) {
+    return rf_bert_forward_range(m, bt, train, dropout_seed, 0, rf_bert_units(m), NULL, NULL);
+}
+
+int rf_bert_forward_range(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout_seed, int u0,
+                          int u1, const float *in, float *out) {
     const rf_bert_config *c = &m->cfg;
     const rf_backend *be = m->be;
     int B = bt->B, T = bt->T, C = c->hidden_size, I = c->intermediate_size, K = c->num_labels;
     size_t N = (size_t)B * T;
     if (B <= 0 || T <= 0) return rf_fail(RF_ERR_INVALID, "model: empty batch");
+    int rc = check_range(m, u0, u1, in, out);
+    if (rc) return rc;
     for (size_t i = 0; i < N; i++) {
         if (bt->ids[i] < 0 || bt->ids[i] >= c->vocab_size)
             return rf_fail(RF_ERR_RANGE, "model: token id %d outside the vocabulary (%d)",
@@ -581,7 +612,7 @@ int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout
     for (int b = 0; bt->labels && b < B; b++)
         if (bt->labels[b] >= K)
             return rf_fail(RF_ERR_RANGE, "model: label %d outside [0, %d)", bt->labels[b], K);
-    int rc = rf_bert_reserve(m, B, T);
+    rc = rf_bert_reserve(m, B, T);
     if (rc) return rc;
     TRY(be->to_device(be, m->ids_dev, bt->ids, N * sizeof(int32_t)));
     TRY(be->to_device(be, m->types_dev, bt->types, N * sizeof(int32_t)));
@@ -598,19 +629,26 @@ int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout
     layout(c, B, T, m->acts, &a, true, tp_size(m));
     float ph = train ? c->hidden_dropout : 0, pa = train ? c->attention_dropout : 0,
           pc = train ? c->classifier_dropout : 0;
+    int head = c->num_layers + 1;
+    if (u0 > 0) /* the residual stream from the stage before */
+        TRY(be->copy(be, boundary_slot(c, &a, u0), in,
+                     rf_bert_boundary_floats(m, B, T, u0) * sizeof(float)));
 
-    TRY(unit_event(m, 0, RF_UNIT_FWD));
-    if (tp)
-        TRY(tp->embed_fwd(tp->c, a.emb_in, m->ids_dev, m->types_dev, m->p.wte, &tp->vocab, m->p.wpe,
-                          m->p.wtt, B, T, C));
-    else
-        TRY(be->embed_fwd(be, a.emb_in, m->ids_dev, m->types_dev, m->p.wte, m->p.wpe, m->p.wtt, B,
-                          T, C));
-    TRY(be->layernorm_fwd(be, a.x0, a.emb_mean, a.emb_rstd, a.emb_in, m->p.eln_w, m->p.eln_b,
-                          (int)N, C, c->layer_norm_eps));
-    TRY(be->dropout_fwd(be, a.x0, a.x0, N * C, ph, site_seed(dropout_seed, 0)));
-    const float *x = a.x0;
+    if (u0 == 0) {
+        TRY(unit_event(m, 0, RF_UNIT_FWD));
+        if (tp)
+            TRY(tp->embed_fwd(tp->c, a.emb_in, m->ids_dev, m->types_dev, m->p.wte, &tp->vocab,
+                              m->p.wpe, m->p.wtt, B, T, C));
+        else
+            TRY(be->embed_fwd(be, a.emb_in, m->ids_dev, m->types_dev, m->p.wte, m->p.wpe,
+                              m->p.wtt, B, T, C));
+        TRY(be->layernorm_fwd(be, a.x0, a.emb_mean, a.emb_rstd, a.emb_in, m->p.eln_w, m->p.eln_b,
+                              (int)N, C, c->layer_norm_eps));
+        TRY(be->dropout_fwd(be, a.x0, a.x0, N * C, ph, site_seed(dropout_seed, 0)));
+    }
     for (int l = 0; l < c->num_layers; l++) {
+        if (1 + l < u0 || 1 + l >= u1) continue;
+        const float *x = l ? la[l - 1].x2 : a.x0;
         TRY(unit_event(m, 1 + l, RF_UNIT_FWD));
         const rf_bert_layer *P = &m->p.layers[l];
         layer_acts *L = &la[l];
@@ -656,18 +694,21 @@ int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout
                              site_seed(dropout_seed, s + 2)));
         TRY(be->layernorm_fwd(be, L->x2, L->ln2_mean, L->ln2_rstd, L->res2, P->ln2_w, P->ln2_b,
                               (int)Nq, C, c->layer_norm_eps));
-        x = L->x2;
     }
-    TRY(unit_event(m, c->num_layers + 1, RF_UNIT_FWD));
-    TRY(be->linear_fwd(be, a.pool_pre, x, m->p.pool_w, m->p.pool_b, B, C, C)); /* x: [B, C] */
-    TRY(be->tanh_fwd(be, a.pooled, a.pool_pre, (size_t)B * C));
-    TRY(be->dropout_fwd(be, a.pooled_drop, a.pooled, (size_t)B * C, pc,
-                        site_seed(dropout_seed, head_site(c))));
-    TRY(be->linear_fwd(be, a.logits, a.pooled_drop, m->p.cls_w, m->p.cls_b, B, C, K));
     m->logits = a.logits;
     m->probs = a.probs;
     m->losses = a.losses;
     m->loss = 0.0f;
+    if (u1 < head + 1) /* the residual stream for the stage after */
+        return be->copy(be, out, boundary_slot(c, &a, u1),
+                        rf_bert_boundary_floats(m, B, T, u1) * sizeof(float));
+    const float *x = la[c->num_layers - 1].x2; /* [B, C]: the [CLS] rows */
+    TRY(unit_event(m, head, RF_UNIT_FWD));
+    TRY(be->linear_fwd(be, a.pool_pre, x, m->p.pool_w, m->p.pool_b, B, C, C));
+    TRY(be->tanh_fwd(be, a.pooled, a.pool_pre, (size_t)B * C));
+    TRY(be->dropout_fwd(be, a.pooled_drop, a.pooled, (size_t)B * C, pc,
+                        site_seed(dropout_seed, head_site(c))));
+    TRY(be->linear_fwd(be, a.logits, a.pooled_drop, m->p.cls_w, m->p.cls_b, B, C, K));
     if (bt->labels)
         TRY(be->xent_fwd(be, &m->loss, a.probs, a.losses, a.logits, m->labels_dev,
                          m->class_weights_dev, B, K));
@@ -675,11 +716,18 @@ int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout
 }
 
 int rf_bert_backward(rf_bert *m, float loss_scale) {
+    return rf_bert_backward_range(m, loss_scale, 0, rf_bert_units(m), NULL, NULL);
+}
+
+int rf_bert_backward_range(rf_bert *m, float loss_scale, int u0, int u1, const float *dout,
+                           float *din) {
     const rf_bert_config *c = &m->cfg;
     const rf_backend *be = m->be;
     int B = m->last.B, T = m->last.T, C = c->hidden_size, I = c->intermediate_size,
         K = c->num_labels;
     size_t N = (size_t)B * T;
+    int rc = check_range(m, u0, u1, din, dout);
+    if (rc) return rc;
     bool tr = m->last_train;
     uint64_t seed = m->last_seed;
     float ph = tr ? c->hidden_dropout : 0, pa = tr ? c->attention_dropout : 0,
@@ -691,20 +739,27 @@ int rf_bert_backward(rf_bert *m, float loss_scale) {
     layout(c, B, T, m->acts, &a, true, tp_size(m));
     size_t used = layout(c, B, T, m->dacts, &d, false, tp_size(m));
     TRY(be->zero(be, m->dacts, used * sizeof(float)));
+    int head = c->num_layers + 1, last = c->num_layers - 1;
 
     /* unit events: a hook failure (a collective) ends the backward with its error */
-    TRY(unit_event(m, c->num_layers + 1, RF_UNIT_BWD));
-    TRY(be->xent_bwd(be, d.logits, a.probs, m->labels_dev, m->class_weights_dev, B, K, loss_scale));
-    TRY(be->linear_bwd(be, d.pooled_drop, m->g.cls_w, m->g.cls_b, d.logits, a.pooled_drop,
-                       m->p.cls_w, B, C, K));
-    TRY(be->dropout_bwd(be, d.pooled, d.pooled_drop, (size_t)B * C, pc,
-                        site_seed(seed, head_site(c))));
-    TRY(be->tanh_bwd(be, d.pool_pre, a.pooled, d.pooled, (size_t)B * C));
-    int last = c->num_layers - 1;
-    TRY(be->linear_bwd(be, dla[last].x2, m->g.pool_w, m->g.pool_b, d.pool_pre, la[last].x2,
-                       m->p.pool_w, B, C, C));
-    TRY(unit_event(m, c->num_layers + 1, RF_UNIT_BWD_DONE));
+    if (u1 == head + 1) {
+        TRY(unit_event(m, head, RF_UNIT_BWD));
+        TRY(be->xent_bwd(be, d.logits, a.probs, m->labels_dev, m->class_weights_dev, B, K,
+                         loss_scale));
+        TRY(be->linear_bwd(be, d.pooled_drop, m->g.cls_w, m->g.cls_b, d.logits, a.pooled_drop,
+                           m->p.cls_w, B, C, K));
+        TRY(be->dropout_bwd(be, d.pooled, d.pooled_drop, (size_t)B * C, pc,
+                            site_seed(seed, head_site(c))));
+        TRY(be->tanh_bwd(be, d.pool_pre, a.pooled, d.pooled, (size_t)B * C));
+        TRY(be->linear_bwd(be, dla[last].x2, m->g.pool_w, m->g.pool_b, d.pool_pre, la[last].x2,
+                           m->p.pool_w, B, C, C));
+        TRY(unit_event(m, head, RF_UNIT_BWD_DONE));
+    } else { /* the residual stream's gradient from the stage after */
+        TRY(be->copy(be, boundary_slot(c, &d, u1), dout,
+                     rf_bert_boundary_floats(m, B, T, u1) * sizeof(float)));
+    }
     for (int l = last; l >= 0; l--) {
+        if (1 + l < u0 || 1 + l >= u1) continue;
         TRY(unit_event(m, 1 + l, RF_UNIT_BWD));
         const rf_bert_layer *P = &m->p.layers[l], *G = &m->g.layers[l];
         layer_acts *L = &la[l], *D = &dla[l];
@@ -758,6 +813,9 @@ int rf_bert_backward(rf_bert *m, float loss_scale) {
                                  0));
         TRY(unit_event(m, 1 + l, RF_UNIT_BWD_DONE));
     }
+    if (u0 > 0) /* the gradient of the residual stream the stage before sent */
+        return be->copy(be, din, boundary_slot(c, &d, u0),
+                        rf_bert_boundary_floats(m, B, T, u0) * sizeof(float));
     TRY(unit_event(m, 0, RF_UNIT_BWD));
     /* x0 = dropout(LN(emb)): d(LN out) goes to emb_in's slot, LN's input gradient to x0's. */
     TRY(be->dropout_bwd(be, d.emb_in, d.x0, N * C, ph, site_seed(seed, 0)));

@@ -53,6 +53,8 @@ typedef enum rf_unit_event {
     RF_UNIT_FWD,      /* forward is about to read the unit's parameters */
     RF_UNIT_BWD,      /* backward is about to read them and add into its gradients */
     RF_UNIT_BWD_DONE, /* the unit's gradients of this backward are complete */
+    RF_UNIT_BWD_PART, /* a part of the unit's gradients is done, more comes later in this
+                         backward (a tied head adding into unit 0's embedding; model_iface.h) */
 } rf_unit_event;
 struct rf_bert;
 /* Called at each unit event when set (rf_bert.unit_hook). It may rebind the
@@ -147,6 +149,19 @@ int rf_bert_reserve(rf_bert *m, int B, int T);
 int rf_bert_forward(rf_bert *m, const rf_batch *batch, bool train, uint64_t dropout_seed);
 /* Backward of the last forward; ADDS loss_scale * d(loss)/d(param) into grads. */
 int rf_bert_backward(rf_bert *m, float loss_scale);
+/* The same over the units [u0, u1) only (pipeline stages, model_iface.h): for
+ * u0 > 0 forward reads the residual stream entering unit u0 from `in`, for
+ * u1 < units it writes the one leaving unit u1 - 1 to `out` (and computes no
+ * logits or loss); backward takes that boundary's gradient from `dout` and
+ * writes the gradient of its input boundary to `din` (u0 > 0). Boundary u
+ * holds rf_bert_boundary_floats(m, B, T, u) floats: [B, T, C], except before
+ * the head ([B, 1, C]: the last layer computes the [CLS] rows only). The full
+ * range is rf_bert_forward / rf_bert_backward, bit for bit. */
+int rf_bert_forward_range(rf_bert *m, const rf_batch *batch, bool train, uint64_t dropout_seed,
+                          int u0, int u1, const float *in, float *out);
+int rf_bert_backward_range(rf_bert *m, float loss_scale, int u0, int u1, const float *dout,
+                           float *din);
+size_t rf_bert_boundary_floats(const rf_bert *m, int B, int T, int u);
 int rf_bert_zero_grad(rf_bert *m);
 
 /* ---- Tensor parallelism (issue 17, Megatron style; tp.h has the ops) ----
