@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "common/sys.h"
+#include "trainer/lora.h"
 #include "trainer/ops.h"
 #include "trainer/ops_causal.h"
 #include "trainer/safetensors.h"
@@ -251,10 +252,27 @@ int rf_gpt2_load(const char *dir, rf_gpt2 **out) {
 }
 
 int rf_gpt2_enable_training(rf_gpt2 *m) {
-    if (m->grads) return RF_OK;
-    if (!(m->grads = calloc(m->nparams, sizeof(float)))) return RF_ERR_NOMEM;
-    bind(m, &m->g, m->grads);
-    if (m->acts && !(m->dacts = calloc(m->nacts, sizeof(float)))) return RF_ERR_NOMEM;
+    if (!m->lora && !m->grads) { /* with LoRA the base is frozen: g views stay NULL */
+        if (!(m->grads = calloc(m->nparams, sizeof(float)))) return RF_ERR_NOMEM;
+        bind(m, &m->g, m->grads);
+    }
+    m->training = true;
+    if (m->acts && !m->dacts && !(m->dacts = calloc(m->nacts, sizeof(float)))) return RF_ERR_NOMEM;
+    return RF_OK;
+}
+
+/* The Conv1D projections: through the LoRA adapters when attached. */
+static int proj_fwd(rf_gpt2 *m, int l, int slot, float *out, const float *x, const float *w,
+                    const float *b, int N, int IC, int OC) {
+    if (m->lora) return rf_lora_fwd(m->lora, l, slot, out, x, w, b, N, IC, OC);
+    rf_op_conv1d_fwd(out, x, w, b, N, IC, OC);
+    return RF_OK;
+}
+
+static int proj_bwd(rf_gpt2 *m, int l, int slot, float *dx, float *dw, float *db, const float *dout,
+                    const float *x, const float *w, int N, int IC, int OC) {
+    if (m->lora) return rf_lora_bwd(m->lora, l, slot, dx, dw, db, dout, x, w, N, IC, OC);
+    rf_op_conv1d_bwd(dx, dw, db, dout, x, w, N, IC, OC);
     return RF_OK;
 }
 
@@ -310,12 +328,12 @@ int rf_gpt2_reserve(rf_gpt2 *m, int B, int T) {
     int nB = B > m->capB ? B : m->capB;
     T = T > m->capT ? T : m->capT;
     size_t n = layout(m, &m->a, NULL, nB, T);
-    float *a = calloc(n, sizeof(float)), *d = m->grads ? calloc(n, sizeof(float)) : NULL;
+    float *a = calloc(n, sizeof(float)), *d = m->training ? calloc(n, sizeof(float)) : NULL;
     size_t nt = (size_t)nB * T;
     int32_t *ids = malloc(sizeof(int32_t) * nt), *lab = malloc(sizeof(int32_t) * nt),
             *pos = malloc(sizeof(int32_t) * nt), *seg = malloc(sizeof(int32_t) * nt);
     uint8_t *valid = malloc(nt);
-    if (!a || (m->grads && !d) || !ids || !lab || !pos || !seg || !valid) {
+    if (!a || (m->training && !d) || !ids || !lab || !pos || !seg || !valid) {
         free(a), free(d), free(ids), free(lab), free(pos), free(seg), free(valid);
         return RF_ERR_NOMEM;
     }
@@ -332,7 +350,7 @@ int rf_gpt2_forward(rf_gpt2 *m, const rf_causal_batch *bt) {
     const int32_t *ids = bt->ids, *labels = bt->labels;
     const rf_gpt2_config *c = &m->cfg;
     int rc = rf_gpt2_reserve(m, B, T);
-    if (rc) return rc;
+    if (rc || (m->lora && (rc = rf_lora_reserve(m->lora, B * T)))) return rc;
     int N = B * T, C = c->n_embd, F = c->n_inner, NH = c->n_head, V = c->vocab_size;
     float eps = c->layer_norm_epsilon;
     for (int n = 0; n < N; n++)
@@ -365,16 +383,19 @@ int rf_gpt2_forward(rf_gpt2 *m, const rf_causal_batch *bt) {
         rf_gpt2_acts_layer *y = &a->layers[l];
         rf_op_layernorm_fwd(y->ln1, y->ln1_mean, y->ln1_rstd, a->res[l], w->ln1_w, w->ln1_b, N, C,
                             eps);
-        rf_op_conv1d_fwd(y->qkv, y->ln1, w->attn_w, w->attn_b, N, C, 3 * C);
+        if ((rc = proj_fwd(m, l, RF_PROJ_QKV, y->qkv, y->ln1, w->attn_w, w->attn_b, N, C, 3 * C)))
+            return rc;
         rf_op_causal_attention_fwd(y->atty, y->att, y->qkv, m->valid, m->packed ? m->seg : NULL, B,
                                    T, NH, NH, C / NH);
-        rf_op_conv1d_fwd(y->res2, y->atty, w->proj_w, w->proj_b, N, C, C);
+        if ((rc = proj_fwd(m, l, RF_PROJ_O, y->res2, y->atty, w->proj_w, w->proj_b, N, C, C)))
+            return rc;
         rf_op_residual_fwd(y->res2, y->res2, a->res[l], (size_t)N * C, 0.0f, 0);
         rf_op_layernorm_fwd(y->ln2, y->ln2_mean, y->ln2_rstd, y->res2, w->ln2_w, w->ln2_b, N, C,
                             eps);
-        rf_op_conv1d_fwd(y->fch, y->ln2, w->fc_w, w->fc_b, N, C, F);
+        if ((rc = proj_fwd(m, l, RF_PROJ_UP, y->fch, y->ln2, w->fc_w, w->fc_b, N, C, F))) return rc;
         rf_op_gelu_tanh_fwd(y->fcg, y->fch, (size_t)N * F);
-        rf_op_conv1d_fwd(a->res[l + 1], y->fcg, w->fcp_w, w->fcp_b, N, F, C);
+        if ((rc = proj_fwd(m, l, RF_PROJ_DOWN, a->res[l + 1], y->fcg, w->fcp_w, w->fcp_b, N, F, C)))
+            return rc;
         rf_op_residual_fwd(a->res[l + 1], a->res[l + 1], y->res2, (size_t)N * C, 0.0f, 0);
     }
     rf_op_layernorm_fwd(a->lnf, a->lnf_mean, a->lnf_rstd, a->res[c->n_layer], m->p.lnf_w,
@@ -391,7 +412,7 @@ int rf_gpt2_forward(rf_gpt2 *m, const rf_causal_batch *bt) {
 
 int rf_gpt2_backward(rf_gpt2 *m, float loss_scale) {
     const rf_gpt2_config *c = &m->cfg;
-    if (!m->grads || !m->dacts) return rf_fail(RF_ERR_INVALID, "gpt2: training is not enabled");
+    if (!m->training || !m->dacts) return rf_fail(RF_ERR_INVALID, "gpt2: training is not enabled");
     if (!m->has_labels)
         return rf_fail(RF_ERR_INVALID, "gpt2: backward needs a forward with labels");
     int B = m->B, T = m->T, N = B * T, C = c->n_embd, F = c->n_inner, NH = c->n_head,
@@ -409,21 +430,30 @@ int rf_gpt2_backward(rf_gpt2 *m, float loss_scale) {
         rf_gpt2_layer *g = &m->g.layers[l];
         rf_gpt2_acts_layer *y = &a->layers[l], *dy = &d->layers[l];
         float *dout = d->res[l + 1];
-        rf_op_conv1d_bwd(dy->fcg, g->fcp_w, g->fcp_b, dout, y->fcg, w->fcp_w, N, F, C);
+        int rc;
+        if ((rc = proj_bwd(m, l, RF_PROJ_DOWN, dy->fcg, g->fcp_w, g->fcp_b, dout, y->fcg, w->fcp_w,
+                           N, F, C)))
+            return rc;
         rf_op_gelu_tanh_bwd(dy->fch, y->fch, dy->fcg, (size_t)N * F);
-        rf_op_conv1d_bwd(dy->ln2, g->fc_w, g->fc_b, dy->fch, y->ln2, w->fc_w, N, C, F);
+        if ((rc = proj_bwd(m, l, RF_PROJ_UP, dy->ln2, g->fc_w, g->fc_b, dy->fch, y->ln2, w->fc_w, N,
+                           C, F)))
+            return rc;
         rf_op_layernorm_bwd(dy->res2, g->ln2_w, g->ln2_b, dy->ln2, y->res2, w->ln2_w, y->ln2_mean,
                             y->ln2_rstd, N, C);
         rf_op_residual_bwd(dy->res2, NULL, dout, (size_t)N * C, 0.0f, 0);
-        rf_op_conv1d_bwd(dy->atty, g->proj_w, g->proj_b, dy->res2, y->atty, w->proj_w, N, C, C);
+        if ((rc = proj_bwd(m, l, RF_PROJ_O, dy->atty, g->proj_w, g->proj_b, dy->res2, y->atty,
+                           w->proj_w, N, C, C)))
+            return rc;
         /* the attention-probability slot of the gradient arena is the scratch */
         rf_op_causal_attention_bwd(dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NH, NH,
                                    C / NH);
-        rf_op_conv1d_bwd(dy->ln1, g->attn_w, g->attn_b, dy->qkv, y->ln1, w->attn_w, N, C, 3 * C);
+        if ((rc = proj_bwd(m, l, RF_PROJ_QKV, dy->ln1, g->attn_w, g->attn_b, dy->qkv, y->ln1,
+                           w->attn_w, N, C, 3 * C)))
+            return rc;
         rf_op_layernorm_bwd(d->res[l], g->ln1_w, g->ln1_b, dy->ln1, a->res[l], w->ln1_w,
                             y->ln1_mean, y->ln1_rstd, N, C);
         rf_op_residual_bwd(d->res[l], NULL, dy->res2, (size_t)N * C, 0.0f, 0);
     }
-    rf_op_tokpos_bwd(m->g.wte, m->g.wpe, d->res[0], m->ids, m->pos, B, T, C);
+    if (m->g.wte) rf_op_tokpos_bwd(m->g.wte, m->g.wpe, d->res[0], m->ids, m->pos, B, T, C);
     return RF_OK;
 }

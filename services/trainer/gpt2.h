@@ -22,6 +22,8 @@
 #include "trainer/model.h"      /* rf_tensor_info */
 #include "trainer/ops_causal.h" /* rf_causal_batch */
 
+struct rf_lora; /* lora.h */
+
 typedef struct rf_gpt2_config {
     int vocab_size, n_positions, n_embd, n_layer, n_head, n_inner;
     float layer_norm_epsilon;
@@ -58,7 +60,7 @@ typedef struct rf_gpt2 {
     rf_gpt2_config cfg;
     rf_tensor_info *tensors;
     size_t ntensors, nparams;
-    float *params, *grads; /* grads: NULL until rf_gpt2_enable_training */
+    float *params, *grads; /* grads: NULL until rf_gpt2_enable_training, and with LoRA */
     rf_gpt2_params p, g;
 
     int capB, capT;
@@ -74,6 +76,12 @@ typedef struct rf_gpt2 {
     float *logits; /* view into acts: [B*T, vocab_size] of the last forward */
     float loss;    /* mean causal-LM loss of the last forward (0 without labels) */
     int counted;   /* tokens the loss counted */
+
+    /* LoRA (lora.h; not owned, set by rf_lora_attach_gpt2): the projections go
+     * through its adapters, the model's own parameters are frozen (training
+     * allocates no gradient block; backward computes input gradients only). */
+    struct rf_lora *lora;
+    bool training; /* rf_gpt2_enable_training was called */
 } rf_gpt2;
 
 /* A model for cfg with every parameter zero. */
@@ -86,7 +94,8 @@ const rf_tensor_info *rf_gpt2_find(const rf_gpt2 *m, const char *name);
  * non-float dtype is an error. */
 int rf_gpt2_load(const char *dir, rf_gpt2 **out);
 
-/* Allocates the gradient block and arena (zeroed). */
+/* Allocates the gradient block (not with LoRA attached: the base is frozen)
+ * and the gradient arena (zeroed). */
 int rf_gpt2_enable_training(rf_gpt2 *m);
 int rf_gpt2_zero_grad(rf_gpt2 *m);
 /* Ensures activation capacity for B x T (T <= n_positions). */

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "common/sys.h"
+#include "trainer/lora.h"
 #include "trainer/ops.h"
 #include "trainer/ops_causal.h"
 #include "trainer/safetensors.h"
@@ -277,10 +278,27 @@ int rf_llama_load(const char *dir, rf_llama **out) {
 }
 
 int rf_llama_enable_training(rf_llama *m) {
-    if (m->grads) return RF_OK;
-    if (!(m->grads = calloc(m->nparams, sizeof(float)))) return RF_ERR_NOMEM;
-    bind(m, &m->g, m->grads);
-    if (m->acts && !(m->dacts = calloc(m->nacts, sizeof(float)))) return RF_ERR_NOMEM;
+    if (!m->lora && !m->grads) { /* with LoRA the base is frozen: g views stay NULL */
+        if (!(m->grads = calloc(m->nparams, sizeof(float)))) return RF_ERR_NOMEM;
+        bind(m, &m->g, m->grads);
+    }
+    m->training = true;
+    if (m->acts && !m->dacts && !(m->dacts = calloc(m->nacts, sizeof(float)))) return RF_ERR_NOMEM;
+    return RF_OK;
+}
+
+/* The linear projections: through the LoRA adapters when attached. */
+static int proj_fwd(rf_llama *m, int l, int slot, float *out, const float *x, const float *w, int N,
+                    int IC, int OC) {
+    if (m->lora) return rf_lora_fwd(m->lora, l, slot, out, x, w, NULL, N, IC, OC);
+    rf_op_linear_fwd(out, x, w, NULL, N, IC, OC);
+    return RF_OK;
+}
+
+static int proj_bwd(rf_llama *m, int l, int slot, float *dx, float *dw, const float *dout,
+                    const float *x, const float *w, int N, int IC, int OC) {
+    if (m->lora) return rf_lora_bwd(m->lora, l, slot, dx, dw, NULL, dout, x, w, N, IC, OC);
+    rf_op_linear_bwd(dx, dw, NULL, dout, x, w, N, IC, OC);
     return RF_OK;
 }
 
@@ -335,12 +353,12 @@ int rf_llama_reserve(rf_llama *m, int B, int T) {
     int nB = B > m->capB ? B : m->capB;
     T = T > m->capT ? T : m->capT;
     size_t n = layout(m, &m->a, NULL, nB, T);
-    float *a = calloc(n, sizeof(float)), *d = m->grads ? calloc(n, sizeof(float)) : NULL;
+    float *a = calloc(n, sizeof(float)), *d = m->training ? calloc(n, sizeof(float)) : NULL;
     size_t nt = (size_t)nB * T;
     int32_t *ids = malloc(sizeof(int32_t) * nt), *lab = malloc(sizeof(int32_t) * nt),
             *pos = malloc(sizeof(int32_t) * nt), *seg = malloc(sizeof(int32_t) * nt);
     uint8_t *valid = malloc(nt);
-    if (!a || (m->grads && !d) || !ids || !lab || !pos || !seg || !valid) {
+    if (!a || (m->training && !d) || !ids || !lab || !pos || !seg || !valid) {
         free(a), free(d), free(ids), free(lab), free(pos), free(seg), free(valid);
         return RF_ERR_NOMEM;
     }
@@ -357,7 +375,7 @@ int rf_llama_forward(rf_llama *m, const rf_causal_batch *bt) {
     const int32_t *ids = bt->ids, *labels = bt->labels;
     const rf_llama_config *c = &m->cfg;
     int rc = rf_llama_reserve(m, B, T);
-    if (rc) return rc;
+    if (rc || (m->lora && (rc = rf_lora_reserve(m->lora, B * T)))) return rc;
     int N = B * T, C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
     int NH = c->num_attention_heads, NKV = c->num_key_value_heads, hd = c->head_dim;
     int A = NH * hd, W = (NH + 2 * NKV) * hd;
@@ -390,17 +408,18 @@ int rf_llama_forward(rf_llama *m, const rf_causal_batch *bt) {
         const rf_llama_layer *w = &m->p.layers[l];
         rf_llama_acts_layer *y = &a->layers[l];
         rf_op_rmsnorm_fwd(y->ln1, y->ln1_rstd, a->res[l], w->ln1_w, N, C, eps);
-        rf_op_linear_fwd(y->qkv, y->ln1, w->qkv_w, NULL, N, C, W);
+        if ((rc = proj_fwd(m, l, RF_PROJ_QKV, y->qkv, y->ln1, w->qkv_w, N, C, W))) return rc;
         rf_op_rope_fwd(y->qkv, y->qkv, m->pos, N, T, NH, hd, W, c->rope_theta);
         rf_op_rope_fwd(y->qkv + A, y->qkv + A, m->pos, N, T, NKV, hd, W, c->rope_theta);
         rf_op_causal_attention_fwd(y->atty, y->att, y->qkv, m->valid, m->packed ? m->seg : NULL, B,
                                    T, NH, NKV, hd);
-        rf_op_linear_fwd(y->res2, y->atty, w->o_w, NULL, N, A, C);
+        if ((rc = proj_fwd(m, l, RF_PROJ_O, y->res2, y->atty, w->o_w, N, A, C))) return rc;
         rf_op_residual_fwd(y->res2, y->res2, a->res[l], (size_t)N * C, 0.0f, 0);
         rf_op_rmsnorm_fwd(y->ln2, y->ln2_rstd, y->res2, w->ln2_w, N, C, eps);
-        rf_op_linear_fwd(y->gu, y->ln2, w->gu_w, NULL, N, C, 2 * F);
+        if ((rc = proj_fwd(m, l, RF_PROJ_UP, y->gu, y->ln2, w->gu_w, N, C, 2 * F))) return rc;
         rf_op_swiglu_fwd(y->act, y->gu, N, F);
-        rf_op_linear_fwd(a->res[l + 1], y->act, w->down_w, NULL, N, F, C);
+        if ((rc = proj_fwd(m, l, RF_PROJ_DOWN, a->res[l + 1], y->act, w->down_w, N, F, C)))
+            return rc;
         rf_op_residual_fwd(a->res[l + 1], a->res[l + 1], y->res2, (size_t)N * C, 0.0f, 0);
     }
     rf_op_rmsnorm_fwd(a->lnf, a->lnf_rstd, a->res[c->num_hidden_layers], m->p.norm_w, N, C, eps);
@@ -416,7 +435,7 @@ int rf_llama_forward(rf_llama *m, const rf_causal_batch *bt) {
 
 int rf_llama_backward(rf_llama *m, float loss_scale) {
     const rf_llama_config *c = &m->cfg;
-    if (!m->grads || !m->dacts) return rf_fail(RF_ERR_INVALID, "llama: training is not enabled");
+    if (!m->training || !m->dacts) return rf_fail(RF_ERR_INVALID, "llama: training is not enabled");
     if (!m->has_labels)
         return rf_fail(RF_ERR_INVALID, "llama: backward needs a forward with labels");
     int B = m->B, T = m->T, N = B * T, C = c->hidden_size, F = c->intermediate_size,
@@ -435,12 +454,18 @@ int rf_llama_backward(rf_llama *m, float loss_scale) {
         rf_llama_layer *g = &m->g.layers[l];
         rf_llama_acts_layer *y = &a->layers[l], *dy = &d->layers[l];
         float *dout = d->res[l + 1];
-        rf_op_linear_bwd(dy->act, g->down_w, NULL, dout, y->act, w->down_w, N, F, C);
+        int rc;
+        if ((rc = proj_bwd(m, l, RF_PROJ_DOWN, dy->act, g->down_w, dout, y->act, w->down_w, N, F,
+                           C)))
+            return rc;
         rf_op_swiglu_bwd(dy->gu, dy->act, y->gu, N, F);
-        rf_op_linear_bwd(dy->ln2, g->gu_w, NULL, dy->gu, y->ln2, w->gu_w, N, C, 2 * F);
+        if ((rc = proj_bwd(m, l, RF_PROJ_UP, dy->ln2, g->gu_w, dy->gu, y->ln2, w->gu_w, N, C,
+                           2 * F)))
+            return rc;
         rf_op_rmsnorm_bwd(dy->res2, g->ln2_w, dy->ln2, y->res2, w->ln2_w, y->ln2_rstd, N, C);
         rf_op_residual_bwd(dy->res2, NULL, dout, (size_t)N * C, 0.0f, 0);
-        rf_op_linear_bwd(dy->atty, g->o_w, NULL, dy->res2, y->atty, w->o_w, N, A, C);
+        if ((rc = proj_bwd(m, l, RF_PROJ_O, dy->atty, g->o_w, dy->res2, y->atty, w->o_w, N, A, C)))
+            return rc;
         rf_op_causal_attention_bwd(dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NH, NKV, hd);
         /* back through RoPE on q and k; v passes unchanged */
         rf_op_rope_bwd(dy->qkvr, dy->qkv, m->pos, N, T, NH, hd, W, c->rope_theta);
@@ -448,10 +473,12 @@ int rf_llama_backward(rf_llama *m, float loss_scale) {
         for (int n = 0; n < N; n++)
             memcpy(dy->qkvr + (size_t)n * W + A + NKV * hd, dy->qkv + (size_t)n * W + A + NKV * hd,
                    sizeof(float) * NKV * hd);
-        rf_op_linear_bwd(dy->ln1, g->qkv_w, NULL, dy->qkvr, y->ln1, w->qkv_w, N, C, W);
+        if ((rc = proj_bwd(m, l, RF_PROJ_QKV, dy->ln1, g->qkv_w, dy->qkvr, y->ln1, w->qkv_w, N, C,
+                           W)))
+            return rc;
         rf_op_rmsnorm_bwd(d->res[l], g->ln1_w, dy->ln1, a->res[l], w->ln1_w, y->ln1_rstd, N, C);
         rf_op_residual_bwd(d->res[l], NULL, dy->res2, (size_t)N * C, 0.0f, 0);
     }
-    rf_op_tokpos_bwd(m->g.wte, NULL, d->res[0], m->ids, m->pos, B, T, C);
+    if (m->g.wte) rf_op_tokpos_bwd(m->g.wte, NULL, d->res[0], m->ids, m->pos, B, T, C);
     return RF_OK;
 }

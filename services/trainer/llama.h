@@ -22,6 +22,8 @@
 #include "trainer/model.h"      /* rf_tensor_info */
 #include "trainer/ops_causal.h" /* rf_causal_batch */
 
+struct rf_lora; /* lora.h */
+
 typedef struct rf_llama_config {
     int vocab_size, hidden_size, intermediate_size, num_hidden_layers;
     int num_attention_heads, num_key_value_heads, head_dim, max_position_embeddings;
@@ -68,6 +70,8 @@ typedef struct rf_llama {
     bool has_labels;
     float *logits, loss;
     int counted;
+    struct rf_lora *lora; /* as rf_gpt2.lora: set by rf_lora_attach_llama, not owned */
+    bool training;
 } rf_llama;
 
 int rf_llama_new(const rf_llama_config *cfg, rf_llama **out);

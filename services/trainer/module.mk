@@ -39,3 +39,7 @@ $(BUILD)/trainer/tp_check: $(BUILD)/obj/tests/trainer/tp_check.o \
 	@mkdir -p $(@D)
 	@echo '  LD     $@'
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(call group,$(filter %.a,$^)) $(LDLIBS)
+
+# Dequantization must round each product as bitsandbytes does (no contraction
+# into fused multiply-adds), so the dequantized weights are its bits.
+$(BUILD)/obj/services/trainer/quant.o: CFLAGS += -ffp-contract=off
