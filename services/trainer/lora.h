@@ -181,6 +181,17 @@ int rf_lora_fwd(rf_lora *lo, int layer, int slot, float *out, const float *inp, 
 int rf_lora_bwd(rf_lora *lo, int layer, int slot, float *dinp, float *dw, float *db,
                 const float *dout, const float *inp, const float *w, int N, int IC, int OC);
 
+/* A Llama from a GGUF file (llama.cpp's tensor names; its permuted q/k rows
+ * put back in Hugging Face's order). lcfg NULL: every tensor dequantized into
+ * the model (*lo stays NULL). Otherwise an adapter set for lcfg is made
+ * (init_seed), its base filled and attached: for a quantized base the
+ * projection weights never enter the model's fp32 block (Q4_1: the file's
+ * blocks as they are, rows reordered; int8 / NF4: one tensor dequantized at a
+ * time and quantized); for fp32 they are dequantized into it. The model's
+ * other tensors (embedding, norms, an untied head) are dequantized. */
+int rf_lora_load_llama_gguf(const char *path, const rf_lora_config *lcfg, uint64_t init_seed,
+                            struct rf_llama **m, rf_lora **lo);
+
 /* Global-norm clipping and one AdamW step on the adapter block (decay on A
  * and B: they are matrices), as rf_adamw_step does for a model; step is
  * 0-based. Returns the norm before clipping. */

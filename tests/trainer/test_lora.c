@@ -28,6 +28,7 @@
 #include "trainer/llama.h"
 #include "trainer/lora.h"
 #include "trainer/safetensors.h"
+#include "../support/skip.h"
 
 static rf_rng rng;
 
@@ -573,6 +574,61 @@ static void test_peft_roundtrip(void **state) {
     lm_free(&m);
 }
 
+/* SmolLM2-135M from its Q4_1 GGUF (scripts/fetch-smollm2.sh; skipped when
+ * absent): the base kept as the file's Q4_1 blocks gives the logits of the
+ * fully dequantized fp32 model, with and without an adapter; the quantized
+ * model holds no fp32 copy of the projections. */
+static void test_smollm2_q4_1(void **state) {
+    (void)state;
+    static char path[4096];
+    const char *d = getenv("REFINERY_SMOLLM2_DIR"), *root = getenv("REFINERY_ROOT");
+    if (d && *d)
+        snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", d);
+    else
+        snprintf(path, sizeof path, "%s/build/models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf",
+                 root ? root : ".");
+    const char *san = getenv("REFINERY_SANITIZED");
+    if (san && strcmp(san, "1") == 0)
+        RF_SKIP("two SmolLM2 models are slow under the sanitizers (the case runs in make test)");
+    if (access(path, R_OK) != 0)
+        RF_SKIP("SmolLM2 not found at %s (run scripts/fetch-smollm2.sh)", path);
+    rf_llama *f, *q;
+    rf_lora *lq;
+    rf_lora_config c = rf_lora_defaults();
+    c.base = RF_QT_Q4_1, c.targets = RF_LORA_Q | RF_LORA_DOWN;
+    if (rf_lora_load_llama_gguf(path, NULL, 1, &f, NULL) ||
+        rf_lora_load_llama_gguf(path, &c, 1, &q, &lq))
+        fail_msg("%s", rf_errmsg());
+    int32_t tok[8] = {504, 3458, 282, 4119, 314, 260, 1345, 30};
+    rf_causal_batch b = {.B = 1, .T = 8, .ids = tok, .labels = tok};
+    int V = f->cfg.vocab_size;
+    assert_int_equal(rf_llama_forward(f, &b), 0);
+    float *ref = malloc(sizeof(float) * 8 * V);
+    memcpy(ref, f->logits, sizeof(float) * 8 * V);
+    assert_int_equal(rf_llama_forward(q, &b), 0);
+    double e0 = rel(q->logits, ref, (size_t)8 * V);
+    /* with a non-zero adapter: the same adapter on the fp32 model */
+    rf_lora *lf;
+    rf_lora_config cf = c;
+    cf.base = RF_QT_F32;
+    assert_int_equal(rf_lora_new_llama(f, &cf, 1, &lf), 0);
+    randomize_b(lq);
+    memcpy(lf->params, lq->params, sizeof(float) * lq->nparams);
+    assert_int_equal(rf_lora_attach_llama(lf, f, false), 0);
+    assert_int_equal(rf_llama_forward(f, &b), 0);
+    assert_int_equal(rf_llama_forward(q, &b), 0);
+    double e1 = rel(q->logits, f->logits, (size_t)8 * V),
+           moved = rel(f->logits, ref, (size_t)8 * V);
+    printf("  SmolLM2 q4_1 base (%.1f MB of blocks) vs fp32: logits %.2e, with an adapter %.2e "
+           "(the adapter moved them by %.3g); loss %.4f\n",
+           lq->qbytes / 1048576.0, e0, e1, moved, q->loss);
+    assert_true(e0 < 1e-5 && e1 < 1e-5 && moved > 1e-3);
+    assert_true(q->params[rf_llama_find(q, "model.layers.3.mlp.up_proj.weight")->offset + 7] == 0);
+    free(ref);
+    rf_lora_free(lq), rf_lora_free(lf);
+    rf_llama_free(f), rf_llama_free(q);
+}
+
 int main(void) {
     rf_rng_seed(&rng, 4242);
     const struct CMUnitTest tests[] = {
@@ -580,6 +636,7 @@ int main(void) {
         cmocka_unit_test(test_zero_b),          cmocka_unit_test(test_frozen),
         cmocka_unit_test(test_quantized_bases), cmocka_unit_test(test_threads),
         cmocka_unit_test(test_options),         cmocka_unit_test(test_peft_roundtrip),
+        cmocka_unit_test(test_smollm2_q4_1),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
