@@ -637,17 +637,11 @@ static unsigned module_bits(rf_lora_arch arch, const char *s, size_t n) {
     return 0;
 }
 
-static int read_config(rf_lora *lo, const char *path) {
-    char *text;
-    size_t len;
-    int rc = rf_read_file(path, 1 << 20, &text, &len);
-    if (rc) return rf_fail_ctx(rc, "lora: reading %s", path);
+static int read_config(rf_lora *lo, const char *path, const char *text, size_t len) {
+    int rc;
     rf_json_doc *doc = rf_json_doc_new();
     const rf_json *r, *v;
-    if (!doc) {
-        free(text);
-        return RF_ERR_NOMEM;
-    }
+    if (!doc) return RF_ERR_NOMEM;
     if ((rc = rf_json_parse(doc, text, len, &r)) || r->type != RF_JSON_OBJECT) {
         rc = rf_fail(RF_ERR_PARSE, "%s: not a JSON object", path);
         goto out;
@@ -706,18 +700,13 @@ static int read_config(rf_lora *lo, const char *path) {
                      "%s: target_modules select other modules than the adapter set's", path);
 out:
     rf_json_doc_free(doc);
-    free(text);
     return rc;
 }
 
-int rf_lora_load_peft(rf_lora *lo, const char *dir) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
-    int rc = read_config(lo, path);
-    if (rc) return rc;
-    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
-    rf_st_file *st;
-    if ((rc = rf_st_open(path, &st))) return rf_fail_ctx(rc, "lora: %s", path);
+/* Copies every adapter tensor of st into lo, all checked first (lo's
+ * weights change only when every one is valid). */
+static int read_weights(rf_lora *lo, const char *path, const rf_st_file *st) {
+    int rc = RF_OK;
     char name[sizeof PEFT_PREFIX + 96];
     for (size_t i = 0; i < st->n && !rc; i++) {
         const char *n = st->tensors[i].name;
@@ -734,9 +723,49 @@ int rf_lora_load_peft(rf_lora *lo, const char *dir) {
         else if (s->ndim != 2 || s->shape[0] != t->shape[0] || s->shape[1] != t->shape[1])
             rc = rf_fail(RF_ERR_INVALID, "%s: tensor '%s' is not [%d, %d]", path, name, t->shape[0],
                          t->shape[1]);
-        else if ((rc = rf_st_to_f32(s, lo->params + t->offset)))
+        else if (s->dtype != RF_ST_F32 && s->dtype != RF_ST_F16 && s->dtype != RF_ST_BF16 &&
+                 s->dtype != RF_ST_F64)
+            rc = rf_fail(RF_ERR_UNSUPPORTED, "%s: tensor '%s' is %s, not a float type", path, name,
+                         rf_st_dtype_name(s->dtype));
+    }
+    for (size_t i = 0; i < lo->ntensors && !rc; i++) {
+        const rf_tensor_info *t = &lo->tensors[i];
+        snprintf(name, sizeof name, PEFT_PREFIX "%s", t->name);
+        if ((rc = rf_st_to_f32(rf_st_find(st, name), lo->params + t->offset)))
             rc = rf_fail_ctx(rc, "%s", path);
     }
+    return rc;
+}
+
+int rf_lora_load_peft_mem(rf_lora *lo, const char *config, size_t config_len,
+                          const uint8_t *weights, size_t weights_len) {
+    int rc = read_config(lo, "adapter_config.json", config, config_len);
+    if (rc) return rc;
+    uint8_t *buf = malloc(weights_len ? weights_len : 1);
+    if (!buf) return RF_ERR_NOMEM;
+    memcpy(buf, weights, weights_len);
+    rf_st_file *st;
+    if ((rc = rf_st_parse(buf, weights_len, &st)))
+        return rf_fail_ctx(rc, "lora: adapter_model.safetensors");
+    rc = read_weights(lo, "adapter_model.safetensors", st);
+    rf_st_free(st);
+    return rc;
+}
+
+int rf_lora_load_peft(rf_lora *lo, const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    char *text;
+    size_t len;
+    int rc = rf_read_file(path, 1 << 20, &text, &len);
+    if (rc) return rf_fail_ctx(rc, "lora: reading %s", path);
+    rc = read_config(lo, path, text, len);
+    free(text);
+    if (rc) return rc;
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    rf_st_file *st;
+    if ((rc = rf_st_open(path, &st))) return rf_fail_ctx(rc, "lora: %s", path);
+    rc = read_weights(lo, path, st);
     rf_st_free(st);
     return rc;
 }

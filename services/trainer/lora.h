@@ -204,8 +204,15 @@ float rf_lora_adamw_step(rf_lora *lo, const rf_adamw *o, long step);
  * goes into base_model_name_or_path (may be NULL). */
 int rf_lora_save_peft(const rf_lora *lo, const char *dir, const char *base_name);
 /* Reads such a folder into lo: the config's r, lora_alpha and target modules
- * must be lo's (RF_ERR_INVALID naming the difference), every adapter tensor
- * must be there with its shape, and no other LoRA tensor may be. */
+ * must be lo's (RF_ERR_INVALID naming the difference), options that change
+ * what an adapter computes (DoRA, rsLoRA, rank/alpha patterns, biases, ...)
+ * must be off (RF_ERR_UNSUPPORTED), every adapter tensor must be there with
+ * its shape and a float dtype, and no other LoRA tensor may be; lo's weights
+ * change only when all of them are valid. */
 int rf_lora_load_peft(rf_lora *lo, const char *dir);
+/* The same from memory: the config's text and the weight file's bytes
+ * (copied). Nothing in them is trusted (tests/fuzz/fuzz_lora_peft.c). */
+int rf_lora_load_peft_mem(rf_lora *lo, const char *config, size_t config_len,
+                          const uint8_t *weights, size_t weights_len);
 
 #endif

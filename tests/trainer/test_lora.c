@@ -529,6 +529,7 @@ static void test_peft_roundtrip(void **state) {
     d = lora_new(&m, &c2, 7);
     assert_int_equal(rf_lora_load_peft(d, dir), RF_ERR_INVALID);
     rf_lora_free(d);
+    d = lora_new(&m, &c, 7); /* other weights, for a damaged file below */
     /* a damaged config, an unknown module, DoRA, a truncated weight file */
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
     write_text(path, "{\"r\": 8, \"lora_alpha\": 16, \"target_modules\": \"q_proj|v_proj\"}");
@@ -548,6 +549,18 @@ static void test_peft_roundtrip(void **state) {
     assert_int_equal(truncate(path, 200), 0);
     assert_true(rf_lora_load_peft(b, dir) < 0);
     printf("  truncated weights: %s\n", rf_errmsg());
+    /* a file lacking one adapter tensor: refused, and b's weights unchanged */
+    rf_st_out *outs = calloc(a->ntensors, sizeof *outs);
+    char(*names)[128] = calloc(a->ntensors, sizeof *names);
+    for (size_t i = 0; i < a->ntensors; i++) {
+        const rf_tensor_info *t = &a->tensors[i];
+        snprintf(names[i], sizeof names[i], "base_model.model.%s", t->name);
+        outs[i] = (rf_st_out){names[i], 2, {t->shape[0], t->shape[1]}, d->params + t->offset};
+    }
+    assert_int_equal(rf_st_write(path, outs, a->ntensors - 1), 0);
+    assert_int_equal(rf_lora_load_peft(b, dir), RF_ERR_NOT_FOUND);
+    assert_memory_equal(a->params, b->params, a->nparams * sizeof(float));
+    free(outs), free(names);
     /* GPT-2 writes fan_in_fan_out and unambiguous module names */
     lm g = load(false, GPT2);
     rf_lora_config cg = all_targets(false, RF_QT_F32);
@@ -570,7 +583,7 @@ static void test_peft_roundtrip(void **state) {
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
     unlink(path);
     rmdir(dir);
-    rf_lora_free(a), rf_lora_free(b);
+    rf_lora_free(a), rf_lora_free(b), rf_lora_free(d);
     lm_free(&m);
 }
 
