@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/config.h"
 #include "common/error.h"
 #include "common/json.h"
 #include "common/rng.h"
@@ -126,6 +127,7 @@ unsigned rf_lora_target_bit(const char *name) {
 }
 
 static const char *base_names[] = {"fp32", "int8", "nf4", "q4_1"};
+static const char *const base_names_z[] = {"fp32", "int8", "nf4", "q4_1", NULL};
 
 int rf_lora_base_parse(const char *name) {
     for (int i = 0; i < 4; i++)
@@ -135,6 +137,40 @@ int rf_lora_base_parse(const char *name) {
 
 const char *rf_lora_base_name(rf_qtype t) {
     return (unsigned)t < 4 ? base_names[t] : "?";
+}
+
+int rf_lora_config_parse(const rf_cfg *n, rf_lora_config *out) {
+    static const char *const keys[] = {"rank", "alpha", "dropout", "targets", "base", NULL};
+    *out = rf_lora_defaults();
+    int64_t rank;
+    double alpha, dropout;
+    int base, rc;
+    if ((rc = rf_cfg_check_keys(n, keys)) || (rc = rf_cfg_int(n, "rank", 8, 1, 4096, &rank)) ||
+        (rc = rf_cfg_real(n, "alpha", 2.0 * rank, 1e-6, 1e6, &alpha)) ||
+        (rc = rf_cfg_real(n, "dropout", 0, 0, 0.999, &dropout)) ||
+        (rc = rf_cfg_enum(n, "base", base_names_z, RF_QT_F32, &base)))
+        return rc;
+    out->rank = (int)rank, out->alpha = (float)alpha, out->dropout = (float)dropout;
+    out->base = (rf_qtype)base;
+    const rf_cfg *t = rf_cfg_get(n, "targets");
+    if (!t) return RF_OK;
+    const char **list;
+    size_t count;
+    if ((rc = rf_cfg_strlist(n, "targets", &list, &count))) return rc;
+    out->targets = 0;
+    for (size_t i = 0; i < count && !rc; i++) {
+        unsigned b = rf_lora_target_bit(list[i]);
+        if (!b)
+            rc = rf_fail(RF_ERR_INVALID,
+                         "%s:%d: %s: unknown target '%s' (expected q, k, v, o, up, down, gate)",
+                         rf_cfg_source(t), rf_cfg_line(t), rf_cfg_path(t), list[i]);
+        out->targets |= b;
+    }
+    free(list);
+    if (!rc && !count)
+        rc = rf_fail(RF_ERR_INVALID, "%s:%d: %s: at least one target module", rf_cfg_source(t),
+                     rf_cfg_line(t), rf_cfg_path(t));
+    return rc;
 }
 
 static int check_config(const rf_lora_config *c) {

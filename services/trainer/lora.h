@@ -98,6 +98,15 @@ unsigned rf_lora_target_bit(const char *name);
 int rf_lora_base_parse(const char *name);
 const char *rf_lora_base_name(rf_qtype t);
 
+struct rf_cfg;
+/* The spec's lora mapping (e.g. trainer.lora) into *out, starting from
+ * rf_lora_defaults():
+ *     lora: {rank: 8, alpha: 16, dropout: 0.05, targets: [q, k, v, o, up, down, gate],
+ *            base: fp32 | int8 | nf4 | q4_1}
+ * Unknown keys, out-of-range values and unknown targets are RF_ERR_INVALID
+ * with the file, line and key. */
+int rf_lora_config_parse(const struct rf_cfg *node, rf_lora_config *out);
+
 typedef enum rf_lora_arch { RF_LORA_GPT2, RF_LORA_LLAMA } rf_lora_arch;
 
 /* One output range of a projection: a separate module in Hugging Face's model

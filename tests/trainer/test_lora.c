@@ -21,6 +21,7 @@
 #include <cmocka.h>
 #include <omp.h>
 
+#include "common/config.h"
 #include "common/error.h"
 #include "common/rng.h"
 #include "common/sys.h"
@@ -488,6 +489,41 @@ static void test_options(void **state) {
     lm_free(&l);
 }
 
+/* The spec's lora mapping. */
+static int parse(const char *yaml, rf_lora_config *c) {
+    rf_cfg *root;
+    if (rf_cfg_load_string(yaml, strlen(yaml), "spec.yaml", &root)) fail_msg("%s", rf_errmsg());
+    int rc = rf_lora_config_parse(rf_cfg_get(root, "lora"), c);
+    rf_cfg_free(root);
+    return rc;
+}
+
+static void test_spec(void **state) {
+    (void)state;
+    rf_lora_config c;
+    assert_int_equal(parse("lora:\n  rank: 16\n  dropout: 0.05\n  targets: [q, v, gate]\n"
+                           "  base: nf4\n",
+                           &c),
+                     RF_OK);
+    assert_int_equal(c.rank, 16);
+    assert_true(c.alpha == 32.0f); /* default: 2 r */
+    assert_true(c.dropout == 0.05f);
+    assert_int_equal(c.targets, RF_LORA_Q | RF_LORA_V | RF_LORA_GATE);
+    assert_int_equal(c.base, RF_QT_NF4);
+    assert_int_equal(parse("lora: {alpha: 8}\n", &c), RF_OK);
+    assert_int_equal(c.rank, 8);
+    assert_int_equal(c.targets, RF_LORA_Q | RF_LORA_V);
+    assert_int_equal(parse("lora: {targets: [q, x]}\n", &c), RF_ERR_INVALID);
+    printf("  %s\n", rf_errmsg());
+    assert_non_null(strstr(rf_errmsg(), "spec.yaml:1"));
+    assert_int_equal(parse("lora: {base: nf8}\n", &c), RF_ERR_INVALID);
+    assert_int_equal(parse("lora: {rank: 0}\n", &c), RF_ERR_INVALID);
+    assert_int_equal(parse("lora: {dropout: 1}\n", &c), RF_ERR_INVALID);
+    assert_int_equal(parse("lora: {ranks: 4}\n", &c), RF_ERR_INVALID);
+    printf("  %s\n", rf_errmsg());
+    assert_int_equal(parse("lora: {targets: []}\n", &c), RF_ERR_INVALID);
+}
+
 /* ---- PEFT files ---- */
 
 static void write_text(const char *path, const char *s) {
@@ -645,10 +681,15 @@ static void test_smollm2_q4_1(void **state) {
 int main(void) {
     rf_rng_seed(&rng, 4242);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_op_gradients),    cmocka_unit_test(test_op_threads),
-        cmocka_unit_test(test_zero_b),          cmocka_unit_test(test_frozen),
-        cmocka_unit_test(test_quantized_bases), cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_options),         cmocka_unit_test(test_peft_roundtrip),
+        cmocka_unit_test(test_op_gradients),
+        cmocka_unit_test(test_op_threads),
+        cmocka_unit_test(test_zero_b),
+        cmocka_unit_test(test_frozen),
+        cmocka_unit_test(test_quantized_bases),
+        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_options),
+        cmocka_unit_test(test_peft_roundtrip),
+        cmocka_unit_test(test_spec),
         cmocka_unit_test(test_smollm2_q4_1),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
