@@ -1,17 +1,25 @@
 /* refinery status [RUN]: a run's status from Control.Get, or the newest runs
- * from Control.List; one JSON line per run (--lines: a progress line). */
+ * from Control.List; one JSON line per run (--lines: a progress line).
+ * refinery status RUN_DIR: an embedded run's (`refinery run`) status from its
+ * run directory (pipeline/run_status.h); no server is asked. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "cli/command.h"
 #include "cli/remote.h"
+#include "common/error.h"
+#include "pipeline/run_status.h"
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: refinery status [RUN] [--limit N] [--lines] [server options]\n"
+            "usage: refinery status [RUN | RUN_DIR] [--limit N] [--lines] [server options]\n"
             "Prints the run's status (state, per-stage counts, latest checkpoint and\n"
             "evaluation) as one JSON line, or, without RUN, the newest runs (default 50).\n"
-            "--lines prints the progress line `refinery watch` prints instead.\n\n%s",
+            "--lines prints the progress line `refinery watch` prints instead.\n"
+            "RUN_DIR, a directory `refinery run` wrote, prints that run's state\n"
+            "(succeeded, failed with its error, or unfinished) and each stage's cache\n"
+            "decision, attempts (retries) and seconds, from its stats.json and run.log.\n\n%s",
             rf_remote_usage);
 }
 
@@ -76,6 +84,16 @@ static int cmd_status(int argc, char **argv) {
     if (argc - optind > 1) {
         usage(stderr);
         return 2;
+    }
+    struct stat sb;
+    if (optind < argc && stat(argv[optind], &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        /* a directory without the runner's files falls through: a run id */
+        int src = rf_run_dir_status(argv[optind], lines, stdout);
+        if (src == RF_OK) return 0;
+        if (src != RF_ERR_NOT_FOUND) {
+            fprintf(stderr, "refinery status: %s\n", rf_errmsg());
+            return 1;
+        }
     }
     rf_rpc_client *client;
     if (rf_remote_connect(&r, r.server, "status", &client) < 0) return 1;

@@ -52,8 +52,14 @@ int rf_checkpoint_load(const char *path, rf_bert *m, rf_train_state *s) {
     return rf_checkpoint_load_range(path, m, s, 0, m->nparams);
 }
 
-int rf_checkpoint_load_range(const char *path, rf_bert *m, rf_train_state *s, size_t lo,
+int rf_checkpoint_load_range(const char *path, rf_bert *b, rf_train_state *s, size_t lo,
                              size_t hi) {
+    rf_model_blocks m = rf_bert_blocks(b);
+    return rf_ckpt_load_range(path, &m, s, lo, hi);
+}
+
+int rf_ckpt_load_range(const char *path, const rf_model_blocks *m, rf_train_state *s, size_t lo,
+                       size_t hi) {
     size_t np = m->nparams;
     if (lo > hi || hi > np || hi - lo > m->nmoments)
         return rf_fail(RF_ERR_INVALID, "checkpoint %s: moment range [%zu, %zu) does not fit", path,
@@ -112,9 +118,16 @@ static uint32_t get32(const uint8_t *p) {
     return v;
 }
 
-int rf_checkpoint_write_shard(const char *out_dir, const rf_bert *m, const rf_train_state *s,
+int rf_checkpoint_write_shard(const char *out_dir, const rf_bert *b, const rf_train_state *s,
                               int rank, int world, const rf_ckpt_piece *pc, size_t npc,
                               uint64_t *size, uint64_t *hash) {
+    rf_model_blocks m = rf_bert_blocks(b);
+    return rf_ckpt_write_shard(out_dir, &m, s, rank, world, pc, npc, size, hash);
+}
+
+int rf_ckpt_write_shard(const char *out_dir, const rf_model_blocks *m, const rf_train_state *s,
+                        int rank, int world, const rf_ckpt_piece *pc, size_t npc, uint64_t *size,
+                        uint64_t *hash) {
     /* count the entries (pieces cut at tensor boundaries) and floats */
     size_t nent = 0, nfl = 0;
     for (size_t i = 0; i < npc; i++)
@@ -206,10 +219,15 @@ static void prune(const char *out_dir, uint64_t keep) {
 
 int rf_checkpoint_commit(const char *out_dir, const rf_bert *m, const rf_train_state *s, int world,
                          int zero, const uint64_t *sizes, const uint64_t *hashes) {
+    return rf_ckpt_commit(out_dir, m->nparams, s, world, zero, sizes, hashes);
+}
+
+int rf_ckpt_commit(const char *out_dir, size_t nparams, const rf_train_state *s, int world,
+                   int zero, const uint64_t *sizes, const uint64_t *hashes) {
     size_t len = 8 + 8 * MANIFEST_WORDS + DIR_BYTES + 16 * (size_t)world + 8;
     uint8_t *buf = calloc(1, len), *p = buf;
     if (!buf) return RF_ERR_NOMEM;
-    uint64_t hdr[MANIFEST_WORDS] = {m->nparams,     s->step,        s->epoch,      s->pos,
+    uint64_t hdr[MANIFEST_WORDS] = {nparams,        s->step,        s->epoch,      s->pos,
                                     s->rng.s[0],    s->rng.s[1],    s->rng.s[2],   s->rng.s[3],
                                     s->micro,       s->ident.data,  s->ident.opts, (uint64_t)world,
                                     (uint64_t)zero, (uint64_t)world};

@@ -22,6 +22,7 @@
 
 #include "common/rng.h"
 #include "trainer/model.h"
+#include "trainer/model_iface.h"
 
 /* xxh3 hashes of the training data (every sequence's tokens and label, in
  * order) and of the options that shape the trajectory (steps, batching,
@@ -113,5 +114,15 @@ int rf_checkpoint_commit(const char *out_dir, const rf_bert *m, const rf_train_s
  * partly overwritten. A legacy single file (RFCKPT02) is read the same way. */
 int rf_checkpoint_load_pieces(const char *path, size_t nparams, rf_train_state *s,
                               const rf_ckpt_piece *pc, size_t npc);
+
+/* The same for any model's blocks (model_iface.h); the rf_bert functions
+ * above are these on an rf_bert's. */
+int rf_ckpt_load_range(const char *path, const rf_model_blocks *m, rf_train_state *s, size_t lo,
+                       size_t hi);
+int rf_ckpt_write_shard(const char *out_dir, const rf_model_blocks *m, const rf_train_state *s,
+                        int rank, int world, const rf_ckpt_piece *pc, size_t npc, uint64_t *size,
+                        uint64_t *hash);
+int rf_ckpt_commit(const char *out_dir, size_t nparams, const rf_train_state *s, int world,
+                   int zero, const uint64_t *sizes, const uint64_t *hashes);
 
 #endif

@@ -11,8 +11,10 @@
 #include "common/json.h"
 #include "common/reader.h"
 #include "tokenizer/tokenizer.h"
+#include "trainer/lm_data.h"
 
 void rf_dataset_free(rf_dataset *d) {
+    free(d->tflags);
     free(d->tokens);
     free(d->start);
     free(d->len);
@@ -39,6 +41,11 @@ int rf_dataset_add(rf_dataset *d, const uint32_t *ids, size_t len, int32_t label
         uint32_t *t = realloc(d->tokens, nc * sizeof *t);
         if (!t) return RF_ERR_NOMEM;
         d->tokens = t;
+        if (d->tflags) {
+            uint8_t *f = realloc(d->tflags, nc);
+            if (!f) return RF_ERR_NOMEM;
+            d->tflags = f;
+        }
         d->cap_tokens = nc;
     }
     memcpy(d->tokens + d->ntokens, ids, len * sizeof *ids);
@@ -48,6 +55,16 @@ int rf_dataset_add(rf_dataset *d, const uint32_t *ids, size_t len, int32_t label
     d->ntokens += len;
     d->n++;
     return RF_OK;
+}
+
+int rf_dataset_add_row(rf_dataset *d, const uint32_t *ids, const uint8_t *flags, size_t len) {
+    if (!d->tflags) {
+        if (d->n) return rf_fail(RF_ERR_INVALID, "dataset: causal-LM rows after other sequences");
+        if (!(d->tflags = malloc(d->cap_tokens ? d->cap_tokens : 1))) return RF_ERR_NOMEM;
+    }
+    int rc = rf_dataset_add(d, ids, len, -1);
+    if (!rc) memcpy(d->tflags + d->start[d->n - 1], flags, len);
+    return rc;
 }
 
 static void skip(rf_dataset *d, rf_stats *stats, const char *prefix, const char *why) {
@@ -214,10 +231,51 @@ int rf_dataset_load(rf_dataset *d, const char *path, const char *model_dir, int 
     return rf_dataset_load_jsonl(d, path, model_dir, max_len, stats, prefix);
 }
 
+/* Causal-LM rows: labels, positions and segments from the token flags. */
+static int collate_rows(rf_batch_buf *bb, const rf_dataset *d, const size_t *idx, int B, int T) {
+    size_t need = (size_t)B * T;
+    if (need > bb->cap || !bb->labels || !bb->pos) {
+        rf_batch_buf_free(bb);
+        bb->ids = malloc(need * sizeof(int32_t));
+        bb->types = calloc(need, sizeof(int32_t));
+        bb->valid = malloc(need);
+        bb->labels = malloc(need * sizeof(int32_t));
+        bb->pos = malloc(need * sizeof(int32_t));
+        bb->seg = malloc(need * sizeof(int32_t));
+        bb->cap = need;
+        if (!bb->ids || !bb->types || !bb->valid || !bb->labels || !bb->pos || !bb->seg) {
+            rf_batch_buf_free(bb);
+            return RF_ERR_NOMEM;
+        }
+    }
+    bb->B = B;
+    bb->T = T;
+    for (int b = 0; b < B; b++) {
+        size_t i = idx[b], L = d->len[i];
+        int32_t seg = 0, start = 0;
+        for (int t = 0; t < T; t++) {
+            size_t o = (size_t)b * T + t;
+            uint8_t f = t < (int)L ? d->tflags[d->start[i] + t] : 0;
+            if (t > 0 && (f & RF_LM_DOC_START)) {
+                seg++;
+                start = t;
+            }
+            bb->ids[o] = t < (int)L ? (int32_t)d->tokens[d->start[i] + t] : 0;
+            bb->types[o] = 0;
+            bb->valid[o] = t < (int)L;
+            bb->labels[o] = (f & RF_LM_TARGET) && !(f & RF_LM_DOC_START) ? bb->ids[o] : -100;
+            bb->pos[o] = t < (int)L ? t - start : 0;
+            bb->seg[o] = seg;
+        }
+    }
+    return RF_OK;
+}
+
 int rf_batch_collate(rf_batch_buf *bb, const rf_dataset *d, const size_t *idx, int B) {
     int T = 1;
     for (int b = 0; b < B; b++)
         if ((int)d->len[idx[b]] > T) T = (int)d->len[idx[b]];
+    if (d->tflags) return collate_rows(bb, d, idx, B, T);
     size_t need = (size_t)B * T;
     if (need > bb->cap || !bb->labels) {
         free(bb->ids), free(bb->types), free(bb->valid), free(bb->labels);
@@ -248,6 +306,7 @@ int rf_batch_collate(rf_batch_buf *bb, const rf_dataset *d, const size_t *idx, i
 
 void rf_batch_buf_free(rf_batch_buf *bb) {
     free(bb->ids), free(bb->types), free(bb->valid), free(bb->labels);
+    free(bb->pos), free(bb->seg);
     memset(bb, 0, sizeof *bb);
 }
 

@@ -19,10 +19,16 @@ typedef struct rf_dataset {
     int32_t *label;   /* [n], -1 = none */
     size_t ntokens, cap_tokens, cap;
     size_t skipped; /* records dropped (no label, empty, bad JSON), counted */
+    /* Causal-LM rows (lm_data.h): one RF_LM_* flag byte per token, parallel to
+     * tokens; NULL for classifier data. */
+    uint8_t *tflags;
 } rf_dataset;
 
 void rf_dataset_free(rf_dataset *d); /* frees the contents, zeroes d */
 int rf_dataset_add(rf_dataset *d, const uint32_t *ids, size_t len, int32_t label);
+/* Appends a causal-LM row with its per-token flags (lm_data.h); label -1. A
+ * dataset holds either kind of sequence, not both. */
+int rf_dataset_add_row(rf_dataset *d, const uint32_t *ids, const uint8_t *flags, size_t len);
 
 /* Tokenizes a JSONL file of documents with the tokenizer of model_dir
  * (tokenizer.json or vocab.txt), adding [CLS]/[SEP] and truncating to max_len.
@@ -51,10 +57,14 @@ typedef struct rf_batch_buf {
     int32_t *ids, *types, *labels;
     uint8_t *valid;
     size_t cap;
+    int32_t *pos, *seg; /* causal-LM rows: per-row positions and document ids */
 } rf_batch_buf;
 
 /* Fills bb with sequences idx[0..B): padded to the longest (pad id 0, type 0,
- * valid 0), labels copied. */
+ * valid 0), labels copied. Causal-LM rows (d->tflags) get per-token labels
+ * instead ([B*T]: the id where RF_LM_TARGET and not RF_LM_DOC_START, else
+ * -100), positions restarting and segment ids counting at each document
+ * start (lm_data.h). */
 int rf_batch_collate(rf_batch_buf *bb, const rf_dataset *d, const size_t *idx, int B);
 void rf_batch_buf_free(rf_batch_buf *bb);
 

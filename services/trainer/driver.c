@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "trainer/bert_config.h"
+#include "trainer/lm_data.h"
 
 static int model_config(const char *model_dir, rf_bert_config *cfg) {
     char path[4096];
@@ -15,11 +16,30 @@ static int model_config(const char *model_dir, rf_bert_config *cfg) {
 }
 
 int rf_trainer_max_len(const char *model_dir, int max_len, int *out) {
-    rf_bert_config cfg = {0};
-    int rc = model_config(model_dir, &cfg);
+    rf_model_desc d;
+    int rc = rf_model_describe(model_dir, &d);
     if (rc) return rc;
-    *out = max_len < cfg.max_position ? max_len : cfg.max_position;
+    if (d.task == RF_TASK_CLASSIFY) { /* the classifier's checks, as always */
+        rf_bert_config cfg = {0};
+        if ((rc = model_config(model_dir, &cfg))) return rc;
+    }
+    *out = max_len < d.max_positions ? max_len : d.max_positions;
     return RF_OK;
+}
+
+/* The spec's task against the model folder's architecture. */
+static int check_task(const rf_trainer_spec *s, rf_model_desc *d) {
+    int rc = rf_model_describe(s->model, d);
+    if (rc) return rc;
+    if (d->task == s->task) return RF_OK;
+    if (s->task == RF_TASK_CAUSAL_LM)
+        return rf_fail(RF_ERR_INVALID,
+                       "trainer.task is causal_lm but %s is a '%s' model (gpt2 or llama expected)",
+                       s->model, d->arch);
+    return rf_fail(RF_ERR_INVALID,
+                   "%s is a '%s' causal language model: set trainer.task: causal_lm (task "
+                   "classify trains BERT classifiers)",
+                   s->model, d->arch);
 }
 
 static int check_vocab(const rf_dataset *d, int vocab, const char *model) {
@@ -47,6 +67,14 @@ int rf_trainer_check(const rf_trainer_spec *s, const rf_dataset *data, const rf_
     int k = s->num_labels ? s->num_labels : rf_dataset_num_labels(data);
     int rc = rf_trainer_check_group(s, comm);
     if (rc) return rc;
+    rf_model_desc d;
+    if ((rc = check_task(s, &d))) return rc;
+    if (s->task == RF_TASK_CAUSAL_LM) {
+        if (!data->tflags)
+            return rf_fail(RF_ERR_INVALID, "trainer: task causal_lm needs causal-LM rows "
+                                           "(rf_lm_load, lm_data.h)");
+        return check_vocab(data, d.vocab, s->model);
+    }
     rc = k < 2 ? rf_fail(RF_ERR_INVALID,
                          "trainer: the training data has %d label(s); need at least 2 classes", k)
                : RF_OK;
@@ -60,23 +88,30 @@ int rf_trainer_drive(const rf_trainer_spec *s, const rf_dataset *data,
     static const rf_trainer_hooks none = {0};
     const rf_trainer_hooks *h = hooks ? hooks : &none;
     rf_train_result r = {0};
-    rf_bert *m = NULL;
-    int k = s->num_labels ? s->num_labels : rf_dataset_num_labels(data);
+    rf_model *m = NULL;
+    bool causal = s->task == RF_TASK_CAUSAL_LM;
+    int k = causal ? 0 : s->num_labels ? s->num_labels : rf_dataset_num_labels(data);
     int rc = rf_trainer_check(s, data, h->comm);
     if (rc) return rc;
-    rf_info("trainer", "%zu training sequences (%zu skipped), %d labels", data->n, data->skipped,
-            k);
+    if (causal)
+        rf_info("trainer", "%zu training rows of at most %d tokens, %zu tokens (%zu skipped)",
+                data->n, s->max_len, data->ntokens, data->skipped);
+    else
+        rf_info("trainer", "%zu training sequences (%zu skipped), %d labels", data->n,
+                data->skipped, k);
     if (s->threads > 0) rf_set_threads(s->threads);
     const rf_backend *be;
     if ((rc = rf_backend_for(s->device, &be))) return rc;
-    if ((rc = rf_bert_load(s->model, k, s->opts.seed, be, &m))) return rc;
+    rf_model_load_opts lo = {.num_labels = k, .seed = s->opts.seed};
+    if ((rc = rf_model_load(s->model, &lo, be, &m))) return rc;
     rf_train_opts o = s->opts;
     o.cancel = h->cancel;
     o.on_checkpoint = h->on_checkpoint;
+    o.on_checkpoint_model = h->on_checkpoint_model;
     o.user = h->user;
     o.comm = h->comm;
     int rank = h->comm ? rf_comm_rank(h->comm) : 0;
-    rc = rf_train(&o, data, m, &r);
+    rc = rf_train_model(&o, data, m, &r);
     if (!rc && h->stats) {
         rf_stats_set(h->stats, "trainer.steps", r.steps);
         rf_stats_set(h->stats, "trainer.sequences", (int64_t)data->n);
@@ -88,11 +123,11 @@ int rf_trainer_drive(const rf_trainer_spec *s, const rf_dataset *data,
         rf_info("trainer", "stopped at step %ld before the end; state kept, rerun to resume",
                 r.steps);
     if (!rc && r.finished && s->export_dir && rank == 0) {
-        if (!(rc = rf_export_hf(m, s->model, s->export_dir)))
+        if (!(rc = rf_export_model(m, s->model, s->export_dir)))
             rf_info("trainer", "exported %s (loss %.4f, %.0f tokens/s)", s->export_dir, r.last_loss,
                     r.tokens_per_s);
     }
-    rf_bert_free(m);
+    rf_model_free(m);
     if (res) *res = r;
     return rc;
 }
@@ -102,8 +137,13 @@ int rf_trainer_run(const rf_trainer_spec *s, const rf_trainer_hooks *hooks, rf_t
     int max_len;
     if (!s->train) return rf_fail(RF_ERR_INVALID, "trainer.train: no training data given");
     int rc = rf_trainer_check_group(s, hooks ? hooks->comm : NULL);
+    rf_model_desc d;
+    if (!rc) rc = check_task(s, &d);
     if (!rc) rc = rf_trainer_max_len(s->model, s->max_len, &max_len);
-    if (!rc)
+    if (!rc && s->task == RF_TASK_CAUSAL_LM)
+        rc = rf_lm_load(&train, s->train, s->model, max_len, d.eos_token_id,
+                        hooks ? hooks->stats : NULL, "trainer");
+    else if (!rc)
         rc = rf_dataset_load(&train, s->train, s->model, max_len, hooks ? hooks->stats : NULL,
                              "trainer");
     if (!rc) rc = rf_trainer_drive(s, &train, hooks, res);

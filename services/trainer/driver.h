@@ -23,6 +23,7 @@ typedef struct rf_trainer_hooks {
     rf_stats *stats;      /* trainer.steps, .sequences, .tokens, .last_loss, .tokens_per_s */
     /* Called at each checkpoint (rf_train_opts.on_checkpoint), user passed back. */
     int (*on_checkpoint)(void *user, const rf_bert *m, const rf_train_checkpoint *c);
+    int (*on_checkpoint_model)(void *user, const rf_model *m, const rf_train_checkpoint *c);
     void *user;
     /* The data-parallel group (owned by the caller; NULL = one process). Its
      * world size must equal the spec's parallel.dp. Only rank 0 exports. */

@@ -8,6 +8,7 @@
 #include "common/json.h"
 #include "common/sys.h"
 #include "trainer/lora.h"
+#include "trainer/causal_units.h"
 #include "trainer/ops.h"
 #include "trainer/ops_causal.h"
 #include "trainer/safetensors.h"
@@ -134,21 +135,66 @@ static void build_table(rf_gpt2 *m) {
     add(m, "transformer.ln_f.bias", C, 0);
 }
 
-/* Points the views of v at block base (params or grads: same offsets). */
-static void bind(rf_gpt2 *m, rf_gpt2_params *v, float *base) {
+/* ---- units (causal_units.h) ---- */
+
+int rf_gpt2_units(const rf_gpt2 *m) {
+    return m->cfg.n_layer + 2;
+}
+
+/* The unit's tensors [first, last] of the table. */
+static void unit_tensors(const rf_gpt2 *m, int u, size_t *first, size_t *last) {
+    int L = m->cfg.n_layer;
+    *first = u == 0 ? 0 : u <= L ? 2 + 12 * (size_t)(u - 1) : m->ntensors - 2;
+    *last = u == 0 ? 1 : u <= L ? *first + 11 : m->ntensors - 1;
+}
+
+void rf_gpt2_unit_range(const rf_gpt2 *m, int u, size_t *lo, size_t *hi) {
+    size_t f, l;
+    unit_tensors(m, u, &f, &l);
+    *lo = m->tensors[f].offset;
+    *hi = m->tensors[l].offset + m->tensors[l].numel;
+}
+
+/* Points unit u's views of v at ub, which holds the unit's range [lo, hi). */
+static void bind_unit(rf_gpt2 *m, int u, rf_gpt2_params *v, float *ub) {
     const rf_tensor_info *t = m->tensors;
-    v->wte = base + t[0].offset;
-    v->wpe = base + t[1].offset;
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-        const rf_tensor_info *u = t + 2 + 12 * l;
-        rf_gpt2_layer *y = &v->layers[l];
-        float **f[] = {&y->ln1_w, &y->ln1_b, &y->attn_w, &y->attn_b, &y->proj_w, &y->proj_b,
+    size_t lo, hi, f, l;
+    rf_gpt2_unit_range(m, u, &lo, &hi);
+    unit_tensors(m, u, &f, &l);
+#define AT(i) (ub + (t[i].offset - lo))
+    if (u == 0) {
+        v->wte = AT(0);
+        v->wpe = AT(1);
+    } else if (u <= m->cfg.n_layer) {
+        rf_gpt2_layer *y = &v->layers[u - 1];
+        float **p[] = {&y->ln1_w, &y->ln1_b, &y->attn_w, &y->attn_b, &y->proj_w, &y->proj_b,
                        &y->ln2_w, &y->ln2_b, &y->fc_w,   &y->fc_b,   &y->fcp_w,  &y->fcp_b};
         for (int i = 0; i < 12; i++)
-            *f[i] = base + u[i].offset;
+            *p[i] = AT(f + (size_t)i);
+    } else {
+        v->lnf_w = AT(f);
+        v->lnf_b = AT(f + 1);
     }
-    v->lnf_w = base + t[m->ntensors - 2].offset;
-    v->lnf_b = base + t[m->ntensors - 1].offset;
+#undef AT
+}
+
+/* Points the views of v at block base (params or grads: same offsets). */
+static void bind(rf_gpt2 *m, rf_gpt2_params *v, float *base) {
+    for (int u = 0; u < rf_gpt2_units(m); u++) {
+        size_t lo, hi;
+        rf_gpt2_unit_range(m, u, &lo, &hi);
+        bind_unit(m, u, v, base + lo);
+    }
+}
+
+void rf_gpt2_bind_unit(rf_gpt2 *m, int u, float *p, float *g) {
+    if (p) bind_unit(m, u, &m->p, p);
+    if (g) bind_unit(m, u, &m->g, g);
+}
+
+void rf_gpt2_bind_all(rf_gpt2 *m) {
+    if (m->params) bind(m, &m->p, m->params);
+    if (m->grads) bind(m, &m->g, m->grads);
 }
 
 int rf_gpt2_new(const rf_gpt2_config *cfg, rf_gpt2 **out) {
@@ -175,6 +221,7 @@ int rf_gpt2_new(const rf_gpt2_config *cfg, rf_gpt2 **out) {
         return RF_ERR_NOMEM;
     }
     bind(m, &m->p, m->params);
+    m->npadded = m->nparams;
     *out = m;
     return RF_OK;
 }
@@ -184,6 +231,8 @@ void rf_gpt2_free(rf_gpt2 *m) {
     free(m->tensors);
     free(m->params);
     free(m->grads);
+    free(m->mom1);
+    free(m->mom2);
     free(m->p.layers);
     free(m->g.layers);
     free(m->a.layers);
@@ -252,12 +301,66 @@ int rf_gpt2_load(const char *dir, rf_gpt2 **out) {
 }
 
 int rf_gpt2_enable_training(rf_gpt2 *m) {
-    if (!m->lora && !m->grads) { /* with LoRA the base is frozen: g views stay NULL */
-        if (!(m->grads = calloc(m->nparams, sizeof(float)))) return RF_ERR_NOMEM;
-        bind(m, &m->g, m->grads);
+    return rf_gpt2_enable_training_sharded(m, m->nparams, m->nparams);
+}
+
+int rf_gpt2_enable_training_sharded(rf_gpt2 *m, size_t padded, size_t moments) {
+    if (m->lora) { /* LoRA: the base is frozen, no gradient block or moments (g views NULL) */
+        m->training = true;
+        if (m->acts && !m->dacts && !(m->dacts = calloc(m->nacts, sizeof(float))))
+            return RF_ERR_NOMEM;
+        return RF_OK;
     }
+    if (m->grads) return RF_OK;
+    if (padded < m->nparams) padded = m->nparams;
+    if (padded > m->npadded) { /* room for the collectives' padding: params move */
+        float *p = calloc(padded, sizeof(float));
+        if (!p) return RF_ERR_NOMEM;
+        memcpy(p, m->params, m->nparams * sizeof(float));
+        free(m->params);
+        m->params = p;
+        bind(m, &m->p, m->params);
+    }
+    m->npadded = padded;
+    m->nmoments = moments;
+    m->grads = calloc(padded, sizeof(float));
+    m->mom1 = calloc(moments ? moments : 1, sizeof(float));
+    m->mom2 = calloc(moments ? moments : 1, sizeof(float));
+    if (!m->grads || !m->mom1 || !m->mom2)
+        return rf_fail(RF_ERR_NOMEM, "gpt2: no memory for the training blocks");
+    bind(m, &m->g, m->grads);
     m->training = true;
     if (m->acts && !m->dacts && !(m->dacts = calloc(m->nacts, sizeof(float)))) return RF_ERR_NOMEM;
+    return RF_OK;
+}
+
+void rf_gpt2_release_blocks(rf_gpt2 *m, bool params) {
+    if (params) {
+        free(m->params);
+        m->params = NULL;
+    }
+    free(m->grads);
+    free(m->mom1);
+    free(m->mom2);
+    m->grads = m->mom1 = m->mom2 = NULL;
+    m->npadded = m->params ? m->npadded : 0;
+    m->nmoments = 0;
+}
+
+int rf_gpt2_adopt_params(rf_gpt2 *m, const float *host) {
+    if (!m->params) {
+        if (!(m->params = calloc(m->nparams, sizeof(float))))
+            return rf_fail(RF_ERR_NOMEM, "gpt2: no memory for %zu parameters", m->nparams);
+        m->npadded = m->nparams;
+    }
+    memcpy(m->params, host, m->nparams * sizeof(float));
+    rf_gpt2_bind_all(m);
+    return RF_OK;
+}
+
+int rf_gpt2_zero_grad(rf_gpt2 *m) {
+    if (!m->grads && !m->unit_hook) return rf_fail(RF_ERR_INVALID, "gpt2: training is not enabled");
+    if (m->grads) memset(m->grads, 0, m->npadded * sizeof(float));
     return RF_OK;
 }
 
@@ -273,12 +376,6 @@ static int proj_bwd(rf_gpt2 *m, int l, int slot, float *dx, float *dw, float *db
                     const float *x, const float *w, int N, int IC, int OC) {
     if (m->lora) return rf_lora_bwd(m->lora, l, slot, dx, dw, db, dout, x, w, N, IC, OC);
     rf_op_conv1d_bwd(dx, dw, db, dout, x, w, N, IC, OC);
-    return RF_OK;
-}
-
-int rf_gpt2_zero_grad(rf_gpt2 *m) {
-    if (!m->grads) return rf_fail(RF_ERR_INVALID, "gpt2: training is not enabled");
-    memset(m->grads, 0, m->nparams * sizeof(float));
     return RF_OK;
 }
 
@@ -328,12 +425,13 @@ int rf_gpt2_reserve(rf_gpt2 *m, int B, int T) {
     int nB = B > m->capB ? B : m->capB;
     T = T > m->capT ? T : m->capT;
     size_t n = layout(m, &m->a, NULL, nB, T);
-    float *a = calloc(n, sizeof(float)), *d = m->training ? calloc(n, sizeof(float)) : NULL;
+    float *a = calloc(n, sizeof(float)),
+          *d = m->training || m->dacts ? calloc(n, sizeof(float)) : NULL;
     size_t nt = (size_t)nB * T;
     int32_t *ids = malloc(sizeof(int32_t) * nt), *lab = malloc(sizeof(int32_t) * nt),
             *pos = malloc(sizeof(int32_t) * nt), *seg = malloc(sizeof(int32_t) * nt);
     uint8_t *valid = malloc(nt);
-    if (!a || (m->training && !d) || !ids || !lab || !pos || !seg || !valid) {
+    if (!a || ((m->training || m->dacts) && !d) || !ids || !lab || !pos || !seg || !valid) {
         free(a), free(d), free(ids), free(lab), free(pos), free(seg), free(valid);
         return RF_ERR_NOMEM;
     }
@@ -345,12 +443,58 @@ int rf_gpt2_reserve(rf_gpt2 *m, int B, int T) {
     return RF_OK;
 }
 
+/* The unit hook, if any (causal_units.h). */
+static int event(rf_gpt2 *m, int u, rf_unit_event ev, int next) {
+    return m->unit_hook ? m->unit_hook(m->unit_user, u, ev, next) : RF_OK;
+}
+
+#define TRY(call)                                                                                  \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_) return rc_;                                                                       \
+    } while (0)
+
+static int check_range(const rf_gpt2 *m, int u0, int u1, const float *at_u0, const float *at_u1) {
+    int n = rf_gpt2_units(m);
+    if (u0 < 0 || u1 > n || u0 >= u1)
+        return rf_fail(RF_ERR_RANGE, "gpt2: unit range [%d, %d) outside [0, %d)", u0, u1, n);
+    if ((u0 > 0 && !at_u0) || (u1 < n && !at_u1))
+        return rf_fail(RF_ERR_INVALID, "gpt2: unit range [%d, %d) needs its boundary buffers", u0,
+                       u1);
+    return RF_OK;
+}
+
+int rf_gpt2_replay(rf_gpt2 *m, int u0, int u1, bool backward) {
+    int n = rf_gpt2_units(m);
+    bool head = rf_cu_head_reads_emb(u1, n, true);
+    for (int u = u0; u < u1; u++)
+        TRY(event(m, u, RF_UNIT_FWD, rf_cu_fwd_next(u, false, u1, n, true)));
+    if (head) TRY(event(m, 0, RF_UNIT_FWD, rf_cu_fwd_next(0, true, u1, n, true)));
+    if (!backward) return RF_OK;
+    if (head) {
+        TRY(event(m, 0, RF_UNIT_BWD, rf_cu_bwd_next(0, true, u0, u1)));
+        TRY(event(m, 0, RF_UNIT_BWD_PART, -1));
+    }
+    for (int u = u1 - 1; u >= u0; u--) {
+        TRY(event(m, u, RF_UNIT_BWD, rf_cu_bwd_next(u, false, u0, u1)));
+        TRY(event(m, u, RF_UNIT_BWD_DONE, -1));
+    }
+    return RF_OK;
+}
+
 int rf_gpt2_forward(rf_gpt2 *m, const rf_causal_batch *bt) {
+    return rf_gpt2_forward_range(m, bt, 0, rf_gpt2_units(m), NULL, NULL);
+}
+
+int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1, const float *in,
+                          float *out) {
     int B = bt->B, T = bt->T;
     const int32_t *ids = bt->ids, *labels = bt->labels;
     const rf_gpt2_config *c = &m->cfg;
-    int rc = rf_gpt2_reserve(m, B, T);
-    if (rc || (m->lora && (rc = rf_lora_reserve(m->lora, B * T)))) return rc;
+    int rc = check_range(m, u0, u1, in, out);
+    if (!rc) rc = rf_gpt2_reserve(m, B, T);
+    if (!rc && m->lora) rc = rf_lora_reserve(m->lora, B * T);
+    if (rc) return rc;
     int N = B * T, C = c->n_embd, F = c->n_inner, NH = c->n_head, V = c->vocab_size;
     float eps = c->layer_norm_epsilon;
     for (int n = 0; n < N; n++)
@@ -376,34 +520,45 @@ int rf_gpt2_forward(rf_gpt2 *m, const rf_causal_batch *bt) {
     /* the views for this B x T (the arena holds capB x capT) */
     layout(m, &m->a, m->acts, B, T);
     rf_gpt2_acts *a = &m->a;
+    int L = c->n_layer, n_units = L + 2;
+    m->logits = a->logits;
+    m->loss = 0;
+    m->counted = 0;
+    if (u0 > 0) /* boundary u0 is the residual stream res[u0 - 1] */
+        memcpy(a->res[u0 - 1], in, (size_t)N * C * sizeof(float));
 
-    rf_op_tokpos_fwd(a->res[0], m->ids, m->pos, m->p.wte, m->p.wpe, B, T, C);
+    if (u0 == 0) {
+        TRY(event(m, 0, RF_UNIT_FWD, rf_cu_fwd_next(0, false, u1, n_units, true)));
+        rf_op_tokpos_fwd(a->res[0], m->ids, m->pos, m->p.wte, m->p.wpe, B, T, C);
+    }
     for (int l = 0; l < c->n_layer; l++) {
+        if (l + 1 < u0 || l + 1 >= u1) continue;
+        TRY(event(m, l + 1, RF_UNIT_FWD, rf_cu_fwd_next(l + 1, false, u1, n_units, true)));
         const rf_gpt2_layer *w = &m->p.layers[l];
         rf_gpt2_acts_layer *y = &a->layers[l];
         rf_op_layernorm_fwd(y->ln1, y->ln1_mean, y->ln1_rstd, a->res[l], w->ln1_w, w->ln1_b, N, C,
                             eps);
-        if ((rc = proj_fwd(m, l, RF_PROJ_QKV, y->qkv, y->ln1, w->attn_w, w->attn_b, N, C, 3 * C)))
-            return rc;
+        TRY(proj_fwd(m, l, RF_PROJ_QKV, y->qkv, y->ln1, w->attn_w, w->attn_b, N, C, 3 * C));
         rf_op_causal_attention_fwd(y->atty, y->att, y->qkv, m->valid, m->packed ? m->seg : NULL, B,
                                    T, NH, NH, C / NH);
-        if ((rc = proj_fwd(m, l, RF_PROJ_O, y->res2, y->atty, w->proj_w, w->proj_b, N, C, C)))
-            return rc;
+        TRY(proj_fwd(m, l, RF_PROJ_O, y->res2, y->atty, w->proj_w, w->proj_b, N, C, C));
         rf_op_residual_fwd(y->res2, y->res2, a->res[l], (size_t)N * C, 0.0f, 0);
         rf_op_layernorm_fwd(y->ln2, y->ln2_mean, y->ln2_rstd, y->res2, w->ln2_w, w->ln2_b, N, C,
                             eps);
-        if ((rc = proj_fwd(m, l, RF_PROJ_UP, y->fch, y->ln2, w->fc_w, w->fc_b, N, C, F))) return rc;
+        TRY(proj_fwd(m, l, RF_PROJ_UP, y->fch, y->ln2, w->fc_w, w->fc_b, N, C, F));
         rf_op_gelu_tanh_fwd(y->fcg, y->fch, (size_t)N * F);
-        if ((rc = proj_fwd(m, l, RF_PROJ_DOWN, a->res[l + 1], y->fcg, w->fcp_w, w->fcp_b, N, F, C)))
-            return rc;
+        TRY(proj_fwd(m, l, RF_PROJ_DOWN, a->res[l + 1], y->fcg, w->fcp_w, w->fcp_b, N, F, C));
         rf_op_residual_fwd(a->res[l + 1], a->res[l + 1], y->res2, (size_t)N * C, 0.0f, 0);
     }
+    if (u1 < n_units) { /* boundary u1 for the stage after */
+        memcpy(out, a->res[u1 - 1], (size_t)N * C * sizeof(float));
+        return RF_OK;
+    }
+    TRY(event(m, L + 1, RF_UNIT_FWD, rf_cu_fwd_next(L + 1, false, u1, n_units, true)));
     rf_op_layernorm_fwd(a->lnf, a->lnf_mean, a->lnf_rstd, a->res[c->n_layer], m->p.lnf_w,
                         m->p.lnf_b, N, C, eps);
+    TRY(event(m, 0, RF_UNIT_FWD, rf_cu_fwd_next(0, true, u1, n_units, true))); /* tied head */
     rf_op_lm_head_fwd(a->logits, a->lnf, m->p.wte, N, C, V);
-    m->logits = a->logits;
-    m->loss = 0;
-    m->counted = 0;
     if (labels)
         m->loss =
             rf_op_causal_xent_fwd(a->lse, a->losses, &m->counted, a->logits, m->labels, B, T, V);
@@ -411,49 +566,71 @@ int rf_gpt2_forward(rf_gpt2 *m, const rf_causal_batch *bt) {
 }
 
 int rf_gpt2_backward(rf_gpt2 *m, float loss_scale) {
+    return rf_gpt2_backward_range(m, loss_scale, 0, rf_gpt2_units(m), NULL, NULL);
+}
+
+int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const float *dout,
+                           float *din) {
     const rf_gpt2_config *c = &m->cfg;
-    if (!m->training || !m->dacts) return rf_fail(RF_ERR_INVALID, "gpt2: training is not enabled");
-    if (!m->has_labels)
+    if (!m->grads && !m->unit_hook && !m->lora) /* (a hook binds the gradient views: ZeRO-2/3) */
+        return rf_fail(RF_ERR_INVALID, "gpt2: training is not enabled");
+    if (!m->dacts && !(m->dacts = calloc(m->nacts, sizeof(float)))) return RF_ERR_NOMEM;
+    int n_units = rf_gpt2_units(m), rc = check_range(m, u0, u1, din, dout);
+    if (rc) return rc;
+    if (u1 == n_units && !m->has_labels)
         return rf_fail(RF_ERR_INVALID, "gpt2: backward needs a forward with labels");
     int B = m->B, T = m->T, N = B * T, C = c->n_embd, F = c->n_inner, NH = c->n_head,
-        V = c->vocab_size;
+        V = c->vocab_size, L = c->n_layer;
     size_t used = layout(m, &m->da, m->dacts, B, T);
     memset(m->dacts, 0, used * sizeof(float));
     rf_gpt2_acts *a = &m->a, *d = &m->da;
 
-    rf_op_causal_xent_bwd(d->logits, a->logits, a->lse, m->labels, B, T, V, loss_scale);
-    rf_op_lm_head_bwd(d->lnf, m->g.wte, d->logits, a->lnf, m->p.wte, N, C, V);
-    rf_op_layernorm_bwd(d->res[c->n_layer], m->g.lnf_w, m->g.lnf_b, d->lnf, a->res[c->n_layer],
-                        m->p.lnf_w, a->lnf_mean, a->lnf_rstd, N, C);
+    if (u1 == n_units) {
+        rf_op_causal_xent_bwd(d->logits, a->logits, a->lse, m->labels, B, T, V, loss_scale);
+        TRY(event(m, 0, RF_UNIT_BWD, rf_cu_bwd_next(0, true, u0, u1))); /* tied head */
+        rf_op_lm_head_bwd(d->lnf, m->g.wte, d->logits, a->lnf, m->p.wte, N, C, V);
+        TRY(event(m, 0, RF_UNIT_BWD_PART, -1));
+        TRY(event(m, L + 1, RF_UNIT_BWD, rf_cu_bwd_next(L + 1, false, u0, u1)));
+        rf_op_layernorm_bwd(d->res[c->n_layer], m->g.lnf_w, m->g.lnf_b, d->lnf, a->res[c->n_layer],
+                            m->p.lnf_w, a->lnf_mean, a->lnf_rstd, N, C);
+        TRY(event(m, L + 1, RF_UNIT_BWD_DONE, -1));
+    } else { /* the gradient of boundary u1 from the stage after */
+        memcpy(d->res[u1 - 1], dout, (size_t)N * C * sizeof(float));
+    }
     for (int l = c->n_layer - 1; l >= 0; l--) {
+        if (l + 1 < u0 || l + 1 >= u1) continue;
+        TRY(event(m, l + 1, RF_UNIT_BWD, rf_cu_bwd_next(l + 1, false, u0, u1)));
         const rf_gpt2_layer *w = &m->p.layers[l];
         rf_gpt2_layer *g = &m->g.layers[l];
         rf_gpt2_acts_layer *y = &a->layers[l], *dy = &d->layers[l];
-        float *dout = d->res[l + 1];
-        int rc;
-        if ((rc = proj_bwd(m, l, RF_PROJ_DOWN, dy->fcg, g->fcp_w, g->fcp_b, dout, y->fcg, w->fcp_w,
-                           N, F, C)))
-            return rc;
+        float *dout_l = d->res[l + 1];
+        TRY(proj_bwd(m, l, RF_PROJ_DOWN, dy->fcg, g->fcp_w, g->fcp_b, dout_l, y->fcg, w->fcp_w, N,
+                     F, C));
         rf_op_gelu_tanh_bwd(dy->fch, y->fch, dy->fcg, (size_t)N * F);
-        if ((rc = proj_bwd(m, l, RF_PROJ_UP, dy->ln2, g->fc_w, g->fc_b, dy->fch, y->ln2, w->fc_w, N,
-                           C, F)))
-            return rc;
+        TRY(proj_bwd(m, l, RF_PROJ_UP, dy->ln2, g->fc_w, g->fc_b, dy->fch, y->ln2, w->fc_w, N, C,
+                     F));
         rf_op_layernorm_bwd(dy->res2, g->ln2_w, g->ln2_b, dy->ln2, y->res2, w->ln2_w, y->ln2_mean,
                             y->ln2_rstd, N, C);
-        rf_op_residual_bwd(dy->res2, NULL, dout, (size_t)N * C, 0.0f, 0);
-        if ((rc = proj_bwd(m, l, RF_PROJ_O, dy->atty, g->proj_w, g->proj_b, dy->res2, y->atty,
-                           w->proj_w, N, C, C)))
-            return rc;
+        rf_op_residual_bwd(dy->res2, NULL, dout_l, (size_t)N * C, 0.0f, 0);
+        TRY(proj_bwd(m, l, RF_PROJ_O, dy->atty, g->proj_w, g->proj_b, dy->res2, y->atty, w->proj_w,
+                     N, C, C));
         /* the attention-probability slot of the gradient arena is the scratch */
         rf_op_causal_attention_bwd(dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NH, NH,
                                    C / NH);
-        if ((rc = proj_bwd(m, l, RF_PROJ_QKV, dy->ln1, g->attn_w, g->attn_b, dy->qkv, y->ln1,
-                           w->attn_w, N, C, 3 * C)))
-            return rc;
+        TRY(proj_bwd(m, l, RF_PROJ_QKV, dy->ln1, g->attn_w, g->attn_b, dy->qkv, y->ln1, w->attn_w,
+                     N, C, 3 * C));
         rf_op_layernorm_bwd(d->res[l], g->ln1_w, g->ln1_b, dy->ln1, a->res[l], w->ln1_w,
                             y->ln1_mean, y->ln1_rstd, N, C);
         rf_op_residual_bwd(d->res[l], NULL, dy->res2, (size_t)N * C, 0.0f, 0);
+        TRY(event(m, l + 1, RF_UNIT_BWD_DONE, -1));
     }
-    if (m->g.wte) rf_op_tokpos_bwd(m->g.wte, m->g.wpe, d->res[0], m->ids, m->pos, B, T, C);
+    if (u0 > 0) { /* the gradient of boundary u0 for the stage before */
+        memcpy(din, d->res[u0 - 1], (size_t)N * C * sizeof(float));
+        return RF_OK;
+    }
+    TRY(event(m, 0, RF_UNIT_BWD, rf_cu_bwd_next(0, false, u0, u1)));
+    if (m->g.wte) /* NULL: a frozen embedding (LoRA) */
+        rf_op_tokpos_bwd(m->g.wte, m->g.wpe, d->res[0], m->ids, m->pos, B, T, C);
+    TRY(event(m, 0, RF_UNIT_BWD_DONE, -1));
     return RF_OK;
 }

@@ -9,9 +9,10 @@
  * code that works on flat blocks applies unchanged. Activations for a batch
  * capacity B x T are one arena, their gradients a second of the same layout.
  *
- * Not yet wired into the backend table, the spec or the driver: forward and
- * backward call ops.h / ops_causal.h directly. No dropout (fine-tuning runs
- * and the parity fixtures use none). */
+ * Trained through the model interface (model_iface.h: model_causal.c);
+ * forward and backward call ops.h / ops_causal.h directly on host memory (the
+ * CPU backend only). No dropout (fine-tuning runs and the parity fixtures
+ * use none). */
 #ifndef RF_TR_GPT2_H
 #define RF_TR_GPT2_H
 
@@ -19,8 +20,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "trainer/model.h"      /* rf_tensor_info */
-#include "trainer/ops_causal.h" /* rf_causal_batch */
+#include "trainer/model.h"       /* rf_tensor_info */
+#include "trainer/model_iface.h" /* rf_model_hook */
+#include "trainer/ops_causal.h"  /* rf_causal_batch */
 
 struct rf_lora; /* lora.h */
 
@@ -60,7 +62,7 @@ typedef struct rf_gpt2 {
     rf_gpt2_config cfg;
     rf_tensor_info *tensors;
     size_t ntensors, nparams;
-    float *params, *grads; /* grads: NULL until rf_gpt2_enable_training, and with LoRA */
+    float *params, *grads; /* grads: NULL until rf_gpt2_enable_training */
     rf_gpt2_params p, g;
 
     int capB, capT;
@@ -77,11 +79,18 @@ typedef struct rf_gpt2 {
     float loss;    /* mean causal-LM loss of the last forward (0 without labels) */
     int counted;   /* tokens the loss counted */
 
+    /* Training through the model interface (model_iface.h, model_causal.c). */
+    float *mom1, *mom2; /* AdamW moments, nmoments floats each */
+    size_t npadded;     /* floats in params and grads (>= nparams, zero tail) */
+    size_t nmoments;
+    bool training;           /* backward allowed (grads may be zero3.c's buffers) */
+    rf_model_hook unit_hook; /* unit events (causal_units.h); NULL: none */
+    void *unit_user;
     /* LoRA (lora.h; not owned, set by rf_lora_attach_gpt2): the projections go
-     * through its adapters, the model's own parameters are frozen (training
-     * allocates no gradient block; backward computes input gradients only). */
+     * through its adapters and the model's own parameters are frozen
+     * (enable_training allocates no gradient block or moments: backward
+     * computes input gradients only). */
     struct rf_lora *lora;
-    bool training; /* rf_gpt2_enable_training was called */
 } rf_gpt2;
 
 /* A model for cfg with every parameter zero. */
@@ -94,8 +103,7 @@ const rf_tensor_info *rf_gpt2_find(const rf_gpt2 *m, const char *name);
  * non-float dtype is an error. */
 int rf_gpt2_load(const char *dir, rf_gpt2 **out);
 
-/* Allocates the gradient block (not with LoRA attached: the base is frozen)
- * and the gradient arena (zeroed). */
+/* Allocates the gradient block and arena (zeroed). */
 int rf_gpt2_enable_training(rf_gpt2 *m);
 int rf_gpt2_zero_grad(rf_gpt2 *m);
 /* Ensures activation capacity for B x T (T <= n_positions). */
@@ -108,5 +116,24 @@ int rf_gpt2_forward(rf_gpt2 *m, const rf_causal_batch *b);
 /* Backward of the last forward (which had labels); ADDS
  * loss_scale * d(loss)/d(param) into m->grads. */
 int rf_gpt2_backward(rf_gpt2 *m, float loss_scale);
+
+/* The model interface's pieces (model_iface.h; units: causal_units.h). The
+ * range calls are forward/backward over units [u0, u1) with the residual
+ * stream entering u0 in `in` / leaving u1-1 in `out` ([B, T, n_embd]) and
+ * their gradients in din / dout; the full range is rf_gpt2_forward /
+ * rf_gpt2_backward, bit for bit. */
+int rf_gpt2_units(const rf_gpt2 *m);
+void rf_gpt2_unit_range(const rf_gpt2 *m, int u, size_t *lo, size_t *hi);
+void rf_gpt2_bind_unit(rf_gpt2 *m, int u, float *p, float *g);
+void rf_gpt2_bind_all(rf_gpt2 *m);
+int rf_gpt2_enable_training_sharded(rf_gpt2 *m, size_t padded, size_t moments);
+void rf_gpt2_release_blocks(rf_gpt2 *m, bool params);
+int rf_gpt2_adopt_params(rf_gpt2 *m, const float *host);
+int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *b, int u0, int u1, const float *in,
+                          float *out);
+int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const float *dout,
+                           float *din);
+/* The unit events of a forward (and backward) over [u0, u1), computing nothing. */
+int rf_gpt2_replay(rf_gpt2 *m, int u0, int u1, bool backward);
 
 #endif

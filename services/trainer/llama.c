@@ -8,6 +8,7 @@
 #include "common/json.h"
 #include "common/sys.h"
 #include "trainer/lora.h"
+#include "trainer/causal_units.h"
 #include "trainer/ops.h"
 #include "trainer/ops_causal.h"
 #include "trainer/safetensors.h"
@@ -160,22 +161,67 @@ static void build_table(rf_llama *m) {
     if (!c->tie_word_embeddings) add(m, "lm_head.weight", c->vocab_size, C);
 }
 
-static void bind(rf_llama *m, rf_llama_params *v, float *base) {
-    const rf_tensor_info *t = m->tensors;
+/* ---- units (causal_units.h) ---- */
+
+int rf_llama_units(const rf_llama *m) {
+    return m->cfg.num_hidden_layers + 2;
+}
+
+static void unit_tensors(const rf_llama *m, int u, size_t *first, size_t *last) {
     int L = m->cfg.num_hidden_layers;
-    v->wte = base + t[0].offset;
-    for (int l = 0; l < L; l++) {
-        const rf_tensor_info *u = t + 1 + PER_LAYER * l;
-        rf_llama_layer *y = &v->layers[l];
-        y->ln1_w = base + u[0].offset;
-        y->qkv_w = base + u[1].offset;
-        y->o_w = base + u[4].offset;
-        y->ln2_w = base + u[5].offset;
-        y->gu_w = base + u[6].offset;
-        y->down_w = base + u[8].offset;
+    *first = u == 0 ? 0 : u <= L ? 1 + PER_LAYER * (size_t)(u - 1) : 1 + PER_LAYER * (size_t)L;
+    *last = u == 0 ? 0 : u <= L ? *first + PER_LAYER - 1 : m->ntensors - 1;
+}
+
+void rf_llama_unit_range(const rf_llama *m, int u, size_t *lo, size_t *hi) {
+    size_t f, l;
+    unit_tensors(m, u, &f, &l);
+    *lo = m->tensors[f].offset;
+    *hi = m->tensors[l].offset + m->tensors[l].numel;
+}
+
+/* Points unit u's views of v at ub, which holds the unit's range [lo, hi). A
+ * tied head is unit 0's embedding. */
+static void bind_unit(rf_llama *m, int u, rf_llama_params *v, float *ub) {
+    const rf_tensor_info *t = m->tensors;
+    size_t lo, hi, f, l;
+    rf_llama_unit_range(m, u, &lo, &hi);
+    unit_tensors(m, u, &f, &l);
+#define AT(i) (ub + (t[i].offset - lo))
+    if (u == 0) {
+        v->wte = AT(0);
+        if (m->cfg.tie_word_embeddings) v->head_w = v->wte;
+    } else if (u <= m->cfg.num_hidden_layers) {
+        rf_llama_layer *y = &v->layers[u - 1];
+        y->ln1_w = AT(f);
+        y->qkv_w = AT(f + 1);
+        y->o_w = AT(f + 4);
+        y->ln2_w = AT(f + 5);
+        y->gu_w = AT(f + 6);
+        y->down_w = AT(f + 8);
+    } else {
+        v->norm_w = AT(f);
+        if (!m->cfg.tie_word_embeddings) v->head_w = AT(f + 1);
     }
-    v->norm_w = base + t[1 + PER_LAYER * L].offset;
-    v->head_w = m->cfg.tie_word_embeddings ? v->wte : base + t[2 + PER_LAYER * L].offset;
+#undef AT
+}
+
+static void bind(rf_llama *m, rf_llama_params *v, float *base) {
+    for (int u = 0; u < rf_llama_units(m); u++) {
+        size_t lo, hi;
+        rf_llama_unit_range(m, u, &lo, &hi);
+        bind_unit(m, u, v, base + lo);
+    }
+}
+
+void rf_llama_bind_unit(rf_llama *m, int u, float *p, float *g) {
+    if (p) bind_unit(m, u, &m->p, p);
+    if (g) bind_unit(m, u, &m->g, g);
+}
+
+void rf_llama_bind_all(rf_llama *m) {
+    if (m->params) bind(m, &m->p, m->params);
+    if (m->grads) bind(m, &m->g, m->grads);
 }
 
 int rf_llama_new(const rf_llama_config *cfg, rf_llama **out) {
@@ -202,6 +248,7 @@ int rf_llama_new(const rf_llama_config *cfg, rf_llama **out) {
         return RF_ERR_NOMEM;
     }
     bind(m, &m->p, m->params);
+    m->npadded = m->nparams;
     *out = m;
     return RF_OK;
 }
@@ -211,6 +258,8 @@ void rf_llama_free(rf_llama *m) {
     free(m->tensors);
     free(m->params);
     free(m->grads);
+    free(m->mom1);
+    free(m->mom2);
     free(m->p.layers);
     free(m->g.layers);
     free(m->a.layers);
@@ -278,12 +327,67 @@ int rf_llama_load(const char *dir, rf_llama **out) {
 }
 
 int rf_llama_enable_training(rf_llama *m) {
-    if (!m->lora && !m->grads) { /* with LoRA the base is frozen: g views stay NULL */
-        if (!(m->grads = calloc(m->nparams, sizeof(float)))) return RF_ERR_NOMEM;
-        bind(m, &m->g, m->grads);
+    return rf_llama_enable_training_sharded(m, m->nparams, m->nparams);
+}
+
+int rf_llama_enable_training_sharded(rf_llama *m, size_t padded, size_t moments) {
+    if (m->lora) { /* LoRA: the base is frozen, no gradient block or moments (g views NULL) */
+        m->training = true;
+        if (m->acts && !m->dacts && !(m->dacts = calloc(m->nacts, sizeof(float))))
+            return RF_ERR_NOMEM;
+        return RF_OK;
     }
+    if (m->grads) return RF_OK;
+    if (padded < m->nparams) padded = m->nparams;
+    if (padded > m->npadded) { /* room for the collectives' padding: params move */
+        float *p = calloc(padded, sizeof(float));
+        if (!p) return RF_ERR_NOMEM;
+        memcpy(p, m->params, m->nparams * sizeof(float));
+        free(m->params);
+        m->params = p;
+        bind(m, &m->p, m->params);
+    }
+    m->npadded = padded;
+    m->nmoments = moments;
+    m->grads = calloc(padded, sizeof(float));
+    m->mom1 = calloc(moments ? moments : 1, sizeof(float));
+    m->mom2 = calloc(moments ? moments : 1, sizeof(float));
+    if (!m->grads || !m->mom1 || !m->mom2)
+        return rf_fail(RF_ERR_NOMEM, "llama: no memory for the training blocks");
+    bind(m, &m->g, m->grads);
     m->training = true;
     if (m->acts && !m->dacts && !(m->dacts = calloc(m->nacts, sizeof(float)))) return RF_ERR_NOMEM;
+    return RF_OK;
+}
+
+void rf_llama_release_blocks(rf_llama *m, bool params) {
+    if (params) {
+        free(m->params);
+        m->params = NULL;
+    }
+    free(m->grads);
+    free(m->mom1);
+    free(m->mom2);
+    m->grads = m->mom1 = m->mom2 = NULL;
+    m->npadded = m->params ? m->npadded : 0;
+    m->nmoments = 0;
+}
+
+int rf_llama_adopt_params(rf_llama *m, const float *host) {
+    if (!m->params) {
+        if (!(m->params = calloc(m->nparams, sizeof(float))))
+            return rf_fail(RF_ERR_NOMEM, "llama: no memory for %zu parameters", m->nparams);
+        m->npadded = m->nparams;
+    }
+    memcpy(m->params, host, m->nparams * sizeof(float));
+    rf_llama_bind_all(m);
+    return RF_OK;
+}
+
+int rf_llama_zero_grad(rf_llama *m) {
+    if (!m->grads && !m->unit_hook)
+        return rf_fail(RF_ERR_INVALID, "llama: training is not enabled");
+    if (m->grads) memset(m->grads, 0, m->npadded * sizeof(float));
     return RF_OK;
 }
 
@@ -299,12 +403,6 @@ static int proj_bwd(rf_llama *m, int l, int slot, float *dx, float *dw, const fl
                     const float *x, const float *w, int N, int IC, int OC) {
     if (m->lora) return rf_lora_bwd(m->lora, l, slot, dx, dw, NULL, dout, x, w, N, IC, OC);
     rf_op_linear_bwd(dx, dw, NULL, dout, x, w, N, IC, OC);
-    return RF_OK;
-}
-
-int rf_llama_zero_grad(rf_llama *m) {
-    if (!m->grads) return rf_fail(RF_ERR_INVALID, "llama: training is not enabled");
-    memset(m->grads, 0, m->nparams * sizeof(float));
     return RF_OK;
 }
 
@@ -353,12 +451,13 @@ int rf_llama_reserve(rf_llama *m, int B, int T) {
     int nB = B > m->capB ? B : m->capB;
     T = T > m->capT ? T : m->capT;
     size_t n = layout(m, &m->a, NULL, nB, T);
-    float *a = calloc(n, sizeof(float)), *d = m->training ? calloc(n, sizeof(float)) : NULL;
+    float *a = calloc(n, sizeof(float)),
+          *d = m->training || m->dacts ? calloc(n, sizeof(float)) : NULL;
     size_t nt = (size_t)nB * T;
     int32_t *ids = malloc(sizeof(int32_t) * nt), *lab = malloc(sizeof(int32_t) * nt),
             *pos = malloc(sizeof(int32_t) * nt), *seg = malloc(sizeof(int32_t) * nt);
     uint8_t *valid = malloc(nt);
-    if (!a || (m->training && !d) || !ids || !lab || !pos || !seg || !valid) {
+    if (!a || ((m->training || m->dacts) && !d) || !ids || !lab || !pos || !seg || !valid) {
         free(a), free(d), free(ids), free(lab), free(pos), free(seg), free(valid);
         return RF_ERR_NOMEM;
     }
@@ -370,12 +469,57 @@ int rf_llama_reserve(rf_llama *m, int B, int T) {
     return RF_OK;
 }
 
+static int event(rf_llama *m, int u, rf_unit_event ev, int next) {
+    return m->unit_hook ? m->unit_hook(m->unit_user, u, ev, next) : RF_OK;
+}
+
+#define TRY(call)                                                                                  \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_) return rc_;                                                                       \
+    } while (0)
+
+static int check_range(const rf_llama *m, int u0, int u1, const float *at_u0, const float *at_u1) {
+    int n = rf_llama_units(m);
+    if (u0 < 0 || u1 > n || u0 >= u1)
+        return rf_fail(RF_ERR_RANGE, "llama: unit range [%d, %d) outside [0, %d)", u0, u1, n);
+    if ((u0 > 0 && !at_u0) || (u1 < n && !at_u1))
+        return rf_fail(RF_ERR_INVALID, "llama: unit range [%d, %d) needs its boundary buffers", u0,
+                       u1);
+    return RF_OK;
+}
+
+int rf_llama_replay(rf_llama *m, int u0, int u1, bool backward) {
+    int n = rf_llama_units(m);
+    bool tied = m->cfg.tie_word_embeddings, head = rf_cu_head_reads_emb(u1, n, tied);
+    for (int u = u0; u < u1; u++)
+        TRY(event(m, u, RF_UNIT_FWD, rf_cu_fwd_next(u, false, u1, n, tied)));
+    if (head) TRY(event(m, 0, RF_UNIT_FWD, rf_cu_fwd_next(0, true, u1, n, tied)));
+    if (!backward) return RF_OK;
+    if (head) {
+        TRY(event(m, 0, RF_UNIT_BWD, rf_cu_bwd_next(0, true, u0, u1)));
+        TRY(event(m, 0, RF_UNIT_BWD_PART, -1));
+    }
+    for (int u = u1 - 1; u >= u0; u--) {
+        TRY(event(m, u, RF_UNIT_BWD, rf_cu_bwd_next(u, false, u0, u1)));
+        TRY(event(m, u, RF_UNIT_BWD_DONE, -1));
+    }
+    return RF_OK;
+}
+
 int rf_llama_forward(rf_llama *m, const rf_causal_batch *bt) {
+    return rf_llama_forward_range(m, bt, 0, rf_llama_units(m), NULL, NULL);
+}
+
+int rf_llama_forward_range(rf_llama *m, const rf_causal_batch *bt, int u0, int u1, const float *in,
+                           float *out) {
     int B = bt->B, T = bt->T;
     const int32_t *ids = bt->ids, *labels = bt->labels;
     const rf_llama_config *c = &m->cfg;
-    int rc = rf_llama_reserve(m, B, T);
-    if (rc || (m->lora && (rc = rf_lora_reserve(m->lora, B * T)))) return rc;
+    int rc = check_range(m, u0, u1, in, out);
+    if (!rc) rc = rf_llama_reserve(m, B, T);
+    if (!rc && m->lora) rc = rf_lora_reserve(m->lora, B * T);
+    if (rc) return rc;
     int N = B * T, C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
     int NH = c->num_attention_heads, NKV = c->num_key_value_heads, hd = c->head_dim;
     int A = NH * hd, W = (NH + 2 * NKV) * hd;
@@ -402,31 +546,45 @@ int rf_llama_forward(rf_llama *m, const rf_causal_batch *bt) {
     m->B = B, m->T = T, m->has_labels = labels != NULL, m->packed = bt->seg != NULL;
     layout(m, &m->a, m->acts, B, T);
     rf_llama_acts *a = &m->a;
+    int L = c->num_hidden_layers, n_units = L + 2;
+    bool tied = c->tie_word_embeddings;
+    m->logits = a->logits;
+    m->loss = 0;
+    m->counted = 0;
+    if (u0 > 0) /* boundary u0 is the residual stream res[u0 - 1] */
+        memcpy(a->res[u0 - 1], in, (size_t)N * C * sizeof(float));
 
-    rf_op_tokpos_fwd(a->res[0], m->ids, m->pos, m->p.wte, NULL, B, T, C);
+    if (u0 == 0) {
+        TRY(event(m, 0, RF_UNIT_FWD, rf_cu_fwd_next(0, false, u1, n_units, tied)));
+        rf_op_tokpos_fwd(a->res[0], m->ids, m->pos, m->p.wte, NULL, B, T, C);
+    }
     for (int l = 0; l < c->num_hidden_layers; l++) {
+        if (l + 1 < u0 || l + 1 >= u1) continue;
+        TRY(event(m, l + 1, RF_UNIT_FWD, rf_cu_fwd_next(l + 1, false, u1, n_units, tied)));
         const rf_llama_layer *w = &m->p.layers[l];
         rf_llama_acts_layer *y = &a->layers[l];
         rf_op_rmsnorm_fwd(y->ln1, y->ln1_rstd, a->res[l], w->ln1_w, N, C, eps);
-        if ((rc = proj_fwd(m, l, RF_PROJ_QKV, y->qkv, y->ln1, w->qkv_w, N, C, W))) return rc;
+        TRY(proj_fwd(m, l, RF_PROJ_QKV, y->qkv, y->ln1, w->qkv_w, N, C, W));
         rf_op_rope_fwd(y->qkv, y->qkv, m->pos, N, T, NH, hd, W, c->rope_theta);
         rf_op_rope_fwd(y->qkv + A, y->qkv + A, m->pos, N, T, NKV, hd, W, c->rope_theta);
         rf_op_causal_attention_fwd(y->atty, y->att, y->qkv, m->valid, m->packed ? m->seg : NULL, B,
                                    T, NH, NKV, hd);
-        if ((rc = proj_fwd(m, l, RF_PROJ_O, y->res2, y->atty, w->o_w, N, A, C))) return rc;
+        TRY(proj_fwd(m, l, RF_PROJ_O, y->res2, y->atty, w->o_w, N, A, C));
         rf_op_residual_fwd(y->res2, y->res2, a->res[l], (size_t)N * C, 0.0f, 0);
         rf_op_rmsnorm_fwd(y->ln2, y->ln2_rstd, y->res2, w->ln2_w, N, C, eps);
-        if ((rc = proj_fwd(m, l, RF_PROJ_UP, y->gu, y->ln2, w->gu_w, N, C, 2 * F))) return rc;
+        TRY(proj_fwd(m, l, RF_PROJ_UP, y->gu, y->ln2, w->gu_w, N, C, 2 * F));
         rf_op_swiglu_fwd(y->act, y->gu, N, F);
-        if ((rc = proj_fwd(m, l, RF_PROJ_DOWN, a->res[l + 1], y->act, w->down_w, N, F, C)))
-            return rc;
+        TRY(proj_fwd(m, l, RF_PROJ_DOWN, a->res[l + 1], y->act, w->down_w, N, F, C));
         rf_op_residual_fwd(a->res[l + 1], a->res[l + 1], y->res2, (size_t)N * C, 0.0f, 0);
     }
+    if (u1 < n_units) { /* boundary u1 for the stage after */
+        memcpy(out, a->res[u1 - 1], (size_t)N * C * sizeof(float));
+        return RF_OK;
+    }
+    TRY(event(m, L + 1, RF_UNIT_FWD, rf_cu_fwd_next(L + 1, false, u1, n_units, tied)));
     rf_op_rmsnorm_fwd(a->lnf, a->lnf_rstd, a->res[c->num_hidden_layers], m->p.norm_w, N, C, eps);
+    if (tied) TRY(event(m, 0, RF_UNIT_FWD, rf_cu_fwd_next(0, true, u1, n_units, tied)));
     rf_op_lm_head_fwd(a->logits, a->lnf, m->p.head_w, N, C, V);
-    m->logits = a->logits;
-    m->loss = 0;
-    m->counted = 0;
     if (labels)
         m->loss =
             rf_op_causal_xent_fwd(a->lse, a->losses, &m->counted, a->logits, m->labels, B, T, V);
@@ -434,38 +592,58 @@ int rf_llama_forward(rf_llama *m, const rf_causal_batch *bt) {
 }
 
 int rf_llama_backward(rf_llama *m, float loss_scale) {
+    return rf_llama_backward_range(m, loss_scale, 0, rf_llama_units(m), NULL, NULL);
+}
+
+int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const float *dout,
+                            float *din) {
     const rf_llama_config *c = &m->cfg;
-    if (!m->training || !m->dacts) return rf_fail(RF_ERR_INVALID, "llama: training is not enabled");
-    if (!m->has_labels)
+    if (!m->grads && !m->unit_hook && !m->lora) /* (a hook binds the gradient views: ZeRO-2/3) */
+        return rf_fail(RF_ERR_INVALID, "llama: training is not enabled");
+    if (!m->dacts && !(m->dacts = calloc(m->nacts, sizeof(float)))) return RF_ERR_NOMEM;
+    int n_units = rf_llama_units(m), rc = check_range(m, u0, u1, din, dout);
+    if (rc) return rc;
+    if (u1 == n_units && !m->has_labels)
         return rf_fail(RF_ERR_INVALID, "llama: backward needs a forward with labels");
     int B = m->B, T = m->T, N = B * T, C = c->hidden_size, F = c->intermediate_size,
         V = c->vocab_size, L = c->num_hidden_layers;
     int NH = c->num_attention_heads, NKV = c->num_key_value_heads, hd = c->head_dim;
     int A = NH * hd, W = (NH + 2 * NKV) * hd;
+    bool tied = c->tie_word_embeddings;
     size_t used = layout(m, &m->da, m->dacts, B, T);
     memset(m->dacts, 0, used * sizeof(float));
     rf_llama_acts *a = &m->a, *d = &m->da;
 
-    rf_op_causal_xent_bwd(d->logits, a->logits, a->lse, m->labels, B, T, V, loss_scale);
-    rf_op_lm_head_bwd(d->lnf, m->g.head_w, d->logits, a->lnf, m->p.head_w, N, C, V);
-    rf_op_rmsnorm_bwd(d->res[L], m->g.norm_w, d->lnf, a->res[L], m->p.norm_w, a->lnf_rstd, N, C);
+    if (u1 == n_units) {
+        rf_op_causal_xent_bwd(d->logits, a->logits, a->lse, m->labels, B, T, V, loss_scale);
+        if (tied)
+            TRY(event(m, 0, RF_UNIT_BWD, rf_cu_bwd_next(0, true, u0, u1)));
+        else
+            TRY(event(m, L + 1, RF_UNIT_BWD, rf_cu_bwd_next(L + 1, false, u0, u1)));
+        rf_op_lm_head_bwd(d->lnf, m->g.head_w, d->logits, a->lnf, m->p.head_w, N, C, V);
+        if (tied) {
+            TRY(event(m, 0, RF_UNIT_BWD_PART, -1));
+            TRY(event(m, L + 1, RF_UNIT_BWD, rf_cu_bwd_next(L + 1, false, u0, u1)));
+        }
+        rf_op_rmsnorm_bwd(d->res[L], m->g.norm_w, d->lnf, a->res[L], m->p.norm_w, a->lnf_rstd, N,
+                          C);
+        TRY(event(m, L + 1, RF_UNIT_BWD_DONE, -1));
+    } else { /* the gradient of boundary u1 from the stage after */
+        memcpy(d->res[u1 - 1], dout, (size_t)N * C * sizeof(float));
+    }
     for (int l = L - 1; l >= 0; l--) {
+        if (l + 1 < u0 || l + 1 >= u1) continue;
+        TRY(event(m, l + 1, RF_UNIT_BWD, rf_cu_bwd_next(l + 1, false, u0, u1)));
         const rf_llama_layer *w = &m->p.layers[l];
         rf_llama_layer *g = &m->g.layers[l];
         rf_llama_acts_layer *y = &a->layers[l], *dy = &d->layers[l];
-        float *dout = d->res[l + 1];
-        int rc;
-        if ((rc = proj_bwd(m, l, RF_PROJ_DOWN, dy->act, g->down_w, dout, y->act, w->down_w, N, F,
-                           C)))
-            return rc;
+        float *dout_l = d->res[l + 1];
+        TRY(proj_bwd(m, l, RF_PROJ_DOWN, dy->act, g->down_w, dout_l, y->act, w->down_w, N, F, C));
         rf_op_swiglu_bwd(dy->gu, dy->act, y->gu, N, F);
-        if ((rc = proj_bwd(m, l, RF_PROJ_UP, dy->ln2, g->gu_w, dy->gu, y->ln2, w->gu_w, N, C,
-                           2 * F)))
-            return rc;
+        TRY(proj_bwd(m, l, RF_PROJ_UP, dy->ln2, g->gu_w, dy->gu, y->ln2, w->gu_w, N, C, 2 * F));
         rf_op_rmsnorm_bwd(dy->res2, g->ln2_w, dy->ln2, y->res2, w->ln2_w, y->ln2_rstd, N, C);
-        rf_op_residual_bwd(dy->res2, NULL, dout, (size_t)N * C, 0.0f, 0);
-        if ((rc = proj_bwd(m, l, RF_PROJ_O, dy->atty, g->o_w, dy->res2, y->atty, w->o_w, N, A, C)))
-            return rc;
+        rf_op_residual_bwd(dy->res2, NULL, dout_l, (size_t)N * C, 0.0f, 0);
+        TRY(proj_bwd(m, l, RF_PROJ_O, dy->atty, g->o_w, dy->res2, y->atty, w->o_w, N, A, C));
         rf_op_causal_attention_bwd(dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NH, NKV, hd);
         /* back through RoPE on q and k; v passes unchanged */
         rf_op_rope_bwd(dy->qkvr, dy->qkv, m->pos, N, T, NH, hd, W, c->rope_theta);
@@ -473,12 +651,18 @@ int rf_llama_backward(rf_llama *m, float loss_scale) {
         for (int n = 0; n < N; n++)
             memcpy(dy->qkvr + (size_t)n * W + A + NKV * hd, dy->qkv + (size_t)n * W + A + NKV * hd,
                    sizeof(float) * NKV * hd);
-        if ((rc = proj_bwd(m, l, RF_PROJ_QKV, dy->ln1, g->qkv_w, dy->qkvr, y->ln1, w->qkv_w, N, C,
-                           W)))
-            return rc;
+        TRY(proj_bwd(m, l, RF_PROJ_QKV, dy->ln1, g->qkv_w, dy->qkvr, y->ln1, w->qkv_w, N, C, W));
         rf_op_rmsnorm_bwd(d->res[l], g->ln1_w, dy->ln1, a->res[l], w->ln1_w, y->ln1_rstd, N, C);
         rf_op_residual_bwd(d->res[l], NULL, dy->res2, (size_t)N * C, 0.0f, 0);
+        TRY(event(m, l + 1, RF_UNIT_BWD_DONE, -1));
     }
-    if (m->g.wte) rf_op_tokpos_bwd(m->g.wte, NULL, d->res[0], m->ids, m->pos, B, T, C);
+    if (u0 > 0) { /* the gradient of boundary u0 for the stage before */
+        memcpy(din, d->res[u0 - 1], (size_t)N * C * sizeof(float));
+        return RF_OK;
+    }
+    TRY(event(m, 0, RF_UNIT_BWD, rf_cu_bwd_next(0, false, u0, u1)));
+    if (m->g.wte) /* NULL: a frozen embedding (LoRA) */
+        rf_op_tokpos_bwd(m->g.wte, NULL, d->res[0], m->ids, m->pos, B, T, C);
+    TRY(event(m, 0, RF_UNIT_BWD_DONE, -1));
     return RF_OK;
 }

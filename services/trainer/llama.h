@@ -9,7 +9,8 @@
  * [(NH + 2 NKV) hd, C] nn.Linear projection, gate_proj and up_proj as one
  * [2F, C] projection (their HF names still map to the sub-ranges).
  *
- * Not yet wired into the backend table, the spec or the driver; no dropout;
+ * Trained through the model interface (model_iface.h: model_causal.c), on
+ * host memory (the CPU backend only); no dropout;
  * rope scaling variants (rope_type other than "default") and attention/MLP
  * biases are refused. */
 #ifndef RF_TR_LLAMA_H
@@ -19,8 +20,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "trainer/model.h"      /* rf_tensor_info */
-#include "trainer/ops_causal.h" /* rf_causal_batch */
+#include "trainer/model.h"       /* rf_tensor_info */
+#include "trainer/model_iface.h" /* rf_model_hook */
+#include "trainer/ops_causal.h"  /* rf_causal_batch */
 
 struct rf_lora; /* lora.h */
 
@@ -70,8 +72,18 @@ typedef struct rf_llama {
     bool has_labels;
     float *logits, loss;
     int counted;
-    struct rf_lora *lora; /* as rf_gpt2.lora: set by rf_lora_attach_llama, not owned */
+
+    /* Training through the model interface (as in gpt2.h). */
+    float *mom1, *mom2;
+    size_t npadded, nmoments;
     bool training;
+    rf_model_hook unit_hook;
+    void *unit_user;
+    /* LoRA (lora.h; not owned, set by rf_lora_attach_llama): the projections go
+     * through its adapters and the model's own parameters are frozen
+     * (enable_training allocates no gradient block or moments: backward
+     * computes input gradients only). */
+    struct rf_lora *lora;
 } rf_llama;
 
 int rf_llama_new(const rf_llama_config *cfg, rf_llama **out);
@@ -86,5 +98,20 @@ int rf_llama_reserve(rf_llama *m, int B, int T);
  * value below max_position_embeddings). */
 int rf_llama_forward(rf_llama *m, const rf_causal_batch *b);
 int rf_llama_backward(rf_llama *m, float loss_scale);
+
+/* The model interface's pieces, as rf_gpt2_* in gpt2.h (units:
+ * causal_units.h; unit L+1 holds model.norm and an untied lm_head). */
+int rf_llama_units(const rf_llama *m);
+void rf_llama_unit_range(const rf_llama *m, int u, size_t *lo, size_t *hi);
+void rf_llama_bind_unit(rf_llama *m, int u, float *p, float *g);
+void rf_llama_bind_all(rf_llama *m);
+int rf_llama_enable_training_sharded(rf_llama *m, size_t padded, size_t moments);
+void rf_llama_release_blocks(rf_llama *m, bool params);
+int rf_llama_adopt_params(rf_llama *m, const float *host);
+int rf_llama_forward_range(rf_llama *m, const rf_causal_batch *b, int u0, int u1, const float *in,
+                           float *out);
+int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const float *dout,
+                            float *din);
+int rf_llama_replay(rf_llama *m, int u0, int u1, bool backward);
 
 #endif

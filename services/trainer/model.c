@@ -9,6 +9,8 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/rng.h"
+#include "trainer/model_tp.h"
+#include "trainer/ops.h"
 #include "trainer/safetensors.h"
 
 /* Allocation through the backend; NULL on failure (its detail in rf_errmsg). */
@@ -28,6 +30,10 @@ static void dev_free(const rf_backend *be, void *p) {
         if (rc_) return rc_;                                                                       \
     } while (0)
 
+static int tp_size(const rf_bert *m) {
+    return m->tp ? m->tp->n : 1;
+}
+
 /* Activation views for one batch capacity; the same layout serves gradients. */
 typedef struct layer_acts {
     float *qkv, *att, *ctx, *res1, *ln1_mean, *ln1_rstd, *x1;
@@ -45,10 +51,14 @@ typedef struct acts {
 /* Lays out acts over base (NULL base: just counts) and returns the float
  * count. The attention probabilities and the attention scratch come last and
  * only when probs is set: nothing takes their gradient, so the gradient arena
- * (probs = false, those views left NULL) ends before them. */
-static size_t layout(const rf_bert_config *c, int B, int T, float *base, acts *a, bool probs) {
+ * (probs = false, those views left NULL) ends before them. With tp ranks
+ * (tpn > 1) the split activations (qkv, attention context and
+ * probabilities, the MLP's intermediate) hold this rank's 1/tpn. */
+static size_t layout(const rf_bert_config *c, int B, int T, float *base, acts *a, bool probs,
+                     int tpn) {
     size_t N = (size_t)B * T, C = c->hidden_size, I = c->intermediate_size, K = c->num_labels;
-    size_t off = 0, P = (size_t)B * c->num_heads * T * T;
+    size_t Cl = C / (size_t)tpn, Il = I / (size_t)tpn;
+    size_t off = 0, P = (size_t)B * (c->num_heads / tpn) * T * T;
 #define TAKE(ptr, n)                                                                               \
     do {                                                                                           \
         if (base) ptr = base + off;                                                                \
@@ -60,14 +70,14 @@ static size_t layout(const rf_bert_config *c, int B, int T, float *base, acts *a
     TAKE(a->x0, N * C);
     for (int l = 0; l < c->num_layers; l++) {
         layer_acts *L = &a->layers[l];
-        TAKE(L->qkv, 3 * N * C);
-        TAKE(L->ctx, N * C);
+        TAKE(L->qkv, 3 * N * Cl);
+        TAKE(L->ctx, N * Cl);
         TAKE(L->res1, N * C);
         TAKE(L->ln1_mean, N);
         TAKE(L->ln1_rstd, N);
         TAKE(L->x1, N * C);
-        TAKE(L->fc_pre, N * I);
-        TAKE(L->fc_act, N * I);
+        TAKE(L->fc_pre, N * Il);
+        TAKE(L->fc_act, N * Il);
         TAKE(L->res2, N * C);
         TAKE(L->ln2_mean, N);
         TAKE(L->ln2_rstd, N);
@@ -305,6 +315,11 @@ void rf_bert_free(rf_bert *m) {
     free(m->p.layers);
     free(m->g.layers);
     free(m->tensors);
+    if (m->tp) {
+        free(m->tp->full);
+        free(m->tp->spans);
+        free(m->tp);
+    }
     free(m);
 }
 
@@ -443,6 +458,10 @@ int rf_bert_load(const char *dir, int num_labels, uint64_t seed, const rf_backen
 }
 
 int rf_bert_save_safetensors(const rf_bert *m, const char *path) {
+    if (m->tp)
+        return rf_fail(RF_ERR_UNSUPPORTED,
+                       "model: %s: a tensor-parallel shard is not a whole model (gather it first)",
+                       path);
     rf_st_out *o = calloc(m->ntensors, sizeof *o);
     float *host = malloc(m->nparams * sizeof(float));
     int rc = o && host ? RF_OK : RF_ERR_NOMEM;
@@ -509,7 +528,8 @@ int rf_bert_reserve(rf_bert *m, int B, int T) {
     layer_acts *la = calloc((size_t)m->cfg.num_layers, sizeof *la);
     if (!la) return RF_ERR_NOMEM;
     acts a = {.layers = la};
-    size_t n = layout(&m->cfg, B, T, NULL, &a, true), ng = layout(&m->cfg, B, T, NULL, &a, false);
+    size_t n = layout(&m->cfg, B, T, NULL, &a, true, tp_size(m)),
+           ng = layout(&m->cfg, B, T, NULL, &a, false, tp_size(m));
     free(la);
     dev_free(be, m->acts);
     dev_free(be, m->dacts);
@@ -544,12 +564,43 @@ static uint64_t site_seed(uint64_t seed, uint64_t site) {
     return x ^ (x >> 32);
 }
 
+/* Boundary u of the residual stream (1 <= u <= num_layers + 1): the input of
+ * unit u, in an activation-shaped arena (acts or dacts). */
+static float *boundary_slot(const rf_bert_config *c, acts *a, int u) {
+    return u == 1 ? a->x0 : a->layers[u - 2].x2;
+}
+
+size_t rf_bert_boundary_floats(const rf_bert *m, int B, int T, int u) {
+    /* the last layer keeps only the [CLS] rows: the head's input is [B, 1, C] */
+    size_t rows = u == m->cfg.num_layers + 1 ? (size_t)B : (size_t)B * T;
+    return rows * (size_t)m->cfg.hidden_size;
+}
+
+/* at_u0, at_u1: the boundary buffers of the range's ends (input and output
+ * forward, their gradients backward). */
+static int check_range(const rf_bert *m, int u0, int u1, const float *at_u0, const float *at_u1) {
+    int n = rf_bert_units(m);
+    if (u0 < 0 || u1 > n || u0 >= u1)
+        return rf_fail(RF_ERR_RANGE, "model: unit range [%d, %d) outside [0, %d)", u0, u1, n);
+    if ((u0 > 0 && !at_u0) || (u1 < n && !at_u1))
+        return rf_fail(RF_ERR_INVALID, "model: unit range [%d, %d) needs its boundary buffers", u0,
+                       u1);
+    return RF_OK;
+}
+
 int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout_seed) {
+    return rf_bert_forward_range(m, bt, train, dropout_seed, 0, rf_bert_units(m), NULL, NULL);
+}
+
+int rf_bert_forward_range(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout_seed, int u0,
+                          int u1, const float *in, float *out) {
     const rf_bert_config *c = &m->cfg;
     const rf_backend *be = m->be;
     int B = bt->B, T = bt->T, C = c->hidden_size, I = c->intermediate_size, K = c->num_labels;
     size_t N = (size_t)B * T;
     if (B <= 0 || T <= 0) return rf_fail(RF_ERR_INVALID, "model: empty batch");
+    int rc = check_range(m, u0, u1, in, out);
+    if (rc) return rc;
     for (size_t i = 0; i < N; i++) {
         if (bt->ids[i] < 0 || bt->ids[i] >= c->vocab_size)
             return rf_fail(RF_ERR_RANGE, "model: token id %d outside the vocabulary (%d)",
@@ -561,7 +612,7 @@ int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout
     for (int b = 0; bt->labels && b < B; b++)
         if (bt->labels[b] >= K)
             return rf_fail(RF_ERR_RANGE, "model: label %d outside [0, %d)", bt->labels[b], K);
-    int rc = rf_bert_reserve(m, B, T);
+    rc = rf_bert_reserve(m, B, T);
     if (rc) return rc;
     TRY(be->to_device(be, m->ids_dev, bt->ids, N * sizeof(int32_t)));
     TRY(be->to_device(be, m->types_dev, bt->types, N * sizeof(int32_t)));
@@ -571,20 +622,33 @@ int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout
     m->last_train = train;
     m->last_seed = dropout_seed;
 
+    struct rf_bert_tp *tp = m->tp;
+    int Cl = tp ? tp->Cl : C, Il = tp ? tp->Il : I;
     layer_acts la[c->num_layers];
     acts a = {.layers = la};
-    layout(c, B, T, m->acts, &a, true);
+    layout(c, B, T, m->acts, &a, true, tp_size(m));
     float ph = train ? c->hidden_dropout : 0, pa = train ? c->attention_dropout : 0,
           pc = train ? c->classifier_dropout : 0;
+    int head = c->num_layers + 1;
+    if (u0 > 0) /* the residual stream from the stage before */
+        TRY(be->copy(be, boundary_slot(c, &a, u0), in,
+                     rf_bert_boundary_floats(m, B, T, u0) * sizeof(float)));
 
-    TRY(unit_event(m, 0, RF_UNIT_FWD));
-    TRY(be->embed_fwd(be, a.emb_in, m->ids_dev, m->types_dev, m->p.wte, m->p.wpe, m->p.wtt, B, T,
-                      C));
-    TRY(be->layernorm_fwd(be, a.x0, a.emb_mean, a.emb_rstd, a.emb_in, m->p.eln_w, m->p.eln_b,
-                          (int)N, C, c->layer_norm_eps));
-    TRY(be->dropout_fwd(be, a.x0, a.x0, N * C, ph, site_seed(dropout_seed, 0)));
-    const float *x = a.x0;
+    if (u0 == 0) {
+        TRY(unit_event(m, 0, RF_UNIT_FWD));
+        if (tp)
+            TRY(tp->embed_fwd(tp->c, a.emb_in, m->ids_dev, m->types_dev, m->p.wte, &tp->vocab,
+                              m->p.wpe, m->p.wtt, B, T, C));
+        else
+            TRY(be->embed_fwd(be, a.emb_in, m->ids_dev, m->types_dev, m->p.wte, m->p.wpe, m->p.wtt,
+                              B, T, C));
+        TRY(be->layernorm_fwd(be, a.x0, a.emb_mean, a.emb_rstd, a.emb_in, m->p.eln_w, m->p.eln_b,
+                              (int)N, C, c->layer_norm_eps));
+        TRY(be->dropout_fwd(be, a.x0, a.x0, N * C, ph, site_seed(dropout_seed, 0)));
+    }
     for (int l = 0; l < c->num_layers; l++) {
+        if (1 + l < u0 || 1 + l >= u1) continue;
+        const float *x = l ? la[l - 1].x2 : a.x0;
         TRY(unit_event(m, 1 + l, RF_UNIT_FWD));
         const rf_bert_layer *P = &m->p.layers[l];
         layer_acts *L = &la[l];
@@ -600,32 +664,51 @@ int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout
                 TRY(be->copy(be, a.cls + (size_t)b * C, x + (size_t)b * T * C, C * sizeof(float)));
             xq = a.cls;
         }
-        TRY(be->linear_fwd(be, L->qkv, x, P->qkv_w, P->qkv_b, (int)N, C, 3 * C));
-        TRY(be->attention_fwd(be, L->ctx, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq, C,
-                              c->num_heads, pa, site_seed(dropout_seed, s)));
-        TRY(be->linear_fwd(be, L->res1, L->ctx, P->ao_w, P->ao_b, (int)Nq, C, C));
+        if (tp) { /* QKV column-parallel by heads, attention on the local heads, output
+                   * projection row-parallel (one all-reduce) */
+            TRY(tp->qkv_fwd(L->qkv, x, P->qkv_w, P->qkv_b, Cl, (int)N, C, Cl));
+            rf_op_attention_heads_fwd(L->ctx, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq,
+                                      Cl, tp->NHl, tp->h0, c->num_heads, pa,
+                                      site_seed(dropout_seed, s));
+            TRY(tp->rowpar_fwd(tp->c, L->res1, L->ctx, Cl, P->ao_w, Cl, P->ao_b, (int)Nq, Cl, C));
+        } else {
+            TRY(be->linear_fwd(be, L->qkv, x, P->qkv_w, P->qkv_b, (int)N, C, 3 * C));
+            TRY(be->attention_fwd(be, L->ctx, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq,
+                                  C, c->num_heads, pa, site_seed(dropout_seed, s)));
+            TRY(be->linear_fwd(be, L->res1, L->ctx, P->ao_w, P->ao_b, (int)Nq, C, C));
+        }
         TRY(be->residual_fwd(be, L->res1, L->res1, xq, Nq * C, ph, site_seed(dropout_seed, s + 1)));
         TRY(be->layernorm_fwd(be, L->x1, L->ln1_mean, L->ln1_rstd, L->res1, P->ln1_w, P->ln1_b,
                               (int)Nq, C, c->layer_norm_eps));
-        TRY(be->linear_fwd(be, L->fc_pre, L->x1, P->fc_w, P->fc_b, (int)Nq, C, I));
-        TRY(be->gelu_fwd(be, L->fc_act, L->fc_pre, Nq * I));
-        TRY(be->linear_fwd(be, L->res2, L->fc_act, P->fo_w, P->fo_b, (int)Nq, I, C));
+        if (tp) { /* up column-parallel, down row-parallel (one all-reduce) */
+            TRY(tp->colpar_fwd(L->fc_pre, Il, L->x1, P->fc_w, C, P->fc_b, (int)Nq, C, Il));
+            TRY(be->gelu_fwd(be, L->fc_act, L->fc_pre, Nq * Il));
+            TRY(tp->rowpar_fwd(tp->c, L->res2, L->fc_act, Il, P->fo_w, Il, P->fo_b, (int)Nq, Il,
+                               C));
+        } else {
+            TRY(be->linear_fwd(be, L->fc_pre, L->x1, P->fc_w, P->fc_b, (int)Nq, C, I));
+            TRY(be->gelu_fwd(be, L->fc_act, L->fc_pre, Nq * I));
+            TRY(be->linear_fwd(be, L->res2, L->fc_act, P->fo_w, P->fo_b, (int)Nq, I, C));
+        }
         TRY(be->residual_fwd(be, L->res2, L->res2, L->x1, Nq * C, ph,
                              site_seed(dropout_seed, s + 2)));
         TRY(be->layernorm_fwd(be, L->x2, L->ln2_mean, L->ln2_rstd, L->res2, P->ln2_w, P->ln2_b,
                               (int)Nq, C, c->layer_norm_eps));
-        x = L->x2;
     }
-    TRY(unit_event(m, c->num_layers + 1, RF_UNIT_FWD));
-    TRY(be->linear_fwd(be, a.pool_pre, x, m->p.pool_w, m->p.pool_b, B, C, C)); /* x: [B, C] */
-    TRY(be->tanh_fwd(be, a.pooled, a.pool_pre, (size_t)B * C));
-    TRY(be->dropout_fwd(be, a.pooled_drop, a.pooled, (size_t)B * C, pc,
-                        site_seed(dropout_seed, head_site(c))));
-    TRY(be->linear_fwd(be, a.logits, a.pooled_drop, m->p.cls_w, m->p.cls_b, B, C, K));
     m->logits = a.logits;
     m->probs = a.probs;
     m->losses = a.losses;
     m->loss = 0.0f;
+    if (u1 < head + 1) /* the residual stream for the stage after */
+        return be->copy(be, out, boundary_slot(c, &a, u1),
+                        rf_bert_boundary_floats(m, B, T, u1) * sizeof(float));
+    const float *x = la[c->num_layers - 1].x2; /* [B, C]: the [CLS] rows */
+    TRY(unit_event(m, head, RF_UNIT_FWD));
+    TRY(be->linear_fwd(be, a.pool_pre, x, m->p.pool_w, m->p.pool_b, B, C, C));
+    TRY(be->tanh_fwd(be, a.pooled, a.pool_pre, (size_t)B * C));
+    TRY(be->dropout_fwd(be, a.pooled_drop, a.pooled, (size_t)B * C, pc,
+                        site_seed(dropout_seed, head_site(c))));
+    TRY(be->linear_fwd(be, a.logits, a.pooled_drop, m->p.cls_w, m->p.cls_b, B, C, K));
     if (bt->labels)
         TRY(be->xent_fwd(be, &m->loss, a.probs, a.losses, a.logits, m->labels_dev,
                          m->class_weights_dev, B, K));
@@ -633,34 +716,50 @@ int rf_bert_forward(rf_bert *m, const rf_batch *bt, bool train, uint64_t dropout
 }
 
 int rf_bert_backward(rf_bert *m, float loss_scale) {
+    return rf_bert_backward_range(m, loss_scale, 0, rf_bert_units(m), NULL, NULL);
+}
+
+int rf_bert_backward_range(rf_bert *m, float loss_scale, int u0, int u1, const float *dout,
+                           float *din) {
     const rf_bert_config *c = &m->cfg;
     const rf_backend *be = m->be;
     int B = m->last.B, T = m->last.T, C = c->hidden_size, I = c->intermediate_size,
         K = c->num_labels;
     size_t N = (size_t)B * T;
+    int rc = check_range(m, u0, u1, din, dout);
+    if (rc) return rc;
     bool tr = m->last_train;
     uint64_t seed = m->last_seed;
     float ph = tr ? c->hidden_dropout : 0, pa = tr ? c->attention_dropout : 0,
           pc = tr ? c->classifier_dropout : 0;
+    struct rf_bert_tp *tp = m->tp;
+    int Cl = tp ? tp->Cl : C, Il = tp ? tp->Il : I;
     layer_acts la[c->num_layers], dla[c->num_layers];
     acts a = {.layers = la}, d = {.layers = dla};
-    layout(c, B, T, m->acts, &a, true);
-    size_t used = layout(c, B, T, m->dacts, &d, false);
+    layout(c, B, T, m->acts, &a, true, tp_size(m));
+    size_t used = layout(c, B, T, m->dacts, &d, false, tp_size(m));
     TRY(be->zero(be, m->dacts, used * sizeof(float)));
+    int head = c->num_layers + 1, last = c->num_layers - 1;
 
     /* unit events: a hook failure (a collective) ends the backward with its error */
-    TRY(unit_event(m, c->num_layers + 1, RF_UNIT_BWD));
-    TRY(be->xent_bwd(be, d.logits, a.probs, m->labels_dev, m->class_weights_dev, B, K, loss_scale));
-    TRY(be->linear_bwd(be, d.pooled_drop, m->g.cls_w, m->g.cls_b, d.logits, a.pooled_drop,
-                       m->p.cls_w, B, C, K));
-    TRY(be->dropout_bwd(be, d.pooled, d.pooled_drop, (size_t)B * C, pc,
-                        site_seed(seed, head_site(c))));
-    TRY(be->tanh_bwd(be, d.pool_pre, a.pooled, d.pooled, (size_t)B * C));
-    int last = c->num_layers - 1;
-    TRY(be->linear_bwd(be, dla[last].x2, m->g.pool_w, m->g.pool_b, d.pool_pre, la[last].x2,
-                       m->p.pool_w, B, C, C));
-    TRY(unit_event(m, c->num_layers + 1, RF_UNIT_BWD_DONE));
+    if (u1 == head + 1) {
+        TRY(unit_event(m, head, RF_UNIT_BWD));
+        TRY(be->xent_bwd(be, d.logits, a.probs, m->labels_dev, m->class_weights_dev, B, K,
+                         loss_scale));
+        TRY(be->linear_bwd(be, d.pooled_drop, m->g.cls_w, m->g.cls_b, d.logits, a.pooled_drop,
+                           m->p.cls_w, B, C, K));
+        TRY(be->dropout_bwd(be, d.pooled, d.pooled_drop, (size_t)B * C, pc,
+                            site_seed(seed, head_site(c))));
+        TRY(be->tanh_bwd(be, d.pool_pre, a.pooled, d.pooled, (size_t)B * C));
+        TRY(be->linear_bwd(be, dla[last].x2, m->g.pool_w, m->g.pool_b, d.pool_pre, la[last].x2,
+                           m->p.pool_w, B, C, C));
+        TRY(unit_event(m, head, RF_UNIT_BWD_DONE));
+    } else { /* the residual stream's gradient from the stage after */
+        TRY(be->copy(be, boundary_slot(c, &d, u1), dout,
+                     rf_bert_boundary_floats(m, B, T, u1) * sizeof(float)));
+    }
     for (int l = last; l >= 0; l--) {
+        if (1 + l < u0 || 1 + l >= u1) continue;
         TRY(unit_event(m, 1 + l, RF_UNIT_BWD));
         const rf_bert_layer *P = &m->p.layers[l], *G = &m->g.layers[l];
         layer_acts *L = &la[l], *D = &dla[l];
@@ -674,33 +773,61 @@ int rf_bert_backward(rf_bert *m, float loss_scale) {
         TRY(be->layernorm_bwd(be, D->res2, G->ln2_w, G->ln2_b, D->x2, L->res2, P->ln2_w,
                               L->ln2_mean, L->ln2_rstd, (int)Nq, C));
         TRY(be->residual_bwd(be, D->res1, D->x1, D->res2, Nq * C, ph, site_seed(seed, s + 2)));
-        TRY(be->linear_bwd(be, D->fc_act, G->fo_w, G->fo_b, D->res1, L->fc_act, P->fo_w, (int)Nq, I,
-                           C));
-        TRY(be->gelu_bwd(be, D->fc_pre, L->fc_pre, D->fc_act, Nq * I));
-        TRY(be->linear_bwd(be, D->x1, G->fc_w, G->fc_b, D->fc_pre, L->x1, P->fc_w, (int)Nq, C, I));
+        if (tp) { /* down row-parallel (no communication), up column-parallel (one all-reduce
+                   * of d(x1), which holds the replicated residual gradient already) */
+            TRY(tp->rowpar_bwd(D->fc_act, Il, G->fo_w, Il, G->fo_b, D->res1, L->fc_act, P->fo_w,
+                               (int)Nq, Il, C));
+            TRY(be->gelu_bwd(be, D->fc_pre, L->fc_pre, D->fc_act, Nq * Il));
+            TRY(tp->colpar_bwd(tp->c, D->x1, G->fc_w, G->fc_b, C, D->fc_pre, Il, L->x1, P->fc_w,
+                               (int)Nq, C, Il));
+        } else {
+            TRY(be->linear_bwd(be, D->fc_act, G->fo_w, G->fo_b, D->res1, L->fc_act, P->fo_w,
+                               (int)Nq, I, C));
+            TRY(be->gelu_bwd(be, D->fc_pre, L->fc_pre, D->fc_act, Nq * I));
+            TRY(be->linear_bwd(be, D->x1, G->fc_w, G->fc_b, D->fc_pre, L->x1, P->fc_w, (int)Nq, C,
+                               I));
+        }
         /* x1 = LN(res1), res1 = dropout(ao) + xq; D->res2 is scratch for d(ao). */
         TRY(be->zero(be, D->res1, Nq * C * sizeof(float)));
         TRY(be->layernorm_bwd(be, D->res1, G->ln1_w, G->ln1_b, D->x1, L->res1, P->ln1_w,
                               L->ln1_mean, L->ln1_rstd, (int)Nq, C));
         TRY(be->zero(be, D->res2, Nq * C * sizeof(float)));
         TRY(be->residual_bwd(be, D->res2, dxq, D->res1, Nq * C, ph, site_seed(seed, s + 1)));
-        TRY(be->linear_bwd(be, D->ctx, G->ao_w, G->ao_b, D->res2, L->ctx, P->ao_w, (int)Nq, C, C));
-        TRY(be->attention_bwd(be, D->qkv, a.att_scratch, D->ctx, L->qkv, L->att, B, T, Tq, C,
-                              c->num_heads, pa, site_seed(seed, s)));
-        TRY(be->linear_bwd(be, dxin, G->qkv_w, G->qkv_b, D->qkv, x, P->qkv_w, (int)N, C, 3 * C));
+        if (tp) { /* output row-parallel, local heads, QKV column-parallel (one all-reduce) */
+            TRY(tp->rowpar_bwd(D->ctx, Cl, G->ao_w, Cl, G->ao_b, D->res2, L->ctx, P->ao_w, (int)Nq,
+                               Cl, C));
+            rf_op_attention_heads_bwd(D->qkv, a.att_scratch, D->ctx, L->qkv, L->att, B, T, Tq, Cl,
+                                      tp->NHl, tp->h0, c->num_heads, pa, site_seed(seed, s));
+            TRY(tp->qkv_bwd(tp->c, dxin, G->qkv_w, G->qkv_b, Cl, D->qkv, x, P->qkv_w, (int)N, C,
+                            Cl));
+        } else {
+            TRY(be->linear_bwd(be, D->ctx, G->ao_w, G->ao_b, D->res2, L->ctx, P->ao_w, (int)Nq, C,
+                               C));
+            TRY(be->attention_bwd(be, D->qkv, a.att_scratch, D->ctx, L->qkv, L->att, B, T, Tq, C,
+                                  c->num_heads, pa, site_seed(seed, s)));
+            TRY(be->linear_bwd(be, dxin, G->qkv_w, G->qkv_b, D->qkv, x, P->qkv_w, (int)N, C,
+                               3 * C));
+        }
         for (int b = 0; l == last && b < B; b++) /* the [CLS] rows' residual gradient */
             TRY(be->residual_bwd(be, dxin + (size_t)b * T * C, NULL, d.cls + (size_t)b * C, C, 0,
                                  0));
         TRY(unit_event(m, 1 + l, RF_UNIT_BWD_DONE));
     }
+    if (u0 > 0) /* the gradient of the residual stream the stage before sent */
+        return be->copy(be, din, boundary_slot(c, &d, u0),
+                        rf_bert_boundary_floats(m, B, T, u0) * sizeof(float));
     TRY(unit_event(m, 0, RF_UNIT_BWD));
     /* x0 = dropout(LN(emb)): d(LN out) goes to emb_in's slot, LN's input gradient to x0's. */
     TRY(be->dropout_bwd(be, d.emb_in, d.x0, N * C, ph, site_seed(seed, 0)));
     TRY(be->zero(be, d.x0, N * C * sizeof(float)));
     TRY(be->layernorm_bwd(be, d.x0, m->g.eln_w, m->g.eln_b, d.emb_in, a.emb_in, m->p.eln_w,
                           a.emb_mean, a.emb_rstd, (int)N, C));
-    TRY(be->embed_bwd(be, m->g.wte, m->g.wpe, m->g.wtt, d.x0, m->ids_dev, m->types_dev, B, T, C,
-                      c->vocab_size, c->type_vocab_size));
+    if (tp) /* vocabulary-parallel: this rank's rows; no communication */
+        tp->embed_bwd(m->g.wte, m->g.wpe, m->g.wtt, d.x0, m->ids_dev, m->types_dev, &tp->vocab, B,
+                      T, C);
+    else
+        TRY(be->embed_bwd(be, m->g.wte, m->g.wpe, m->g.wtt, d.x0, m->ids_dev, m->types_dev, B, T, C,
+                          c->vocab_size, c->type_vocab_size));
     TRY(unit_event(m, 0, RF_UNIT_BWD_DONE));
     return RF_OK;
 }

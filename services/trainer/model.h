@@ -53,6 +53,8 @@ typedef enum rf_unit_event {
     RF_UNIT_FWD,      /* forward is about to read the unit's parameters */
     RF_UNIT_BWD,      /* backward is about to read them and add into its gradients */
     RF_UNIT_BWD_DONE, /* the unit's gradients of this backward are complete */
+    RF_UNIT_BWD_PART, /* a part of the unit's gradients is done, more comes later in this
+                         backward (a tied head adding into unit 0's embedding; model_iface.h) */
 } rf_unit_event;
 struct rf_bert;
 /* Called at each unit event when set (rf_bert.unit_hook). It may rebind the
@@ -90,6 +92,8 @@ typedef struct rf_bert {
 
     rf_unit_hook unit_hook; /* NULL: none (the views point into params/grads) */
     void *unit_user;
+
+    struct rf_bert_tp *tp; /* tensor parallelism (rf_bert_tp_split); NULL: the whole model */
 } rf_bert;
 
 /* Allocates an uninitialised model for cfg (parameters zero). */
@@ -145,6 +149,61 @@ int rf_bert_reserve(rf_bert *m, int B, int T);
 int rf_bert_forward(rf_bert *m, const rf_batch *batch, bool train, uint64_t dropout_seed);
 /* Backward of the last forward; ADDS loss_scale * d(loss)/d(param) into grads. */
 int rf_bert_backward(rf_bert *m, float loss_scale);
+/* The same over the units [u0, u1) only (pipeline stages, model_iface.h): for
+ * u0 > 0 forward reads the residual stream entering unit u0 from `in`, for
+ * u1 < units it writes the one leaving unit u1 - 1 to `out` (and computes no
+ * logits or loss); backward takes that boundary's gradient from `dout` and
+ * writes the gradient of its input boundary to `din` (u0 > 0). Boundary u
+ * holds rf_bert_boundary_floats(m, B, T, u) floats: [B, T, C], except before
+ * the head ([B, 1, C]: the last layer computes the [CLS] rows only). The full
+ * range is rf_bert_forward / rf_bert_backward, bit for bit. */
+int rf_bert_forward_range(rf_bert *m, const rf_batch *batch, bool train, uint64_t dropout_seed,
+                          int u0, int u1, const float *in, float *out);
+int rf_bert_backward_range(rf_bert *m, float loss_scale, int u0, int u1, const float *dout,
+                           float *din);
+size_t rf_bert_boundary_floats(const rf_bert *m, int B, int T, int u);
 int rf_bert_zero_grad(rf_bert *m);
+
+/* ---- Tensor parallelism (issue 17, Megatron style; tp.h has the ops) ----
+ *
+ * rf_bert_tp_split turns a loaded whole model into this rank's shard for the
+ * tp group `tp` (collective only in that every rank of the group must do the
+ * same; nothing is sent): the attention heads are split (the fused QKV
+ * column-parallel by heads, the output projection row-parallel), the MLP's
+ * up projection column-parallel and its down projection row-parallel, the
+ * word embeddings vocabulary-parallel (rf_tp_vocab_split, padding rows zero);
+ * LayerNorms, position and type embeddings, the row-parallel biases, the
+ * pooler and the classifier are replicated. Afterwards m->tensors has the
+ * same names in the same order with the LOCAL shapes, and params (and the
+ * grads/moments of rf_bert_enable_training*) are this rank's block; forward
+ * and backward run the tp ops (one all-reduce per attention block and per
+ * MLP block each way, one for the embedding in forward) and give every rank
+ * the replicated activations, logits and loss of the whole model. Replicated
+ * parameters get the same gradient on every tp rank. Dropout is independent
+ * of the split: replicated tensors use the same masks on every rank (callers
+ * pass the same seed) and attention masks are per global head.
+ * CPU backend only; call before rf_bert_enable_training. tp of one rank is
+ * allowed (the tp code path on a whole model). RF_ERR_INVALID when the heads
+ * or the intermediate size do not divide by the group size,
+ * RF_ERR_UNSUPPORTED on another backend or with training buffers. */
+struct rf_comm;
+int rf_bert_tp_split(rf_bert *m, struct rf_comm *tp);
+
+/* Where a tp rank's block sits in the whole model's flat block: each span is
+ * n floats at `local` in this rank's block and at `global` in the whole one
+ * (offsets of the whole model's tensor table, in table order); a
+ * row-parallel weight is one span per row. `replicated` spans are held by
+ * every tp rank (the same values), the others by this rank alone. Vocabulary
+ * padding rows are in no span. Returns the span count (0, spans NULL,
+ * without tp). */
+typedef struct rf_tp_span {
+    size_t global, local, n;
+    bool replicated;
+} rf_tp_span;
+size_t rf_bert_tp_spans(const rf_bert *m, const rf_tp_span **spans);
+/* The whole model's parameter count and tensor table (m->nparams and
+ * m->tensors without tp). */
+size_t rf_bert_tp_global_nparams(const rf_bert *m);
+const rf_tensor_info *rf_bert_tp_global_tensors(const rf_bert *m, size_t *n);
 
 #endif

@@ -40,6 +40,26 @@ $(BUILD)/trainer/tp_check: $(BUILD)/obj/tests/trainer/tp_check.o \
 	@echo '  LD     $@'
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(call group,$(filter %.a,$^)) $(LDLIBS)
 
+# The program tests/trainer/pp.test.sh runs under mpirun: the 1F1B executor
+# (pipeline.h) on a toy chain of layers against one process, and its bubble.
+EXTRA_BINS += $(BUILD)/trainer/pp_check
+$(BUILD)/trainer/pp_check: $(BUILD)/obj/tests/trainer/pp_check.o \
+    $(BUILD)/lib/librefinery_trainer.a $(BUILD)/lib/librefinery_comm.a \
+    $(BUILD)/lib/librefinery_common.a
+	@mkdir -p $(@D)
+	@echo '  LD     $@'
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(call group,$(filter %.a,$^)) $(LDLIBS)
+
+# The program tests/trainer/tp_bert.test.sh runs under mpirun: the BERT
+# classifier split for tensor parallelism (rf_bert_tp_split) against the whole one.
+EXTRA_BINS += $(BUILD)/trainer/tp_bert_check
+$(BUILD)/trainer/tp_bert_check: $(BUILD)/obj/tests/trainer/tp_bert_check.o \
+    $(BUILD)/lib/librefinery_trainer.a $(BUILD)/lib/librefinery_tokenizer.a \
+    $(BUILD)/lib/librefinery_comm.a $(BUILD)/lib/librefinery_common.a
+	@mkdir -p $(@D)
+	@echo '  LD     $@'
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(call group,$(filter %.a,$^)) $(LDLIBS)
+
 # Dequantization must round each product as bitsandbytes does (no contraction
 # into fused multiply-adds), so the dequantized weights are its bits.
 $(BUILD)/obj/services/trainer/quant.o: CFLAGS += -ffp-contract=off

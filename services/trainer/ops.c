@@ -264,6 +264,12 @@ static void dropout_block(float *dst, const float *src, size_t n, float p, uint6
 void rf_op_attention_fwd(float *out, float *att, float *scratch, const float *qkv,
                          const uint8_t *valid, int B, int T, int Tq, int C, int NH, float pdrop,
                          uint64_t seed) {
+    rf_op_attention_heads_fwd(out, att, scratch, qkv, valid, B, T, Tq, C, NH, 0, NH, pdrop, seed);
+}
+
+void rf_op_attention_heads_fwd(float *out, float *att, float *scratch, const float *qkv,
+                               const uint8_t *valid, int B, int T, int Tq, int C, int NH, int h0,
+                               int NHall, float pdrop, uint64_t seed) {
     int hs = C / NH, ld = 3 * C;
     size_t blk = (size_t)Tq * T;
     float scale = 1.0f / sqrtf((float)hs);
@@ -277,7 +283,7 @@ void rf_op_attention_fwd(float *out, float *att, float *scratch, const float *qk
         softmax_rows(a, valid + (size_t)b * T, Tq, T);
         if (pdrop > 0) {
             p = scratch + bh * blk;
-            dropout_block(p, a, blk, pdrop, seed, bh * blk);
+            dropout_block(p, a, blk, pdrop, seed, ((size_t)b * NHall + h0 + h) * blk);
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, hs, T, 1.0f, p, T, v, ld, 0.0f,
                     out + (size_t)b * Tq * C + (size_t)h * hs, C);
@@ -288,6 +294,12 @@ void rf_op_attention_fwd(float *out, float *att, float *scratch, const float *qk
 void rf_op_attention_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv,
                          const float *att, int B, int T, int Tq, int C, int NH, float pdrop,
                          uint64_t seed) {
+    rf_op_attention_heads_bwd(dqkv, scratch, dout, qkv, att, B, T, Tq, C, NH, 0, NH, pdrop, seed);
+}
+
+void rf_op_attention_heads_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int Tq, int C, int NH, int h0,
+                               int NHall, float pdrop, uint64_t seed) {
     int hs = C / NH, ld = 3 * C;
     size_t blk = (size_t)Tq * T;
     float scale = 1.0f / sqrtf((float)hs), keep_scale = pdrop > 0 ? 1.0f / (1.0f - pdrop) : 1.0f;
@@ -301,8 +313,9 @@ void rf_op_attention_bwd(float *dqkv, float *scratch, const float *dout, const f
         float *s = scratch + bh * blk;
         /* dv += p_dropped^T d, then s = d v^T = d(p_dropped) */
         const float *pd = a;
+        size_t mask0 = ((size_t)b * NHall + h0 + h) * blk; /* the global head's masks */
         if (pdrop > 0) {
-            dropout_block(s, a, blk, pdrop, seed, bh * blk);
+            dropout_block(s, a, blk, pdrop, seed, mask0);
             pd = s;
         }
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, Tq, 1.0f, pd, T, d, C, 1.0f, dv,
@@ -316,7 +329,7 @@ void rf_op_attention_bwd(float *dqkv, float *scratch, const float *dout, const f
             if (pdrop > 0)
                 for (int j = 0; j < T; j++)
                     sr[j] =
-                        keep(seed, bh * blk + (size_t)t * T + j, pdrop) ? sr[j] * keep_scale : 0.0f;
+                        keep(seed, mask0 + (size_t)t * T + j, pdrop) ? sr[j] * keep_scale : 0.0f;
 #pragma omp simd reduction(+ : dot)
             for (int j = 0; j < T; j++)
                 dot += pr[j] * sr[j];

@@ -48,6 +48,17 @@ void rf_op_attention_fwd(float *out, float *att, float *scratch, const float *qk
 void rf_op_attention_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv,
                          const float *att, int B, int T, int Tq, int C, int NH, float pdrop,
                          uint64_t seed);
+/* The same on heads [h0, h0 + NH) of a layer of NHall heads (tensor
+ * parallelism: qkv holds only those heads, C = NH * head size columns of each
+ * of q, k and v): the dropout mask of local head h is the one of global head
+ * h0 + h, so masks do not depend on how the heads are split. h0 = 0 and
+ * NHall = NH is rf_op_attention_fwd/bwd. */
+void rf_op_attention_heads_fwd(float *out, float *att, float *scratch, const float *qkv,
+                               const uint8_t *valid, int B, int T, int Tq, int C, int NH, int h0,
+                               int NHall, float pdrop, uint64_t seed);
+void rf_op_attention_heads_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int Tq, int C, int NH, int h0,
+                               int NHall, float pdrop, uint64_t seed);
 
 /* GELU with the exact erf form (BERT's "gelu"), erf to within a few ulp. */
 void rf_op_gelu_fwd(float *out, const float *inp, size_t n);

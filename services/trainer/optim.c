@@ -17,11 +17,16 @@ float rf_adamw_lr(const rf_adamw *o, long step) {
     return o->lr * (float)(f > 0 ? f : 0);
 }
 
-int rf_grad_norm_ex(const rf_bert *m, float *norm) {
+static int grad_norm(const rf_model_blocks *m, float *norm) {
     double s = 0;
     int rc = m->be->sumsq(m->be, &s, m->grads, m->nparams);
     *norm = rc ? NAN : (float)sqrt(s);
     return rc;
+}
+
+int rf_grad_norm_ex(const rf_bert *m, float *norm) {
+    rf_model_blocks b = rf_bert_blocks(m);
+    return grad_norm(&b, norm);
 }
 
 float rf_grad_norm(const rf_bert *m) {
@@ -31,7 +36,12 @@ float rf_grad_norm(const rf_bert *m) {
 }
 
 int rf_clip_grads_ex(rf_bert *m, float clip_norm, float *norm) {
-    int rc = rf_grad_norm_ex(m, norm);
+    rf_model_blocks b = rf_bert_blocks(m);
+    return rf_optim_clip(&b, clip_norm, norm);
+}
+
+int rf_optim_clip(const rf_model_blocks *m, float clip_norm, float *norm) {
+    int rc = grad_norm(m, norm);
     if (rc || clip_norm <= 0) return rc;
     float coef = clip_norm / (*norm + 1e-6f); /* torch's clip_grad_norm_ formula */
     if (coef < 1.0f) rc = m->be->scale(m->be, m->grads, m->nparams, coef);
@@ -46,6 +56,12 @@ float rf_clip_grads(rf_bert *m, float clip_norm) {
 
 int rf_adamw_update(rf_bert *m, const rf_adamw *o, long step, float lr, size_t lo, size_t hi,
                     float *mom1, float *mom2) {
+    rf_model_blocks b = rf_bert_blocks(m);
+    return rf_optim_adamw(&b, o, step, lr, lo, hi, mom1, mom2);
+}
+
+int rf_optim_adamw(const rf_model_blocks *m, const rf_adamw *o, long step, float lr, size_t lo,
+                   size_t hi, float *mom1, float *mom2) {
     rf_param_span *spans = malloc(m->ntensors * sizeof *spans);
     if (!spans) return rf_fail(RF_ERR_NOMEM, "adamw: no memory for %zu spans", m->ntensors);
     for (size_t t = 0; t < m->ntensors; t++)
@@ -68,6 +84,13 @@ void rf_adamw_step_range(rf_bert *m, const rf_adamw *o, long step, float lr, siz
 
 int rf_adamw_step_blocks(const rf_bert *m, const rf_adamw *o, long step, float lr, size_t lo,
                          size_t hi, float *params, const float *grads, float *mom1, float *mom2) {
+    rf_model_blocks b = rf_bert_blocks(m);
+    return rf_optim_adamw_pieces(&b, o, step, lr, lo, hi, params, grads, mom1, mom2);
+}
+
+int rf_optim_adamw_pieces(const rf_model_blocks *m, const rf_adamw *o, long step, float lr,
+                          size_t lo, size_t hi, float *params, const float *grads, float *mom1,
+                          float *mom2) {
     /* The backend's adamw indexes params/grads by absolute offset and the
      * moments from lo; here all four start at lo, so the spans are moved to the
      * range's own coordinates (each cut to [lo, hi), keeping its decay flag). */

@@ -6,6 +6,7 @@
 #define RF_TR_OPTIM_H
 
 #include "trainer/model.h"
+#include "trainer/model_iface.h"
 
 typedef struct rf_adamw {
     float lr, beta1, beta2, eps, weight_decay;
@@ -45,5 +46,14 @@ int rf_grad_norm_ex(const rf_bert *m, float *norm);
 int rf_clip_grads_ex(rf_bert *m, float clip_norm, float *norm);
 int rf_adamw_update(rf_bert *m, const rf_adamw *o, long step, float lr, size_t lo, size_t hi,
                     float *mom1, float *mom2);
+
+/* The same on any model's blocks (model_iface.h): rf_clip_grads_ex,
+ * rf_adamw_update and rf_adamw_step_blocks are these on an rf_bert's. */
+int rf_optim_clip(const rf_model_blocks *b, float clip_norm, float *norm);
+int rf_optim_adamw(const rf_model_blocks *b, const rf_adamw *o, long step, float lr, size_t lo,
+                   size_t hi, float *mom1, float *mom2);
+int rf_optim_adamw_pieces(const rf_model_blocks *b, const rf_adamw *o, long step, float lr,
+                          size_t lo, size_t hi, float *params, const float *grads, float *mom1,
+                          float *mom2);
 
 #endif

@@ -9,24 +9,43 @@
 #include "common/error.h"
 #include "trainer/backend.h"
 
-const char *const rf_trainer_spec_keys[] = {"model",        "train",
-                                            "eval",         "output",
-                                            "export",       "num_labels",
-                                            "epochs",       "max_steps",
-                                            "batch_size",   "grad_accum",
-                                            "max_len",      "lr",
-                                            "weight_decay", "warmup_ratio",
-                                            "warmup_steps", "clip_norm",
-                                            "beta1",        "beta2",
-                                            "eps",          "seed",
-                                            "dropout",      "checkpoint_every",
-                                            "log_every",    "resume",
-                                            "threads",      "eval_batch_size",
-                                            "shuffle",      "class_weights",
-                                            "sampler",      "parallel",
-                                            "stop_after",   "cache",
-                                            "retries",      "resources",
-                                            "device",       NULL};
+const char *const rf_trainer_spec_keys[] = {"model",
+                                            "train",
+                                            "eval",
+                                            "output",
+                                            "export",
+                                            "num_labels",
+                                            "epochs",
+                                            "max_steps",
+                                            "batch_size",
+                                            "grad_accum",
+                                            "max_len",
+                                            "lr",
+                                            "weight_decay",
+                                            "warmup_ratio",
+                                            "warmup_steps",
+                                            "clip_norm",
+                                            "beta1",
+                                            "beta2",
+                                            "eps",
+                                            "seed",
+                                            "dropout",
+                                            "checkpoint_every",
+                                            "log_every",
+                                            "resume",
+                                            "threads",
+                                            "eval_batch_size",
+                                            "shuffle",
+                                            "class_weights",
+                                            "sampler",
+                                            "parallel",
+                                            "stop_after",
+                                            "cache",
+                                            "retries",
+                                            "resources",
+                                            "device",
+                                            "task",
+                                            NULL};
 
 /* "spec.yaml:31: trainer.class_weights[1]: " (no line for environment values). */
 static int cw_fail(const rf_cfg *v, const char *what, const char *got) {
@@ -110,6 +129,10 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
         if ((rc = rf_cfg_real(n, key, def, lo, hi, &d))) return rc;                                \
         dst = d;                                                                                   \
     } while (0)
+    static const char *const tasks[] = {"classify", "causal_lm", NULL};
+    int task;
+    if ((rc = rf_cfg_enum(n, "task", tasks, 0, &task))) return rc;
+    s->task = task == 1 ? RF_TASK_CAUSAL_LM : RF_TASK_CLASSIFY;
     STR("model", s->model, NULL);
     STR("train", s->train, NULL);
     STR("eval", s->eval, NULL);
@@ -171,6 +194,14 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
 #undef STR
 #undef INT
 #undef REAL
+    if (s->task == RF_TASK_CAUSAL_LM) { /* what only a classifier has */
+        static const char *const cls_only[] = {"num_labels", "class_weights", "sampler"};
+        for (size_t i = 0; i < sizeof cls_only / sizeof *cls_only; i++)
+            if (rf_cfg_get(n, cls_only[i]))
+                return rf_fail(RF_ERR_INVALID,
+                               "trainer.%s: applies to task: classify only (this is causal_lm)",
+                               cls_only[i]);
+    }
     if (!s->model)
         return rf_fail(RF_ERR_INVALID, "trainer.model: required (a Hugging Face model folder)");
     return RF_OK;

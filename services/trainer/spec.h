@@ -1,7 +1,15 @@
 /* The `trainer:` section of a pipeline spec, shared by `refinery train` and the
  * embedded stage. Keys (all optional except model):
- *   model            pretrained Hugging Face folder (config.json + model.safetensors)
+ *   task             classify (default: BertForSequenceClassification, one label
+ *                    per sequence) | causal_lm (GPT-2 or Llama: next-token
+ *                    prediction, continued pretraining or SFT; data as in
+ *                    lm_data.h, packed into rows of max_len with one segment per
+ *                    document; num_labels, class_weights and sampler do not apply)
+ *   model            pretrained Hugging Face folder (config.json + model.safetensors);
+ *                    its model_type must fit the task (bert; gpt2 or llama)
  *   train, eval      data: token shard prefix/directory or JSONL documents
+ *                    (causal_lm: also {"prompt","completion"} lines and .txt/.raw
+ *                    text, lm_data.h)
  *   output           working dir: checkpoint.bin, train.json (CLI default: trainer-out)
  *   export           HF folder written at the end (CLI default: <output>/model)
  *   num_labels       0 = largest label in the training data + 1
@@ -29,7 +37,8 @@ typedef struct rf_trainer_spec {
     const char *model, *train, *eval, *output, *export_dir; /* strings live in the rf_cfg tree */
     const char *device; /* "cpu" (default), "cuda", "cuda-bf16"; the evaluator follows it */
     int num_labels, max_len, threads, eval_batch_size;
-    int dp; /* parallel.dp (1 when absent); the ZeRO stage is opts.zero */
+    int dp;             /* parallel.dp (1 when absent); the ZeRO stage is opts.zero */
+    rf_model_task task; /* trainer.task */
     rf_train_opts opts;
 } rf_trainer_spec;
 

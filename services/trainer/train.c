@@ -14,6 +14,7 @@
 #include "common/sys.h"
 #include "common/obs.h"
 #include "trainer/checkpoint.h"
+#include "trainer/lm_data.h"
 #include "trainer/zero3.h"
 #include "comm/comm.h"
 
@@ -115,6 +116,7 @@ static rf_train_ident run_ident(const rf_dataset *d, const rf_train_opts *o, con
     for (size_t i = 0; i < d->n; i++) {
         id.data = rf_hash64(d->tokens + d->start[i], d->len[i] * sizeof *d->tokens, id.data);
         id.data = rf_hash64(&d->label[i], sizeof d->label[i], id.data);
+        if (d->tflags) id.data = rf_hash64(d->tflags + d->start[i], d->len[i], id.data);
     }
     float f[] = {a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->clip_norm};
     uint64_t u[] = {(uint64_t)a->total_steps,
@@ -216,7 +218,7 @@ typedef struct dp_group {
     uint64_t z3_bytes;    /* rf_zero3_bytes already counted in bytes */
     /* zero 0/1: the gradient all-reduce in buckets, one per model unit (see
      * bucket_hook); bucket[u] is unit u's pending request */
-    rf_bert *m;
+    rf_model *m;
     rf_comm_req **bucket;
     bool *started;
     int nbuckets;
@@ -244,7 +246,7 @@ static int dp_allreduce(dp_group *g, void *buf, size_t n, rf_comm_dtype t, rf_co
 }
 
 /* The parameters after each rank updated its shard: all-gather in place. */
-static int dp_gather_params(dp_group *g, rf_bert *m) {
+static int dp_gather_params(dp_group *g, const rf_model_blocks *m) {
     g->bytes += (uint64_t)(g->world - 1) * g->block * sizeof(float);
     int rc = rf_comm_allgather(g->c, m->params + (size_t)g->rank * g->block, m->params, g->block,
                                RF_COMM_F32);
@@ -265,16 +267,24 @@ static int dp_gather_params(dp_group *g, rf_bert *m) {
  * at larger N its algorithm may depend on the message size). */
 static void bucket_start(dp_group *g, int u) {
     size_t lo, hi;
-    rf_bert_unit_range(g->m, u, &lo, &hi);
+    rf_model_blocks mb;
+    int rc = rf_model_unit_range(g->m, u, &lo, &hi);
+    if (!rc) rc = rf_model_blocks_of(g->m, &mb);
+    if (rc) {
+        if (!g->bucket_rc) g->bucket_rc = rc;
+        return;
+    }
     g->bytes += 2 * (uint64_t)(g->world - 1) * (hi - lo) * sizeof(float) / (uint64_t)g->world;
     g->started[u] = true;
-    int rc = rf_comm_iallreduce(g->c, g->m->grads + lo, g->m->grads + lo, hi - lo, RF_COMM_F32,
-                                RF_COMM_SUM, &g->bucket[u]);
+    rc = rf_comm_iallreduce(g->c, mb.grads + lo, mb.grads + lo, hi - lo, RF_COMM_F32, RF_COMM_SUM,
+                            &g->bucket[u]);
     if (rc && !g->bucket_rc) g->bucket_rc = dp_fail(rc, "all-reduce of a gradient bucket");
 }
 
-static int bucket_hook(void *user, rf_bert *m, int u, rf_unit_event ev) {
-    (void)m;
+/* A tied head's part of unit 0's gradient (RF_UNIT_BWD_PART) starts nothing:
+ * the bucket goes when the unit's gradient is complete. */
+static int bucket_hook(void *user, int u, rf_unit_event ev, int next) {
+    (void)next;
     dp_group *g = user;
     if (!g->armed || g->bucket_rc) return RF_OK;
     if (ev == RF_UNIT_BWD)
@@ -304,16 +314,14 @@ static int buckets_finish(dp_group *g) {
 }
 
 /* Installs the bucket hook (zero 0/1 with a group; nothing otherwise). */
-static int buckets_init(dp_group *g, rf_bert *m) {
+static int buckets_init(dp_group *g, rf_model *m) {
     if (!g->c || g->zero >= 2) return RF_OK;
     g->m = m;
-    g->nbuckets = rf_bert_units(m);
+    g->nbuckets = rf_model_units(m);
     g->bucket = calloc((size_t)g->nbuckets, sizeof *g->bucket);
     g->started = calloc((size_t)g->nbuckets, sizeof *g->started);
     if (!g->bucket || !g->started) return RF_ERR_NOMEM;
-    m->unit_hook = bucket_hook;
-    m->unit_user = g;
-    return RF_OK;
+    return rf_model_set_hook(m, bucket_hook, g);
 }
 
 static void buckets_free(dp_group *g) {
@@ -321,18 +329,21 @@ static void buckets_free(dp_group *g) {
     g->armed = false;
     for (int u = 0; u < g->nbuckets; u++)
         rf_comm_wait(g->bucket[u]); /* after an error: nothing may stay pending */
-    if (g->m->unit_hook == bucket_hook) {
-        g->m->unit_hook = NULL;
-        g->m->unit_user = NULL;
-    }
+    if (g->m->hook == bucket_hook) (void)rf_model_set_hook(g->m, NULL, NULL);
     free(g->bucket);
     free(g->started);
     g->bucket = NULL;
 }
 
-/* The weight of sequences idx[0..n): the loss's denominator (see rf_op_xent_fwd). */
+/* The weight of sequences idx[0..n): the loss's denominator (see rf_op_xent_fwd);
+ * for causal-LM rows the tokens they make the model predict (lm_data.h). */
 static double batch_weight(const rf_dataset *d, const size_t *idx, size_t n, const float *cw) {
     double w = 0;
+    if (d->tflags) {
+        for (size_t i = 0; i < n; i++)
+            w += rf_lm_row_targets(d, idx[i]);
+        return w;
+    }
     for (size_t i = 0; i < n; i++)
         w += cw ? (double)cw[d->label[idx[i]]] : 1.0;
     return w;
@@ -340,32 +351,35 @@ static double batch_weight(const rf_dataset *d, const size_t *idx, size_t n, con
 
 /* Gradient sync, clipping and the AdamW step of one optimizer step; returns
  * the global gradient norm before clipping in *norm. */
-static int dp_step(dp_group *g, rf_bert *m, const rf_adamw *opt, long step, float lr, float *norm) {
+static int dp_step(dp_group *g, rf_model *model, const rf_adamw *opt, long step, float lr,
+                   float *norm) {
     int rc;
     if (g->z3) {
         rc = rf_zero3_step(g->z3, opt, step, lr, norm);
         dp_count_z3(g);
         return rc;
     }
+    rf_model_blocks mb, *m = &mb;
+    if ((rc = rf_model_blocks_of(model, &mb))) return rc;
     if (!g->c) /* one process: exactly the code that ran before data parallelism */
-        return (rc = rf_clip_grads_ex(m, opt->clip_norm, norm))
+        return (rc = rf_optim_clip(m, opt->clip_norm, norm))
                    ? rc
-                   : rf_adamw_update(m, opt, step, lr, 0, m->nparams, m->m, m->v);
+                   : rf_optim_adamw(m, opt, step, lr, 0, m->nparams, m->m, m->v);
     /* zero 0 and 1 (2 and 3 went to rf_zero3_step) */
     bool done = g->reduced; /* by the buckets */
     g->reduced = false;
     if (!done && (rc = dp_allreduce(g, m->grads, m->nparams, RF_COMM_F32, RF_COMM_SUM))) return rc;
     /* every rank: the same full gradient */
-    if ((rc = rf_clip_grads_ex(m, opt->clip_norm, norm))) return rc;
-    if (g->zero == 0) return rf_adamw_update(m, opt, step, lr, 0, m->nparams, m->m, m->v);
-    if ((rc = rf_adamw_update(m, opt, step, lr, g->lo, g->hi, m->m, m->v))) return rc;
+    if ((rc = rf_optim_clip(m, opt->clip_norm, norm))) return rc;
+    if (g->zero == 0) return rf_optim_adamw(m, opt, step, lr, 0, m->nparams, m->m, m->v);
+    if ((rc = rf_optim_adamw(m, opt, step, lr, g->lo, g->hi, m->m, m->v))) return rc;
     return dp_gather_params(g, m);
 }
 
 /* What a zero-2/3 rank holds, as checkpoint pieces (one per unit, plus an
  * empty last slot with `extra`; freed by the caller). At zero 2 the
  * parameters of a piece are in m->params. */
-static rf_ckpt_piece *z3_pieces(rf_zero3 *z, rf_bert *m, bool extra, size_t *npc) {
+static rf_ckpt_piece *z3_pieces(rf_zero3 *z, const rf_model_blocks *m, bool extra, size_t *npc) {
     float *zp, *zm1, *zm2;
     rf_zero3_shards(z, &zp, &zm1, &zm2);
     size_t units = (size_t)rf_zero3_units(z);
@@ -386,7 +400,10 @@ static rf_ckpt_piece *z3_pieces(rf_zero3 *z, rf_bert *m, bool extra, size_t *npc
  * process); its rf_comm_shard range of params and moments (zero 0, where
  * every rank holds the same full state, and zero 1); its piece of every
  * unit (zero 2 and 3). */
-static int dp_save(dp_group *g, const char *out_dir, rf_bert *m, const rf_train_state *st) {
+static int dp_save(dp_group *g, const char *out_dir, rf_model *model, const rf_train_state *st) {
+    rf_model_blocks mb, *m = &mb;
+    int brc = rf_model_blocks_of(model, &mb);
+    if (brc) return brc;
     rf_ckpt_piece one, *pc = &one;
     size_t npc = 1;
     float *staged = NULL; /* device memory (one process only): the blocks copied to the host */
@@ -414,11 +431,10 @@ static int dp_save(dp_group *g, const char *out_dir, rf_bert *m, const rf_train_
      * start writing the next checkpoint before then, because every step
      * between two checkpoints has collectives with rank 0. */
     uint64_t mine[3] = {0, 0, 0}; /* failed, size, hash */
-    int rc =
-        rf_checkpoint_write_shard(out_dir, m, st, g->rank, g->world, pc, npc, &mine[1], &mine[2]);
+    int rc = rf_ckpt_write_shard(out_dir, m, st, g->rank, g->world, pc, npc, &mine[1], &mine[2]);
     if (pc != &one) free(pc);
     free(staged);
-    if (!g->c) return rc ? rc : rf_checkpoint_commit(out_dir, m, st, 1, 0, &mine[1], &mine[2]);
+    if (!g->c) return rc ? rc : rf_ckpt_commit(out_dir, m->nparams, st, 1, 0, &mine[1], &mine[2]);
     mine[0] = rc != RF_OK;
     uint64_t *all = malloc(3 * (size_t)g->world * sizeof *all);
     if (!all) return RF_ERR_NOMEM;
@@ -439,27 +455,46 @@ static int dp_save(dp_group *g, const char *out_dir, rf_bert *m, const rf_train_
             sizes[g->world + w] = all[3 * w + 2];
         }
         if (!rc)
-            rc = rf_checkpoint_commit(out_dir, m, st, g->world, g->zero, sizes, sizes + g->world);
+            rc =
+                rf_ckpt_commit(out_dir, m->nparams, st, g->world, g->zero, sizes, sizes + g->world);
         free(sizes);
     }
     free(all);
     return rc;
 }
 
-/* o->on_checkpoint with the full weights in m: under zero 3 every rank
+/* The caller's checkpoint callback: the model one, or the BERT one on a BERT. */
+static bool has_checkpoint_cb(const rf_train_opts *o) {
+    return o->on_checkpoint_model || o->on_checkpoint;
+}
+
+static int call_checkpoint(const rf_train_opts *o, const rf_model *m,
+                           const rf_train_checkpoint *c) {
+    if (o->on_checkpoint_model) return o->on_checkpoint_model(o->user, m, c);
+    if (!o->on_checkpoint) return RF_OK;
+    if (strcmp(m->ops->name, "bert") != 0)
+        return rf_fail(RF_ERR_INVALID,
+                       "train: on_checkpoint takes a BERT model; a %s model needs "
+                       "on_checkpoint_model",
+                       m->ops->name);
+    return o->on_checkpoint(o->user, (const rf_bert *)m->impl, c);
+}
+
+/* o's checkpoint callback with the full weights in m: under zero 3 every rank
  * gathers them (collective; the ranks agreed at the start that some rank has
  * a callback) and rank 0 calls its own, if it has one. */
-static int with_full_params(dp_group *g, rf_bert *m, const rf_train_opts *o,
+static int with_full_params(dp_group *g, rf_model *m, size_t nparams, const rf_train_opts *o,
                             const rf_train_checkpoint *c) {
     if (!g->z3 || g->zero == 2) /* the full weights are in m: rank 0 alone */
-        return g->rank == 0 && o->on_checkpoint ? o->on_checkpoint(o->user, m, c) : RF_OK;
-    float *full = malloc(m->nparams * sizeof *full);
+        return g->rank == 0 ? call_checkpoint(o, m, c) : RF_OK;
+    float *full = malloc(nparams * sizeof *full);
     if (!full) return rf_fail(RF_ERR_NOMEM, "train: no memory to gather the weights");
     int rc = rf_zero3_gather(g->z3, 0, full);
     dp_count_z3(g);
-    if (!rc && g->rank == 0 && o->on_checkpoint) { /* a transient full copy in m */
-        if (!(rc = rf_bert_adopt_params(m, full))) rc = o->on_checkpoint(o->user, m, c);
-        rf_bert_release_blocks(m, true);
+    if (!rc && g->rank == 0 && has_checkpoint_cb(o)) { /* a transient full copy in m */
+        if (!(rc = rf_model_adopt_params(m, full))) rc = call_checkpoint(o, m, c);
+        int r = rf_model_release_blocks(m, true);
+        if (!rc) rc = r;
     }
     free(full);
     return rc;
@@ -503,16 +538,37 @@ static void write_metrics(FILE *f, uint64_t step, double loss, float lr, float n
     fflush(f);
 }
 
-int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_train_result *res) {
+int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *b, rf_train_result *res) {
+    rf_model m;
+    rf_model_init_bert(&m, b);
+    int rc = rf_train_model(o, data, &m, res);
+    rf_model_free(&m); /* the caller keeps b */
+    return rc;
+}
+
+int rf_train_model(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
+                   rf_train_result *res) {
     memset(res, 0, sizeof *res);
     if (data->n == 0) return rf_fail(RF_ERR_INVALID, "train: no training sequences");
     if (o->batch_size < 1 || o->grad_accum < 1 || o->epochs < 1)
         return rf_fail(RF_ERR_INVALID, "train: batch_size, grad_accum and epochs must be >= 1");
-    for (size_t i = 0; i < data->n; i++)
-        if (data->label[i] < 0 || data->label[i] >= m->cfg.num_labels)
+    rf_model_info info = rf_model_info_of(m);
+    rf_model_blocks mb;
+    int rc = rf_model_blocks_of(m, &mb);
+    if (rc) return rc;
+    const size_t NP = mb.nparams;
+    const bool causal = info.task == RF_TASK_CAUSAL_LM;
+    if (causal != (data->tflags != NULL))
+        return rf_fail(RF_ERR_INVALID, "train: a %s model needs %s data", info.arch,
+                       causal ? "causal-LM (lm_data.h)" : "labelled classification");
+    if (causal && (o->class_weighting != RF_CW_NONE || o->balanced_sampler))
+        return rf_fail(RF_ERR_INVALID, "train: class weights and the balanced sampler are for "
+                                       "classifiers, not a causal LM");
+    for (size_t i = 0; !causal && i < data->n; i++)
+        if (data->label[i] < 0 || data->label[i] >= info.num_labels)
             return rf_fail(RF_ERR_INVALID, "train: sequence %zu has label %d outside [0, %d)", i,
-                           data->label[i], m->cfg.num_labels);
-    dp_group g = {.world = 1, .zero = 0, .lo = 0, .hi = m->nparams, .block = m->nparams};
+                           data->label[i], info.num_labels);
+    dp_group g = {.world = 1, .zero = 0, .lo = 0, .hi = NP, .block = NP};
     if (o->zero < 0 || o->zero > 3)
         return rf_fail(RF_ERR_INVALID, "train: zero stage %d is not a ZeRO stage (0 to 3)",
                        o->zero);
@@ -521,16 +577,17 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
         g.world = rf_comm_world(o->comm);
         g.rank = rf_comm_rank(o->comm);
         g.zero = o->zero;
-        g.block = rf_comm_shard(m->nparams, g.world, g.rank, &g.lo, &g.hi);
+        g.block = rf_comm_shard(NP, g.world, g.rank, &g.lo, &g.hi);
     }
     /* zero 2 and 3 allocate their shards themselves (rf_zero3_new, below) */
     bool flat = g.zero == 1, z3 = g.zero >= 2;
-    int rc = flat ? rf_bert_enable_training_sharded(m, g.block * (size_t)g.world, g.block)
-             : z3 ? RF_OK
-                  : rf_bert_enable_training(m);
+    rc = flat ? rf_model_enable_training(m, g.block * (size_t)g.world, g.block)
+         : z3 ? RF_OK
+              : rf_model_enable_training(m, NP, NP);
+    if (!rc) rc = rf_model_blocks_of(m, &mb);
     if (rc) return rc;
-    if (!z3 && ((flat && m->npadded < g.block * (size_t)g.world) ||
-                m->nmoments < (flat ? g.block : m->nparams)))
+    if (!z3 &&
+        ((flat && mb.npadded < g.block * (size_t)g.world) || mb.nmoments < (flat ? g.block : NP)))
         return rf_fail(RF_ERR_INVALID, "train: training buffers were allocated for another layout");
     if ((rc = rf_mkdir_p(o->out_dir)))
         return rf_fail_ctx(rc, "train: cannot create %s", o->out_dir);
@@ -543,11 +600,11 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
     opt.total_steps = total;
     if (opt.warmup_steps < 0) opt.warmup_steps = (long)ceil(o->warmup_ratio * (double)total);
 
-    int K = m->cfg.num_labels;
-    float cw[K];
+    int K = info.num_labels;
+    float cw[K > 0 ? K : 1];
     bool weighted;
     if ((rc = rf_train_class_weights(o, data, K, cw, &weighted))) return rc;
-    if ((rc = rf_bert_set_class_weights(m, weighted ? cw : NULL))) return rc;
+    if ((rc = rf_model_set_class_weights(m, weighted ? cw : NULL))) return rc;
 
     rf_train_state st = {0};
     rf_rng_seed(&st.rng, o->seed);
@@ -556,8 +613,8 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.bin", o->out_dir);
     struct stat sb;
     if (g.c) { /* every rank starts from rank 0's weights */
-        g.bytes += m->nparams * sizeof(float);
-        if ((rc = rf_comm_broadcast(g.c, m->params, m->nparams, RF_COMM_F32, 0)))
+        g.bytes += NP * sizeof(float);
+        if ((rc = rf_comm_broadcast(g.c, mb.params, NP, RF_COMM_F32, 0)))
             return dp_fail(rc, "broadcast of the initial weights");
     }
     /* zero 2/3: from here on this rank holds its shards only (and at zero 2
@@ -567,19 +624,20 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
         /* a checkpoint of any layout: every rank reads what it holds (all the
          * weights, and the moments of its shard at zero 1 or of its unit
          * pieces at zero 2; its pieces of every unit at zero 3) */
-        if (g.z3) {
+        rc = rf_model_blocks_of(m, &mb);
+        if (!rc && g.z3) {
             size_t npc;
-            rf_ckpt_piece *pc = z3_pieces(g.z3, m, g.zero == 2, &npc);
+            rf_ckpt_piece *pc = z3_pieces(g.z3, &mb, g.zero == 2, &npc);
             if (pc && g.zero == 2) { /* the last slot (left by z3_pieces) takes all params */
                 for (size_t i = 0; i + 1 < npc; i++)
                     pc[i].p = NULL;
-                pc[npc - 1] = (rf_ckpt_piece){0, m->nparams, m->params, NULL, NULL};
+                pc[npc - 1] = (rf_ckpt_piece){0, NP, mb.params, NULL, NULL};
             }
-            rc = pc ? rf_checkpoint_load_pieces(ckpt, m->nparams, &st, pc, npc) : RF_ERR_NOMEM;
+            rc = pc ? rf_checkpoint_load_pieces(ckpt, NP, &st, pc, npc) : RF_ERR_NOMEM;
             free(pc);
-        } else {
-            rc = flat ? rf_checkpoint_load_range(ckpt, m, &st, g.lo, g.hi)
-                      : rf_checkpoint_load(ckpt, m, &st);
+        } else if (!rc) {
+            rc = flat ? rf_ckpt_load_range(ckpt, &mb, &st, g.lo, g.hi)
+                      : rf_ckpt_load_range(ckpt, &mb, &st, 0, NP);
         }
         if (rc) {
             rf_zero3_free(g.z3, false);
@@ -605,23 +663,27 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
                            o->out_dir, (long long)-lohi[1] - 1, (long long)lohi[0] - 1);
         }
         rf_info("trainer", "rank %d of %d (pid %d), zero %d: shard [%zu, %zu) of %zu parameters",
-                g.rank, g.world, (int)getpid(), g.zero, g.lo, g.hi, m->nparams);
+                g.rank, g.world, (int)getpid(), g.zero, g.lo, g.hi, NP);
     }
-    size_t mem[3] = {m->npadded * sizeof(float), m->npadded * sizeof(float),
-                     2 * m->nmoments * sizeof(float)};
+    if ((rc = rf_model_blocks_of(m, &mb))) {
+        rf_zero3_free(g.z3, false);
+        return rc;
+    }
+    size_t mem[3] = {mb.npadded * sizeof(float), mb.npadded * sizeof(float),
+                     2 * mb.nmoments * sizeof(float)};
     if (g.z3) {
         size_t S = rf_zero3_memory_of(g.z3).shard_floats * sizeof(float);
-        mem[0] = g.zero == 3 ? S : m->nparams * sizeof(float);
+        mem[0] = g.zero == 3 ? S : NP * sizeof(float);
         mem[1] = S;
         mem[2] = 2 * S;
     }
     { /* what this rank holds for the optimizer (see the README's ZeRO table) */
-        size_t pb = mem[0], gb = mem[1], mb = mem[2];
+        size_t pb = mem[0], gb = mem[1], mbb = mem[2];
         rf_info("trainer",
                 "rank %d memory: params %zu B, grads %zu B, moments %zu B (%.2f + %.2f + %.2f MiB; "
                 "%zu parameters)",
-                g.rank, pb, gb, mb, (double)pb / 1048576.0, (double)gb / 1048576.0,
-                (double)mb / 1048576.0, m->nparams);
+                g.rank, pb, gb, mbb, (double)pb / 1048576.0, (double)gb / 1048576.0,
+                (double)mbb / 1048576.0, NP);
     }
     FILE *metrics = NULL;
     if (g.rank == 0) {
@@ -653,7 +715,7 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
                 ci.npresent);
     bool stop = false;
     rc = buckets_init(&g, m);
-    uint8_t cb_any = o->on_checkpoint != NULL; /* zero 3 gathers for it on every rank */
+    uint8_t cb_any = has_checkpoint_cb(o); /* zero 3 gathers for it on every rank */
     if (!rc && g.c) rc = dp_allreduce(&g, &cb_any, 1, RF_COMM_U8, RF_COMM_MAX);
     uint64_t bytes_before = g.bytes;
     uint64_t max_epochs = o->max_steps > 0 ? UINT64_MAX : (uint64_t)o->epochs;
@@ -664,10 +726,19 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
             epoch_order(order, n, o->shuffle, o->seed, st.epoch);
         while (!rc && !stop && st.pos < n && (long)st.step < total) {
             /* one optimizer step: up to accum micro-batches */
-            if ((rc = g.z3 ? rf_zero3_zero_grad(g.z3) : rf_bert_zero_grad(m))) break;
+            if ((rc = g.z3 ? rf_zero3_zero_grad(g.z3) : rf_model_zero_grad(m))) break;
             size_t left = n - st.pos, group = (left + B - 1) / B;
             if (group > accum) group = accum;
             double t_step = rf_now(), step_sums[2] = {0, 0}; /* loss sum, tokens */
+            /* causal LM: the loss is the mean over the step's predicted tokens
+             * (every micro-batch and rank of it), so each micro-batch's mean
+             * is weighted by its share of them */
+            double w_step = 0;
+            for (size_t k = 0, at = st.pos; causal && k < group; k++) {
+                size_t nb = n - at < B ? n - at : B;
+                w_step += batch_weight(data, order + at, nb, NULL);
+                at += nb;
+            }
             for (size_t k = 0; k < group && !rc; k++) {
                 g.armed = g.bucket && k + 1 == group;
                 size_t nb = n - st.pos < B ? n - st.pos : B;
@@ -680,14 +751,36 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
                 uint64_t dseed = rf_rng_next(&st.rng);
                 if (e > a) {
                     if ((rc = rf_batch_collate(&bb, data, order + st.pos + a, (int)(e - a)))) break;
-                    rf_batch b = {bb.B, bb.T, bb.ids, bb.types, bb.labels, bb.valid};
-                    if ((rc = rf_bert_forward(m, &b, o->dropout, dseed))) break;
-                    if (!g.c)
-                        rc = rf_bert_backward(m, 1.0f / (float)group);
-                    else if (wg > 0)
-                        rc = rf_bert_backward(m, (float)(wl / wg / (double)group));
+                    rf_model_batch b = {.B = bb.B,
+                                        .T = bb.T,
+                                        .ids = bb.ids,
+                                        .valid = bb.valid,
+                                        .labels = bb.labels,
+                                        .types = bb.types};
+                    if (causal) {
+                        b.pos = bb.pos;
+                        b.seg = bb.seg;
+                    }
+                    if ((rc = rf_model_forward(m, &b, o->dropout, dseed))) break;
+                    if (causal) {
+                        if (wg > 0) rc = rf_model_backward(m, (float)(wl / w_step));
+                    } else if (!g.c) {
+                        rc = rf_model_backward(m, 1.0f / (float)group);
+                    } else if (wg > 0) {
+                        rc = rf_model_backward(m, (float)(wl / wg / (double)group));
+                    }
+                    float loss = 0;
+                    long counted;
+                    if (!rc) rc = rf_model_loss(m, &loss, &counted);
+                    if (!rc && causal && counted != (long)wl)
+                        rc = rf_fail(RF_ERR_INVALID,
+                                     "train: the model counted %ld predicted tokens, the data %.0f",
+                                     counted, wl);
                     if (rc) break;
-                    step_sums[0] += g.c ? (wg > 0 ? (double)m->loss * wl / wg : 0) : m->loss;
+                    if (causal)
+                        step_sums[0] += wg > 0 ? (double)loss * wl / w_step : 0;
+                    else
+                        step_sums[0] += g.c ? (wg > 0 ? (double)loss * wl / wg : 0) : loss;
                     for (size_t i = 0; i < (size_t)bb.B * bb.T; i++)
                         step_sums[1] += bb.valid[i];
                     if (g.z3 && wg > 0 && (rc = rf_zero3_end_backward(g.z3))) break;
@@ -702,19 +795,22 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
             if (rc) break;
             if (g.bucket && (rc = buckets_finish(&g))) break;
             if (g.c && (rc = dp_allreduce(&g, step_sums, 2, RF_COMM_F64, RF_COMM_SUM))) break;
+            /* the step's loss: classifiers the mean of the micro-batches', a
+             * causal LM the token mean over the step */
+            double step_loss = causal ? step_sums[0] : step_sums[0] / (double)group;
             win_loss += step_sums[0];
-            win_n += (long)group;
+            win_n += causal ? 1 : (long)group;
             ck_loss += step_sums[0];
-            ck_n += (long)group;
+            ck_n += causal ? 1 : (long)group;
             tokens += (uint64_t)step_sums[1];
             float gn = 0, lr = rf_adamw_lr(&opt, (long)st.step);
             if ((rc = dp_step(&g, m, &opt, (long)st.step, lr, &gn))) break;
-            write_metrics(metrics, st.step + 1, step_sums[0] / (double)group, lr, gn,
-                          (uint64_t)step_sums[1], rf_now() - t_step, g.bytes - bytes_before);
+            if (!g.z3 && (rc = rf_model_blocks_of(m, &mb))) break;
+            write_metrics(metrics, st.step + 1, step_loss, lr, gn, (uint64_t)step_sums[1],
+                          rf_now() - t_step, g.bytes - bytes_before);
             rf_obs_train_step_done(&(rf_obs_train_step){
-                step_sums[0] / (double)group, lr, gn, step_sums[1], rf_now() - t_step,
-                (double)m->nparams, m->cfg.num_layers, m->cfg.hidden_size, bb.T,
-                4.0 * (2.0 * (double)m->npadded + 2.0 * (double)m->nmoments)});
+                step_loss, lr, gn, step_sums[1], rf_now() - t_step, (double)NP, info.layers,
+                info.hidden, bb.T, 4.0 * (2.0 * (double)mb.npadded + 2.0 * (double)mb.nmoments)});
             bytes_before = g.bytes;
             st.step++;
             done_this_run++;
@@ -746,7 +842,7 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *m, rf_trai
                 double dt = rf_now() - t0;
                 rf_train_checkpoint c = {(long)st.step, total, ck_loss / (double)(ck_n ? ck_n : 1),
                                          lr, dt > 0 ? (double)tokens / dt : 0};
-                rc = with_full_params(&g, m, o, &c);
+                rc = with_full_params(&g, m, NP, o, &c);
                 ck_loss = 0;
                 ck_n = 0;
             }
@@ -800,21 +896,23 @@ static int copy_file(const char *src, const char *dst) {
 }
 
 int rf_export_hf(const rf_bert *m, const char *src_dir, const char *dir) {
+    rf_model w;
+    rf_model_init_bert(&w, (rf_bert *)m); /* save only reads */
+    return rf_export_model(&w, src_dir, dir);
+}
+
+int rf_export_model(const rf_model *m, const char *src_dir, const char *dir) {
     char path[4096], src[4096];
     int rc = rf_mkdir_p(dir);
     if (rc) return rf_fail_ctx(rc, "export: cannot create %s", dir);
-    rf_buf cfg = RF_BUF_INIT;
-    if ((rc = rf_bert_config_to_json(&m->cfg, &cfg))) return rc;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    rc = rf_write_file_atomic(path, cfg.data, cfg.len);
-    rf_buf_free(&cfg);
-    if (rc) return rf_fail_ctx(rc, "export: cannot write %s", path);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if ((rc = rf_bert_save_safetensors(m, path))) return rc;
-    static const char *const tok_files[] = {"tokenizer.json", "vocab.txt", "tokenizer_config.json",
-                                            "special_tokens_map.json"};
+    if ((rc = rf_model_save(m, dir))) return rc;
+    static const char *const tok_files[] = {
+        "tokenizer.json", "vocab.txt",  "tokenizer_config.json", "special_tokens_map.json",
+        "vocab.json",     "merges.txt", "generation_config.json"};
+    bool causal = rf_model_info_of(m).task == RF_TASK_CAUSAL_LM;
     for (size_t i = 0; src_dir && i < sizeof tok_files / sizeof tok_files[0]; i++) {
         struct stat sb;
+        if (i >= 4 && !causal) break; /* a classifier's export: the files it always had */
         snprintf(src, sizeof src, "%s/%s", src_dir, tok_files[i]);
         if (stat(src, &sb) != 0) continue;
         snprintf(path, sizeof path, "%s/%s", dir, tok_files[i]);

@@ -15,6 +15,7 @@
 #include "comm/comm.h"
 #include "trainer/dataset.h"
 #include "trainer/model.h"
+#include "trainer/model_iface.h"
 #include "trainer/optim.h"
 
 /* What rf_train reports at a checkpoint (see rf_train_opts.on_checkpoint). */
@@ -62,6 +63,9 @@ typedef struct rf_train_opts {
      * during the call resumes from the previous checkpoint and calls it again
      * for this step. Non-zero stops training with that error. */
     int (*on_checkpoint)(void *user, const rf_bert *m, const rf_train_checkpoint *c);
+    /* The same for any model (model_iface.h); used instead of on_checkpoint
+     * when set. */
+    int (*on_checkpoint_model)(void *user, const rf_model *m, const rf_train_checkpoint *c);
     void *user;
     /* Data parallelism (see "Data parallel" in train.c). comm NULL or of world
      * size 1: one process, unchanged. Otherwise every rank of comm calls
@@ -99,10 +103,18 @@ int rf_train_class_weights(const rf_train_opts *o, const rf_dataset *d, int K, f
  * draws. Labels must be in [0, K). */
 int rf_train_epoch_order(const rf_train_opts *o, const rf_dataset *d, int K, uint64_t epoch,
                          size_t *order);
+/* Trains any model (model_iface.h). m's hook slot is rf_train's while it runs. */
+int rf_train_model(const rf_train_opts *o, const rf_dataset *train, rf_model *m,
+                   rf_train_result *res);
+/* rf_train_model on a BERT classifier (the caller keeps m). */
 int rf_train(const rf_train_opts *o, const rf_dataset *train, rf_bert *m, rf_train_result *res);
 
-/* Writes an HF folder: config.json (BertForSequenceClassification),
- * model.safetensors, and the tokenizer files found in src_dir (if any). */
+/* Writes an HF folder: the model's config.json and model.safetensors
+ * (rf_model_save), and the tokenizer files found in src_dir (if any:
+ * tokenizer.json, vocab.txt, tokenizer_config.json, special_tokens_map.json,
+ * and for a causal LM also vocab.json, merges.txt, generation_config.json). */
+int rf_export_model(const rf_model *m, const char *src_dir, const char *dir);
+/* rf_export_model of a BERT classifier (BertForSequenceClassification). */
 int rf_export_hf(const rf_bert *m, const char *src_dir, const char *dir);
 
 /* Sets the OpenMP and OpenBLAS thread counts. */

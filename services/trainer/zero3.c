@@ -38,7 +38,8 @@ typedef struct gslot {
  * device pointers to NCCL. */
 struct rf_zero3 {
     rf_comm *c;
-    rf_bert *m;
+    rf_model *m;
+    const rf_backend *be;
     int world, rank, nunits;
     bool shard_params; /* zero 3; false: zero 2 (m->params stays full) */
     unit *u;
@@ -128,8 +129,8 @@ static int p_use(rf_zero3 *z, int u, int next) {
     rc = rf_comm_wait(z->ps[i].req);
     z->ps[i].req = NULL;
     if (rc) return fail(z, rc, "all-gather of the parameters", u);
-    rf_bert_bind_unit(z->m, u, z->ps[i].buf, NULL);
-    return RF_OK;
+    int rc2 = rf_model_bind_unit(z->m, u, z->ps[i].buf, NULL);
+    return rc2 ? fail(z, rc2, "binding the parameters", u) : RF_OK;
 }
 
 /* ---- gradient buffers ---- */
@@ -146,7 +147,7 @@ static int g_finish(rf_zero3 *z, int i) {
         if (rc) {
             fail(z, rc, "reduce-scatter of the gradients", s->unit);
         } else { /* g += block through the backend (residual with p = 0 is a + b; out aliases a) */
-            const rf_backend *be = z->m->be;
+            const rf_backend *be = z->be;
             float *g = z->g + k->soff;
             rc = be->residual_fwd(be, g, g, s->buf + (size_t)z->rank * k->b, k->b, 0.0f, 0);
             if (rc) fail(z, rc, "adding the reduced gradient block", s->unit);
@@ -167,8 +168,8 @@ static int g_begin(rf_zero3 *z, int u) {
     if (!buf) return fail(z, RF_ERR_NOMEM, "no memory for the gradient", u);
     z->gs[i] = (gslot){u, buf, NULL, ++z->seq};
     account(z, 0, (long)(k->b * (size_t)z->world));
-    rf_bert_bind_unit(z->m, u, NULL, buf);
-    return RF_OK;
+    rc = rf_model_bind_unit(z->m, u, NULL, buf);
+    return rc ? fail(z, rc, "binding the gradients", u) : RF_OK;
 }
 
 static int g_done(rf_zero3 *z, int u) {
@@ -185,34 +186,41 @@ static int g_done(rf_zero3 *z, int u) {
     return fail(z, RF_ERR_INVALID, "backward done without a gradient buffer", u);
 }
 
-static int hook(void *user, rf_bert *m, int u, rf_unit_event ev) {
-    (void)m;
+/* next: the model's prefetch hint (model_iface.h). A tied head's part of
+ * unit 0's gradient (RF_UNIT_BWD_PART) is reduce-scattered like a whole
+ * unit's: the shard adds both parts. */
+static int hook(void *user, int u, rf_unit_event ev, int next) {
     rf_zero3 *z = user;
     if (z->rc) return z->rc; /* after a failure nothing more is communicated */
     switch (ev) {
     case RF_UNIT_FWD:
-        return z->shard_params ? p_use(z, u, u + 1 < z->nunits ? u + 1 : -1) : RF_OK;
+        return z->shard_params ? p_use(z, u, next) : RF_OK;
     case RF_UNIT_BWD: {
-        int rc = z->shard_params ? p_use(z, u, u - 1) : RF_OK;
+        int rc = z->shard_params ? p_use(z, u, next) : RF_OK;
         return rc ? rc : g_begin(z, u);
     }
     case RF_UNIT_BWD_DONE:
+    case RF_UNIT_BWD_PART:
         return g_done(z, u);
     }
     return RF_OK;
 }
 
-int rf_zero3_new(rf_comm *c, rf_bert *m, bool shard_params, rf_zero3 **out) {
+int rf_zero3_new(rf_comm *c, rf_model *m, bool shard_params, rf_zero3 **out) {
     *out = NULL;
-    if (!m->params) return rf_fail(RF_ERR_INVALID, "train: zero 3 needs the model's parameters");
+    rf_model_blocks mb;
+    int rc = rf_model_blocks_of(m, &mb);
+    if (rc) return rc;
+    if (!mb.params) return rf_fail(RF_ERR_INVALID, "train: zero 3 needs the model's parameters");
     rf_zero3 *z = calloc(1, sizeof *z);
     if (!z) return RF_ERR_NOMEM;
     z->c = c;
     z->m = m;
+    z->be = mb.be;
     z->shard_params = shard_params;
     z->world = rf_comm_world(c);
     z->rank = rf_comm_rank(c);
-    z->nunits = rf_bert_units(m);
+    z->nunits = rf_model_units(m);
     z->ps[0].unit = z->ps[1].unit = z->gs[0].unit = z->gs[1].unit = -1;
     z->u = calloc((size_t)z->nunits, sizeof *z->u);
     if (!z->u) {
@@ -221,7 +229,11 @@ int rf_zero3_new(rf_comm *c, rf_bert *m, bool shard_params, rf_zero3 **out) {
     }
     for (int i = 0; i < z->nunits; i++) {
         unit *k = &z->u[i];
-        rf_bert_unit_range(m, i, &k->lo, &k->hi);
+        if ((rc = rf_model_unit_range(m, i, &k->lo, &k->hi))) {
+            free(z->u);
+            free(z);
+            return rc;
+        }
         k->b = (k->hi - k->lo + (size_t)z->world - 1) / (size_t)z->world;
         k->soff = z->S;
         z->S += k->b;
@@ -235,10 +247,11 @@ int rf_zero3_new(rf_comm *c, rf_bert *m, bool shard_params, rf_zero3 **out) {
         rf_zero3_free(z, false);
         return rf_fail(RF_ERR_NOMEM, "train: zero 3: no memory for the shards");
     }
-    rf_zero3_scatter(z, m->params, NULL, NULL); /* host backends; the moments start at 0 */
-    rf_bert_release_blocks(m, shard_params);
-    m->unit_hook = hook;
-    m->unit_user = z;
+    rf_zero3_scatter(z, mb.params, NULL, NULL); /* host backends; the moments start at 0 */
+    if ((rc = rf_model_release_blocks(m, shard_params)) || (rc = rf_model_set_hook(m, hook, z))) {
+        rf_zero3_free(z, false);
+        return rc;
+    }
     *out = z;
     return RF_OK;
 }
@@ -255,18 +268,19 @@ static int drain(rf_zero3 *z) {
 int rf_zero3_free(rf_zero3 *z, bool restore) {
     if (!z) return RF_OK;
     int rc = drain(z);
-    rf_bert *m = z->m;
+    rf_model *m = z->m;
     if (restore && !rc && z->shard_params) {
-        float *full = malloc(m->nparams * sizeof(float));
+        size_t n = z->u[z->nunits - 1].hi;
+        float *full = malloc(n * sizeof(float));
         if (!full) rc = rf_fail(RF_ERR_NOMEM, "train: zero 3: no memory to gather the weights");
         if (!rc) rc = rf_zero3_gather(z, 0, full);
-        if (!rc) rc = rf_bert_adopt_params(m, full);
+        if (!rc) rc = rf_model_adopt_params(m, full);
         free(full);
     }
-    if (m->unit_hook == hook && m->unit_user == z) {
-        m->unit_hook = NULL;
-        m->unit_user = NULL;
-        rf_bert_bind_all(m);
+    if (m->hook == hook && m->hook_user == z) {
+        int r = rf_model_set_hook(m, NULL, NULL);
+        if (!r) r = rf_model_bind_all(m);
+        if (!rc) rc = r;
     }
     free(z->u);
     free(z->p);
@@ -278,18 +292,14 @@ int rf_zero3_free(rf_zero3 *z, bool restore) {
 }
 
 int rf_zero3_zero_grad(rf_zero3 *z) {
-    int rc = z->m->be->zero(z->m->be, z->g, z->S * sizeof *z->g);
+    int rc = z->be->zero(z->be, z->g, z->S * sizeof *z->g);
     return rc ? rf_fail_ctx(rc, "train: zero 3: zeroing the gradient shard") : RF_OK;
 }
 
 int rf_zero3_idle(rf_zero3 *z, bool backward) {
-    for (int u = 0; u < z->nunits; u++)
-        hook(z, z->m, u, RF_UNIT_FWD);
-    for (int u = z->nunits - 1; backward && u >= 0; u--) {
-        hook(z, z->m, u, RF_UNIT_BWD);
-        hook(z, z->m, u, RF_UNIT_BWD_DONE);
-    }
-    return z->rc;
+    /* the model's own event sequence (a tied head's extra events included) */
+    int rc = rf_model_replay(z->m, 0, z->nunits, backward);
+    return z->rc ? z->rc : rc;
 }
 
 int rf_zero3_end_backward(rf_zero3 *z) {
@@ -302,7 +312,7 @@ int rf_zero3_step(rf_zero3 *z, const rf_adamw *o, long step, float lr, float *no
     /* The norm and the clipping run on the backend, like rf_clip_grads_ex:
      * this rank's sum of squares over its real pieces (not the padding), then
      * one all-reduce of the scalar. */
-    const rf_backend *be = z->m->be;
+    const rf_backend *be = z->be;
     double ss = 0;
     for (int i = 0; i < z->nunits; i++) {
         const unit *k = &z->u[i];
@@ -319,28 +329,31 @@ int rf_zero3_step(rf_zero3 *z, const rf_adamw *o, long step, float lr, float *no
     float coef = o->clip_norm / (*norm + 1e-6f); /* as rf_clip_grads */
     if (o->clip_norm > 0 && coef < 1.0f && (rc = be->scale(be, z->g, z->S, coef)))
         return fail(z, rc, "clipping of the gradient", -1);
+    rf_model_blocks mb;
+    if ((rc = rf_model_blocks_of(z->m, &mb))) return fail(z, rc, "the model's blocks", -1);
     for (int i = 0; i < z->nunits; i++) {
         const unit *k = &z->u[i];
         size_t n = real_len(z, k), lo = k->lo + (size_t)z->rank * k->b;
-        float *p = z->shard_params ? z->p + k->soff : z->m->params + lo;
-        int rc = n ? rf_adamw_step_blocks(z->m, o, step, lr, lo, lo + n, p, z->g + k->soff,
-                                          z->m1 + k->soff, z->m2 + k->soff)
+        float *p = z->shard_params ? z->p + k->soff : mb.params + lo;
+        int rc = n ? rf_optim_adamw_pieces(&mb, o, step, lr, lo, lo + n, p, z->g + k->soff,
+                                           z->m1 + k->soff, z->m2 + k->soff)
                    : RF_OK;
         if (rc) return rf_fail_ctx(rc, "train: AdamW on unit %d", i);
     }
-    return z->shard_params ? RF_OK : rf_zero3_gather(z, 0, z->m->params);
+    return z->shard_params ? RF_OK : rf_zero3_gather(z, 0, mb.params);
 }
 
 int rf_zero3_gather(rf_zero3 *z, int which, float *full) {
     const float *src = which == 0 ? z->p : which == 1 ? z->m1 : z->m2;
     if (which == 0 && !z->shard_params) { /* zero 2: every rank's updated pieces of m->params */
-        int rc = RF_OK;
+        rf_model_blocks mb;
+        int rc = rf_model_blocks_of(z->m, &mb);
         for (int i = 0; i < z->nunits && !rc; i++) {
             const unit *k = &z->u[i];
             size_t n = real_len(z, k), at = (size_t)z->rank * k->b, s = k->hi - k->lo;
             float *tmp = calloc(k->b * (size_t)z->world, sizeof *tmp);
             if (!tmp) return rf_fail(RF_ERR_NOMEM, "train: zero 2: no memory to gather");
-            memcpy(tmp + at, z->m->params + k->lo + at, n * sizeof *tmp);
+            memcpy(tmp + at, mb.params + k->lo + at, n * sizeof *tmp);
             z->bytes += (uint64_t)(z->world - 1) * k->b * sizeof(float);
             rc = rf_comm_allgather(z->c, tmp + at, tmp, k->b, RF_COMM_F32);
             if (rc)

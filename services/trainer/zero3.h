@@ -5,14 +5,14 @@
  * gradient path is the same, and after the step every rank's updated pieces
  * are all-gathered into m->params.
  *
- * The flat parameter block is cut into the model's units (rf_bert_units: the
- * embeddings, each encoder layer, the pooler + classifier). Each unit of s
+ * The flat parameter block is cut into the model's units (rf_model_units:
+ * the embeddings, each transformer layer, the head; model_iface.h). Each unit of s
  * floats is split over the N ranks in blocks of b = ceil(s / N) (FSDP's flat
  * parameter with padding): rank r holds elements [r*b, min((r+1)*b, s)) of
  * every unit, zero-padded to b. Its shard block is the concatenation of those
  * pieces, and gradients and both AdamW moments are shards of the same layout.
  *
- * The model's unit hook (rf_unit_hook) drives the communication:
+ * The model's unit hook (rf_model_hook) drives the communication:
  *   forward, unit u:  wait for u's all-gather (started as a prefetch while
  *                     u-1 ran, or now), point u's views at it, free the
  *                     buffer of the unit before, start the all-gather of u+1;
@@ -38,7 +38,7 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
-#include "trainer/model.h"
+#include "trainer/model_iface.h"
 #include "trainer/optim.h"
 
 typedef struct rf_zero3 rf_zero3;
@@ -55,7 +55,7 @@ typedef struct rf_zero3_memory {
  * and installs the unit hook. A resumed state is then
  * read into the shards (rf_zero3_shards, rf_checkpoint_load_pieces). c must
  * have world size > 1 and outlive z. */
-int rf_zero3_new(rf_comm *c, rf_bert *m, bool shard_params, rf_zero3 **out);
+int rf_zero3_new(rf_comm *c, rf_model *m, bool shard_params, rf_zero3 **out);
 /* Gathers the full parameters back into m (every rank; collective), removes
  * the hook and frees z; m->params is full again (grads/m/v stay NULL). With
  * restore false only frees (after an error: no collective). */
@@ -66,7 +66,7 @@ int rf_zero3_zero_grad(rf_zero3 *z);
 /* The events of one micro-batch for a rank without rows (backward: whether
  * the other ranks run backward); contributes zero gradients. */
 int rf_zero3_idle(rf_zero3 *z, bool backward);
-/* After rf_bert_backward: waits for the pending reduce-scatters and folds
+/* After the model's backward: waits for the pending reduce-scatters and folds
  * them into the gradient shard; returns the first error of any hook event. */
 int rf_zero3_end_backward(rf_zero3 *z);
 /* Global gradient norm (all-reduced), clipping as rf_clip_grads, and AdamW on

@@ -127,6 +127,18 @@ test -d "$tmp/nocache/tokenizer" && ! test -L "$tmp/nocache/tokenizer"
 REFINERY_TEST_FAIL=tokenizer:1 REFINERY__TOKENIZER__RETRIES=2 run retried --no-cache
 python3 -c "import json,sys; s=json.load(open(sys.argv[1])); assert s['tokenizer']['attempts']==2 and s['ingest']['attempts']==2, s['tokenizer']" "$tmp/retried/stats.json"
 grep -q "stage tokenizer: attempt 1 of 3 failed" "$tmp/retried.log"
+# refinery status RUN_DIR shows the attempts (and no server is needed)
+"$REFINERY_BIN" status "$tmp/retried" > "$tmp/retried.status"
+python3 - "$tmp/retried.status" "$tmp/retried" <<'PY'
+import json, sys
+s = json.loads(open(sys.argv[1]).read())
+assert s["run_dir"] == sys.argv[2] and s["state"] == "succeeded" and s["error"] is None, s
+st = {x["stage"]: x for x in s["stages"]}
+assert list(st) == ["ingest", "dedup", "tokenizer", "trainer", "evaluator"], s
+assert st["tokenizer"]["attempts"] == 2 and st["ingest"]["attempts"] == 2, s
+assert st["trainer"]["attempts"] == 1 and not st["trainer"]["cached"], s
+PY
+"$REFINERY_BIN" status "$tmp/retried" --lines | grep -q "^$tmp/retried succeeded | ingest 2 attempts .* | tokenizer 2 attempts "
 if REFINERY_TEST_FAIL=tokenizer:1 "$REFINERY_BIN" run "$tmp/spec.yaml" --out "$tmp/noretry" --no-cache \
     --no-progress >"$tmp/noretry.log" 2>&1; then
     echo "an injected failure without retries passed" >&2
@@ -145,6 +157,13 @@ fi
 grep -q "stage trainer exceeded its memory budget of 64 KiB (resources.memory: trainer 64 KiB)" "$tmp/mem.log" ||
     { cat "$tmp/mem.log"; exit 1; }
 grep -q '"trainer":{"attempts":1,"cached":false' "$tmp/mem/stats.json" # failed once, not retried
+"$REFINERY_BIN" status "$tmp/mem" --lines > "$tmp/mem.status"
+grep -q "^$tmp/mem failed | .* | trainer 1 attempt .* | error: .*exceeded its memory budget of 64 KiB" "$tmp/mem.status" ||
+    { cat "$tmp/mem.status"; exit 1; }
+# a run directory without stats.json (killed, or still running) is unfinished
+mkdir "$tmp/killed" && cp "$tmp/mem/run.log" "$tmp/killed/"
+"$REFINERY_BIN" status "$tmp/killed" | grep -q '"state":"unfinished"'
+echo "status: $(cat "$tmp/mem.status")"
 echo "memory: $(grep -o 'stage trainer exceeded[^"]*' "$tmp/mem.log" | head -1)"
 
 # deployment values

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Causal-LM training (trainer.task: causal_lm) through `refinery train`, data
+# parallel: the tiny random GPT-2 and tied Llama fixtures (their 64-id
+# vocabulary written as a vocab.txt so JSONL text tokenizes into it) on 40
+# documents, some SFT prompt/completion lines (the prompt is not a target),
+# packed into rows of 24 tokens, batch 4 x accum 2, 8 steps. Under
+# scripts/mpirun.sh at dp 2 with ZeRO 0, 2, 3 (GPT-2) and 0, 3 (Llama), the loss at
+# every step and the exported weights must equal the single process's within
+# 1e-5 relative (dp_compare.py); GPT-2's key biases (the middle third of each
+# c_attn.bias) have an analytically zero gradient, so both runs hold
+# round-off noise that AdamW turns into steps of up to lr each: they are held
+# to lr x steps = 0.024 absolute instead. ZeRO 2 and 3 must be bitwise equal.
+# Skips (77) without mpirun or MPI in the build.
+set -euo pipefail
+bin=$REFINERY_BIN
+root=$REFINERY_ROOT
+command -v mpirun >/dev/null 2>&1 || { echo "SKIP: mpirun not found (install openmpi-bin)"; exit 77; }
+ldd "$bin" | grep libmpi >/dev/null || { echo "SKIP: $bin was built without MPI (no pkg-config ompi-c)"; exit 77; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+export REFINERY_COMM_TIMEOUT=60
+mpi() { "$root/scripts/mpirun.sh" "$@"; }
+cmp_runs() { python3 "$root/tests/trainer/dp_compare.py" "$@"; }
+
+for m in tiny-gpt2-rand tiny-llama-tied; do
+    mkdir "$m"
+    cp "$root/tests/fixtures/causal/$m/config.json" "$root/tests/fixtures/causal/$m/model.safetensors" "$m/"
+    python3 -c 'import sys; open(sys.argv[1], "w").write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + ["w%d" % i for i in range(5, 64)]) + "\n")' "$m/vocab.txt"
+done
+python3 - data.jsonl <<'PY'
+import random, sys
+random.seed(5)
+with open(sys.argv[1], "w") as f:
+    for i in range(40):
+        n = random.randint(3, 30)
+        s = random.randint(5, 63)  # a learnable sequence: each word's successor is the next id
+        words = ["w%d" % (5 + (s - 5 + k) % 59) for k in range(n)]
+        if i % 5 == 4:
+            f.write('{"prompt":"%s","completion":"%s"}\n' % (" ".join(words[:n // 2]), " ".join(words[n // 2:])))
+        else:
+            f.write('{"text":"%s"}\n' % " ".join(words))
+PY
+
+spec() { # spec NAME MODEL DP ZERO
+    printf 'trainer:\n  task: causal_lm\n  model: %s\n  train: data.jsonl\n  output: %s\n  epochs: 2\n  batch_size: 4\n  grad_accum: 2\n  lr: 0.003\n  warmup_ratio: 0.1\n  weight_decay: 0.01\n  max_len: 24\n  log_every: 0\n  threads: 1\n  checkpoint_every: 4\n  parallel: {dp: %s, zero: %s}\n' \
+        "$2" "$1" "$3" "$4" > "$1.yaml"
+}
+key_bias='--abs-mid-third c_attn.bias 0.024'
+
+spec g1 tiny-gpt2-rand 1 0
+"$bin" train g1.yaml 2>g1.log || { cat g1.log; exit 1; }
+test "$(wc -l < g1/metrics.jsonl)" = 8
+grep -q '"training rows\|training rows' g1.log
+python3 - g1 <<'PY'
+import json, sys
+m = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
+first, last = m[0]["loss"], m[-1]["loss"]
+assert last < first - 0.3, ("the loss did not fall", first, last)
+print("gpt2, 1 process: loss %.4f -> %.4f over %d steps" % (first, last, len(m)))
+PY
+for z in 0 2 3; do
+    spec "g2z$z" tiny-gpt2-rand 2 $z
+    mpi -np 2 "$bin" train "g2z$z.yaml" 2>"g2z$z.log" || { tail -20 "g2z$z.log"; exit 1; }
+    echo -n "gpt2 dp2 zero$z vs 1 process: "; cmp_runs g1 "g2z$z" $key_bias
+done
+echo -n "gpt2 dp2 zero3 vs zero2: "; cmp_runs g2z2 g2z3 | tee cmp.out; grep -q bitwise cmp.out
+
+spec l1 tiny-llama-tied 1 0
+"$bin" train l1.yaml 2>l1.log || { cat l1.log; exit 1; }
+for z in 0 3; do
+    spec "l2z$z" tiny-llama-tied 2 $z
+    mpi -np 2 "$bin" train "l2z$z.yaml" 2>"l2z$z.log" || { tail -20 "l2z$z.log"; exit 1; }
+    echo -n "tied llama dp2 zero$z vs 1 process: "; cmp_runs l1 "l2z$z"
+done
+
+# the export is a Hugging Face folder: config (dtype float32), weights, tokenizer file
+python3 - g1/model <<'PY'
+import json, struct, sys
+d = sys.argv[1]
+c = json.load(open(d + "/config.json"))
+assert c["model_type"] == "gpt2" and c["dtype"] == "float32", c
+raw = open(d + "/model.safetensors", "rb").read()
+h = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+assert "transformer.wte.weight" in h and "lm_head.weight" not in h, sorted(h)[:5]
+import os; assert os.path.exists(d + "/vocab.txt")
+print("export: %d tensors, config model_type %s dtype %s" % (len(h) - ("__metadata__" in h), c["model_type"], c["dtype"]))
+PY
+
+# errors: a causal model with task classify, classifier keys with causal_lm
+printf 'trainer:\n  model: tiny-gpt2-rand\n  train: data.jsonl\n  output: bad\n' > bad1.yaml
+if "$bin" train bad1.yaml 2>bad1.err; then echo "task classify on a GPT-2 was accepted"; exit 1; fi
+grep -q "set trainer.task: causal_lm" bad1.err
+printf 'trainer:\n  task: causal_lm\n  model: tiny-gpt2-rand\n  train: data.jsonl\n  class_weights: balanced\n' > bad2.yaml
+if "$bin" train bad2.yaml 2>bad2.err; then echo "class_weights with causal_lm accepted"; exit 1; fi
+grep -q "class_weights: applies to task: classify only" bad2.err
+echo "clear errors: $(head -c 160 bad1.err | tr '\n' ' ')"
