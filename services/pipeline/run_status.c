@@ -101,9 +101,8 @@ static int emit(FILE *out, const char *dir, const char *state, const rf_buf *err
                 rc |= rf_buf_printf(&b, " | %s %lld attempt%s %.1fs", name, (long long)attempts,
                                     attempts == 1 ? "" : "s", seconds);
         } else {
-            rc |= rf_buf_printf(&b,
-                                "%s{\"stage\":\"%s\",\"cached\":%s,\"attempts\":%lld,"
-                                "\"seconds\":%.3f,\"key\":",
+            rc |= rf_buf_printf(&b, "%s{\"stage\":\"%s\",\"cached\":%s,\"attempts\":%lld,"
+                                    "\"seconds\":%.3f,\"key\":",
                                 listed ? "," : "", name, hit ? "true" : "false",
                                 (long long)attempts, seconds);
             if (key && rf_json_is_str(key))
@@ -141,8 +140,8 @@ int rf_run_dir_status(const char *dir, bool lines, FILE *out) {
     if (rc) {
         free(path);
         if (!has_file(dir, "run.log"))
-            return rf_fail(RF_ERR_NOT_FOUND,
-                           "%s is not a run directory (no stats.json, no run.log)", dir);
+            return rf_fail(RF_ERR_NOT_FOUND, "%s is not a run directory (no stats.json, no run.log)",
+                           dir);
         /* no stats.json yet: running, or killed before it ended */
         last_error(dir, &err);
         rc = emit(out, dir, "unfinished", &err, NULL, lines);

@@ -640,8 +640,8 @@ int rf_bert_forward_range(rf_bert *m, const rf_batch *bt, bool train, uint64_t d
             TRY(tp->embed_fwd(tp->c, a.emb_in, m->ids_dev, m->types_dev, m->p.wte, &tp->vocab,
                               m->p.wpe, m->p.wtt, B, T, C));
         else
-            TRY(be->embed_fwd(be, a.emb_in, m->ids_dev, m->types_dev, m->p.wte, m->p.wpe, m->p.wtt,
-                              B, T, C));
+            TRY(be->embed_fwd(be, a.emb_in, m->ids_dev, m->types_dev, m->p.wte, m->p.wpe,
+                              m->p.wtt, B, T, C));
         TRY(be->layernorm_fwd(be, a.x0, a.emb_mean, a.emb_rstd, a.emb_in, m->p.eln_w, m->p.eln_b,
                               (int)N, C, c->layer_norm_eps));
         TRY(be->dropout_fwd(be, a.x0, a.x0, N * C, ph, site_seed(dropout_seed, 0)));
