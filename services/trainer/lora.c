@@ -230,6 +230,7 @@ static int finish(rf_lora *lo, uint64_t seed) {
     if (!lo->ntensors)
         return rf_fail(RF_ERR_INVALID, "lora: the targets select no module of this model");
     if (!(lo->params = calloc(lo->nparams, sizeof(float)))) return RF_ERR_NOMEM;
+    lo->npadded = lo->nmoments = lo->nparams;
     rf_rng rng;
     rf_rng_seed(&rng, seed);
     for (size_t t = 0; t < lo->ntensors; t += 2) {
@@ -452,20 +453,34 @@ int rf_lora_attach_llama(rf_lora *lo, rf_llama *m, bool allow_requant) {
 /* ---- training state ---- */
 
 int rf_lora_enable_training(rf_lora *lo) {
+    return rf_lora_enable_training_sharded(lo, lo->nparams, lo->nparams);
+}
+
+int rf_lora_enable_training_sharded(rf_lora *lo, size_t padded, size_t moments) {
     if (lo->grads) return RF_OK;
-    lo->grads = calloc(lo->nparams, sizeof(float));
-    lo->m = calloc(lo->nparams, sizeof(float));
-    lo->v = calloc(lo->nparams, sizeof(float));
+    if (padded < lo->nparams) padded = lo->nparams;
+    if (padded > lo->npadded) { /* room for the collectives' padding: params move */
+        float *p = calloc(padded, sizeof(float));
+        if (!p) return RF_ERR_NOMEM;
+        memcpy(p, lo->params, lo->nparams * sizeof(float));
+        free(lo->params);
+        lo->params = p;
+        lo->npadded = padded;
+    }
+    lo->grads = calloc(padded, sizeof(float));
+    lo->m = calloc(moments ? moments : 1, sizeof(float));
+    lo->v = calloc(moments ? moments : 1, sizeof(float));
     if (!lo->grads || !lo->m || !lo->v) {
         free(lo->grads), free(lo->m), free(lo->v);
         lo->grads = lo->m = lo->v = NULL;
         return RF_ERR_NOMEM;
     }
+    lo->nmoments = moments;
     return RF_OK;
 }
 
 void rf_lora_zero_grad(rf_lora *lo) {
-    if (lo->grads) memset(lo->grads, 0, lo->nparams * sizeof(float));
+    if (lo->grads) memset(lo->grads, 0, lo->npadded * sizeof(float));
 }
 
 int rf_lora_reserve(rf_lora *lo, int N) {
@@ -562,6 +577,10 @@ int rf_lora_bwd(rf_lora *lo, int layer, int slot, float *dinp, float *dw, float 
 /* ---- optimizer ---- */
 
 float rf_lora_adamw_step(rf_lora *lo, const rf_adamw *o, long step) {
+    if (!lo->grads || lo->nmoments < lo->nparams) {
+        rf_fail(RF_ERR_INVALID, "lora: training is not enabled with whole moments");
+        return NAN;
+    }
     float norm = (float)sqrt(rf_op_sumsq(lo->grads, lo->nparams));
     if (o->clip_norm > 0) {
         float coef = o->clip_norm / (norm + 1e-6f); /* torch's clip_grad_norm_ */

@@ -135,6 +135,8 @@ typedef struct rf_lora {
     rf_tensor_info *tensors; /* lora_A and lora_B of each adapter, peft's names without
                                 the "base_model.model." prefix */
     size_t ntensors, nparams;
+    size_t npadded;                /* floats in params and grads (>= nparams, zero tail) */
+    size_t nmoments;               /* floats in m and v: nparams, or a ZeRO-1 shard's */
     float *params, *grads, *m, *v; /* grads, m, v: NULL until rf_lora_enable_training */
     size_t qbytes;                 /* bytes of quantized base weights held */
 
@@ -177,6 +179,9 @@ int rf_lora_set_base(rf_lora *lo, int layer, int slot, int part, rf_qweight *q);
 const rf_tensor_info *rf_lora_find(const rf_lora *lo, const char *name);
 /* Allocates gradients and both AdamW moments (zeroed). */
 int rf_lora_enable_training(rf_lora *lo);
+/* The same for a data-parallel rank: params and grads get `padded` floats
+ * (>= nparams, zero tail; params move), m and v `moments` floats. */
+int rf_lora_enable_training_sharded(rf_lora *lo, size_t padded, size_t moments);
 void rf_lora_zero_grad(rf_lora *lo);
 /* Ensures activation capacity for N = B * T rows (the models call it). */
 int rf_lora_reserve(rf_lora *lo, int N);
@@ -223,5 +228,17 @@ int rf_lora_load_peft(rf_lora *lo, const char *dir);
  * (copied). Nothing in them is trusted (tests/fuzz/fuzz_lora_peft.c). */
 int rf_lora_load_peft_mem(rf_lora *lo, const char *config, size_t config_len,
                           const uint8_t *weights, size_t weights_len);
+
+/* LoRA through the model interface (model_lora.c): loads the Hugging Face
+ * causal LM in dir (rf_model_load: GPT-2 or Llama), makes an adapter set for
+ * cfg (init_seed), attaches it (quantizing the base when cfg->base asks) and
+ * returns an rf_model whose flat blocks (params, grads, moments, tensor
+ * table) are the adapter's alone: the optimizer, clipping, checkpoints and
+ * the data-parallel all-reduce see only the adapter; save writes the PEFT
+ * adapter files. One parameter unit (the adapter block); ZeRO-2/3 and
+ * pipeline ranges are refused. */
+struct rf_model;
+int rf_model_load_lora(const char *dir, const rf_lora_config *cfg, uint64_t init_seed,
+                       struct rf_model **out);
 
 #endif
