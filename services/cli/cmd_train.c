@@ -38,7 +38,9 @@ static int cmd_train(int argc, char **argv) {
                 "  num_labels, epochs, max_steps, batch_size, grad_accum, max_len, lr,\n"
                 "  weight_decay, warmup_ratio, warmup_steps, clip_norm, beta1, beta2, eps,\n"
                 "  seed, dropout, checkpoint_every, log_every, resume, threads,\n"
-                "  eval_batch_size, parallel: {dp: N, zero: 0|1|2}.\n"
+                "  eval_batch_size, parallel: {dp: N, zero: 0|1|2}, task: classify|causal_lm,\n"
+                "  lora: {rank, alpha, dropout, targets: [q, k, v, o, up, down, gate],\n"
+                "  base: fp32|int8|nf4} (causal_lm: trains a PEFT adapter, the model frozen).\n"
                 "  REFINERY__TRAINER__LR=1e-5 style overrides apply.\n"
                 "  Data parallel: scripts/mpirun.sh -np N refinery train SPEC.yaml (dp: N).\n");
         return argc == 2 ? 0 : 2;

@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "trainer/bert_config.h"
 #include "trainer/lm_data.h"
+#include "trainer/lora.h"
 
 static int model_config(const char *model_dir, rf_bert_config *cfg) {
     char path[4096];
@@ -103,7 +104,16 @@ int rf_trainer_drive(const rf_trainer_spec *s, const rf_dataset *data,
     const rf_backend *be;
     if ((rc = rf_backend_for(s->device, &be))) return rc;
     rf_model_load_opts lo = {.num_labels = k, .seed = s->opts.seed};
-    if ((rc = rf_model_load(s->model, &lo, be, &m))) return rc;
+    if (s->lora) { /* the adapter over the frozen model (lora.h) */
+        if ((rc = rf_model_load_lora(s->model, &s->lora_cfg, s->opts.seed, &m))) return rc;
+        rf_model_blocks bl;
+        if (!rf_model_blocks_of(m, &bl))
+            rf_info("trainer", "LoRA: rank %d, alpha %g, %zu adapter parameters, %s base",
+                    s->lora_cfg.rank, (double)s->lora_cfg.alpha, bl.nparams,
+                    rf_lora_base_name(s->lora_cfg.base));
+    } else if ((rc = rf_model_load(s->model, &lo, be, &m))) {
+        return rc;
+    }
     rf_train_opts o = s->opts;
     o.cancel = h->cancel;
     o.on_checkpoint = h->on_checkpoint;

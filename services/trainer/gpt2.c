@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "common/sys.h"
+#include "trainer/lora.h"
 #include "trainer/causal_units.h"
 #include "trainer/ops.h"
 #include "trainer/ops_causal.h"
@@ -304,6 +305,12 @@ int rf_gpt2_enable_training(rf_gpt2 *m) {
 }
 
 int rf_gpt2_enable_training_sharded(rf_gpt2 *m, size_t padded, size_t moments) {
+    if (m->lora) { /* LoRA: the base is frozen, no gradient block or moments (g views NULL) */
+        m->training = true;
+        if (m->acts && !m->dacts && !(m->dacts = calloc(m->nacts, sizeof(float))))
+            return RF_ERR_NOMEM;
+        return RF_OK;
+    }
     if (m->grads) return RF_OK;
     if (padded < m->nparams) padded = m->nparams;
     if (padded > m->npadded) { /* room for the collectives' padding: params move */
@@ -354,6 +361,21 @@ int rf_gpt2_adopt_params(rf_gpt2 *m, const float *host) {
 int rf_gpt2_zero_grad(rf_gpt2 *m) {
     if (!m->grads && !m->unit_hook) return rf_fail(RF_ERR_INVALID, "gpt2: training is not enabled");
     if (m->grads) memset(m->grads, 0, m->npadded * sizeof(float));
+    return RF_OK;
+}
+
+/* The Conv1D projections: through the LoRA adapters when attached. */
+static int proj_fwd(rf_gpt2 *m, int l, int slot, float *out, const float *x, const float *w,
+                    const float *b, int N, int IC, int OC) {
+    if (m->lora) return rf_lora_fwd(m->lora, l, slot, out, x, w, b, N, IC, OC);
+    rf_op_conv1d_fwd(out, x, w, b, N, IC, OC);
+    return RF_OK;
+}
+
+static int proj_bwd(rf_gpt2 *m, int l, int slot, float *dx, float *dw, float *db, const float *dout,
+                    const float *x, const float *w, int N, int IC, int OC) {
+    if (m->lora) return rf_lora_bwd(m->lora, l, slot, dx, dw, db, dout, x, w, N, IC, OC);
+    rf_op_conv1d_bwd(dx, dw, db, dout, x, w, N, IC, OC);
     return RF_OK;
 }
 
@@ -471,6 +493,7 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
     const rf_gpt2_config *c = &m->cfg;
     int rc = check_range(m, u0, u1, in, out);
     if (!rc) rc = rf_gpt2_reserve(m, B, T);
+    if (!rc && m->lora) rc = rf_lora_reserve(m->lora, B * T);
     if (rc) return rc;
     int N = B * T, C = c->n_embd, F = c->n_inner, NH = c->n_head, V = c->vocab_size;
     float eps = c->layer_norm_epsilon;
@@ -515,16 +538,16 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
         rf_gpt2_acts_layer *y = &a->layers[l];
         rf_op_layernorm_fwd(y->ln1, y->ln1_mean, y->ln1_rstd, a->res[l], w->ln1_w, w->ln1_b, N, C,
                             eps);
-        rf_op_conv1d_fwd(y->qkv, y->ln1, w->attn_w, w->attn_b, N, C, 3 * C);
+        TRY(proj_fwd(m, l, RF_PROJ_QKV, y->qkv, y->ln1, w->attn_w, w->attn_b, N, C, 3 * C));
         rf_op_causal_attention_fwd(y->atty, y->att, y->qkv, m->valid, m->packed ? m->seg : NULL, B,
                                    T, NH, NH, C / NH);
-        rf_op_conv1d_fwd(y->res2, y->atty, w->proj_w, w->proj_b, N, C, C);
+        TRY(proj_fwd(m, l, RF_PROJ_O, y->res2, y->atty, w->proj_w, w->proj_b, N, C, C));
         rf_op_residual_fwd(y->res2, y->res2, a->res[l], (size_t)N * C, 0.0f, 0);
         rf_op_layernorm_fwd(y->ln2, y->ln2_mean, y->ln2_rstd, y->res2, w->ln2_w, w->ln2_b, N, C,
                             eps);
-        rf_op_conv1d_fwd(y->fch, y->ln2, w->fc_w, w->fc_b, N, C, F);
+        TRY(proj_fwd(m, l, RF_PROJ_UP, y->fch, y->ln2, w->fc_w, w->fc_b, N, C, F));
         rf_op_gelu_tanh_fwd(y->fcg, y->fch, (size_t)N * F);
-        rf_op_conv1d_fwd(a->res[l + 1], y->fcg, w->fcp_w, w->fcp_b, N, F, C);
+        TRY(proj_fwd(m, l, RF_PROJ_DOWN, a->res[l + 1], y->fcg, w->fcp_w, w->fcp_b, N, F, C));
         rf_op_residual_fwd(a->res[l + 1], a->res[l + 1], y->res2, (size_t)N * C, 0.0f, 0);
     }
     if (u1 < n_units) { /* boundary u1 for the stage after */
@@ -549,7 +572,7 @@ int rf_gpt2_backward(rf_gpt2 *m, float loss_scale) {
 int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const float *dout,
                            float *din) {
     const rf_gpt2_config *c = &m->cfg;
-    if (!m->grads && !m->unit_hook) /* (a hook binds the gradient views: ZeRO-2/3) */
+    if (!m->grads && !m->unit_hook && !m->lora) /* (a hook binds the gradient views: ZeRO-2/3) */
         return rf_fail(RF_ERR_INVALID, "gpt2: training is not enabled");
     if (!m->dacts && !(m->dacts = calloc(m->nacts, sizeof(float)))) return RF_ERR_NOMEM;
     int n_units = rf_gpt2_units(m), rc = check_range(m, u0, u1, din, dout);
@@ -581,17 +604,21 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
         rf_gpt2_layer *g = &m->g.layers[l];
         rf_gpt2_acts_layer *y = &a->layers[l], *dy = &d->layers[l];
         float *dout_l = d->res[l + 1];
-        rf_op_conv1d_bwd(dy->fcg, g->fcp_w, g->fcp_b, dout_l, y->fcg, w->fcp_w, N, F, C);
+        TRY(proj_bwd(m, l, RF_PROJ_DOWN, dy->fcg, g->fcp_w, g->fcp_b, dout_l, y->fcg, w->fcp_w, N,
+                     F, C));
         rf_op_gelu_tanh_bwd(dy->fch, y->fch, dy->fcg, (size_t)N * F);
-        rf_op_conv1d_bwd(dy->ln2, g->fc_w, g->fc_b, dy->fch, y->ln2, w->fc_w, N, C, F);
+        TRY(proj_bwd(m, l, RF_PROJ_UP, dy->ln2, g->fc_w, g->fc_b, dy->fch, y->ln2, w->fc_w, N, C,
+                     F));
         rf_op_layernorm_bwd(dy->res2, g->ln2_w, g->ln2_b, dy->ln2, y->res2, w->ln2_w, y->ln2_mean,
                             y->ln2_rstd, N, C);
         rf_op_residual_bwd(dy->res2, NULL, dout_l, (size_t)N * C, 0.0f, 0);
-        rf_op_conv1d_bwd(dy->atty, g->proj_w, g->proj_b, dy->res2, y->atty, w->proj_w, N, C, C);
+        TRY(proj_bwd(m, l, RF_PROJ_O, dy->atty, g->proj_w, g->proj_b, dy->res2, y->atty, w->proj_w,
+                     N, C, C));
         /* the attention-probability slot of the gradient arena is the scratch */
         rf_op_causal_attention_bwd(dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NH, NH,
                                    C / NH);
-        rf_op_conv1d_bwd(dy->ln1, g->attn_w, g->attn_b, dy->qkv, y->ln1, w->attn_w, N, C, 3 * C);
+        TRY(proj_bwd(m, l, RF_PROJ_QKV, dy->ln1, g->attn_w, g->attn_b, dy->qkv, y->ln1, w->attn_w,
+                     N, C, 3 * C));
         rf_op_layernorm_bwd(d->res[l], g->ln1_w, g->ln1_b, dy->ln1, a->res[l], w->ln1_w,
                             y->ln1_mean, y->ln1_rstd, N, C);
         rf_op_residual_bwd(d->res[l], NULL, dy->res2, (size_t)N * C, 0.0f, 0);
@@ -602,7 +629,8 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
         return RF_OK;
     }
     TRY(event(m, 0, RF_UNIT_BWD, rf_cu_bwd_next(0, false, u0, u1)));
-    rf_op_tokpos_bwd(m->g.wte, m->g.wpe, d->res[0], m->ids, m->pos, B, T, C);
+    if (m->g.wte) /* NULL: a frozen embedding (LoRA) */
+        rf_op_tokpos_bwd(m->g.wte, m->g.wpe, d->res[0], m->ids, m->pos, B, T, C);
     TRY(event(m, 0, RF_UNIT_BWD_DONE, -1));
     return RF_OK;
 }

@@ -24,6 +24,8 @@
 #include "trainer/model_iface.h" /* rf_model_hook */
 #include "trainer/ops_causal.h"  /* rf_causal_batch */
 
+struct rf_lora; /* lora.h */
+
 typedef struct rf_gpt2_config {
     int vocab_size, n_positions, n_embd, n_layer, n_head, n_inner;
     float layer_norm_epsilon;
@@ -84,6 +86,11 @@ typedef struct rf_gpt2 {
     bool training;           /* backward allowed (grads may be zero3.c's buffers) */
     rf_model_hook unit_hook; /* unit events (causal_units.h); NULL: none */
     void *unit_user;
+    /* LoRA (lora.h; not owned, set by rf_lora_attach_gpt2): the projections go
+     * through its adapters and the model's own parameters are frozen
+     * (enable_training allocates no gradient block or moments: backward
+     * computes input gradients only). */
+    struct rf_lora *lora;
 } rf_gpt2;
 
 /* A model for cfg with every parameter zero. */

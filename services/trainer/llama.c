@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "common/sys.h"
+#include "trainer/lora.h"
 #include "trainer/causal_units.h"
 #include "trainer/ops.h"
 #include "trainer/ops_causal.h"
@@ -330,6 +331,12 @@ int rf_llama_enable_training(rf_llama *m) {
 }
 
 int rf_llama_enable_training_sharded(rf_llama *m, size_t padded, size_t moments) {
+    if (m->lora) { /* LoRA: the base is frozen, no gradient block or moments (g views NULL) */
+        m->training = true;
+        if (m->acts && !m->dacts && !(m->dacts = calloc(m->nacts, sizeof(float))))
+            return RF_ERR_NOMEM;
+        return RF_OK;
+    }
     if (m->grads) return RF_OK;
     if (padded < m->nparams) padded = m->nparams;
     if (padded > m->npadded) { /* room for the collectives' padding: params move */
@@ -381,6 +388,21 @@ int rf_llama_zero_grad(rf_llama *m) {
     if (!m->grads && !m->unit_hook)
         return rf_fail(RF_ERR_INVALID, "llama: training is not enabled");
     if (m->grads) memset(m->grads, 0, m->npadded * sizeof(float));
+    return RF_OK;
+}
+
+/* The linear projections: through the LoRA adapters when attached. */
+static int proj_fwd(rf_llama *m, int l, int slot, float *out, const float *x, const float *w, int N,
+                    int IC, int OC) {
+    if (m->lora) return rf_lora_fwd(m->lora, l, slot, out, x, w, NULL, N, IC, OC);
+    rf_op_linear_fwd(out, x, w, NULL, N, IC, OC);
+    return RF_OK;
+}
+
+static int proj_bwd(rf_llama *m, int l, int slot, float *dx, float *dw, const float *dout,
+                    const float *x, const float *w, int N, int IC, int OC) {
+    if (m->lora) return rf_lora_bwd(m->lora, l, slot, dx, dw, NULL, dout, x, w, N, IC, OC);
+    rf_op_linear_bwd(dx, dw, NULL, dout, x, w, N, IC, OC);
     return RF_OK;
 }
 
@@ -496,6 +518,7 @@ int rf_llama_forward_range(rf_llama *m, const rf_causal_batch *bt, int u0, int u
     const rf_llama_config *c = &m->cfg;
     int rc = check_range(m, u0, u1, in, out);
     if (!rc) rc = rf_llama_reserve(m, B, T);
+    if (!rc && m->lora) rc = rf_lora_reserve(m->lora, B * T);
     if (rc) return rc;
     int N = B * T, C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
     int NH = c->num_attention_heads, NKV = c->num_key_value_heads, hd = c->head_dim;
@@ -541,17 +564,17 @@ int rf_llama_forward_range(rf_llama *m, const rf_causal_batch *bt, int u0, int u
         const rf_llama_layer *w = &m->p.layers[l];
         rf_llama_acts_layer *y = &a->layers[l];
         rf_op_rmsnorm_fwd(y->ln1, y->ln1_rstd, a->res[l], w->ln1_w, N, C, eps);
-        rf_op_linear_fwd(y->qkv, y->ln1, w->qkv_w, NULL, N, C, W);
+        TRY(proj_fwd(m, l, RF_PROJ_QKV, y->qkv, y->ln1, w->qkv_w, N, C, W));
         rf_op_rope_fwd(y->qkv, y->qkv, m->pos, N, T, NH, hd, W, c->rope_theta);
         rf_op_rope_fwd(y->qkv + A, y->qkv + A, m->pos, N, T, NKV, hd, W, c->rope_theta);
         rf_op_causal_attention_fwd(y->atty, y->att, y->qkv, m->valid, m->packed ? m->seg : NULL, B,
                                    T, NH, NKV, hd);
-        rf_op_linear_fwd(y->res2, y->atty, w->o_w, NULL, N, A, C);
+        TRY(proj_fwd(m, l, RF_PROJ_O, y->res2, y->atty, w->o_w, N, A, C));
         rf_op_residual_fwd(y->res2, y->res2, a->res[l], (size_t)N * C, 0.0f, 0);
         rf_op_rmsnorm_fwd(y->ln2, y->ln2_rstd, y->res2, w->ln2_w, N, C, eps);
-        rf_op_linear_fwd(y->gu, y->ln2, w->gu_w, NULL, N, C, 2 * F);
+        TRY(proj_fwd(m, l, RF_PROJ_UP, y->gu, y->ln2, w->gu_w, N, C, 2 * F));
         rf_op_swiglu_fwd(y->act, y->gu, N, F);
-        rf_op_linear_fwd(a->res[l + 1], y->act, w->down_w, NULL, N, F, C);
+        TRY(proj_fwd(m, l, RF_PROJ_DOWN, a->res[l + 1], y->act, w->down_w, N, F, C));
         rf_op_residual_fwd(a->res[l + 1], a->res[l + 1], y->res2, (size_t)N * C, 0.0f, 0);
     }
     if (u1 < n_units) { /* boundary u1 for the stage after */
@@ -575,7 +598,7 @@ int rf_llama_backward(rf_llama *m, float loss_scale) {
 int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const float *dout,
                             float *din) {
     const rf_llama_config *c = &m->cfg;
-    if (!m->grads && !m->unit_hook) /* (a hook binds the gradient views: ZeRO-2/3) */
+    if (!m->grads && !m->unit_hook && !m->lora) /* (a hook binds the gradient views: ZeRO-2/3) */
         return rf_fail(RF_ERR_INVALID, "llama: training is not enabled");
     if (!m->dacts && !(m->dacts = calloc(m->nacts, sizeof(float)))) return RF_ERR_NOMEM;
     int n_units = rf_llama_units(m), rc = check_range(m, u0, u1, din, dout);
@@ -615,12 +638,12 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
         rf_llama_layer *g = &m->g.layers[l];
         rf_llama_acts_layer *y = &a->layers[l], *dy = &d->layers[l];
         float *dout_l = d->res[l + 1];
-        rf_op_linear_bwd(dy->act, g->down_w, NULL, dout_l, y->act, w->down_w, N, F, C);
+        TRY(proj_bwd(m, l, RF_PROJ_DOWN, dy->act, g->down_w, dout_l, y->act, w->down_w, N, F, C));
         rf_op_swiglu_bwd(dy->gu, dy->act, y->gu, N, F);
-        rf_op_linear_bwd(dy->ln2, g->gu_w, NULL, dy->gu, y->ln2, w->gu_w, N, C, 2 * F);
+        TRY(proj_bwd(m, l, RF_PROJ_UP, dy->ln2, g->gu_w, dy->gu, y->ln2, w->gu_w, N, C, 2 * F));
         rf_op_rmsnorm_bwd(dy->res2, g->ln2_w, dy->ln2, y->res2, w->ln2_w, y->ln2_rstd, N, C);
         rf_op_residual_bwd(dy->res2, NULL, dout_l, (size_t)N * C, 0.0f, 0);
-        rf_op_linear_bwd(dy->atty, g->o_w, NULL, dy->res2, y->atty, w->o_w, N, A, C);
+        TRY(proj_bwd(m, l, RF_PROJ_O, dy->atty, g->o_w, dy->res2, y->atty, w->o_w, N, A, C));
         rf_op_causal_attention_bwd(dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NH, NKV, hd);
         /* back through RoPE on q and k; v passes unchanged */
         rf_op_rope_bwd(dy->qkvr, dy->qkv, m->pos, N, T, NH, hd, W, c->rope_theta);
@@ -628,7 +651,7 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
         for (int n = 0; n < N; n++)
             memcpy(dy->qkvr + (size_t)n * W + A + NKV * hd, dy->qkv + (size_t)n * W + A + NKV * hd,
                    sizeof(float) * NKV * hd);
-        rf_op_linear_bwd(dy->ln1, g->qkv_w, NULL, dy->qkvr, y->ln1, w->qkv_w, N, C, W);
+        TRY(proj_bwd(m, l, RF_PROJ_QKV, dy->ln1, g->qkv_w, dy->qkvr, y->ln1, w->qkv_w, N, C, W));
         rf_op_rmsnorm_bwd(d->res[l], g->ln1_w, dy->ln1, a->res[l], w->ln1_w, y->ln1_rstd, N, C);
         rf_op_residual_bwd(d->res[l], NULL, dy->res2, (size_t)N * C, 0.0f, 0);
         TRY(event(m, l + 1, RF_UNIT_BWD_DONE, -1));
@@ -638,7 +661,8 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
         return RF_OK;
     }
     TRY(event(m, 0, RF_UNIT_BWD, rf_cu_bwd_next(0, false, u0, u1)));
-    rf_op_tokpos_bwd(m->g.wte, NULL, d->res[0], m->ids, m->pos, B, T, C);
+    if (m->g.wte) /* NULL: a frozen embedding (LoRA) */
+        rf_op_tokpos_bwd(m->g.wte, NULL, d->res[0], m->ids, m->pos, B, T, C);
     TRY(event(m, 0, RF_UNIT_BWD_DONE, -1));
     return RF_OK;
 }

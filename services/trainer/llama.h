@@ -24,6 +24,8 @@
 #include "trainer/model_iface.h" /* rf_model_hook */
 #include "trainer/ops_causal.h"  /* rf_causal_batch */
 
+struct rf_lora; /* lora.h */
+
 typedef struct rf_llama_config {
     int vocab_size, hidden_size, intermediate_size, num_hidden_layers;
     int num_attention_heads, num_key_value_heads, head_dim, max_position_embeddings;
@@ -77,6 +79,11 @@ typedef struct rf_llama {
     bool training;
     rf_model_hook unit_hook;
     void *unit_user;
+    /* LoRA (lora.h; not owned, set by rf_lora_attach_llama): the projections go
+     * through its adapters and the model's own parameters are frozen
+     * (enable_training allocates no gradient block or moments: backward
+     * computes input gradients only). */
+    struct rf_lora *lora;
 } rf_llama;
 
 int rf_llama_new(const rf_llama_config *cfg, rf_llama **out);

@@ -59,3 +59,18 @@ $(BUILD)/trainer/tp_bert_check: $(BUILD)/obj/tests/trainer/tp_bert_check.o \
 	@mkdir -p $(@D)
 	@echo '  LD     $@'
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(call group,$(filter %.a,$^)) $(LDLIBS)
+
+# Dequantization must round each product as bitsandbytes does (no contraction
+# into fused multiply-adds), so the dequantized weights are its bits.
+$(BUILD)/obj/services/trainer/quant.o: CFLAGS += -ffp-contract=off
+
+# A by-hand program (not a test): LoRA training steps on a model folder or a
+# GGUF file, PEFT export, logits and memory measurements, for
+# scripts/parity/peft_export_check.py and scripts/bench/lora_memory.sh.
+EXTRA_BINS += $(BUILD)/trainer/lora_run
+$(BUILD)/trainer/lora_run: $(BUILD)/obj/tests/trainer/lora_run.o \
+    $(BUILD)/lib/librefinery_trainer.a $(BUILD)/lib/librefinery_tokenizer.a \
+    $(BUILD)/lib/librefinery_comm.a $(BUILD)/lib/librefinery_common.a
+	@mkdir -p $(@D)
+	@echo '  LD     $@'
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(call group,$(filter %.a,$^)) $(LDLIBS)

@@ -89,7 +89,7 @@ void rf_op_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
 
 void rf_op_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                          const float *w, const float *mean, const float *rstd, int N, int C) {
-    const int blk = 16;
+    const int blk = 16, Cw = dw ? C : 0; /* dw, db NULL: a frozen LayerNorm */
 #pragma omp parallel if ((size_t)N * C > OMP_MIN)
     {
 #pragma omp for schedule(static) nowait
@@ -111,7 +111,7 @@ void rf_op_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, c
             }
         }
 #pragma omp for schedule(static)
-        for (int c0 = 0; c0 < C; c0 += blk) {
+        for (int c0 = 0; c0 < Cw; c0 += blk) {
             int c1 = c0 + blk < C ? c0 + blk : C;
             for (int n = 0; n < N; n++) {
                 const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
@@ -144,7 +144,8 @@ void rf_op_linear_fwd(float *out, const float *inp, const float *w, const float 
  * its longer side, so the operand every piece packs again is the smaller. */
 void rf_op_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                       const float *w, int N, int IC, int OC) {
-    int np = dinp ? pieces(N, ROW_PIECES) : 0, wp = pieces(N, W_PIECES), nt = np + wp + !!db;
+    int np = dinp ? pieces(N, ROW_PIECES) : 0, wp = dw ? pieces(N, W_PIECES) : 0,
+        nt = np + wp + !!db;
     bool by_out = OC >= IC;
     int wlen = by_out ? OC : IC;
 #pragma omp parallel for schedule(dynamic, 1)

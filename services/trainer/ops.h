@@ -20,7 +20,8 @@ void rf_op_embed_fwd(float *out, const int32_t *ids, const int32_t *types, const
 void rf_op_embed_bwd(float *dwte, float *dwpe, float *dwtt, const float *dout, const int32_t *ids,
                      const int32_t *types, int B, int T, int C, int V, int TV);
 
-/* Stores per-row mean and 1/std for the backward pass. */
+/* Stores per-row mean and 1/std for the backward pass. Backward: dw and db
+ * may both be NULL (a frozen LayerNorm: only dinp). */
 void rf_op_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
                          const float *b, int N, int C, float eps);
 void rf_op_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
@@ -29,7 +30,8 @@ void rf_op_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, c
 /* out[N,OC] = inp[N,IC] w[OC,IC]^T + b (PyTorch nn.Linear layout); b may be NULL. */
 void rf_op_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N, int IC,
                       int OC);
-/* dinp may be NULL (input needs no gradient). */
+/* dinp may be NULL (input needs no gradient), dw NULL (a frozen weight), db
+ * NULL (no bias or a frozen one). */
 void rf_op_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                       const float *w, int N, int IC, int OC);
 

@@ -78,7 +78,8 @@ void rf_op_conv1d_fwd(float *out, const float *inp, const float *w, const float 
  * side), then db (each column summed in row order). */
 void rf_op_conv1d_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                       const float *w, int N, int IC, int OC) {
-    int np = dinp ? pieces(N, ROW_PIECES) : 0, wp = pieces(N, W_PIECES), nt = np + wp + !!db;
+    int np = dinp ? pieces(N, ROW_PIECES) : 0, wp = dw ? pieces(N, W_PIECES) : 0,
+        nt = np + wp + !!db;
     bool by_in = IC >= OC;
     int wlen = by_in ? IC : OC;
 #pragma omp parallel for schedule(dynamic, 1)
@@ -122,7 +123,7 @@ void rf_op_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w
 
 void rf_op_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                        const float *rstd, int N, int C) {
-    const int blk = 16;
+    const int blk = 16, Cw = dw ? C : 0; /* dw NULL: a frozen norm */
 #pragma omp parallel if ((size_t)N * C > OMP_MIN)
     {
 #pragma omp for schedule(static) nowait
@@ -138,7 +139,7 @@ void rf_op_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *i
                 di[i] += r * (d[i] * w[i] - x[i] * k);
         }
 #pragma omp for schedule(static)
-        for (int c0 = 0; c0 < C; c0 += blk) {
+        for (int c0 = 0; c0 < Cw; c0 += blk) {
             int c1 = c0 + blk < C ? c0 + blk : C;
             for (int n = 0; n < N; n++) {
                 const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;

@@ -40,7 +40,7 @@ void rf_op_tokpos_bwd(float *dwte, float *dwpe, const float *dout, const int32_t
  * weight stored [in, out] (the transpose of nn.Linear); b may be NULL. */
 void rf_op_conv1d_fwd(float *out, const float *inp, const float *w, const float *b, int N, int IC,
                       int OC);
-/* dinp may be NULL (input needs no gradient), db too. */
+/* dinp may be NULL (input needs no gradient), dw (a frozen weight) and db too. */
 void rf_op_conv1d_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                       const float *w, int N, int IC, int OC);
 
@@ -48,6 +48,7 @@ void rf_op_conv1d_bwd(float *dinp, float *dw, float *db, const float *dout, cons
  * rstd[N] for backward. */
 void rf_op_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C,
                        float eps);
+/* dw may be NULL (a frozen norm: only dinp). */
 void rf_op_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                        const float *rstd, int N, int C);
 
@@ -96,6 +97,7 @@ void rf_op_causal_attention_bwd(float *dqkv, float *scratch, const float *dout, 
  * two uses of the tied matrix sum in one buffer. An untied head is the same
  * op on its own weight. */
 void rf_op_lm_head_fwd(float *logits, const float *h, const float *wte, int N, int C, int V);
+/* dwte may be NULL (a frozen head). */
 void rf_op_lm_head_bwd(float *dh, float *dwte, const float *dlogits, const float *h,
                        const float *wte, int N, int C, int V);
 

@@ -45,6 +45,7 @@ const char *const rf_trainer_spec_keys[] = {"model",
                                             "resources",
                                             "device",
                                             "task",
+                                            "lora",
                                             NULL};
 
 /* "spec.yaml:31: trainer.class_weights[1]: " (no line for environment values). */
@@ -201,6 +202,32 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
                 return rf_fail(RF_ERR_INVALID,
                                "trainer.%s: applies to task: classify only (this is causal_lm)",
                                cls_only[i]);
+    }
+    const rf_cfg *lora = rf_cfg_get(n, "lora");
+    if (lora) {
+        if (s->task != RF_TASK_CAUSAL_LM)
+            return rf_fail(RF_ERR_INVALID, "trainer.lora: applies to task: causal_lm only");
+        if (rf_cfg_kind_of(lora) != RF_CFG_MAP)
+            return rf_fail(RF_ERR_INVALID, "trainer.lora: expected a mapping {rank, alpha, "
+                                           "dropout, targets, base}");
+        if ((rc = rf_lora_config_parse(lora, &s->lora_cfg))) return rc;
+        if (s->lora_cfg.base == RF_QT_Q4_1)
+            return rf_fail(RF_ERR_UNSUPPORTED,
+                           "trainer.lora.base: q4_1 keeps a GGUF file's blocks, and the trainer "
+                           "loads Hugging Face folders (fp32, int8 or nf4)");
+        if (o->zero > 1)
+            return rf_fail(RF_ERR_UNSUPPORTED,
+                           "trainer.lora: parallel.zero %d shards per unit; use zero 0 or 1 (the "
+                           "adapter is one unit)",
+                           o->zero);
+        if (strcmp(s->device, "cpu") != 0)
+            return rf_fail(RF_ERR_UNSUPPORTED,
+                           "trainer.lora: device %s (the LoRA ops are CPU only for now)",
+                           s->device);
+        if (s->eval)
+            return rf_fail(RF_ERR_UNSUPPORTED, "trainer.eval: the export of a LoRA run is a PEFT "
+                                               "adapter, which the evaluator does not load yet");
+        s->lora = true;
     }
     if (!s->model)
         return rf_fail(RF_ERR_INVALID, "trainer.model: required (a Hugging Face model folder)");

@@ -23,6 +23,12 @@
  *   parallel         {dp: N, zero: 0|1|2|3}: N data-parallel ranks (the world
  *                    size of the group the caller starts, e.g. mpirun -np N),
  *                    ZeRO stage (see train.c and zero3.h)
+ *   lora             causal_lm only: train a LoRA adapter over the frozen model
+ *                    instead of the model itself (lora.h): {rank: 8, alpha: 2 x rank,
+ *                    dropout: 0, targets: [q, v] (of q, k, v, o, up, down, gate),
+ *                    base: fp32 | int8 | nf4}; the export is the PEFT adapter
+ *                    (adapter_config.json + adapter_model.safetensors) and the
+ *                    tokenizer files; dp with zero 0 or 1, device cpu
  *   device           cpu (default) | cuda | cuda-bf16: the backend the model runs
  *                    on (backend.h; cuda-bf16: matrix products on bf16 tensor cores);
  *                    cuda is refused at parsing when the build has no CUDA
@@ -31,6 +37,7 @@
 #define RF_TR_SPEC_H
 
 #include "common/config.h"
+#include "trainer/lora.h"
 #include "trainer/train.h"
 
 typedef struct rf_trainer_spec {
@@ -39,6 +46,8 @@ typedef struct rf_trainer_spec {
     int num_labels, max_len, threads, eval_batch_size;
     int dp;             /* parallel.dp (1 when absent); the ZeRO stage is opts.zero */
     rf_model_task task; /* trainer.task */
+    bool lora;          /* trainer.lora given: lora_cfg holds it */
+    rf_lora_config lora_cfg;
     rf_train_opts opts;
 } rf_trainer_spec;
 

