@@ -222,7 +222,8 @@ static int teardown(void **state) {
 }
 
 int main(void) {
-    const char *from = getenv("REFINERY_CAUSAL_EXPORT_FROM"), *keep = getenv("REFINERY_CAUSAL_EXPORT_OUT");
+    const char *from = getenv("REFINERY_CAUSAL_EXPORT_FROM"),
+               *keep = getenv("REFINERY_CAUSAL_EXPORT_OUT");
     if (from && from[0] && keep && keep[0]) { /* by hand, for causal_export_check.py */
         rf_model *m;
         if (rf_model_load(from, NULL, rf_backend_cpu(), &m)) {
