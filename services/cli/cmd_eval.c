@@ -1,7 +1,10 @@
 /* `refinery eval --model DIR --data SHARDS_OR_JSONL [--out REPORT.json]
  * [--predictions FILE]`: accuracy, per-class and macro P/R/F1, confusion
  * matrix and loss of a sequence classifier, as JSON on stdout (and in --out),
- * and one JSON line per example in --predictions (evaluator/predictions.h). */
+ * and one JSON line per example in --predictions (evaluator/predictions.h). A
+ * causal LM's folder (model_type gpt2 or llama) gets its eval loss and
+ * perplexity instead (evaluator/lm_loss.h: rows of --max-len, packed as the
+ * trainer packs them). */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -24,7 +27,8 @@ static void eval_usage(FILE *out) {
             "                  token shards keep none), text (JSONL's; shards and TSV: the\n"
             "                  ids decoded with the model's tokenizer), label (gold), pred,\n"
             "                  probs (softmax, pred = their arg-max)\n"
-            "  --max-len N     truncate sequences to N tokens (default 128)\n"
+            "  --max-len N     truncate sequences to N tokens (default 128); a causal LM\n"
+            "                  (gpt2, llama): eval loss and perplexity over rows of N\n"
             "  --batch N       sequences per forward pass (default 64)\n"
             "  --threads N     CPU threads (default: all)\n");
 }

@@ -1,4 +1,5 @@
-/* `refinery train SPEC.yaml`: fine-tunes a BERT classifier from the spec's
+/* `refinery train SPEC.yaml`: fine-tunes a BERT classifier (trainer.task:
+ * classify) or trains a GPT-2/Llama causal LM (task: causal_lm) from the spec's
  * `trainer:` section (see services/trainer/spec.h), checkpointing into
  * `output` and exporting a Hugging Face folder. Rerunning after a kill resumes
  * from the last checkpoint. SIGINT/SIGTERM checkpoint and stop. When `eval` is
@@ -33,7 +34,8 @@ static int cmd_train(int argc, char **argv) {
     if (argc != 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fprintf(argc == 2 ? stdout : stderr,
                 "usage: refinery train SPEC.yaml\n"
-                "  trains from the spec's trainer: section; keys: model (required), train,\n"
+                "  trains from the spec's trainer: section; keys: task (classify | causal_lm),\n"
+                "  model (required), train,\n"
                 "  eval, output (default trainer-out), export (default <output>/model),\n"
                 "  num_labels, epochs, max_steps, batch_size, grad_accum, max_len, lr,\n"
                 "  weight_decay, warmup_ratio, warmup_steps, clip_norm, beta1, beta2, eps,\n"
@@ -95,6 +97,6 @@ static int cmd_train(int argc, char **argv) {
     return rc ? 1 : 0;
 }
 
-static const rf_command train_cmd = {"train", "fine-tune a BERT classifier (trainer: section)",
-                                     cmd_train};
+static const rf_command train_cmd = {
+    "train", "train a BERT classifier or a causal LM (trainer: section)", cmd_train};
 RF_COMMAND(train_cmd)

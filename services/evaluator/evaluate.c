@@ -5,6 +5,8 @@
 
 #include "common/error.h"
 #include "common/sys.h"
+#include "common/log.h"
+#include "evaluator/lm_loss.h"
 #include "evaluator/predict.h"
 #include "evaluator/predictions.h"
 
@@ -82,7 +84,27 @@ static int load_files(void *user, int max_len, rf_dataset *d) {
     return rc;
 }
 
+/* A causal LM's folder (trainer.task causal_lm) gets its eval loss and
+ * perplexity (lm_loss.h) in place of the classifier's metrics. */
+static int evaluate_lm(const rf_eval_opts *o, rf_buf *json) {
+    rf_buf b = RF_BUF_INIT;
+    if (o->predictions_path)
+        rf_info("evaluator", "a causal LM has no per-example predictions; %s not written",
+                o->predictions_path);
+    int rc = rf_lm_evaluate_path(o->model_dir, o->data, o->max_len, o->batch_size, &b);
+    if (!rc && o->report_path) {
+        rc = rf_write_file_atomic(o->report_path, b.data, b.len);
+        if (rc) rc = rf_fail_ctx(rc, "eval: cannot write %s", o->report_path);
+    }
+    if (!rc && json) rc = rf_buf_append(json, b.data, b.len);
+    rf_buf_free(&b);
+    return rc;
+}
+
 int rf_evaluate_run(const rf_eval_opts *o, rf_buf *json) {
+    rf_model_desc md;
+    if (rf_model_describe(o->model_dir, &md) == RF_OK && md.task == RF_TASK_CAUSAL_LM)
+        return evaluate_lm(o, json);
     rf_dataset d = {0};
     rf_metrics mt = {0};
     rf_pred_writer *pw = NULL;

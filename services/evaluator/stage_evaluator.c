@@ -1,13 +1,15 @@
 /* The evaluator stage of `refinery run` (order 50). Section `evaluator:`:
  *   model       default <run_dir>/model (the trainer's export)
  *   data        default <run_dir>/tokenizer/eval (held-out token shards)
- *   max_len     default 128
+ *   max_len     default 128 (a causal_lm run: trainer.max_len, so the eval rows
+ *               are packed as the training rows were)
  *   batch_size  default 64
  *   predictions default <run_dir>/evaluator/predictions.jsonl: one JSON line
  *               per example (evaluator/predictions.h); "" writes none
  * Writes <run_dir>/evaluator/report.json and sets evaluator.* counters. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/buf.h"
 #include "common/error.h"
@@ -52,7 +54,13 @@ static int eval_open(const rf_cfg *sec, rf_run_ctx *ctx, void **state) {
     if (!rc) rc = rf_cfg_str(sec, "model", e->model_def, &e->model);
     if (!rc) rc = rf_cfg_str(sec, "data", e->data_def, &e->data);
     if (!rc) rc = rf_cfg_str(sec, "predictions", e->preds_def, &e->preds);
-    if (!rc) rc = rf_cfg_int(sec, "max_len", 128, 2, 4096, &max_len);
+    int64_t def_len = 128;
+    const rf_cfg *tr = ctx->spec ? rf_cfg_get(ctx->spec, "trainer") : NULL;
+    const char *task = NULL;
+    if (!rc && tr && rf_cfg_str(tr, "task", "classify", &task) == RF_OK && task &&
+        strcmp(task, "causal_lm") == 0)
+        rc = rf_cfg_int(tr, "max_len", 128, 2, 4096, &def_len);
+    if (!rc) rc = rf_cfg_int(sec, "max_len", def_len, 2, 4096, &max_len);
     if (!rc) rc = rf_cfg_int(sec, "batch_size", 64, 1, 4096, &batch);
     if (!rc)
         rc = rf_cfg_str(ctx->spec ? rf_cfg_get(ctx->spec, "trainer") : NULL, "device", "cpu",
@@ -86,6 +94,18 @@ static int eval_run(void *state) {
         rf_json_doc *d = rf_json_doc_new();
         const rf_json *r;
         if (d && rf_json_parse(d, json.data, json.len, &r) == 0) {
+            const rf_json *ppl = rf_json_get(r, "perplexity"), *el = rf_json_get(r, "eval_loss");
+            const rf_json *tk = rf_json_get(r, "tokens");
+            if (ppl && el) { /* a causal LM (lm_loss.h) */
+                rf_stats_set_real(e->ctx->stats, "evaluator.eval_loss", el->num);
+                rf_stats_set_real(e->ctx->stats, "evaluator.perplexity", ppl->num);
+                if (tk) rf_stats_set(e->ctx->stats, "evaluator.tokens", (int64_t)tk->num);
+                rf_info("evaluator", "%s: eval loss %.4f perplexity %.2f on %.0f predicted tokens",
+                        e->data, el->num, ppl->num, tk ? tk->num : 0);
+                rf_json_doc_free(d);
+                rf_buf_free(&json);
+                return rc;
+            }
             const rf_json *acc = rf_json_get(r, "accuracy"), *mac = rf_json_get(r, "macro");
             const rf_json *f1 = rf_json_get(mac, "f1"), *n = rf_json_get(r, "examples");
             if (acc) rf_stats_set_real(e->ctx->stats, "evaluator.accuracy", acc->num);

@@ -787,6 +787,16 @@ static void section_eval(report *r) {
         put(r, "</section>\n");
         return;
     }
+    if (rf_json_get(ev, "perplexity")) { /* a causal LM: evaluator/lm_loss.h */
+        putf(r,
+             "<p>causal LM: eval loss <b>%.4f</b> &middot; perplexity <b>%.2f</b> &middot; %.0f "
+             "predicted tokens in %.0f rows of at most %.0f</p>\n",
+             num(ev, "eval_loss", 0), num(ev, "perplexity", 0), num(ev, "tokens", 0),
+             num(ev, "rows", 0), num(ev, "max_len", 0));
+        rf_json_doc_free(doc);
+        put(r, "</section>\n");
+        return;
+    }
     putf(r,
          "<p>accuracy <b>%.4f</b> &middot; macro F1 <b>%.4f</b> &middot; loss %.4f &middot; "
          "%.0f examples</p>\n",

@@ -2,8 +2,8 @@
  * of their own so that checking a spec links nothing else of the stage. */
 #include "pipeline/stages.h"
 
-const char *const rf_tokenizer_keys[] = {"tokenizer",     "max_length", "add_special_tokens",
-                                         "eval_fraction", "seed",       "pack",
-                                         "block_len",     "eos_token",  "batch_size",
-                                         "partitions",    "threads",    "cache",
-                                         "retries",       "resources",  NULL};
+const char *const rf_tokenizer_keys[] = {
+    "tokenizer", "max_length", "add_special_tokens", "eval_fraction", "seed",
+    "pack",      "block_len",  "eos_token",          "batch_size",    "partitions",
+    "threads",   "cache",      "append_eos",         "retries",       "resources",
+    NULL};

@@ -8,6 +8,8 @@
  *     eval_fraction: 0.1       # split by hash of the dedup cluster (doc id if none)
  *     seed: 0
  *     pack: false              # true: causal-LM blocks of block_len with EOS between docs
+ *     append_eos: false        # true: every document ends with eos_token (one record per
+ *                              # document: what trainer.task causal_lm packs, lm_data.h)
  *     block_len: 1024
  *     eos_token: "<|endoftext|>"
  *     batch_size: 32           # for the batching report
@@ -51,7 +53,9 @@ typedef struct tok_stage {
     rf_tok_doc *views; /* the current batch as rf_tok_docs */
     size_t n_views;
     int threads;
-    bool add_special, pack;
+    bool add_special, pack, append_eos;
+    uint32_t *doc_eos; /* a document with its EOS (append_eos) */
+    size_t doc_eos_cap;
     double eval_fraction;
     uint64_t seed;
     int64_t max_length, block_len, batch_size, partitions;
@@ -95,6 +99,7 @@ static void stage_close(void *state) {
         free(s->lens[k].v);
     }
     free(s->views);
+    free(s->doc_eos);
     if (s->rejects) fclose(s->rejects);
     rf_tok_splitter_free(s->splitter);
     rf_tokenizer_free(s->tok);
@@ -115,6 +120,7 @@ static int stage_open(const rf_cfg *sec, rf_run_ctx *ctx, void **state) {
     if (!rc) rc = rf_cfg_real(sec, "eval_fraction", 0.1, 0.0, 1.0, &s->eval_fraction);
     if (!rc) rc = rf_cfg_int(sec, "seed", 0, 0, INT64_MAX, &seed);
     if (!rc) rc = rf_cfg_bool(sec, "pack", false, &s->pack);
+    if (!rc) rc = rf_cfg_bool(sec, "append_eos", false, &s->append_eos);
     if (!rc) rc = rf_cfg_int(sec, "block_len", 1024, 2, 1 << 20, &s->block_len);
     if (!rc) rc = rf_cfg_str(sec, "eos_token", "<|endoftext|>", &eos);
     if (!rc) rc = rf_cfg_int(sec, "batch_size", 32, 1, 1 << 20, &s->batch_size);
@@ -129,10 +135,12 @@ static int stage_open(const rf_cfg *sec, rf_run_ctx *ctx, void **state) {
         rf_tokenizer_set_truncation(s->tok, (size_t)s->max_length, RF_TRUNC_LONGEST_FIRST,
                                     RF_SIDE_RIGHT);
     if (!rc) rf_tokenizer_set_padding(s->tok, false, 0, 0, 0, 0, RF_SIDE_RIGHT);
-    if (!rc && s->pack) {
+    if (!rc && (s->pack || s->append_eos)) {
         int64_t id = rf_tokenizer_token_to_id(s->tok, eos);
         if (id < 0) rc = rf_fail(RF_ERR_INVALID, "tokenizer.eos_token: %s is not a token", eos);
         s->eos_id = (uint32_t)id;
+    }
+    if (!rc && s->pack) {
         for (int k = 0; k < 2 && !rc; k++)
             rc = rf_packer_init(&s->packer[k], (uint32_t)s->block_len, s->eos_id);
     }
@@ -150,7 +158,7 @@ static int stage_open(const rf_cfg *sec, rf_run_ctx *ctx, void **state) {
         snprintf(prefix, sizeof prefix, "%s/%s", s->dir, split_name[k]);
         rf_shard_info info = {.flags = s->pack ? RF_SHARD_PACKED : 0,
                               .vocab_size = rf_tokenizer_vocab_size(s->tok),
-                              .eos_id = s->pack ? (int32_t)s->eos_id : -1,
+                              .eos_id = s->pack || s->append_eos ? (int32_t)s->eos_id : -1,
                               .pad_id = -1,
                               .block_len = s->pack ? (uint32_t)s->block_len : 0};
         rc = rf_shard_writer_open(prefix, &info, &s->w[k]);
@@ -220,12 +228,30 @@ static int stage_process(void *state, rf_doc_batch *in, rf_emit_fn emit, void *e
         if (s->pack) {
             block_sink b = {s, k};
             rc = rf_packer_add(&s->packer[k], e->ids, e->len, write_block, &b);
+        } else if (s->append_eos && (e->len == 0 || e->ids[e->len - 1] != s->eos_id)) {
+            if (e->len + 1 > s->doc_eos_cap) {
+                uint32_t *b = realloc(s->doc_eos, (e->len + 1) * sizeof *b);
+                if (!b)
+                    rc = RF_ERR_NOMEM;
+                else {
+                    s->doc_eos = b;
+                    s->doc_eos_cap = e->len + 1;
+                }
+            }
+            if (!rc) {
+                memcpy(s->doc_eos, e->ids, e->len * sizeof *s->doc_eos);
+                s->doc_eos[e->len] = s->eos_id;
+                rc = rf_shard_writer_add(s->w[k], s->doc_eos, (uint32_t)e->len + 1, d->label,
+                                         r->cluster);
+            }
+            if (!rc) rc = lens_push(&s->lens[k], (uint32_t)e->len + 1);
         } else {
             rc = rf_shard_writer_add(s->w[k], e->ids, (uint32_t)e->len, d->label, r->cluster);
             if (!rc) rc = lens_push(&s->lens[k], (uint32_t)e->len);
         }
         s->docs[k]++;
-        s->tokens[k] += e->len;
+        s->tokens[k] += e->len + (!s->pack && s->append_eos &&
+                                  (e->len == 0 || e->ids[e->len - 1] != s->eos_id));
     }
     if (rc) {
         rf_doc_batch_free(in);

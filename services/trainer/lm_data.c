@@ -125,9 +125,9 @@ static int load_mask(const char *prefix, uint64_t n, uint8_t **mask) {
     }
     for (size_t i = 0; i < len; i++)
         if ((uint8_t)data[i] > 1) {
+            unsigned v = (uint8_t)data[i];
             free(data);
-            return rf_fail(RF_ERR_CORRUPT, "%s: byte %zu is %u (0 or 1 expected)", path, i,
-                           (unsigned)(uint8_t)data[i]);
+            return rf_fail(RF_ERR_CORRUPT, "%s: byte %zu is %u (0 or 1 expected)", path, i, v);
         }
     *mask = (uint8_t *)data;
     return RF_OK;

@@ -178,5 +178,6 @@ void rf_model_init_bert(rf_model *m, rf_bert *b) {
     memset(m, 0, sizeof *m);
     m->ops = &bert_ops;
     m->impl = b;
-    m->r1 = rf_bert_units(b);
+    m->r1 = m->units = rf_bert_units(b);
+    m->eos = -1;
 }

@@ -164,7 +164,7 @@ static int save_causal(const rf_model *m, const char *dir, const rf_tensor_info 
                              .vocab = x->cfg.VOCAB,                                                \
                              .max_positions = x->cfg.MAXPOS,                                       \
                              .num_labels = 0,                                                      \
-                             .eos_token_id = config_eos(m->src_config),                            \
+                             .eos_token_id = m->eos,                                               \
                              .tied = (TIED)};                                                      \
         return RF_OK;                                                                              \
     }                                                                                              \
@@ -274,7 +274,8 @@ static int save_causal(const rf_model *m, const char *dir, const rf_tensor_info 
         memset(m, 0, sizeof *m);                                                                   \
         m->ops = &P##_ops;                                                                         \
         m->impl = x;                                                                               \
-        m->r1 = rf_##P##_units(x);                                                                 \
+        m->r1 = m->units = rf_##P##_units(x);                                                      \
+        m->eos = -1;                                                                               \
     }
 
 CAUSAL_OPS(gpt2, rf_gpt2, "gpt2", n_layer, n_embd, vocab_size, n_positions, true)
@@ -298,5 +299,6 @@ int rf_model_load_causal(const char *dir, const char *arch, const rf_backend *be
         rf_model_init_llama(m, l);
     }
     m->src_config = src;
+    m->eos = config_eos(src);
     return RF_OK;
 }

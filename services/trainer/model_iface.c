@@ -168,7 +168,7 @@ int rf_model_blocks_of(const rf_model *m, rf_model_blocks *out) {
 }
 
 int rf_model_units(const rf_model *m) {
-    return rf_model_info_of(m).units;
+    return m && m->units > 0 ? m->units : rf_model_info_of(m).units;
 }
 
 int rf_model_unit_range(const rf_model *m, int unit, size_t *lo, size_t *hi) {

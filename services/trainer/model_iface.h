@@ -166,6 +166,8 @@ struct rf_model {
     void *hook_user;
     int r0, r1;       /* the unit range of the forward/backward in progress */
     long counted;     /* labels the last forward counted (implementations set it) */
+    int units;        /* the model's unit count (fixed; set by rf_model_init_*) */
+    int eos;          /* causal LMs: the loaded config's eos_token_id, -1 when none */
     char *src_config; /* causal LMs: the config.json text loaded (kept for the export) */
 };
 

@@ -9,7 +9,8 @@
 # 1e-5 relative (dp_compare.py); GPT-2's key biases (the middle third of each
 # c_attn.bias) have an analytically zero gradient, so both runs hold
 # round-off noise that AdamW turns into steps of up to lr each: they are held
-# to lr x steps = 0.024 absolute instead. ZeRO 2 and 3 must be bitwise equal.
+# to lr x steps = 0.024 absolute instead. ZeRO 2 and 3 must be bitwise equal,
+# and a run stopped after 3 steps and rerun (resumed) bitwise the uninterrupted one.
 # Skips (77) without mpirun or MPI in the build.
 set -euo pipefail
 bin=$REFINERY_BIN
@@ -65,6 +66,16 @@ for z in 0 2 3; do
     echo -n "gpt2 dp2 zero$z vs 1 process: "; cmp_runs g1 "g2z$z" $key_bias
 done
 echo -n "gpt2 dp2 zero3 vs zero2: "; cmp_runs g2z2 g2z3 | tee cmp.out; grep -q bitwise cmp.out
+
+# stopped after 3 steps (a checkpoint), rerun: resumes, and ends bitwise equal
+spec g1r tiny-gpt2-rand 1 0
+printf '  stop_after: 3\n' >> g1r.yaml
+"$bin" train g1r.yaml 2>g1r.log || { cat g1r.log; exit 1; }
+test "$(wc -l < g1r/metrics.jsonl)" = 3
+spec g1r tiny-gpt2-rand 1 0 # the same run without stop_after
+"$bin" train g1r.yaml 2>g1r2.log || { cat g1r2.log; exit 1; }
+grep -q "resumed from" g1r2.log
+echo -n "gpt2 stopped after 3 steps and resumed vs uninterrupted: "; cmp_runs g1 g1r | tee cmp.out; grep -q bitwise cmp.out
 
 spec l1 tiny-llama-tied 1 0
 "$bin" train l1.yaml 2>l1.log || { cat l1.log; exit 1; }
