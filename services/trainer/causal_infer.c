@@ -1,13 +1,22 @@
 /* Incremental forward with a key/value cache (see causal_infer.h). The
- * layer code mirrors rf_gpt2_forward / rf_llama_forward op for op; only the
- * attention differs: per (query head, block of new queries) one sgemm for the
- * scores against every cached key and one for the weighted values, issued
- * single-threaded from inside the parallel loop as ops.c does. */
+ * layer code mirrors rf_gpt2_forward / rf_llama_forward op for op (the
+ * norms, activations and embeddings are the ops themselves). Three things
+ * differ, for speed, none for the result beyond round-off:
+ * - projections and the LM head call sgemm directly, so OpenBLAS spreads
+ *   even one row (a decode step) over its threads, where the ops cut rows
+ *   into pieces of at least 128 for bitwise reproducibility across thread
+ *   counts (which inference does not need);
+ * - RoPE's cos/sin come from a table filled once per state with the op's
+ *   own formula (rope_cs in ops_causal.c), not recomputed per token and layer;
+ * - the attention runs per (query head, block of new queries): one sgemm for
+ *   the scores against every cached key and one for the weighted values,
+ *   issued single-threaded from inside the parallel loop as ops.c does. */
 #include "trainer/causal_infer.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +35,7 @@ struct rf_infer {
     int32_t *pos;
     float *scores; /* [threads][QB * cap] */
     int threads;
+    float *rope_cos, *rope_sin; /* Llama: [cap][hd / 2] */
 };
 
 int rf_causal_dims_of(const rf_causal_model *m, rf_causal_dims *d) {
@@ -52,6 +62,7 @@ void rf_infer_free(rf_infer *s) {
     free(s->kc), free(s->vc), free(s->x), free(s->xn), free(s->qkv), free(s->atty);
     free(s->tmp), free(s->ff1), free(s->ff2), free(s->mean), free(s->rstd), free(s->pos);
     free(s->scores);
+    free(s->rope_cos), free(s->rope_sin);
     free(s);
 }
 
@@ -86,6 +97,26 @@ int rf_infer_new(const rf_causal_model *m, int cap, int chunk, rf_infer **out) {
         !s->ff2 || !s->mean || !s->rstd || !s->pos) {
         rf_infer_free(s);
         return RF_ERR_NOMEM;
+    }
+    if (m->llama) {
+        int half = d.hd / 2;
+        s->rope_cos = malloc((size_t)cap * half * sizeof(float));
+        s->rope_sin = malloc((size_t)cap * half * sizeof(float));
+        if (!s->rope_cos || !s->rope_sin) {
+            rf_infer_free(s);
+            return RF_ERR_NOMEM;
+        }
+        /* as ops_causal.c's rope_cs: f_i = 1 / theta^(2i/hs) in double, rounded
+         * to float; the angle p * f_i in float; cos and sin of that angle */
+        float theta = m->llama->cfg.rope_theta;
+        for (int i = 0; i < half; i++) {
+            float f = (float)(1.0 / pow((double)theta, (double)(2 * i) / d.hd));
+            for (int p = 0; p < cap; p++) {
+                float a = (float)p * f;
+                s->rope_cos[(size_t)p * half + i] = (float)cos((double)a);
+                s->rope_sin[(size_t)p * half + i] = (float)sin((double)a);
+            }
+        }
     }
     *out = s;
     return RF_OK;
@@ -151,6 +182,35 @@ static void attend(rf_infer *s, int l, int n) {
     }
 }
 
+/* out[n, OC] = inp[n, IC] W + b: W is [OC, IC] (nn.Linear) or, with
+ * conv1d, [IC, OC] (GPT-2's Conv1D); b may be NULL. */
+static void project(float *out, const float *inp, const float *w, const float *b, int n, int IC,
+                    int OC, bool conv1d) {
+    for (int r = 0; b && r < n; r++)
+        memcpy(out + (size_t)r * OC, b, sizeof(float) * OC);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, conv1d ? CblasNoTrans : CblasTrans, n, OC, IC, 1.0f,
+                inp, IC, w, conv1d ? OC : IC, b ? 1.0f : 0.0f, out, OC);
+}
+
+/* RoPE in place on nh heads of hd channels at column 0 of rows `stride`
+ * apart, positions pos[0..n): rf_op_rope_fwd with the table's cos/sin. */
+static void rope(const rf_infer *s, float *x, int n, int nh, int hd, int stride) {
+    int half = hd / 2;
+#pragma omp parallel for schedule(static) if ((size_t)n * nh * hd > 4096)
+    for (int r = 0; r < n; r++) {
+        const float *cs = s->rope_cos + (size_t)s->pos[r] * half,
+                    *sn = s->rope_sin + (size_t)s->pos[r] * half;
+        for (int h = 0; h < nh; h++) {
+            float *v = x + (size_t)r * stride + (size_t)h * hd;
+            for (int i = 0; i < half; i++) {
+                float a = v[i], b = v[i + half];
+                v[i] = a * cs[i] - b * sn[i];
+                v[i + half] = b * cs[i] + a * sn[i];
+            }
+        }
+    }
+}
+
 static void add_into(float *x, const float *y, size_t n) {
 #pragma omp simd
     for (size_t i = 0; i < n; i++)
@@ -171,14 +231,13 @@ static void chunk_forward(rf_infer *s, const int32_t *ids, int n, float *hidden)
             const rf_gpt2_layer *w = &g->p.layers[l];
             float eps = g->cfg.layer_norm_epsilon;
             rf_op_layernorm_fwd(s->xn, s->mean, s->rstd, s->x, w->ln1_w, w->ln1_b, n, C, eps);
-            rf_op_conv1d_fwd(s->qkv, s->xn, w->attn_w, w->attn_b, n, C, W);
+            project(s->qkv, s->xn, w->attn_w, w->attn_b, n, C, W, true);
         } else {
             const rf_llama_layer *w = &m->p.layers[l];
-            float theta = m->cfg.rope_theta;
             rf_op_rmsnorm_fwd(s->xn, s->rstd, s->x, w->ln1_w, n, C, m->cfg.rms_norm_eps);
-            rf_op_linear_fwd(s->qkv, s->xn, w->qkv_w, NULL, n, C, W);
-            rf_op_rope_fwd(s->qkv, s->qkv, s->pos, n, n, d->NH, hd, W, theta);
-            rf_op_rope_fwd(s->qkv + A, s->qkv + A, s->pos, n, n, d->NKV, hd, W, theta);
+            project(s->qkv, s->xn, w->qkv_w, NULL, n, C, W, false);
+            rope(s, s->qkv, n, d->NH, hd, W);
+            rope(s, s->qkv + A, n, d->NKV, hd, W);
         }
         float *kc = s->kc + ((size_t)l * s->cap + s->len) * KW,
               *vc = s->vc + ((size_t)l * s->cap + s->len) * KW;
@@ -190,20 +249,20 @@ static void chunk_forward(rf_infer *s, const int32_t *ids, int n, float *hidden)
         if (g) {
             const rf_gpt2_layer *w = &g->p.layers[l];
             float eps = g->cfg.layer_norm_epsilon;
-            rf_op_conv1d_fwd(s->tmp, s->atty, w->proj_w, w->proj_b, n, C, C);
+            project(s->tmp, s->atty, w->proj_w, w->proj_b, n, C, C, true);
             add_into(s->x, s->tmp, (size_t)n * C);
             rf_op_layernorm_fwd(s->xn, s->mean, s->rstd, s->x, w->ln2_w, w->ln2_b, n, C, eps);
-            rf_op_conv1d_fwd(s->ff1, s->xn, w->fc_w, w->fc_b, n, C, F);
+            project(s->ff1, s->xn, w->fc_w, w->fc_b, n, C, F, true);
             rf_op_gelu_tanh_fwd(s->ff2, s->ff1, (size_t)n * F);
-            rf_op_conv1d_fwd(s->tmp, s->ff2, w->fcp_w, w->fcp_b, n, F, C);
+            project(s->tmp, s->ff2, w->fcp_w, w->fcp_b, n, F, C, true);
         } else {
             const rf_llama_layer *w = &m->p.layers[l];
-            rf_op_linear_fwd(s->tmp, s->atty, w->o_w, NULL, n, A, C);
+            project(s->tmp, s->atty, w->o_w, NULL, n, A, C, false);
             add_into(s->x, s->tmp, (size_t)n * C);
             rf_op_rmsnorm_fwd(s->xn, s->rstd, s->x, w->ln2_w, n, C, m->cfg.rms_norm_eps);
-            rf_op_linear_fwd(s->ff1, s->xn, w->gu_w, NULL, n, C, 2 * F);
+            project(s->ff1, s->xn, w->gu_w, NULL, n, C, 2 * F, false);
             rf_op_swiglu_fwd(s->ff2, s->ff1, n, F);
-            rf_op_linear_fwd(s->tmp, s->ff2, w->down_w, NULL, n, F, C);
+            project(s->tmp, s->ff2, w->down_w, NULL, n, F, C, false);
         }
         add_into(s->x, s->tmp, (size_t)n * C);
     }
@@ -236,5 +295,5 @@ int rf_infer_forward(rf_infer *s, const int32_t *ids, int n, float *hidden) {
 
 void rf_infer_logits(const rf_infer *s, const float *h, int n, float *logits) {
     const float *w = s->m.gpt2 ? s->m.gpt2->p.wte : s->m.llama->p.head_w;
-    rf_op_lm_head_fwd(logits, h, w, n, s->d.C, s->d.vocab);
+    project(logits, h, w, NULL, n, s->d.C, s->d.vocab, false); /* rf_op_lm_head_fwd's product */
 }
