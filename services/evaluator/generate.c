@@ -219,14 +219,17 @@ static int next_piece(const rf_lm *lm, const int32_t *ids, int n, bool final, rf
     int rc = rf_tok_decode(lm->tok, (const uint32_t *)ids, (size_t)n, true, dec);
     if (rc) return rc;
     *piece = "", *len = 0;
-    if (dec->len < emitted->len || memcmp(dec->data, emitted->data, emitted->len) != 0) {
+    if (dec->len < emitted->len ||
+        (emitted->len && memcmp(dec->data, emitted->data, emitted->len) != 0)) {
         /* the decoder rewrote earlier text: hand out this token's own text */
         rf_buf_reset(dec);
         if ((rc = rf_tok_decode(lm->tok, (const uint32_t *)ids + n - 1, 1, true, dec))) return rc;
-        *piece = dec->data ? dec->data : "", *len = dec->len;
-        return rf_buf_append(emitted, dec->data ? dec->data : "", dec->len);
+        if (!dec->len) return RF_OK;
+        *piece = dec->data, *len = dec->len;
+        return rf_buf_append(emitted, dec->data, dec->len);
     }
     size_t add = dec->len - emitted->len;
+    if (!add) return RF_OK;
     if (!final && add >= 3 && !memcmp(dec->data + dec->len - 3, "\xef\xbf\xbd", 3)) return RF_OK;
     *piece = dec->data + emitted->len, *len = add;
     return rf_buf_append(emitted, *piece, add);
