@@ -2,23 +2,29 @@
  * [--predictions FILE]`: accuracy, per-class and macro P/R/F1, confusion
  * matrix and loss of a sequence classifier, as JSON on stdout (and in --out),
  * and one JSON line per example in --predictions (evaluator/predictions.h). A
- * causal LM's folder (model_type gpt2 or llama) gets its eval loss and
- * perplexity instead (evaluator/lm_loss.h: rows of --max-len, packed as the
- * trainer packs them). */
+ * causal LM's folder (model_type gpt2 or llama) with token shards gets its eval
+ * loss and perplexity instead (evaluator/lm_loss.h: rows of --max-len, packed
+ * as the trainer packs them). `--task lm` scores a causal LM's perplexity on a
+ * text file with a strided sliding window (evaluator/perplexity.h). */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "cli/command.h"
 #include "common/buf.h"
 #include "common/error.h"
 #include "evaluator/evaluate.h"
+#include "evaluator/perplexity.h"
 #include "trainer/train.h"
 
 static void eval_usage(FILE *out) {
     fprintf(out,
             "usage: refinery eval --model DIR --data SHARDS_OR_JSONL [options]\n"
+            "       refinery eval --task lm --model DIR_OR_GGUF --data FILE.txt [--max-len N]\n"
+            "                     [--stride S] [--out FILE]\n"
             "  --model DIR     Hugging Face folder (config.json, model.safetensors, tokenizer)\n"
             "  --data PATH     token shard prefix or directory, or JSONL documents with labels\n"
             "  --out FILE      also write the JSON report there\n"
@@ -30,7 +36,19 @@ static void eval_usage(FILE *out) {
             "  --max-len N     truncate sequences to N tokens (default 128); a causal LM\n"
             "                  (gpt2, llama): eval loss and perplexity over rows of N\n"
             "  --batch N       sequences per forward pass (default 64)\n"
-            "  --threads N     CPU threads (default: all)\n");
+            "  --threads N     CPU threads (default: all)\n"
+            "  --task T        classify (default) or lm: perplexity of a causal LM (GPT-2 or\n"
+            "                  Llama folder, GGUF file or a folder holding one) on a UTF-8\n"
+            "                  text file, with the sliding window of Hugging Face's perplexity\n"
+            "                  guide; the report has perplexity, nll (mean per token) and\n"
+            "                  tokens (the guide's count)\n"
+            "  --max-len N     (lm) window length (default: the model's positions)\n"
+            "  --stride S      (lm) window step (default: max-len / 2)\n");
+}
+
+static void lm_progress(void *user, int w, int n) {
+    if (*(int *)user) fprintf(stderr, "\rrefinery eval: window %d/%d", w, n);
+    if (*(int *)user && w == n) fputc('\n', stderr);
 }
 
 static int parse_pos(const char *opt, const char *s, int *out) {
@@ -53,10 +71,12 @@ static int cmd_eval(int argc, char **argv) {
                                          {"batch", required_argument, 0, 'b'},
                                          {"threads", required_argument, 0, 't'},
                                          {"predictions", required_argument, 0, 'p'},
+                                         {"task", required_argument, 0, 'k'},
+                                         {"stride", required_argument, 0, 's'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *model = NULL, *data = NULL, *out = NULL, *preds = NULL;
-    int max_len = 128, batch = 64, threads = 0, c;
+    const char *model = NULL, *data = NULL, *out = NULL, *preds = NULL, *task = "classify";
+    int max_len = 0, batch = 64, threads = 0, stride = 0, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -81,6 +101,12 @@ static int cmd_eval(int argc, char **argv) {
         case 't':
             if (parse_pos("--threads", optarg, &threads)) return 2;
             break;
+        case 'k':
+            task = optarg;
+            break;
+        case 's':
+            if (parse_pos("--stride", optarg, &stride)) return 2;
+            break;
         case 'h':
             eval_usage(stdout);
             return 0;
@@ -95,6 +121,32 @@ static int cmd_eval(int argc, char **argv) {
     }
     if (threads) rf_set_threads(threads);
     rf_buf json = RF_BUF_INIT;
+    if (!strcmp(task, "lm")) {
+        if (preds) {
+            fprintf(stderr, "refinery eval: --predictions is for --task classify\n");
+            return 2;
+        }
+        int tty = isatty(2);
+        rf_ppl_opts po = {
+            .max_len = max_len, .stride = stride, .progress = lm_progress, .user = &tty};
+        if (rf_perplexity_run(model, data, &po, out, &json)) {
+            fprintf(stderr, "refinery eval: %s\n", rf_errmsg());
+            rf_buf_free(&json);
+            return 1;
+        }
+        fwrite(json.data, 1, json.len, stdout);
+        rf_buf_free(&json);
+        return 0;
+    }
+    if (strcmp(task, "classify")) {
+        fprintf(stderr, "refinery eval: --task '%s': expected classify or lm\n", task);
+        return 2;
+    }
+    if (stride) {
+        fprintf(stderr, "refinery eval: --stride is for --task lm\n");
+        return 2;
+    }
+    if (!max_len) max_len = 128;
     rf_eval_opts eo = {.model_dir = model,
                        .data = data,
                        .max_len = max_len,
@@ -112,6 +164,6 @@ static int cmd_eval(int argc, char **argv) {
     return 0;
 }
 
-static const rf_command eval_cmd = {"eval", "score a classifier: accuracy, P/R/F1, confusion",
-                                    cmd_eval};
+static const rf_command eval_cmd = {
+    "eval", "score a classifier (accuracy, P/R/F1) or an LM (perplexity)", cmd_eval};
 RF_COMMAND(eval_cmd)

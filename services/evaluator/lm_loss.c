@@ -57,7 +57,7 @@ int rf_lm_evaluate_path(const char *model_dir, const char *data, int max_len, in
     if (in.task != RF_TASK_CAUSAL_LM)
         rc = rf_fail(RF_ERR_INVALID, "eval: %s is not a causal language model", model_dir);
     if (max_len > in.max_positions) max_len = in.max_positions;
-    if (!rc) rc = rf_lm_load(&d, data, model_dir, max_len, in.eos_token_id, NULL, "evaluator");
+    if (!rc) rc = rf_lm_data_load(&d, data, model_dir, max_len, in.eos_token_id, NULL, "evaluator");
     if (!rc && (rc = rf_lm_evaluate(m, &d, batch_size, &ev)))
         rc = rf_fail_ctx(rc, "evaluating %s on %s", model_dir, data);
     if (!rc)

@@ -21,7 +21,7 @@ typedef struct rf_lm_eval {
     size_t rows;
 } rf_lm_eval;
 
-/* Runs m (a causal LM) over every row of d (rf_lm_load's) in batches of
+/* Runs m (a causal LM) over every row of d (rf_lm_data_load's) in batches of
  * batch_size rows. No predicted token is RF_ERR_INVALID. */
 int rf_lm_evaluate(rf_model *m, const rf_dataset *d, int batch_size, rf_lm_eval *out);
 

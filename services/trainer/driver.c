@@ -73,7 +73,7 @@ int rf_trainer_check(const rf_trainer_spec *s, const rf_dataset *data, const rf_
     if (s->task == RF_TASK_CAUSAL_LM) {
         if (!data->tflags)
             return rf_fail(RF_ERR_INVALID, "trainer: task causal_lm needs causal-LM rows "
-                                           "(rf_lm_load, lm_data.h)");
+                                           "(rf_lm_data_load, lm_data.h)");
         return check_vocab(data, d.vocab, s->model);
     }
     rc = k < 2 ? rf_fail(RF_ERR_INVALID,
@@ -151,7 +151,7 @@ int rf_trainer_run(const rf_trainer_spec *s, const rf_trainer_hooks *hooks, rf_t
     if (!rc) rc = check_task(s, &d);
     if (!rc) rc = rf_trainer_max_len(s->model, s->max_len, &max_len);
     if (!rc && s->task == RF_TASK_CAUSAL_LM)
-        rc = rf_lm_load(&train, s->train, s->model, max_len, d.eos_token_id,
+        rc = rf_lm_data_load(&train, s->train, s->model, max_len, d.eos_token_id,
                         hooks ? hooks->stats : NULL, "trainer");
     else if (!rc)
         rc = rf_dataset_load(&train, s->train, s->model, max_len, hooks ? hooks->stats : NULL,

@@ -334,7 +334,7 @@ static int load_text(rf_dataset *d, const char *path, const char *model_dir, int
     return rc;
 }
 
-int rf_lm_load(rf_dataset *d, const char *path, const char *model_dir, int max_len, int eos_id,
+int rf_lm_data_load(rf_dataset *d, const char *path, const char *model_dir, int max_len, int eos_id,
                rf_stats *stats, const char *prefix) {
     struct stat st;
     char idx[4096];

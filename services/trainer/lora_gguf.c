@@ -2,7 +2,8 @@
  * projection weights go straight into the adapter set's base format (Q4_1: the
  * file's blocks as they are; int8 / NF4: one tensor dequantized at a time and
  * quantized), so the model's fp32 block never holds them; everything else
- * (embedding, norms, an untied head) is dequantized into the model. */
+ * (embedding, norms, an untied head) is dequantized into the model. The
+ * config and the q/k row order are llama_gguf.h's, as for the fp32 loader. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,52 +11,8 @@
 #include "common/error.h"
 #include "trainer/gguf.h"
 #include "trainer/llama.h"
+#include "trainer/llama_gguf.h"
 #include "trainer/lora.h"
-
-static int meta_int(const rf_gguf_file *f, const char *key, uint64_t max, int *out) {
-    uint64_t v;
-    int rc = rf_gguf_get_u64(f, key, &v);
-    if (rc) return rf_fail_ctx(rc, "gguf: key '%s'", key);
-    if (v < 1 || v > max)
-        return rf_fail(RF_ERR_RANGE, "gguf: %s = %llu", key, (unsigned long long)v);
-    *out = (int)v;
-    return RF_OK;
-}
-
-static int config(const rf_gguf_file *f, rf_llama_config *c) {
-    memset(c, 0, sizeof *c);
-    const char *s;
-    size_t n;
-    int rc = rf_gguf_get_str(f, "general.architecture", &s, &n);
-    if (rc || n != 5 || memcmp(s, "llama", 5))
-        return rf_fail(RF_ERR_UNSUPPORTED, "gguf: general.architecture is not llama");
-    if ((rc = meta_int(f, "llama.block_count", 1024, &c->num_hidden_layers)) ||
-        (rc = meta_int(f, "llama.embedding_length", 1 << 16, &c->hidden_size)) ||
-        (rc = meta_int(f, "llama.feed_forward_length", 1 << 20, &c->intermediate_size)) ||
-        (rc = meta_int(f, "llama.attention.head_count", 1024, &c->num_attention_heads)) ||
-        (rc = meta_int(f, "llama.context_length", 1 << 24, &c->max_position_embeddings)))
-        return rc;
-    if (meta_int(f, "llama.attention.head_count_kv", 1024, &c->num_key_value_heads))
-        c->num_key_value_heads = c->num_attention_heads;
-    if (c->hidden_size % c->num_attention_heads || c->num_attention_heads % c->num_key_value_heads)
-        return rf_fail(RF_ERR_INVALID, "gguf: %d heads (%d key/value) for width %d",
-                       c->num_attention_heads, c->num_key_value_heads, c->hidden_size);
-    c->head_dim = c->hidden_size / c->num_attention_heads;
-    if (c->head_dim % 2) return rf_fail(RF_ERR_INVALID, "gguf: odd head size %d", c->head_dim);
-    if (rf_gguf_get_f32(f, "llama.rope.freq_base", &c->rope_theta)) c->rope_theta = 10000;
-    if (rf_gguf_get_f32(f, "llama.attention.layer_norm_rms_epsilon", &c->rms_norm_eps))
-        c->rms_norm_eps = 1e-5f;
-    if (!(c->rope_theta > 0) || !(c->rms_norm_eps > 0 && c->rms_norm_eps < 1))
-        return rf_fail(RF_ERR_INVALID, "gguf: rope base %g, rms epsilon %g", c->rope_theta,
-                       c->rms_norm_eps);
-    const rf_gguf_tensor *e = rf_gguf_find_tensor(f, "token_embd.weight");
-    if (!e || e->n_dims != 2 || e->ne[0] != c->hidden_size || e->ne[1] < 1 || e->ne[1] > 1 << 24)
-        return rf_fail(RF_ERR_INVALID, "gguf: token_embd.weight is missing or not [vocab, %d]",
-                       c->hidden_size);
-    c->vocab_size = (int)e->ne[1];
-    c->tie_word_embeddings = rf_gguf_find_tensor(f, "output.weight") == NULL;
-    return RF_OK;
-}
 
 /* The tensor `name` of shape [rows, cols] (ggml ne = {cols, rows}). */
 static int tensor(const rf_gguf_file *f, const char *name, int rows, int cols,
@@ -67,15 +24,6 @@ static int tensor(const rf_gguf_file *f, const char *name, int rows, int cols,
                        (long long)t->ne[1], (long long)t->ne[0], rows, cols);
     *out = t;
     return RF_OK;
-}
-
-/* llama.cpp's convert_hf_to_gguf permutes q and k rows for its RoPE: within
- * each head of hd rows, Hugging Face row half * hd/2 + i is GGUF row 2 i + half. */
-static void rope_rows(int32_t *map, int heads, int hd) {
-    for (int h = 0; h < heads; h++)
-        for (int half = 0; half < 2; half++)
-            for (int i = 0; i < hd / 2; i++)
-                map[h * hd + half * (hd / 2) + i] = h * hd + 2 * i + half;
 }
 
 int rf_lora_load_llama_gguf(const char *path, const rf_lora_config *lcfg, uint64_t seed,
@@ -90,7 +38,7 @@ int rf_lora_load_llama_gguf(const char *path, const rf_lora_config *lcfg, uint64
     rf_lora *lo = NULL;
     float *tmp = NULL;
     int32_t *map = NULL;
-    if ((rc = config(f, &c)) || (rc = rf_llama_new(&c, &m))) goto out;
+    if ((rc = rf_llama_config_from_gguf(f, &c)) || (rc = rf_llama_new(&c, &m))) goto out;
     if (lcfg && (rc = rf_lora_new_llama(m, lcfg, seed, &lo))) goto out;
     rf_qtype base = lo ? lo->cfg.base : RF_QT_F32;
     int C = c.hidden_size, F = c.intermediate_size, hd = c.head_dim, NH = c.num_attention_heads,
@@ -139,7 +87,7 @@ int rf_lora_load_llama_gguf(const char *path, const rf_lora_config *lcfg, uint64
             if ((rc = tensor(f, name, rows, cols, &t))) break;
             const int32_t *rm = NULL;
             if (per[i].slot == RF_PROJ_QKV && per[i].part < 2) {
-                rope_rows(map, per[i].part == 0 ? NH : NKV, hd);
+                rf_llama_gguf_row_map(map, per[i].part == 0 ? NH : NKV, hd);
                 rm = map;
             }
             if (per[i].slot < 0 || base == RF_QT_F32) { /* into the fp32 block */

@@ -97,7 +97,7 @@ static void test_pack(void **state) {
     rf_dataset d3 = {0};
     assert_int_equal(rf_dataset_add(&d3, x, 1, 0), 0);
     assert_int_equal(rf_dataset_add_row(&d3, x, (uint8_t[]){1}, 1), RF_ERR_INVALID);
-    assert_int_equal(rf_lm_load(&d3, "unused", "unused", 8, 9, NULL, NULL), RF_ERR_INVALID);
+    assert_int_equal(rf_lm_data_load(&d3, "unused", "unused", 8, 9, NULL, NULL), RF_ERR_INVALID);
     /* no EOS id */
     assert_int_equal(rf_lm_packer_new(&d2, 8, -1, &p), 0);
     assert_int_equal(rf_lm_packer_add(p, a, NULL, 3), RF_ERR_INVALID);
@@ -137,7 +137,7 @@ static void test_shards(void **state) {
     const uint32_t *docs[] = {a, b};
     write_shard(prefix, false, 0, 9, docs, (uint32_t[]){3, 4}, 2);
     rf_dataset d = {0};
-    assert_int_equal(rf_lm_load(&d, prefix, "unused", 16, -1, NULL, NULL), 0);
+    assert_int_equal(rf_lm_data_load(&d, prefix, "unused", 16, -1, NULL, NULL), 0);
     rf_batch_buf bb = {0};
     collate_all(&d, &bb);
     assert_int_equal(d.n, 1);
@@ -147,7 +147,7 @@ static void test_shards(void **state) {
     rf_dataset_free(&d);
     snprintf(path, sizeof path, "%s.mask", prefix);
     write_file(path, (uint8_t[]){1, 1, 1, 0, 0, 1, 1}, 7); /* b: a 2-token prompt */
-    assert_int_equal(rf_lm_load(&d, prefix, "unused", 16, -1, NULL, NULL), 0);
+    assert_int_equal(rf_lm_data_load(&d, prefix, "unused", 16, -1, NULL, NULL), 0);
     collate_all(&d, &bb);
     expect_row(&bb, 0, (int32_t[]){1, 2, 3, 9, 4, 5, 6, 7, 9},
                (int32_t[]){1, 2, 3, 9, -100, -100, 6, 7, 9}, (int32_t[]){0, 1, 2, 3, 0, 1, 2, 3, 4},
@@ -155,27 +155,27 @@ static void test_shards(void **state) {
     check_targets(&d, &bb);
     rf_dataset_free(&d);
     write_file(path, (uint8_t[]){1, 1, 1, 0, 2, 1, 1}, 7);
-    assert_int_equal(rf_lm_load(&d, prefix, "unused", 16, -1, NULL, NULL), RF_ERR_CORRUPT);
+    assert_int_equal(rf_lm_data_load(&d, prefix, "unused", 16, -1, NULL, NULL), RF_ERR_CORRUPT);
     rf_dataset_free(&d);
     write_file(path, (uint8_t[]){1, 1, 1}, 3);
-    assert_int_equal(rf_lm_load(&d, prefix, "unused", 16, -1, NULL, NULL), RF_ERR_CORRUPT);
+    assert_int_equal(rf_lm_data_load(&d, prefix, "unused", 16, -1, NULL, NULL), RF_ERR_CORRUPT);
     rf_dataset_free(&d);
     unlink(path);
     /* no EOS in the header: the model's; none at all: an error */
     snprintf(prefix, sizeof prefix, "%s/noeos", tmpdir);
     write_shard(prefix, false, 0, -1, docs, (uint32_t[]){3, 4}, 2);
-    assert_int_equal(rf_lm_load(&d, prefix, "unused", 16, 0, NULL, NULL), 0);
+    assert_int_equal(rf_lm_data_load(&d, prefix, "unused", 16, 0, NULL, NULL), 0);
     assert_int_equal(d.ntokens, 9);
     assert_int_equal(d.tokens[3], 0);
     rf_dataset_free(&d);
-    assert_int_equal(rf_lm_load(&d, prefix, "unused", 16, -1, NULL, NULL), RF_ERR_INVALID);
+    assert_int_equal(rf_lm_data_load(&d, prefix, "unused", 16, -1, NULL, NULL), RF_ERR_INVALID);
     rf_dataset_free(&d);
     /* packed rows (the tokenizer stage's pack: true) are used as they are */
     snprintf(prefix, sizeof prefix, "%s/packed", tmpdir);
     const uint32_t r0[] = {1, 2, 9, 4, 5}, r1[] = {6, 9, 7, 8, 9};
     const uint32_t *rows[] = {r0, r1};
     write_shard(prefix, true, 5, 9, rows, (uint32_t[]){5, 5}, 2);
-    assert_int_equal(rf_lm_load(&d, prefix, "unused", 8, -1, NULL, NULL), 0);
+    assert_int_equal(rf_lm_data_load(&d, prefix, "unused", 8, -1, NULL, NULL), 0);
     assert_int_equal(d.n, 2);
     collate_all(&d, &bb);
     expect_row(&bb, 0, (int32_t[]){1, 2, 9, 4, 5}, (int32_t[]){1, 2, 9, -100, 5},
@@ -183,10 +183,10 @@ static void test_shards(void **state) {
     expect_row(&bb, 1, (int32_t[]){6, 9, 7, 8, 9}, (int32_t[]){6, 9, -100, 8, 9},
                (int32_t[]){0, 1, 0, 1, 2}, (int32_t[]){0, 0, 1, 1, 1}, 5);
     rf_dataset_free(&d);
-    assert_int_equal(rf_lm_load(&d, prefix, "unused", 4, -1, NULL, NULL), RF_ERR_INVALID);
+    assert_int_equal(rf_lm_data_load(&d, prefix, "unused", 4, -1, NULL, NULL), RF_ERR_INVALID);
     rf_dataset_free(&d);
     /* a directory: its shards in name order */
-    assert_int_equal(rf_lm_load(&d, tmpdir, "unused", 16, 0, NULL, NULL), 0);
+    assert_int_equal(rf_lm_data_load(&d, tmpdir, "unused", 16, 0, NULL, NULL), 0);
     assert_true(d.n >= 3);
     rf_dataset_free(&d);
     rf_batch_buf_free(&bb);
@@ -208,7 +208,7 @@ static void test_text(void **state) {
                       "{\"text\":\"\"}\n";
     write_file(path, jl, sizeof jl - 1);
     rf_dataset d = {0};
-    if (rf_lm_load(&d, path, model, 32, 0, NULL, NULL)) fail_msg("%s", rf_errmsg());
+    if (rf_lm_data_load(&d, path, model, 32, 0, NULL, NULL)) fail_msg("%s", rf_errmsg());
     assert_int_equal(d.skipped, 3);
     rf_batch_buf bb = {0};
     collate_all(&d, &bb);
@@ -219,13 +219,13 @@ static void test_text(void **state) {
     snprintf(path, sizeof path, "%s/d.txt", tmpdir);
     const char txt[] = "hello world\r\n\r\nworld\n";
     write_file(path, txt, sizeof txt - 1);
-    assert_int_equal(rf_lm_load(&d, path, model, 32, 0, NULL, NULL), 0);
+    assert_int_equal(rf_lm_data_load(&d, path, model, 32, 0, NULL, NULL), 0);
     collate_all(&d, &bb);
     expect_row(&bb, 0, (int32_t[]){4, 5, 0, 5, 0}, (int32_t[]){4, 5, 0, -100, 0},
                (int32_t[]){0, 1, 2, 0, 1}, (int32_t[]){0, 0, 0, 1, 1}, 5);
     rf_dataset_free(&d);
     /* text needs the model's EOS */
-    assert_int_equal(rf_lm_load(&d, path, model, 32, -1, NULL, NULL), RF_ERR_INVALID);
+    assert_int_equal(rf_lm_data_load(&d, path, model, 32, -1, NULL, NULL), RF_ERR_INVALID);
     rf_dataset_free(&d);
     rf_batch_buf_free(&bb);
 }

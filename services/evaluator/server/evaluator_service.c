@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/config.h"
 #include "common/error.h"
@@ -18,6 +19,8 @@
 #include "evaluator/evaluate.h"
 #include "refinery.pb-c.h"
 #include "evaluator/classifier.h"
+#include "evaluator/generate.h"
+#include "evaluator/lm.h"
 #include "runtime/intake.h"
 #include "runtime/svc.h"
 
@@ -39,6 +42,8 @@ struct rf_evaluator_service {
     pthread_mutex_t store_lock;
     rf_store *store;
     rf_classifier_cache *cache;
+    /* Generate: any worker */
+    rf_lm_cache *lms;
 };
 
 int rf_evaluator_service_new(const rf_evaluator_service_opts *o, rf_evaluator_service **out) {
@@ -50,9 +55,12 @@ int rf_evaluator_service_new(const rf_evaluator_service_opts *o, rf_evaluator_se
     if (!s->o.max_texts) s->o.max_texts = 256;
     if (!s->o.cache) s->o.cache = 2;
     if (!(s->o.poll_s > 0)) s->o.poll_s = 0.5;
+    if (s->o.max_new_tokens <= 0) s->o.max_new_tokens = 512;
+    if (s->o.lm_cache <= 0) s->o.lm_cache = 1;
     pthread_mutex_init(&s->store_lock, NULL);
     int rc = (s->stats = rf_stats_new()) ? RF_OK : RF_ERR_NOMEM;
     if (!rc) rc = rf_classifier_cache_new(s->o.cache, s->o.max_len, &s->cache);
+    if (!rc) rc = rf_lm_cache_new(s->o.lm_cache, &s->lms);
     if (!rc && o->pg) {
         rf_store_opts so = {.conninfo = o->pg};
         rc = rf_store_open(&so, &s->store);
@@ -70,6 +78,7 @@ void rf_evaluator_service_free(rf_evaluator_service *s) {
     for (int i = 0; i < OPEN_INTAKES; i++)
         rf_intake_close(s->intakes[i].in);
     rf_classifier_cache_free(s->cache);
+    rf_lm_cache_free(s->lms);
     rf_store_close(s->store);
     pthread_mutex_destroy(&s->store_lock);
     rf_stats_free(s->stats);
@@ -469,11 +478,117 @@ static grpc_status_code classify(rf_rpc_call *call, const ProtobufCMessage *msg,
     return code;
 }
 
+/* ---- Generate ---- */
+
+typedef struct gen_stream {
+    rf_rpc_call *call;
+    int index, prompt_tokens;
+} gen_stream;
+
+/* Sends one token (the last with its finish reason). */
+static int send_token(void *user, int32_t id, const char *piece, size_t len, const char *finish) {
+    gen_stream *g = user;
+    if (rf_rpc_call_done(g->call)) return RF_ERR_CANCELED;
+    char *text = strndup(piece, len);
+    if (!text) return RF_ERR_NOMEM;
+    Refinery__V1__GeneratedToken t = REFINERY__V1__GENERATED_TOKEN__INIT;
+    t.id = id;
+    t.text = text;
+    t.index = g->index;
+    if (g->index == 0) t.prompt_tokens = g->prompt_tokens;
+    t.finish = (char *)(finish ? finish : "");
+    int rc = rf_rpc_send(g->call, &t.base) < 0 ? RF_ERR_CANCELED : RF_OK;
+    free(text);
+    g->index++;
+    return rc;
+}
+
+/* models_dir/model, refusing absolute paths and ".." components. */
+static grpc_status_code model_path(rf_evaluator_service *s, rf_rpc_call *call, const char *model,
+                                   char *out, size_t size) {
+    if (!s->o.models_dir)
+        return rf_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                           "this evaluator serves no models (start it with --models DIR)");
+    if (!model[0]) return rf_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "model is empty");
+    if (model[0] == '/')
+        return rf_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                           "model '%s': a path relative to the models directory is expected",
+                           model);
+    for (const char *p = model; *p;) {
+        size_t n = strcspn(p, "/");
+        if (n == 2 && p[0] == '.' && p[1] == '.')
+            return rf_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                               "model '%s': '..' is not allowed", model);
+        p += n + (p[n] == '/');
+    }
+    if ((size_t)snprintf(out, size, "%s/%s", s->o.models_dir, model) >= size)
+        return rf_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "model path too long");
+    return GRPC_STATUS_OK;
+}
+
+static grpc_status_code generate(rf_rpc_call *call, const ProtobufCMessage *msg, void *user) {
+    rf_evaluator_service *s = user;
+    const Refinery__V1__GenerateRequest *req = (const Refinery__V1__GenerateRequest *)msg;
+    char path[4096];
+    grpc_status_code code = model_path(s, call, req->model, path, sizeof path);
+    if (code != GRPC_STATUS_OK) return code;
+    size_t plen = strlen(req->prompt);
+    if (!rf_utf8_valid(req->prompt, plen))
+        return rf_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                           "prompt is not valid UTF-8 (first bad byte at %zu)",
+                           rf_utf8_first_invalid(req->prompt, plen));
+    rf_gen_opts go = {.max_new_tokens = req->max_new_tokens > 0 ? req->max_new_tokens : 64,
+                      .sampling = {req->temperature, req->top_k, req->top_p, req->seed},
+                      .chat = req->chat};
+    if (go.max_new_tokens > s->o.max_new_tokens)
+        return rf_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                           "max_new_tokens %d; this evaluator allows at most %d", go.max_new_tokens,
+                           s->o.max_new_tokens);
+    if (rf_sampling_check(&go.sampling))
+        return rf_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s", rf_errmsg());
+    rf_lm *lm = NULL;
+    int rc = rf_lm_cache_get(s->lms, path, &lm);
+    if (rc == RF_ERR_NOT_FOUND && access(path, F_OK) != 0)
+        return rf_rpc_fail(call, GRPC_STATUS_NOT_FOUND, "no model '%s'", req->model);
+    if (rc) return rf_rpc_fail(call, GRPC_STATUS_INTERNAL, "%s", rf_errmsg());
+    int32_t *ids = NULL;
+    int n = 0;
+    rc = rf_gen_prompt_ids(lm, req->prompt, req->chat, &ids, &n);
+    if (rc == RF_ERR_NOT_FOUND || rc == RF_ERR_UNSUPPORTED)
+        code = rf_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION, "%s", rf_errmsg());
+    else if (rc)
+        code = rf_rpc_fail(call, GRPC_STATUS_INTERNAL, "%s", rf_errmsg());
+    else if (n < 1 || n >= lm->dims.max_pos)
+        code = rf_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                           "the prompt has %d tokens; the model takes 1 to %d", n,
+                           lm->dims.max_pos - 1);
+    if (code == GRPC_STATUS_OK) {
+        gen_stream g = {call, 0, n};
+        rc = rf_generate_ids(lm, ids, n, &go, send_token, &g, NULL);
+        if (rc == RF_ERR_CANCELED)
+            code = rf_rpc_call_status(call) != GRPC_STATUS_OK
+                       ? rf_rpc_call_status(call)
+                       : rf_rpc_fail(call, GRPC_STATUS_CANCELLED, "the client went away");
+        else if (rc)
+            code = rf_rpc_fail(call, GRPC_STATUS_INTERNAL, "%s", rf_errmsg());
+        rf_stats_add(s->stats, "evaluator.generate.tokens", g.index);
+    }
+    free(ids);
+    rf_lm_cache_release(s->lms, lm);
+    return code;
+}
+
 int rf_evaluator_service_register(rf_evaluator_service *s, rf_rpc_server *server) {
     rf_rpc_method m = {.path = "/refinery.v1.Evaluator/Classify",
                        .kind = RF_RPC_UNARY,
                        .request = &refinery__v1__classify_request__descriptor,
                        .handler = classify,
                        .user = s};
-    return rf_rpc_server_add(server, &m);
+    int rc = rf_rpc_server_add(server, &m);
+    rf_rpc_method g = {.path = "/refinery.v1.Evaluator/Generate",
+                       .kind = RF_RPC_SERVER_STREAM,
+                       .request = &refinery__v1__generate_request__descriptor,
+                       .handler = generate,
+                       .user = s};
+    return rc ? rc : rf_rpc_server_add(server, &g);
 }

@@ -25,7 +25,18 @@
  *   texts, a text that is not UTF-8. NOT_FOUND: unknown run, or no checkpoint
  *   at the named step. FAILED_PRECONDITION: the run has no checkpoint yet.
  *   INTERNAL: the folder does not load or run (the message says why).
- *   UNAVAILABLE: PostgreSQL is unreachable. */
+ *   UNAVAILABLE: PostgreSQL is unreachable.
+ * - gRPC refinery.v1.Evaluator/Generate (server streaming): a causal LM
+ *   (evaluator/lm.h) named relative to models_dir, loaded through a small
+ *   cache, continues the prompt (evaluator/generate.h); one GeneratedToken
+ *   per new token, sent as it is produced. INVALID_ARGUMENT: no model, a
+ *   model path that is absolute or has a ".." component, a prompt that is not
+ *   UTF-8 or has no token or is longer than the model's positions, bad
+ *   sampling settings, max_new_tokens above the service's cap.
+ *   FAILED_PRECONDITION: the service has no models directory; chat asked of
+ *   a model without a ChatML template. NOT_FOUND: no such model under the
+ *   directory. INTERNAL: the model does not load (the message says why).
+ *   A client that goes away stops the generation. Needs no PostgreSQL. */
 #ifndef RF_SVC_EVALUATOR_SERVICE_H
 #define RF_SVC_EVALUATOR_SERVICE_H
 
@@ -44,6 +55,9 @@ typedef struct rf_evaluator_service_opts {
     int max_texts;  /* Classify: texts per request; 0 means 256 */
     int cache;      /* Classify: checkpoint folders kept loaded; 0 means 2 */
     double poll_s;  /* checkpoints: seconds between completeness checks; 0 means 0.5 */
+    const char *models_dir; /* Generate: the models it may load (NULL: Generate is refused) */
+    int max_new_tokens;     /* Generate: cap on a request's max_new_tokens; 0 means 512 */
+    int lm_cache;           /* Generate: models kept loaded; 0 means 1 */
 } rf_evaluator_service_opts;
 
 typedef struct rf_evaluator_service rf_evaluator_service;
@@ -68,7 +82,7 @@ int rf_evaluator_service_checkpoint(rf_evaluator_service *s, rf_store *store, co
  * handling failed, committing each after it is handled. */
 int rf_evaluator_checkpoint_loop(rf_evaluator_service *s, rf_kafka_consumer *c, rf_store *store);
 
-/* Adds /refinery.v1.Evaluator/Classify to server. */
+/* Adds /refinery.v1.Evaluator/Classify and /Generate to server. */
 int rf_evaluator_service_register(rf_evaluator_service *s, rf_rpc_server *server);
 
 #endif

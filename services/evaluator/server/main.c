@@ -3,11 +3,10 @@
  * evaluator); Kafka `checkpoints` (CheckpointAnnounce) -> the checkpoint
  * evaluated on the run's eval split once it is complete, metrics in
  * eval_results, the run succeeded after its final checkpoint; gRPC
- * refinery.v1.Evaluator/Classify, plus grpc.health.v1. Without --kafka only
- * the gRPC side runs. SIGTERM: finish and commit the poll in progress, stop
- * waiting for incomplete runs (their announcement is not committed), let
- * running calls finish (up to --grace seconds), exit 0. See
- * services/README.md and evaluator_service.h. */
+ * refinery.v1.Evaluator/Classify and /Generate (--models), plus grpc.health.v1. Without --kafka
+ * only the gRPC side runs. SIGTERM: finish and commit the poll in progress, stop waiting for
+ * incomplete runs (their announcement is not committed), let running calls finish (up to --grace
+ * seconds), exit 0. See services/README.md and evaluator_service.h. */
 #include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -29,8 +28,8 @@
 typedef struct config {
     rf_svc_grpc grpc;
     rf_svc_kafka kafka;
-    const char *pg, *state, *group, *checkpoint_group, *topic_eval, *topic_checkpoints;
-    int64_t max_messages, max_len, batch_size, max_texts, cache, threads;
+    const char *pg, *state, *group, *checkpoint_group, *topic_eval, *topic_checkpoints, *models;
+    int64_t max_messages, max_len, batch_size, max_texts, cache, threads, max_new_tokens, lm_cache;
     double ready_interval_s;
 } config;
 
@@ -147,7 +146,10 @@ static int serve(void *cfg) {
                                     .max_len = (int)c->max_len,
                                     .batch_size = (int)c->batch_size,
                                     .max_texts = (int)c->max_texts,
-                                    .cache = (int)c->cache};
+                                    .cache = (int)c->cache,
+                                    .models_dir = c->models,
+                                    .max_new_tokens = (int)c->max_new_tokens,
+                                    .lm_cache = (int)c->lm_cache};
     if (c->threads > 0) omp_set_num_threads((int)c->threads);
     int rc = stats ? RF_OK : RF_ERR_NOMEM;
     if (!rc && c->kafka.bootstrap) rc = rf_svc_kafka_opts(&c->kafka, "refinery-evaluator", &ko);
@@ -157,7 +159,8 @@ static int serve(void *cfg) {
     if (rc) {
         rf_error("evaluator", "cannot start: %s", rf_errmsg());
     } else {
-        rf_info("evaluator", "serving Evaluator.Classify on port %d", rf_rpc_server_port(server));
+        rf_info("evaluator", "serving Evaluator.Classify and Generate (models: %s) on port %d",
+                c->models ? c->models : "none", rf_rpc_server_port(server));
         if (c->kafka.bootstrap)
             rc = consume(c, &ko, svc, stats);
         else
@@ -190,7 +193,8 @@ static int check(void *cfg) {
     if (c->max_messages < 1 || c->max_messages > 100000 || c->max_len < 2 || c->max_len > 65536 ||
         c->batch_size < 1 || c->batch_size > 4096 || c->max_texts < 1 || c->max_texts > 1000000 ||
         c->cache < 1 || c->cache > 64 || c->threads < 0 || c->threads > 1024 ||
-        !(c->ready_interval_s > 0))
+        c->max_new_tokens < 1 || c->max_new_tokens > 1 << 20 || c->lm_cache < 1 ||
+        c->lm_cache > 64 || !(c->ready_interval_s > 0))
         return rf_fail(RF_ERR_INVALID, "a numeric option is out of range (see --help)");
     return RF_OK;
 }
@@ -222,6 +226,13 @@ int main(int argc, char **argv) {
          "Classify: texts per request (more: INVALID_ARGUMENT)"},
         {"cache", "REFINERY_CLASSIFY_CACHE", RF_OPT_INT, &c.cache, "2",
          "Classify: checkpoint folders kept loaded"},
+        {"models", "REFINERY_EVALUATOR_MODELS", RF_OPT_STR, &c.models, NULL,
+         "Generate: directory of the causal LMs it may load (folders or .gguf files); unset: "
+         "Generate is refused"},
+        {"max-new-tokens", "REFINERY_GENERATE_MAX_NEW_TOKENS", RF_OPT_INT, &c.max_new_tokens, "512",
+         "Generate: most tokens one request may ask for"},
+        {"lm-cache", "REFINERY_GENERATE_CACHE", RF_OPT_INT, &c.lm_cache, "1",
+         "Generate: causal LMs kept loaded"},
         {"threads", "REFINERY_THREADS", RF_OPT_INT, &c.threads, "0",
          "CPU threads of a forward pass (0: all)"},
         {"ready-interval", "REFINERY_READY_INTERVAL", RF_OPT_REAL, &c.ready_interval_s, "3",
@@ -229,7 +240,8 @@ int main(int argc, char **argv) {
     };
     const rf_svc_def def = {"evaluator",
                             "Evaluator service: tokens.eval intake, evaluation of announced "
-                            "checkpoints into PostgreSQL, and gRPC Evaluator.Classify.",
+                            "checkpoints into PostgreSQL, and gRPC Evaluator.Classify and "
+                            "Evaluator.Generate.",
                             opts,
                             sizeof opts / sizeof opts[0],
                             check,

@@ -1,0 +1,307 @@
+/* Loading a causal LM for inference (see lm.h). */
+#include "evaluator/lm.h"
+
+#include <dirent.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/error.h"
+#include "common/json.h"
+#include "common/sys.h"
+#include "trainer/gguf.h"
+#include "trainer/gguf_tokenizer.h"
+#include "trainer/llama_gguf.h"
+
+void rf_lm_free(rf_lm *lm) {
+    if (!lm) return;
+    rf_gpt2_free(lm->model.gpt2);
+    rf_llama_free(lm->model.llama);
+    rf_tokenizer_free(lm->tok);
+    free(lm->chat_template);
+    free(lm->path);
+    free(lm->key);
+    free(lm);
+}
+
+bool rf_lm_is_eos(const rf_lm *lm, int32_t id) {
+    for (int i = 0; i < lm->n_eos; i++)
+        if (lm->eos[i] == id) return true;
+    return false;
+}
+
+static void add_eos(rf_lm *lm, int64_t id) {
+    if (id < 0 || id >= lm->dims.vocab || lm->n_eos == RF_LM_MAX_EOS ||
+        rf_lm_is_eos(lm, (int32_t)id))
+        return;
+    lm->eos[lm->n_eos++] = (int32_t)id;
+}
+
+static bool has_suffix(const char *s, const char *suf) {
+    size_t n = strlen(s), k = strlen(suf);
+    return n >= k && strcmp(s + n - k, suf) == 0;
+}
+
+/* ---- GGUF ---- */
+
+static int load_gguf(rf_lm *lm, const char *path) {
+    rf_gguf_file *f;
+    int rc = rf_gguf_open(path, &f);
+    if (rc) return rc;
+    rf_gguf_tok_ids ids;
+    rc = rf_llama_from_gguf(f, &lm->model.llama);
+    if (!rc) rc = rf_gguf_tokenizer(f, &lm->tok, &ids);
+    if (!rc) rc = rf_causal_dims_of(&lm->model, &lm->dims);
+    if (!rc) {
+        add_eos(lm, ids.eos);
+        const char *s;
+        size_t n;
+        int t = rf_gguf_get_str(f, "tokenizer.chat_template", &s, &n);
+        if (t == RF_OK) {
+            if (!(lm->chat_template = malloc(n + 1)))
+                rc = RF_ERR_NOMEM;
+            else
+                memcpy(lm->chat_template, s, n), lm->chat_template[n] = 0;
+        }
+    }
+    rf_gguf_free(f);
+    lm->arch = "llama";
+    return rc;
+}
+
+/* The single *.gguf file of dir (malloc'd path). */
+static int find_gguf(const char *dir, char **out) {
+    *out = NULL;
+    DIR *d = opendir(dir);
+    if (!d) return rf_fail(RF_ERR_NOT_FOUND, "%s: cannot open the folder", dir);
+    struct dirent *e;
+    int n = 0;
+    char first[512] = "";
+    while ((e = readdir(d)))
+        if (has_suffix(e->d_name, ".gguf") && e->d_name[0] != '.') {
+            if (!n++) snprintf(first, sizeof first, "%s", e->d_name);
+        }
+    closedir(d);
+    if (n == 0)
+        return rf_fail(RF_ERR_NOT_FOUND, "%s: no config.json and no .gguf file in the folder", dir);
+    if (n > 1) return rf_fail(RF_ERR_INVALID, "%s: %d .gguf files in the folder; name one", dir, n);
+    size_t len = strlen(dir) + strlen(first) + 2;
+    if (!(*out = malloc(len))) return RF_ERR_NOMEM;
+    snprintf(*out, len, "%s/%s", dir, first);
+    return RF_OK;
+}
+
+/* ---- Hugging Face folder ---- */
+
+/* Reads dir/name as JSON into *doc / *root; RF_ERR_NOT_FOUND when absent. */
+static int read_json(const char *dir, const char *name, rf_json_doc **doc, const rf_json **root) {
+    char path[4096], *text;
+    size_t len;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    *doc = NULL;
+    int rc = rf_read_file(path, 64u << 20, &text, &len);
+    if (rc) return rc;
+    if (!(*doc = rf_json_doc_new())) {
+        free(text);
+        return RF_ERR_NOMEM;
+    }
+    rc = rf_json_parse(*doc, text, len, root);
+    free(text);
+    if (rc) {
+        rf_json_doc_free(*doc);
+        *doc = NULL;
+        return rf_fail_ctx(rc, "%s", path);
+    }
+    return RF_OK;
+}
+
+/* eos_token_id of a config (an integer or a list); true when present. */
+static bool eos_from(rf_lm *lm, const rf_json *cfg) {
+    const rf_json *v = rf_json_get(cfg, "eos_token_id");
+    int64_t id;
+    if (!v || v->type == RF_JSON_NULL) return false;
+    if (v->type == RF_JSON_ARRAY) {
+        for (size_t i = 0; i < v->len; i++)
+            if (rf_json_int64(&v->u.items[i], &id) == 0) add_eos(lm, id);
+        return true;
+    }
+    if (rf_json_int64(v, &id) == 0) add_eos(lm, id);
+    return true;
+}
+
+static int load_folder(rf_lm *lm, const char *dir) {
+    rf_json_doc *doc;
+    const rf_json *cfg;
+    int rc = read_json(dir, "config.json", &doc, &cfg);
+    if (rc) return rc;
+    const rf_json *mt = rf_json_get(cfg, "model_type");
+    if (!rf_json_is_str(mt)) {
+        rc = rf_fail(RF_ERR_INVALID, "%s/config.json: no model_type", dir);
+    } else if (!strcmp(mt->u.str, "gpt2")) {
+        rc = rf_gpt2_load(dir, &lm->model.gpt2);
+        lm->arch = "gpt2";
+    } else if (!strcmp(mt->u.str, "llama")) {
+        rc = rf_llama_load(dir, &lm->model.llama);
+        lm->arch = "llama";
+    } else {
+        rc = rf_fail(RF_ERR_UNSUPPORTED,
+                     "%s/config.json: model_type '%s' is not a supported causal LM (gpt2, llama)",
+                     dir, mt->u.str);
+    }
+    if (!rc) rc = rf_causal_dims_of(&lm->model, &lm->dims);
+    if (!rc) rc = rf_tokenizer_load(dir, &lm->tok);
+    if (!rc) {
+        rf_json_doc *gdoc;
+        const rf_json *gen;
+        bool found = false;
+        if (read_json(dir, "generation_config.json", &gdoc, &gen) == RF_OK) {
+            found = eos_from(lm, gen);
+            rf_json_doc_free(gdoc);
+        }
+        if (!found) eos_from(lm, cfg);
+    }
+    rf_json_doc_free(doc);
+    if (rc) return rc;
+    /* the chat template: tokenizer_config.json, or chat_template.jinja (transformers 5) */
+    rf_json_doc *tdoc;
+    const rf_json *tc;
+    if (read_json(dir, "tokenizer_config.json", &tdoc, &tc) == RF_OK) {
+        const rf_json *t = rf_json_get(tc, "chat_template");
+        if (rf_json_is_str(t) && !(lm->chat_template = strndup(t->u.str, t->len)))
+            rc = RF_ERR_NOMEM;
+        rf_json_doc_free(tdoc);
+    }
+    if (!rc && !lm->chat_template) {
+        char path[4096], *text;
+        size_t len;
+        snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+        if (rf_read_file(path, 1 << 20, &text, &len) == RF_OK) lm->chat_template = text;
+    }
+    return rc;
+}
+
+int rf_lm_load(const char *path, rf_lm **out) {
+    *out = NULL;
+    struct stat st;
+    if (stat(path, &st) != 0) return rf_fail(RF_ERR_NOT_FOUND, "%s: no such file or folder", path);
+    rf_lm *lm = calloc(1, sizeof *lm);
+    if (!lm) return RF_ERR_NOMEM;
+    int rc;
+    char *file = NULL;
+    if (S_ISDIR(st.st_mode)) {
+        char cfg[4096];
+        snprintf(cfg, sizeof cfg, "%s/config.json", path);
+        if (stat(cfg, &st) == 0) {
+            rc = load_folder(lm, path);
+            if (!rc && !(lm->path = strdup(path))) rc = RF_ERR_NOMEM;
+        } else if (!(rc = find_gguf(path, &file))) {
+            rc = load_gguf(lm, file);
+            lm->path = file;
+        }
+    } else {
+        rc = load_gguf(lm, path);
+        if (!rc && !(lm->path = strdup(path))) rc = RF_ERR_NOMEM;
+    }
+    if (!rc) {
+        rf_tokenizer_set_truncation(lm->tok, 0, RF_TRUNC_LONGEST_FIRST, RF_SIDE_RIGHT);
+        rf_tokenizer_set_padding(lm->tok, false, 0, 0, 0, 0, RF_SIDE_RIGHT);
+        if (rf_tokenizer_vocab_size(lm->tok) > (uint32_t)lm->dims.vocab)
+            rc = rf_fail(RF_ERR_INVALID, "%s: the tokenizer has %u ids, the model %d", path,
+                         rf_tokenizer_vocab_size(lm->tok), lm->dims.vocab);
+    }
+    if (rc) {
+        rc = rf_fail_ctx(rc, "model %s", path);
+        rf_lm_free(lm);
+        return rc;
+    }
+    *out = lm;
+    return RF_OK;
+}
+
+/* ---- cache ---- */
+
+struct rf_lm_cache {
+    pthread_mutex_t lock;
+    int cap;
+    rf_lm **slots; /* [cap], NULL when free */
+    uint64_t tick;
+    int64_t loads;
+};
+
+int rf_lm_cache_new(int cap, rf_lm_cache **out) {
+    if (cap < 1) return rf_fail(RF_ERR_INVALID, "LM cache: capacity %d", cap);
+    rf_lm_cache *cc = calloc(1, sizeof *cc);
+    if (!cc || !(cc->slots = calloc((size_t)cap, sizeof *cc->slots))) {
+        free(cc);
+        return RF_ERR_NOMEM;
+    }
+    pthread_mutex_init(&cc->lock, NULL);
+    cc->cap = cap;
+    *out = cc;
+    return RF_OK;
+}
+
+static void unref(rf_lm *lm) {
+    if (--lm->refs == 0) rf_lm_free(lm);
+}
+
+void rf_lm_cache_free(rf_lm_cache *cc) {
+    if (!cc) return;
+    for (int i = 0; i < cc->cap; i++)
+        if (cc->slots[i]) unref(cc->slots[i]);
+    pthread_mutex_destroy(&cc->lock);
+    free(cc->slots);
+    free(cc);
+}
+
+int rf_lm_cache_get(rf_lm_cache *cc, const char *path, rf_lm **out) {
+    pthread_mutex_lock(&cc->lock);
+    int rc = RF_OK, slot = 0;
+    rf_lm *lm = NULL;
+    for (int i = 0; i < cc->cap && !lm; i++)
+        if (cc->slots[i] && !strcmp(cc->slots[i]->key, path)) lm = cc->slots[i];
+    if (!lm) {
+        /* loaded under the lock: concurrent misses on one path load it once */
+        if (!(rc = rf_lm_load(path, &lm)) && !(lm->key = strdup(path))) {
+            rf_lm_free(lm);
+            lm = NULL;
+            rc = RF_ERR_NOMEM;
+        }
+        if (!rc) {
+            cc->loads++;
+            for (int i = 0; i < cc->cap; i++) {
+                if (!cc->slots[i]) {
+                    slot = i;
+                    break;
+                }
+                if (cc->slots[i]->used < cc->slots[slot]->used) slot = i;
+            }
+            if (cc->slots[slot]) unref(cc->slots[slot]);
+            cc->slots[slot] = lm;
+            lm->refs = 1;
+        }
+    }
+    if (lm) {
+        lm->refs++;
+        lm->used = ++cc->tick;
+        *out = lm;
+    }
+    pthread_mutex_unlock(&cc->lock);
+    return rc;
+}
+
+void rf_lm_cache_release(rf_lm_cache *cc, rf_lm *lm) {
+    if (!lm) return;
+    pthread_mutex_lock(&cc->lock);
+    unref(lm);
+    pthread_mutex_unlock(&cc->lock);
+}
+
+int64_t rf_lm_cache_loads(rf_lm_cache *cc) {
+    pthread_mutex_lock(&cc->lock);
+    int64_t n = cc->loads;
+    pthread_mutex_unlock(&cc->lock);
+    return n;
+}
