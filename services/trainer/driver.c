@@ -152,7 +152,7 @@ int rf_trainer_run(const rf_trainer_spec *s, const rf_trainer_hooks *hooks, rf_t
     if (!rc) rc = rf_trainer_max_len(s->model, s->max_len, &max_len);
     if (!rc && s->task == RF_TASK_CAUSAL_LM)
         rc = rf_lm_data_load(&train, s->train, s->model, max_len, d.eos_token_id,
-                        hooks ? hooks->stats : NULL, "trainer");
+                             hooks ? hooks->stats : NULL, "trainer");
     else if (!rc)
         rc = rf_dataset_load(&train, s->train, s->model, max_len, hooks ? hooks->stats : NULL,
                              "trainer");

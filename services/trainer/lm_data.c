@@ -335,7 +335,7 @@ static int load_text(rf_dataset *d, const char *path, const char *model_dir, int
 }
 
 int rf_lm_data_load(rf_dataset *d, const char *path, const char *model_dir, int max_len, int eos_id,
-               rf_stats *stats, const char *prefix) {
+                    rf_stats *stats, const char *prefix) {
     struct stat st;
     char idx[4096];
     if (max_len < 2) return rf_fail(RF_ERR_INVALID, "max_len %d is too small", max_len);

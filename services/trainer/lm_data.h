@@ -61,7 +61,7 @@
  * or the load fails). model_dir: the tokenizer for text sources. Skipped
  * records are counted in d->skipped and in stats "<prefix>.skipped.<why>". */
 int rf_lm_data_load(rf_dataset *d, const char *path, const char *model_dir, int max_len, int eos_id,
-               rf_stats *stats, const char *prefix);
+                    rf_stats *stats, const char *prefix);
 
 /* Documents in, rows out (for producers that have documents in memory). */
 typedef struct rf_lm_packer rf_lm_packer;
