@@ -20,9 +20,13 @@
  *                    rerun to resume (tests, time limits)
  *   class_weights    none (default) | balanced | [w0, w1, ...] (one per label)
  *   sampler          shuffle (default) | balanced (classes drawn equally often)
- *   parallel         {dp: N, zero: 0|1|2|3}: N data-parallel ranks (the world
- *                    size of the group the caller starts, e.g. mpirun -np N),
- *                    ZeRO stage (see train.c and zero3.h)
+ *   parallel         {dp: N, tp: N, pp: N, zero: 0|1|2|3, microbatches: N,
+ *                    stages: [layers, ...]}: the mesh (mesh.h; dp x tp x pp must
+ *                    be the world size of the group the caller starts, e.g.
+ *                    mpirun -np N), the ZeRO stage on the dp axis (train.c,
+ *                    zero3.h; 3 only without tp/pp), micro-batches per batch for
+ *                    the pipeline's 1F1B schedule and each stage's layers
+ *                    (absent: balanced by measured cost; parallel.h)
  *   device           cpu (default) | cuda | cuda-bf16: the backend the model runs
  *                    on (backend.h; cuda-bf16: matrix products on bf16 tensor cores);
  *                    cuda is refused at parsing when the build has no CUDA
@@ -37,7 +41,7 @@ typedef struct rf_trainer_spec {
     const char *model, *train, *eval, *output, *export_dir; /* strings live in the rf_cfg tree */
     const char *device; /* "cpu" (default), "cuda", "cuda-bf16"; the evaluator follows it */
     int num_labels, max_len, threads, eval_batch_size;
-    int dp;             /* parallel.dp (1 when absent); the ZeRO stage is opts.zero */
+    int dp; /* parallel.dp (1 when absent); zero, tp, pp, microbatches, stages are in opts */
     rf_model_task task; /* trainer.task */
     rf_train_opts opts;
 } rf_trainer_spec;
