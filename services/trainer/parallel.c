@@ -38,7 +38,7 @@ typedef struct piece {
 
 /* Per-step time of this rank (seconds). */
 typedef struct step_times {
-    double step, compute, comm, bubble, bubble_frac;
+    double step, compute, comm, bubble, wait, bubble_frac;
 } step_times;
 
 typedef struct mesh {
@@ -142,7 +142,7 @@ static rf_model_batch batch_of(const mesh *x, const rf_batch_buf *bb) {
 }
 
 /* Every unit's forward + backward seconds (cost[units]) on one piece of the
- * first sequences, the least of 3 runs on each rank, summed over the world
+ * first sequences, the least of 2 runs on each rank, summed over the world
  * so that every rank has the same numbers. Runs on the (tp-split) model's
  * own blocks, before the stages are set up. */
 static int probe_costs(mesh *x, double *cost) {
@@ -160,7 +160,7 @@ static int probe_costs(mesh *x, double *cost) {
         idx[i] = i;
     rc = rf_model_enable_training(x->m, x->nlocal, 1);
     if (!rc) rc = rf_batch_collate(&bb, x->data, idx, (int)k);
-    for (int round = 0; round < 3 && !rc; round++) {
+    for (int round = 0; round < 2 && !rc; round++) {
         rf_model_batch b = batch_of(x, &bb);
         memset(x->acc, 0, (size_t)U * sizeof *x->acc);
         x->cur = -1;
@@ -700,11 +700,12 @@ static void write_metrics(FILE *f, uint64_t step, double loss, float lr, float n
     fprintf(f,
             "{\"step\":%llu,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%llu,"
             "\"tokens_per_s\":%.1f,\"comm_bytes\":%llu,\"step_s\":%.6f,\"compute_s\":%.6f,"
-            "\"comm_s\":%.6f,\"bubble_s\":%.6f,\"bubble\":%.4f,\"bubble_max\":%.4f,"
-            "\"bubble_theory\":%.4f}\n",
+            "\"comm_s\":%.6f,\"bubble_s\":%.6f,\"wait_s\":%.6f,\"bubble\":%.4f,"
+            "\"bubble_max\":%.4f,\"bubble_theory\":%.4f}\n",
             (unsigned long long)step, loss, (double)lr, (double)norm, (unsigned long long)tokens,
             mean->step > 0 ? tokens / mean->step : 0, (unsigned long long)bytes, mean->step,
-            mean->compute, mean->comm, mean->bubble, mean->bubble_frac, bubble_max, theory);
+            mean->compute, mean->comm, mean->bubble, mean->wait, mean->bubble_frac, bubble_max,
+            theory);
     fflush(f);
 }
 
@@ -731,16 +732,17 @@ static int write_summary(const mesh *x, const rf_train_result *r, const size_t m
         rc = rf_buf_printf(&b, "%s{\"layers\":%d,\"units\":[%d,%d]}", s ? "," : "", layers[s],
                            x->st[s].u0, x->st[s].u1);
     if (!rc)
-        rc = rf_buf_printf(&b,
-                           "]},\"per_step\":{\"steps\":%ld,\"step_s\":%.6f,\"compute_s\":%.6f,"
-                           "\"comm_s\":%.6f,\"bubble_s\":%.6f,\"bubble\":%.4f,\"bubble_max\":%.4f,"
-                           "\"bubble_theory\":%.4f,\"comm_bytes\":%.0f},"
-                           "\"memory\":{\"params_bytes\":%zu,\"grads_bytes\":%zu,"
-                           "\"moments_bytes\":%zu,\"working_peak_bytes\":0}}\n",
-                           steps_timed, tot->step / n, tot->compute / n, tot->comm / n,
-                           tot->bubble / n, tot->bubble_frac / n, bubble_max, theory_mean / n,
-                           (double)r->comm_bytes / (double)(r->steps ? r->steps : 1), mem[0],
-                           mem[1], mem[2]);
+        rc = rf_buf_printf(
+            &b,
+            "]},\"per_step\":{\"steps\":%ld,\"step_s\":%.6f,\"compute_s\":%.6f,"
+            "\"comm_s\":%.6f,\"bubble_s\":%.6f,\"wait_s\":%.6f,\"bubble\":%.4f,"
+            "\"bubble_max\":%.4f,"
+            "\"bubble_theory\":%.4f,\"comm_bytes\":%.0f},"
+            "\"memory\":{\"params_bytes\":%zu,\"grads_bytes\":%zu,"
+            "\"moments_bytes\":%zu,\"working_peak_bytes\":0}}\n",
+            steps_timed, tot->step / n, tot->compute / n, tot->comm / n, tot->bubble / n,
+            tot->wait / n, tot->bubble_frac / n, bubble_max, theory_mean / n,
+            (double)r->comm_bytes / (double)(r->steps ? r->steps : 1), mem[0], mem[1], mem[2]);
     if (!rc) rc = rf_write_file_atomic(path, b.data, b.len);
     rf_buf_free(&b);
     return rc;
@@ -963,6 +965,7 @@ int rf_train_mesh(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
                              .compute = ps.compute_s - (tp_s1 - tp_s0) + t_opt,
                              .comm = (tp_s1 - tp_s0) + t_comm,
                              .bubble = ps.recv_s + ps.flush_s,
+                             .wait = ps.align_s,
                              .bubble_frac = ps.bubble};
             st.step++;
             done_this_run++;
@@ -971,14 +974,15 @@ int rf_train_mesh(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
                 st.pos = 0;
             }
             /* the step's loss and tokens, the ranks' times, the stop flag */
-            double sums[7] = {x->loss_sum, x->tokens, me.step,       me.compute,
-                              me.comm,     me.bubble, me.bubble_frac};
+            double sums[8] = {x->loss_sum, x->tokens, me.step, me.compute,
+                              me.comm,     me.bubble, me.wait, me.bubble_frac};
             double maxs[2] = {me.bubble_frac, o->cancel && *o->cancel ? 1.0 : 0.0};
-            if ((rc = world_allreduce(x, sums, 7, RF_COMM_F64, RF_COMM_SUM)) ||
+            if ((rc = world_allreduce(x, sums, 8, RF_COMM_F64, RF_COMM_SUM)) ||
                 (rc = world_allreduce(x, maxs, 2, RF_COMM_F64, RF_COMM_MAX)))
                 break;
             double w = (double)x->nworld;
-            step_times mean = {sums[2] / w, sums[3] / w, sums[4] / w, sums[5] / w, sums[6] / w};
+            step_times mean = {sums[2] / w, sums[3] / w, sums[4] / w,
+                               sums[5] / w, sums[6] / w, sums[7] / w};
             double step_loss = x->causal ? sums[0] : sums[0] / (double)group;
             double theory = x->pp > 1 ? rf_pp_bubble_theory(x->pp, x->npc > 0 ? x->npc : 1) : 0;
             win_loss += x->causal ? step_loss : sums[0];
@@ -988,7 +992,7 @@ int rf_train_mesh(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
                           &mean, maxs[0], theory);
             bytes_before = x->bytes;
             tot.step += mean.step, tot.compute += mean.compute, tot.comm += mean.comm;
-            tot.bubble += mean.bubble, tot.bubble_frac += mean.bubble_frac;
+            tot.bubble += mean.bubble, tot.wait += mean.wait, tot.bubble_frac += mean.bubble_frac;
             theory_sum += theory;
             if (maxs[0] > bubble_max_all) bubble_max_all = maxs[0];
             timed++;
