@@ -73,6 +73,17 @@ grep -q 'stages (balanced by measured cost): 1 layer(s) = units \[0, 2), 1 layer
 grep -q 'stages (given): 1 layer(s)' dp2pp2z2.log
 python3 - <<'PY'
 import json
+# the global gradient norm (clipping at 0.3 is exercised: see above) is one
+# process's on every mesh: tp-replicated parameters counted once, the
+# stages' and dp shards' sums added
+one = [json.loads(l)["grad_norm"] for l in open("one/metrics.jsonl")]
+all_worst = 0
+for run in ("tp2", "pp2m4", "dp2tp2", "tp2pp2", "dp2pp2z1", "tp4", "dp2pp2z2", "dp2tp2pp2"):
+    g = [json.loads(l)["grad_norm"] for l in open(run + "/metrics.jsonl")]
+    worst = max(abs(a - b) / a for a, b in zip(one, g))
+    assert len(g) == len(one) and worst < 1e-5, (run, worst, one, g)
+    all_worst = max(all_worst, worst)
+print("gradient norm per step vs 1 process: largest relative difference %.1e over the 8 meshes" % all_worst)
 for run, p, per_batch in (("pp2m4", 2, 4), ("tp2pp2", 2, 2), ("tp2", 1, 1)):
     rows = [json.loads(l) for l in open(run + "/metrics.jsonl")]
     for r in rows:
@@ -83,10 +94,10 @@ for run, p, per_batch in (("pp2m4", 2, 4), ("tp2pp2", 2, 2), ("tp2", 1, 1)):
     want = round((p - 1) / (2 * per_batch + p - 1), 4)
     assert full == [want, want], (run, full, want)
     s = json.load(open(run + "/train.json"))["per_step"]
-    print("%s: bubble per step %.3f (max over ranks %.3f), theory %.3f; step %.1f ms = compute "
-          "%.1f + comm %.1f + bubble %.1f ms (mean over ranks)"
+    print("%s: bubble per step %.3f (max over ranks %.3f), theory %.3f; step %.1f ms: compute "
+          "%.1f, comm %.1f, bubble %.1f, wait %.1f ms (mean over ranks)"
           % (run, s["bubble"], s["bubble_max"], s["bubble_theory"], 1e3 * s["step_s"],
-             1e3 * s["compute_s"], 1e3 * s["comm_s"], 1e3 * s["bubble_s"]))
+             1e3 * s["compute_s"], 1e3 * s["comm_s"], 1e3 * s["bubble_s"], 1e3 * s["wait_s"]))
 PY
 
 # resharding: 2 steps at tp 2 x pp 2 (4 shards in the whole model's
