@@ -16,9 +16,21 @@
 # - bytes sent per step and rank (metrics.jsonl comm_bytes, ring model)
 #   against theory: 2psi(N-1)/N for DP and ZeRO-1/2, 3psi(N-1)/N for ZeRO-3
 #   (psi in bytes = 4 x parameters);
-# - a model of the speedup on real interconnects (see the table's notes).
-# Writes build/bench/distributed/{results.json,table.md}; BENCH_REPORT_ONLY=1
-# only rebuilds them from the last runs.
+# - a model of the speedup on real interconnects (see the table's notes);
+# - tensor and pipeline parallelism (issue 17): the step-time breakdown of
+#   every mesh run by the mesh trainer (parallel.c): tp 2 and 4, pp 2 and 4,
+#   dp 2 x tp 2, tp 2 x pp 2, dp 2 x pp 2 (zero 1), dp 2 x tp 2 x pp 2 (zero
+#   1, 8 ranks), and the data-parallel configurations dp 2 at zero 0/1/2
+#   through the same trainer (`microbatches: 2` routes them there; train.c's
+#   loop does not time its parts): compute (forward/backward and the
+#   optimizer, without the tp collectives), communication (tp all-reduces,
+#   the dp sync, the tied-embedding exchange, the norm and loss all-reduces),
+#   pipeline bubble (receive waits and the flush, with its share of the
+#   pipeline's time beside (p-1)/(m+p-1)) and wait (the opening barrier: the
+#   previous step's imbalance between stages), each the mean over ranks and
+#   steps 2..; memory per rank and bytes per step.
+# Writes build/bench/distributed/{results.json,table.md,mesh.md}; BENCH_REPORT_ONLY=1
+# only rebuilds them from the last runs; BENCH_MESH=0 skips the mesh runs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SHARED=${SHARED:-../shared}
@@ -56,7 +68,7 @@ with open(out, "w") as f:
         f.write(json.dumps(r) + "\n")
 PY
 
-spec() { # NAME DP ZERO THREADS
+spec() { # NAME DP ZERO THREADS [PARALLEL]
     cat > "$work/$1.yaml" <<YAML
 trainer:
   model: $model
@@ -72,7 +84,7 @@ trainer:
   threads: $4
   resume: false
   log_every: 1
-  parallel: {dp: $2, zero: $3}
+  parallel: ${5:-{dp: $2, zero: $3\}}
 YAML
 }
 
@@ -107,6 +119,68 @@ for dp in 1 2 4; do
         fi || { tail -20 "$work/$name.log"; exit 1; }
     done
 done
+
+# the meshes: NAME RANKS PARALLEL (batch 8: micro-batches of 2 rows at pp, 4 rows at dp x pp)
+meshes="m_dp2z0:2:{dp: 2, microbatches: 2}
+m_dp2z1:2:{dp: 2, zero: 1, microbatches: 2}
+m_dp2z2:2:{dp: 2, zero: 2, microbatches: 2}
+tp2:2:{tp: 2}
+tp4:4:{tp: 4}
+pp2:2:{pp: 2, microbatches: 4}
+pp4:4:{pp: 4, microbatches: 8}
+dp2tp2:4:{dp: 2, tp: 2}
+tp2pp2:4:{tp: 2, pp: 2, microbatches: 4}
+dp2pp2z1:4:{dp: 2, pp: 2, zero: 1, microbatches: 2}
+dp2tp2pp2z1:8:{dp: 2, tp: 2, pp: 2, zero: 1, microbatches: 2}"
+if [ "${BENCH_MESH:-1}" = 1 ]; then
+    while IFS= read -r line; do
+        [ "${BENCH_REPORT_ONLY:-0}" = 1 ] && break
+        name=${line%%:*} rest=${line#*:}; np=${rest%%:*} par=${rest#*:}
+        spec "$name" 0 0 1 "$par"
+        rm -rf "${work:?}/$name"
+        echo "=== $name: $np ranks, $par, 1 thread per rank"
+        /usr/bin/time -f '%U %S %e' -o "$work/$name.time" \
+            scripts/mpirun.sh -np "$np" --tag-output "$bin" train "$work/$name.yaml" 2>"$work/$name.log" \
+            || { tail -20 "$work/$name.log"; exit 1; }
+    done <<<"$meshes"
+    python3 - "$work" "$meshes" <<'PY'
+import json, re, statistics, sys
+work, meshes = sys.argv[1], [l.split(":", 2) for l in sys.argv[2].splitlines()]
+MiB = 1048576.0
+ref = [json.loads(l) for l in open(work + "/dp1z0/metrics.jsonl") if l.strip()]
+t1 = statistics.mean(r["tokens"] / r["tokens_per_s"] for r in ref[1:] if r["tokens_per_s"] > 0)
+out = ["Step-time breakdown on the meshes (MiniLM-L6, batch 8 x 64 tokens, steps 2.. of %d; mean over ranks; "
+       "1 process: %.2f s/step). Every rank is 1 thread; 2 ranks use the 2 cores, 4 and 8 oversubscribe them.\n" % (len(ref), t1),
+       "| config | ranks | s/step | compute | comm | bubble (share; max over ranks) | theory (p-1)/(m+p-1) | wait | loss vs 1 process (largest rel.) | params + grads + moments per rank, MiB (min..max) | peak RSS per rank, MiB (max) | bytes/step, rank 0 | CPU s / wall s (whole command) |",
+       "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+rows = []
+for name, np, par in meshes:
+    try:
+        met = [json.loads(l) for l in open("%s/%s/metrics.jsonl" % (work, name)) if l.strip()]
+    except FileNotFoundError:
+        continue
+    later = met[1:] if len(met) > 1 else met
+    mean = lambda k: statistics.mean(r[k] for r in later)
+    log = open("%s/%s.log" % (work, name)).read()
+    mem = [sum(int(m.group(i)) for i in (1, 2, 3)) for m in re.finditer(r"rank \d+ memory: params (\d+) B, grads (\d+) B, moments (\d+) B", log)]
+    rss = [int(m.group(1)) for m in re.finditer(r"rank \d+: \d+ bytes sent[^,]*, peak RSS (\d+) KiB", log)]
+    loss_rel = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(ref, met))
+    u, sy, wall = map(float, open("%s/%s.time" % (work, name)).read().split()[-3:])
+    row = dict(name=name, ranks=int(np), parallel=par, step=mean("step_s"), compute=mean("compute_s"), comm=mean("comm_s"),
+               bubble=mean("bubble_s"), share=mean("bubble"), share_max=max(r["bubble_max"] for r in later),
+               theory=mean("bubble_theory"), wait=mean("wait_s"), loss_rel=loss_rel, mem=mem, rss=rss,
+               bytes=mean("comm_bytes"), cpu=u + sy, wall=wall)
+    rows.append(row)
+    out.append("| %s `%s` | %d | %.2f | %.2f | %.2f | %.2f (%.2f; %.2f) | %.3f | %.2f | %.1e | %.1f..%.1f | %.0f | %.2f MB | %.1f / %.1f |" % (
+        name, par, row["ranks"], row["step"], row["compute"], row["comm"], row["bubble"], row["share"], row["share_max"],
+        row["theory"], row["wait"], loss_rel, min(mem) / MiB, max(mem) / MiB, max(rss) / 1024 if rss else 0,
+        row["bytes"] / 1e6, row["cpu"], row["wall"]))
+text = "\n".join(out) + "\n"
+open(work + "/mesh.md", "w").write(text)
+json.dump(rows, open(work + "/mesh.json", "w"), indent=1)
+print(text)
+PY
+fi
 
 python3 - "$work" "$steps" "$batch" "$seq" "$zeros" "$model" <<'PY'
 import json, re, statistics, sys

@@ -2,6 +2,7 @@
 #include "trainer/driver.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -55,12 +56,38 @@ static int check_vocab(const rf_dataset *d, int vocab, const char *model) {
 
 int rf_trainer_check_group(const rf_trainer_spec *s, const rf_comm *comm) {
     int world = comm ? rf_comm_world(comm) : 1, dp = s->dp > 0 ? s->dp : 1;
-    if (world != dp)
+    int tp = s->opts.tp > 1 ? s->opts.tp : 1, pp = s->opts.pp > 1 ? s->opts.pp : 1;
+    if (tp * pp == 1 && world != dp)
         return rf_fail(RF_ERR_INVALID,
                        "trainer.parallel.dp is %d but the group has %d rank(s) (world size): start "
                        "it with mpirun -np %d, or set dp: %d",
                        dp, world, dp, world);
+    if (world != dp * tp * pp)
+        return rf_fail(RF_ERR_INVALID,
+                       "trainer.parallel: dp %d x tp %d x pp %d = %d rank(s) but the group has %d "
+                       "(world size): start it with mpirun -np %d",
+                       dp, tp, pp, dp * tp * pp, world, dp * tp * pp);
     return RF_OK;
+}
+
+/* The mesh against the model (mesh.h): heads, layers, micro-batches. */
+static int check_mesh_model(const rf_trainer_spec *s, const rf_model_desc *d,
+                            const rf_bert_config *cfg) {
+    rf_tr_parallel p = {.dp = s->dp > 0 ? s->dp : 1,
+                        .tp = s->opts.tp > 1 ? s->opts.tp : 1,
+                        .pp = s->opts.pp > 1 ? s->opts.pp : 1,
+                        .zero = s->opts.zero,
+                        .microbatches = s->opts.microbatches > 1 ? s->opts.microbatches : 1,
+                        .nstages = s->opts.nstages};
+    memcpy(p.stages, s->opts.stages, sizeof p.stages);
+    if (p.tp * p.pp * p.microbatches == 1) return RF_OK;
+    if (d->task == RF_TASK_CAUSAL_LM && p.tp > 1)
+        return rf_fail(RF_ERR_UNSUPPORTED,
+                       "trainer.parallel.tp is %d but tensor parallelism is implemented for BERT "
+                       "only: the %s model's layers do not call the tp ops (use dp and pp)",
+                       p.tp, d->arch);
+    if (cfg) return rf_tr_parallel_check_model(&p, cfg, s->opts.batch_size);
+    return RF_OK; /* a causal model's layers: checked when it is loaded (parallel.c) */
 }
 
 int rf_trainer_check(const rf_trainer_spec *s, const rf_dataset *data, const rf_comm *comm) {
@@ -71,6 +98,7 @@ int rf_trainer_check(const rf_trainer_spec *s, const rf_dataset *data, const rf_
     rf_model_desc d;
     if ((rc = check_task(s, &d))) return rc;
     if (s->task == RF_TASK_CAUSAL_LM) {
+        if ((rc = check_mesh_model(s, &d, NULL))) return rc;
         if (!data->tflags)
             return rf_fail(RF_ERR_INVALID, "trainer: task causal_lm needs causal-LM rows "
                                            "(rf_lm_data_load, lm_data.h)");
@@ -80,6 +108,7 @@ int rf_trainer_check(const rf_trainer_spec *s, const rf_dataset *data, const rf_
                          "trainer: the training data has %d label(s); need at least 2 classes", k)
                : RF_OK;
     if (!rc) rc = model_config(s->model, &cfg);
+    if (!rc) rc = check_mesh_model(s, &d, &cfg);
     if (!rc) rc = check_vocab(data, cfg.vocab_size, s->model);
     return rc;
 }

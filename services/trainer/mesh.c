@@ -1,5 +1,7 @@
 #include "trainer/mesh.h"
 
+#include <stdlib.h>
+
 #include "common/error.h"
 
 rf_tr_parallel rf_tr_parallel_default(void) {
@@ -14,6 +16,17 @@ int rf_tr_parallel_check(const rf_tr_parallel *p) {
     if (p->zero < 0 || p->zero > 3)
         return rf_fail(RF_ERR_INVALID, "trainer.parallel.zero is %d: expected 0, 1, 2 or 3",
                        p->zero);
+    if (p->nstages && p->nstages != p->pp)
+        return rf_fail(RF_ERR_INVALID,
+                       "trainer.parallel.stages lists %d stage(s) but pp is %d: one layer count "
+                       "per pipeline stage",
+                       p->nstages, p->pp);
+    for (int i = 0; i < p->nstages; i++)
+        if (p->stages[i] < 1)
+            return rf_fail(RF_ERR_INVALID,
+                           "trainer.parallel.stages[%d] is %d: every stage needs at least one "
+                           "layer",
+                           i, p->stages[i]);
     if (p->zero == 3 && (p->tp > 1 || p->pp > 1))
         return rf_fail(RF_ERR_UNSUPPORTED,
                        "trainer.parallel: zero 3 with tp %d x pp %d is not supported: ZeRO-3 "
@@ -23,7 +36,7 @@ int rf_tr_parallel_check(const rf_tr_parallel *p) {
 }
 
 int rf_tr_parallel_parse(const rf_cfg *trainer, rf_tr_parallel *p) {
-    static const char *const keys[] = {"dp", "tp", "pp", "zero", "microbatches", NULL};
+    static const char *const keys[] = {"dp", "tp", "pp", "zero", "microbatches", "stages", NULL};
     *p = rf_tr_parallel_default();
     const rf_cfg *par = trainer ? rf_cfg_get(trainer, "parallel") : NULL;
     if (!par) return RF_OK;
@@ -45,6 +58,27 @@ int rf_tr_parallel_parse(const rf_cfg *trainer, rf_tr_parallel *p) {
         int64_t v;
         if ((rc = rf_cfg_int(par, f[i].key, f[i].def, f[i].lo, f[i].hi, &v))) return rc;
         *f[i].dst = (int)v;
+    }
+    const rf_cfg *st = rf_cfg_get(par, "stages");
+    if (st) {
+        size_t n = rf_cfg_len(st);
+        if (rf_cfg_kind_of(st) != RF_CFG_SEQ || n == 0 || n > RF_TR_MAX_STAGES)
+            return rf_fail(RF_ERR_INVALID,
+                           "trainer.parallel.stages: expected a list of 1 to %d layer counts, "
+                           "one per pipeline stage (e.g. [3, 3])",
+                           RF_TR_MAX_STAGES);
+        for (size_t i = 0; i < n; i++) {
+            const char *x = rf_cfg_scalar(rf_cfg_at(st, i));
+            char *end = NULL;
+            long v = x ? strtol(x, &end, 10) : 0;
+            if (!x || !*x || *end || v < 1 || v > RF_TR_PARALLEL_MAX)
+                return rf_fail(RF_ERR_INVALID,
+                               "trainer.parallel.stages[%zu]: expected a layer count >= 1, got "
+                               "'%s'",
+                               i, x ? x : "(not a scalar)");
+            p->stages[i] = (int)v;
+        }
+        p->nstages = (int)n;
     }
     return rf_tr_parallel_check(p);
 }
@@ -79,29 +113,30 @@ int rf_tr_parallel_check_model(const rf_tr_parallel *p, const rf_bert_config *c,
                        "trainer.parallel.tp is %d but the model's intermediate size is %d: tp "
                        "must divide it",
                        p->tp, c->intermediate_size);
-    if (p->pp > c->num_layers)
+    return rf_tr_parallel_check_layers(p, c->num_layers, batch_size);
+}
+
+int rf_tr_parallel_check_layers(const rf_tr_parallel *p, int layers, int batch_size) {
+    int rc = rf_tr_parallel_check(p);
+    if (rc) return rc;
+    if (p->pp > layers)
         return rf_fail(RF_ERR_INVALID,
                        "trainer.parallel.pp is %d but the model has %d layer(s): at most one "
                        "stage per layer",
-                       p->pp, c->num_layers);
+                       p->pp, layers);
+    long sum = 0;
+    for (int i = 0; i < p->nstages; i++)
+        sum += p->stages[i];
+    if (p->nstages && sum != layers)
+        return rf_fail(RF_ERR_INVALID,
+                       "trainer.parallel.stages sum to %ld layer(s) but the model has %d", sum,
+                       layers);
     if (batch_size > 0 && batch_size % p->microbatches)
         return rf_fail(RF_ERR_INVALID,
                        "trainer.parallel.microbatches is %d but the batch size %d is not a "
                        "multiple of it",
                        p->microbatches, batch_size);
     return RF_OK;
-}
-
-int rf_tr_mesh_coords(const rf_tr_parallel *p, int rank, int *dp_i, int *tp_i, int *pp_i) {
-    int rc = rf_tr_parallel_check(p);
-    if (rc) return rc;
-    return rf_comm_mesh_coords(rank, p->dp, p->tp, p->pp, dp_i, tp_i, pp_i);
-}
-
-int rf_tr_mesh_init(rf_comm *world, const rf_tr_parallel *p, rf_comm_mesh *m) {
-    int rc = rf_tr_parallel_check_world(p, rf_comm_world(world));
-    if (rc) return rc;
-    return rf_comm_mesh_init(world, p->dp, p->tp, p->pp, m);
 }
 
 int rf_tp_vocab_split(int V, int tp, int tp_i, rf_tp_vocab *out) {

@@ -11,8 +11,8 @@
  * any work: a mesh the world or the model cannot take fails with
  * RF_ERR_INVALID (or RF_ERR_UNSUPPORTED) and a message naming the numbers.
  *
- * Not wired into spec.c / train.c yet: the current spec accepts {dp, zero}
- * (spec.h); this is the parser and the checks the tp/pp trainer will use. */
+ * spec.c parses `trainer.parallel` with rf_tr_parallel_parse; the trainer
+ * (train.c, and parallel.c for tp/pp meshes) makes the groups. */
 #ifndef RF_TR_MESH_H
 #define RF_TR_MESH_H
 
@@ -21,11 +21,17 @@
 #include "trainer/bert_config.h"
 
 #define RF_TR_PARALLEL_MAX 65536 /* any one axis */
+#define RF_TR_MAX_STAGES   128   /* an explicit `stages` list */
 
 typedef struct rf_tr_parallel {
     int dp, tp, pp;   /* axis sizes, each >= 1 */
     int zero;         /* ZeRO stage on the dp axis: 0..3 */
     int microbatches; /* micro-batches per batch (the 1F1B schedule), >= 1 */
+    /* `stages: [n0, n1, ...]`: transformer layers of each pipeline stage (the
+     * embeddings go with stage 0, the head with the last); nstages 0: the
+     * trainer balances the stages by measured cost (parallel.c). */
+    int nstages;
+    int stages[RF_TR_MAX_STAGES];
 } rf_tr_parallel;
 
 /* dp = tp = pp = 1, zero 0, microbatches 1 (one process). */
@@ -47,10 +53,13 @@ int rf_tr_parallel_check(const rf_tr_parallel *p);
 int rf_tr_parallel_check_world(const rf_tr_parallel *p, int world);
 
 /* Whether model `cfg` can be split on this mesh: heads and intermediate size
- * divisible by tp, pp <= layers, and (when batch_size > 0) the batch divisible
- * into microbatches. The vocabulary never blocks a split: it is padded
+ * divisible by tp, pp <= layers (and an explicit `stages` list summing to
+ * the layers), and (when batch_size > 0) the batch divisible into
+ * microbatches. The vocabulary never blocks a split: it is padded
  * (rf_tp_vocab_split). */
 int rf_tr_parallel_check_model(const rf_tr_parallel *p, const rf_bert_config *cfg, int batch_size);
+/* The pipeline part of that check for any model of `layers` layers. */
+int rf_tr_parallel_check_layers(const rf_tr_parallel *p, int layers, int batch_size);
 
 /* This rank's coordinates on the mesh (RF_ERR_INVALID for a rank outside it). */
 int rf_tr_mesh_coords(const rf_tr_parallel *p, int rank, int *dp_i, int *tp_i, int *pp_i);

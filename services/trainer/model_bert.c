@@ -1,12 +1,14 @@
 /* The BERT classifier (model.h) as an rf_model (model_iface.h): each slot is
  * one rf_bert_* call, so the arithmetic is model.c's, bit for bit. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
 #include "common/sys.h"
 #include "trainer/bert_config.h"
 #include "trainer/model_iface.h"
+#include "trainer/model_tp.h"
 
 #define BERT(m) ((rf_bert *)(m)->impl)
 
@@ -152,6 +154,25 @@ static int bert_save(const rf_model *m, const char *dir) {
     return rf_bert_save_safetensors(BERT(m), path);
 }
 
+static int bert_sibling(const rf_model *m, rf_model **out) {
+    const rf_bert *b = BERT(m);
+    rf_bert *s;
+    int rc = rf_bert_new(&b->cfg, b->be, &s);
+    if (rc) return rc;
+    if (b->tp && (rc = rf_bert_tp_split(s, b->tp->c))) {
+        rf_bert_free(s);
+        return rc;
+    }
+    rf_model *o = malloc(sizeof *o);
+    if (!o) {
+        rf_bert_free(s);
+        return RF_ERR_NOMEM;
+    }
+    rf_model_init_bert(o, s);
+    *out = o;
+    return RF_OK;
+}
+
 static const rf_model_ops bert_ops = {
     .name = "bert",
     .close = bert_close,
@@ -172,6 +193,7 @@ static const rf_model_ops bert_ops = {
     .loss = bert_loss,
     .logits = bert_logits,
     .save = bert_save,
+    .sibling = bert_sibling,
 };
 
 void rf_model_init_bert(rf_model *m, rf_bert *b) {

@@ -249,6 +249,19 @@ static int save_causal(const rf_model *m, const char *dir, const rf_tensor_info 
                            m->ops->name)                                                           \
                  : RF_OK;                                                                          \
     }                                                                                              \
+    static int P##_sibling(const rf_model *m, rf_model **out) {                                    \
+        TYPE *x;                                                                                   \
+        int rc = rf_##P##_new(&((const TYPE *)m->impl)->cfg, &x);                                  \
+        if (rc) return rc;                                                                         \
+        rf_model *o = malloc(sizeof *o);                                                           \
+        if (!o) {                                                                                  \
+            rf_##P##_free(x);                                                                      \
+            return RF_ERR_NOMEM;                                                                   \
+        }                                                                                          \
+        rf_model_init_##P(o, x);                                                                   \
+        *out = o;                                                                                  \
+        return RF_OK;                                                                              \
+    }                                                                                              \
     static const rf_model_ops P##_ops = {                                                          \
         .name = ARCH,                                                                              \
         .close = P##_close,                                                                        \
@@ -269,6 +282,7 @@ static int save_causal(const rf_model *m, const char *dir, const rf_tensor_info 
         .loss = P##_loss,                                                                          \
         .logits = P##_logits,                                                                      \
         .save = P##_save,                                                                          \
+        .sibling = P##_sibling,                                                                    \
     };                                                                                             \
     void rf_model_init_##P(rf_model *m, TYPE *x) {                                                 \
         memset(m, 0, sizeof *m);                                                                   \

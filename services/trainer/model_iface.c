@@ -293,3 +293,14 @@ int rf_model_save(const rf_model *m, const char *dir) {
     NEED(save);
     return m->ops->save(m, dir);
 }
+
+int rf_model_sibling(const rf_model *m, rf_model **out) {
+    *out = NULL;
+    NEED(sibling);
+    int rc = m->ops->sibling(m, out);
+    if (!rc) {
+        (*out)->owns = true;
+        (*out)->heap = true;
+    }
+    return rc;
+}

@@ -155,6 +155,13 @@ typedef struct rf_model_ops {
     /* Writes dir/config.json (the architecture's, loadable by transformers)
      * and dir/model.safetensors (HF names, F32). dir exists. */
     int (*save)(const rf_model *m, const char *dir);
+    /* A new instance of the same architecture and shape (a tensor-parallel
+     * shard is split the same way, over the same group), parameters zero, no
+     * training blocks, its own activation arenas: a pipeline stage keeps one
+     * per micro-batch in flight, with its views bound to the stage's blocks
+     * (bind_unit, and a unit hook for the causal models' backward; see
+     * parallel.c). */
+    int (*sibling)(const rf_model *m, rf_model **out);
 } rf_model_ops;
 
 struct rf_model {
@@ -228,5 +235,8 @@ int rf_model_backward_range(rf_model *m, int u0, int u1, const float *dout, floa
 int rf_model_loss(const rf_model *m, float *loss, long *counted);
 int rf_model_logits(const rf_model *m, const float **logits, size_t *row);
 int rf_model_save(const rf_model *m, const char *dir);
+/* The sibling slot: a heap rf_model that owns its implementation
+ * (rf_model_free frees both). */
+int rf_model_sibling(const rf_model *m, rf_model **out);
 
 #endif

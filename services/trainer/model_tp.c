@@ -38,17 +38,68 @@ static split_kind split_of(const rf_bert *m, size_t i) {
     }
 }
 
-static int add_span(struct rf_bert_tp *tp, size_t *cap, size_t global, size_t local, size_t n,
-                    bool replicated) {
-    if (tp->nspans == *cap) {
-        size_t nc = *cap ? 2 * *cap : 256;
-        rf_tp_span *sp = realloc(tp->spans, nc * sizeof *sp);
+typedef struct span_list {
+    rf_tp_span *v;
+    size_t n, cap;
+} span_list;
+
+static int add_span(span_list *l, size_t global, size_t local, size_t n, bool replicated) {
+    if (l->n == l->cap) {
+        size_t nc = l->cap ? 2 * l->cap : 256;
+        rf_tp_span *sp = realloc(l->v, nc * sizeof *sp);
         if (!sp) return RF_ERR_NOMEM;
-        tp->spans = sp;
-        *cap = nc;
+        l->v = sp;
+        l->cap = nc;
     }
-    tp->spans[tp->nspans++] = (rf_tp_span){global, local, n, replicated};
+    l->v[l->n++] = (rf_tp_span){global, local, n, replicated};
     return RF_OK;
+}
+
+/* The local table (loc, NULL: not wanted), the spans and the local float
+ * count of tp rank r of n, from the whole model's table (full, nt tensors). */
+static int build(const rf_bert *m, const rf_tensor_info *full, size_t nt, int n, int r,
+                 rf_tensor_info *loc, span_list *sp, size_t *total) {
+    rf_tp_vocab v;
+    int rc = rf_tp_vocab_split(m->cfg.vocab_size, n, r, &v);
+    size_t off = 0;
+    for (size_t i = 0; !rc && i < nt; i++) {
+        const rf_tensor_info *t = &full[i];
+        rf_tensor_info l = *t;
+        l.offset = off;
+        size_t rows = (size_t)t->shape[0], cols = t->ndim == 2 ? (size_t)t->shape[1] : 1;
+        switch (split_of(m, i)) {
+        case SPLIT_NONE:
+            rc = add_span(sp, t->offset, off, t->numel, true);
+            break;
+        case SPLIT_ROWS: {
+            size_t part = rows / (size_t)n;
+            l.shape[0] = (int)part;
+            l.numel = part * cols;
+            rc = add_span(sp, t->offset + (size_t)r * part * cols, off, l.numel, false);
+            break;
+        }
+        case SPLIT_COLS: {
+            size_t part = cols / (size_t)n;
+            l.shape[1] = (int)part;
+            l.numel = rows * part;
+            for (size_t k = 0; k < rows && !rc; k++)
+                rc = add_span(sp, t->offset + k * cols + (size_t)r * part, off + k * part, part,
+                              false);
+            break;
+        }
+        case SPLIT_VOCAB:
+            l.shape[0] = v.block;
+            l.numel = (size_t)v.block * cols;
+            if (v.hi > v.lo)
+                rc = add_span(sp, t->offset + (size_t)v.lo * cols, off,
+                              (size_t)(v.hi - v.lo) * cols, false);
+            break;
+        }
+        if (loc) loc[i] = l;
+        off += l.numel;
+    }
+    *total = off;
+    return rc;
 }
 
 int rf_bert_tp_split(rf_bert *m, rf_comm *c) {
@@ -69,6 +120,8 @@ int rf_bert_tp_split(rf_bert *m, rf_comm *c) {
                        n, cf->num_heads, cf->intermediate_size);
     struct rf_bert_tp *tp = calloc(1, sizeof *tp);
     rf_tensor_info *loc = malloc(m->ntensors * sizeof *loc);
+    span_list sp = {0};
+    size_t off = 0;
     int rc = tp && loc ? RF_OK : RF_ERR_NOMEM;
     if (!rc) {
         tp->c = c, tp->n = n, tp->r = r;
@@ -80,54 +133,18 @@ int rf_bert_tp_split(rf_bert *m, rf_comm *c) {
         tp->rowpar_fwd = rf_tp_rowpar_fwd, tp->rowpar_bwd = rf_tp_rowpar_bwd;
         rc = rf_tp_vocab_split(cf->vocab_size, n, r, &tp->vocab);
     }
-    size_t off = 0, cap = 0;
-    for (size_t i = 0; !rc && i < m->ntensors; i++) {
-        const rf_tensor_info *t = &m->tensors[i];
-        rf_tensor_info *l = &loc[i];
-        *l = *t;
-        l->offset = off;
-        size_t rows = (size_t)t->shape[0], cols = t->ndim == 2 ? (size_t)t->shape[1] : 1;
-        switch (split_of(m, i)) {
-        case SPLIT_NONE:
-            rc = add_span(tp, &cap, t->offset, off, t->numel, true);
-            break;
-        case SPLIT_ROWS: {
-            size_t part = rows / (size_t)n;
-            l->shape[0] = (int)part;
-            l->numel = part * cols;
-            rc = add_span(tp, &cap, t->offset + (size_t)r * part * cols, off, l->numel, false);
-            break;
-        }
-        case SPLIT_COLS: {
-            size_t part = cols / (size_t)n;
-            l->shape[1] = (int)part;
-            l->numel = rows * part;
-            for (size_t k = 0; k < rows && !rc; k++)
-                rc = add_span(tp, &cap, t->offset + k * cols + (size_t)r * part, off + k * part,
-                              part, false);
-            break;
-        }
-        case SPLIT_VOCAB: {
-            const rf_tp_vocab *v = &tp->vocab;
-            l->shape[0] = v->block;
-            l->numel = (size_t)v->block * cols;
-            if (v->hi > v->lo)
-                rc = add_span(tp, &cap, t->offset + (size_t)v->lo * cols, off,
-                              (size_t)(v->hi - v->lo) * cols, false);
-            break;
-        }
-        }
-        off += l->numel;
-    }
+    if (!rc) rc = build(m, m->tensors, m->ntensors, n, r, loc, &sp, &off);
     void *pv = NULL; /* zeroed by the backend */
     if (!rc) rc = m->be->alloc(m->be, &pv, (off ? off : 1) * sizeof(float));
     float *p = pv;
     if (rc) {
-        if (tp) free(tp->spans);
+        free(sp.v);
         free(tp);
         free(loc);
         return rc == RF_ERR_NOMEM ? rf_fail(rc, "model: out of memory for the tp shard") : rc;
     }
+    tp->spans = sp.v;
+    tp->nspans = sp.n;
     for (size_t k = 0; k < tp->nspans; k++) /* host memory: the CPU backend */
         memcpy(p + tp->spans[k].local, m->params + tp->spans[k].global,
                tp->spans[k].n * sizeof(float));
@@ -141,6 +158,53 @@ int rf_bert_tp_split(rf_bert *m, rf_comm *c) {
     m->tp = tp;
     rf_bert_bind_all(m);
     /* the activation arena is laid out for the local sizes from now on */
+    (void)m->be->free(m->be, m->acts);
+    (void)m->be->free(m->be, m->dacts);
+    m->acts = m->dacts = NULL;
+    m->capB = m->capT = 0;
+    return RF_OK;
+}
+
+int rf_bert_tp_spans_of(const rf_bert *m, int r, rf_tp_span **spans, size_t *n) {
+    *spans = NULL;
+    *n = 0;
+    if (!m->tp) return rf_fail(RF_ERR_INVALID, "model: not split for tensor parallelism");
+    if (r < 0 || r >= m->tp->n)
+        return rf_fail(RF_ERR_RANGE, "model: tp rank %d outside [0, %d)", r, m->tp->n);
+    span_list sp = {0};
+    size_t total;
+    int rc = build(m, m->tp->full, m->tp->nfull, m->tp->n, r, NULL, &sp, &total);
+    if (!rc && total != m->nparams)
+        rc = rf_fail(RF_ERR_INVALID, "model: tp rank %d holds %zu floats, this rank %zu", r, total,
+                     m->nparams);
+    if (rc) {
+        free(sp.v);
+        return rc;
+    }
+    *spans = sp.v;
+    *n = sp.n;
+    return RF_OK;
+}
+
+int rf_bert_tp_merge(rf_bert *m, const float *full) {
+    struct rf_bert_tp *tp = m->tp;
+    if (!tp) return rf_fail(RF_ERR_INVALID, "model: not split for tensor parallelism");
+    if (m->grads)
+        return rf_fail(RF_ERR_INVALID, "model: release the training blocks before merging");
+    void *pv = NULL;
+    int rc = m->be->alloc(m->be, &pv, tp->nparams_full * sizeof(float));
+    if (rc) return rf_fail_ctx(rc, "model: no memory for %zu parameters", tp->nparams_full);
+    memcpy(pv, full, tp->nparams_full * sizeof(float)); /* host memory: the CPU backend */
+    if (m->params) (void)m->be->free(m->be, m->params);
+    free(m->tensors);
+    m->tensors = tp->full;
+    m->ntensors = tp->nfull;
+    m->params = pv;
+    m->nparams = m->npadded = tp->nparams_full;
+    free(tp->spans);
+    free(tp);
+    m->tp = NULL;
+    rf_bert_bind_all(m);
     (void)m->be->free(m->be, m->acts);
     (void)m->be->free(m->be, m->dacts);
     m->acts = m->dacts = NULL;

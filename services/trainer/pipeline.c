@@ -210,9 +210,11 @@ int rf_pp_run(rf_comm *pp, int micro, const rf_pp_stage *st, rf_pp_stats *stats)
     r.sends = calloc(2 * m, sizeof *r.sends);
     if (!r.in || !r.dout || !r.in_n || !r.dout_n || !r.in_req || !r.dout_req || !r.sends)
         rc = rf_fail(RF_ERR_NOMEM, "pipeline: no memory for %d micro-batches", micro);
+    double ta = rf_now();
     if (!rc && r.p > 1 && (rc = rf_comm_barrier(pp)))
         rc = rf_fail_ctx(rc, "pipeline: barrier before the first micro-batch");
     double t0 = rf_now();
+    stats->align_s = t0 - ta;
     if (!rc) rc = post_recv(&r, false);
     if (!rc) rc = post_recv(&r, true);
     for (int k = 0; !rc && k < 2 * micro; k++)

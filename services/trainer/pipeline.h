@@ -101,6 +101,7 @@ typedef struct rf_pp_stats {
     double compute_s; /* inside forward and backward */
     double recv_s;    /* waiting for an activation or a gradient to arrive */
     double flush_s;   /* after the last operation: waiting for sends and the group */
+    double align_s;   /* in the opening barrier (not in step_s: the previous step's imbalance) */
     double bubble;    /* (recv_s + flush_s) / step_s: this stage's idle share */
     double theory;    /* rf_pp_bubble_theory(stages, micro) */
     uint64_t bytes_sent, bytes_recv;

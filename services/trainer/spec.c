@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "trainer/backend.h"
+#include "trainer/mesh.h"
 
 const char *const rf_trainer_spec_keys[] = {"model",        "train",
                                             "eval",         "output",
@@ -156,23 +157,22 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
     if (o->balanced_sampler && !o->shuffle)
         return rf_fail(RF_ERR_INVALID, "trainer.sampler: balanced draws at random; it cannot be "
                                        "combined with shuffle: false");
-    /* parallel: {dp: N, zero: 0|1|2|3}; tp/pp come with tensor/pipeline parallelism */
-    s->dp = 1;
-    const rf_cfg *par = rf_cfg_get(n, "parallel");
-    if (par) {
-        static const char *const pkeys[] = {"dp", "zero", NULL};
-        if (rf_cfg_kind_of(par) != RF_CFG_MAP)
-            return rf_fail(RF_ERR_INVALID, "trainer.parallel: expected a mapping {dp: N, zero: "
-                                           "0|1|2|3}");
-        if ((rc = rf_cfg_check_keys(par, pkeys))) return rc;
-        INT("parallel.dp", 1, 1, 65536, s->dp);
-        INT("parallel.zero", 0, 0, 3, o->zero);
-    }
-    if (s->dp > 1 && strcmp(s->device, "cpu") != 0)
+    /* parallel: {dp, tp, pp, zero, microbatches, stages} (mesh.h) */
+    rf_tr_parallel par;
+    if ((rc = rf_tr_parallel_parse(n, &par))) return rc;
+    s->dp = par.dp;
+    o->zero = par.zero;
+    o->tp = par.tp;
+    o->pp = par.pp;
+    o->microbatches = par.microbatches;
+    o->nstages = par.nstages;
+    memcpy(o->stages, par.stages, sizeof o->stages);
+    if (par.dp * par.tp * par.pp > 1 && strcmp(s->device, "cpu") != 0)
         return rf_fail(RF_ERR_UNSUPPORTED,
-                       "trainer.device: %s with parallel.dp %d is not supported yet (the "
-                       "gradient collectives run on host memory); use dp: 1 or device: cpu",
-                       s->device, s->dp);
+                       "trainer.device: %s with parallel dp %d x tp %d x pp %d is not supported "
+                       "yet (the collectives and the pipeline run on host memory); use one rank "
+                       "or device: cpu",
+                       s->device, par.dp, par.tp, par.pp);
 #undef STR
 #undef INT
 #undef REAL
@@ -201,6 +201,11 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
                            "trainer.lora: parallel.zero %d shards per unit; use zero 0 or 1 (the "
                            "adapter is one unit)",
                            o->zero);
+        if (o->tp > 1 || o->pp > 1)
+            return rf_fail(RF_ERR_UNSUPPORTED,
+                           "trainer.lora: parallel tp %d x pp %d (the adapter trains with data "
+                           "parallelism only; use dp)",
+                           o->tp, o->pp);
         if (strcmp(s->device, "cpu") != 0)
             return rf_fail(RF_ERR_UNSUPPORTED,
                            "trainer.lora: device %s (the LoRA ops are CPU only for now)",

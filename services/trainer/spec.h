@@ -20,9 +20,13 @@
  *                    rerun to resume (tests, time limits)
  *   class_weights    none (default) | balanced | [w0, w1, ...] (one per label)
  *   sampler          shuffle (default) | balanced (classes drawn equally often)
- *   parallel         {dp: N, zero: 0|1|2|3}: N data-parallel ranks (the world
- *                    size of the group the caller starts, e.g. mpirun -np N),
- *                    ZeRO stage (see train.c and zero3.h)
+ *   parallel         {dp: N, tp: N, pp: N, zero: 0|1|2|3, microbatches: N,
+ *                    stages: [layers, ...]}: the mesh (mesh.h; dp x tp x pp must
+ *                    be the world size of the group the caller starts, e.g.
+ *                    mpirun -np N), the ZeRO stage on the dp axis (train.c,
+ *                    zero3.h; 3 only without tp/pp), micro-batches per batch for
+ *                    the pipeline's 1F1B schedule and each stage's layers
+ *                    (absent: balanced by measured cost; parallel.h)
  *   lora             causal_lm only: train a LoRA adapter over the frozen model
  *                    instead of the model itself (lora.h): {rank: 8, alpha: 2 x rank,
  *                    dropout: 0, targets: [q, v] (of q, k, v, o, up, down, gate),
@@ -44,7 +48,7 @@ typedef struct rf_trainer_spec {
     const char *model, *train, *eval, *output, *export_dir; /* strings live in the rf_cfg tree */
     const char *device; /* "cpu" (default), "cuda", "cuda-bf16"; the evaluator follows it */
     int num_labels, max_len, threads, eval_batch_size;
-    int dp;             /* parallel.dp (1 when absent); the ZeRO stage is opts.zero */
+    int dp; /* parallel.dp (1 when absent); zero, tp, pp, microbatches, stages are in opts */
     rf_model_task task; /* trainer.task */
     bool lora;          /* trainer.lora given: lora_cfg holds it */
     rf_lora_config lora_cfg;

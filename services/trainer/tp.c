@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/sys.h"
 
 #define ROW_PIECES 8 /* as ops.c */
 #define W_PIECES   4
@@ -71,8 +72,28 @@ static void drop_replica(rf_comm *tp, float *dinp, size_t n) {
     if (dinp && rf_comm_rank(tp) != 0) memset(dinp, 0, n * sizeof(float));
 }
 
+/* Every all-reduce of these ops, timed and counted (rf_tp_comm_stats). */
+static double comm_seconds;
+static uint64_t comm_bytes, comm_calls;
+
+static int allreduce(rf_comm *tp, void *x, size_t n, rf_comm_dtype t, rf_comm_op op) {
+    int w = rf_comm_world(tp);
+    double t0 = rf_now();
+    int rc = rf_comm_allreduce(tp, x, x, n, t, op);
+    comm_seconds += rf_now() - t0;
+    comm_bytes += 2 * (uint64_t)(w - 1) * n * rf_comm_dtype_size(t) / (uint64_t)w;
+    comm_calls++;
+    return rc;
+}
+
+void rf_tp_comm_stats(double *seconds, uint64_t *bytes, uint64_t *calls) {
+    if (seconds) *seconds = comm_seconds;
+    if (bytes) *bytes = comm_bytes;
+    if (calls) *calls = comm_calls;
+}
+
 static int sum_over(rf_comm *tp, float *x, size_t n) {
-    return x ? rf_comm_allreduce(tp, x, x, n, RF_COMM_F32, RF_COMM_SUM) : RF_OK;
+    return x ? allreduce(tp, x, n, RF_COMM_F32, RF_COMM_SUM) : RF_OK;
 }
 
 int rf_tp_colpar_fwd(float *out, int ldo, const float *inp, const float *w, int ldw, const float *b,
@@ -189,12 +210,12 @@ int rf_tp_xent_fwd(rf_comm *tp, float *loss, float *losses, float *mx, double *s
             m = z[k] > m ? z[k] : m;
         mx[r] = m;
     }
-    if ((rc = rf_comm_allreduce(tp, mx, mx, N, RF_COMM_F32, RF_COMM_MAX))) return rc;
+    if ((rc = allreduce(tp, mx, N, RF_COMM_F32, RF_COMM_MAX))) return rc;
     for (int r = 0; r < N; r++) { /* losses holds the target logit for now */
         int y = labels[r];
         losses[r] = y >= v->lo && y < v->hi ? logits[(size_t)r * ldz + (y - v->lo)] : 0.0f;
     }
-    if ((rc = rf_comm_allreduce(tp, losses, losses, N, RF_COMM_F32, RF_COMM_SUM))) return rc;
+    if ((rc = allreduce(tp, losses, N, RF_COMM_F32, RF_COMM_SUM))) return rc;
     for (int r = 0; r < N; r++) {
         const float *z = logits + (size_t)r * ldz;
         double s = 0;
@@ -202,7 +223,7 @@ int rf_tp_xent_fwd(rf_comm *tp, float *loss, float *losses, float *mx, double *s
             s += exp((double)z[k] - mx[r]);
         se[r] = s;
     }
-    if ((rc = rf_comm_allreduce(tp, se, se, N, RF_COMM_F64, RF_COMM_SUM))) return rc;
+    if ((rc = allreduce(tp, se, N, RF_COMM_F64, RF_COMM_SUM))) return rc;
     double total = 0;
     int counted = 0;
     for (int r = 0; r < N; r++) {

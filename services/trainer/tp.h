@@ -121,4 +121,10 @@ void rf_tp_xent_bwd(float *dlogits, int ldd, const float *logits, int ldz, const
                     const double *se, const int32_t *labels, const rf_tp_vocab *v, int N,
                     float scale);
 
+/* What the all-reduces of these ops cost so far in this process: wall
+ * seconds inside them, bytes sent per rank by the ring model (2 (n-1)/n x the
+ * buffer, as train.c counts), and calls. Not thread-safe (one trainer thread
+ * calls the ops). */
+void rf_tp_comm_stats(double *seconds, uint64_t *bytes, uint64_t *calls);
+
 #endif

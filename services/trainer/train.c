@@ -15,6 +15,8 @@
 #include "common/obs.h"
 #include "trainer/checkpoint.h"
 #include "trainer/lm_data.h"
+#include "trainer/parallel.h"
+#include "trainer/train_int.h"
 #include "trainer/zero3.h"
 #include "comm/comm.h"
 
@@ -572,6 +574,8 @@ int rf_train_model(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
     if (o->zero < 0 || o->zero > 3)
         return rf_fail(RF_ERR_INVALID, "train: zero stage %d is not a ZeRO stage (0 to 3)",
                        o->zero);
+    if (o->tp > 1 || o->pp > 1 || o->microbatches > 1) /* a tp/pp mesh: parallel.c */
+        return rf_train_mesh(o, data, m, res);
     if (o->comm && rf_comm_world(o->comm) > 1) {
         g.c = o->comm;
         g.world = rf_comm_world(o->comm);
@@ -919,4 +923,19 @@ int rf_export_model(const rf_model *m, const char *src_dir, const char *dir) {
         if ((rc = copy_file(src, path))) return rf_fail_ctx(rc, "export: cannot copy %s", src);
     }
     return RF_OK;
+}
+
+/* ---- shared with parallel.c (train_int.h) ---- */
+
+rf_train_ident rf_train_run_ident(const rf_dataset *d, const rf_train_opts *o, const rf_adamw *a,
+                                  const float *cw, int K) {
+    return run_ident(d, o, a, cw, K);
+}
+
+double rf_train_batch_weight(const rf_dataset *d, const size_t *idx, size_t n, const float *cw) {
+    return batch_weight(d, idx, n, cw);
+}
+
+FILE *rf_train_open_metrics(const char *dir, bool resumed, uint64_t step) {
+    return open_metrics(dir, resumed, step);
 }

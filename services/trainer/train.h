@@ -14,6 +14,7 @@
 
 #include "comm/comm.h"
 #include "trainer/dataset.h"
+#include "trainer/mesh.h"
 #include "trainer/model.h"
 #include "trainer/model_iface.h"
 #include "trainer/optim.h"
@@ -79,6 +80,15 @@ typedef struct rf_train_opts {
      * part in gathering the weights it is given). The caller owns comm. */
     rf_comm *comm;
     int zero;
+    /* Tensor and pipeline parallelism (issue 17; parallel.h): with tp > 1,
+     * pp > 1 or microbatches > 1, comm is the whole group of dp x tp x pp
+     * ranks (mesh.h's layout, dp = its world size / (tp x pp)) and rf_train
+     * runs rf_train_mesh; zero 0..2 then applies to the dp axis. stages
+     * (nstages = pp; 0: balanced by measured cost) are the transformer layers
+     * of each pipeline stage. 0 means 1 for tp, pp and microbatches. */
+    int tp, pp, microbatches;
+    int nstages;
+    int stages[RF_TR_MAX_STAGES];
 } rf_train_opts;
 
 typedef struct rf_train_result {

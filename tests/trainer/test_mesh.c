@@ -64,6 +64,15 @@ static void test_parse(void **state) {
     assert_msg("zero 3 with tp 2 x pp 1");
     assert_int_equal(parse("trainer:\n  parallel: {dp: 2, pp: 2, zero: 2}\n", &p), RF_OK);
     assert_int_equal(parse("trainer:\n  parallel: {dp: 4, zero: 3}\n", &p), RF_OK);
+    /* stages: layers per pipeline stage */
+    assert_int_equal(parse("trainer:\n  parallel: {pp: 3, stages: [2, 3, 1]}\n", &p), RF_OK);
+    assert_int_equal(p.nstages, 3);
+    assert_int_equal(p.stages[0], 2);
+    assert_int_equal(p.stages[2], 1);
+    assert_int_equal(parse("trainer:\n  parallel: {pp: 2, stages: [2, 0]}\n", &p), RF_ERR_INVALID);
+    assert_msg("stages[1]");
+    assert_int_equal(parse("trainer:\n  parallel: {pp: 2, stages: 3}\n", &p), RF_ERR_INVALID);
+    assert_msg("a list of 1 to");
 }
 
 static void test_world(void **state) {
@@ -126,6 +135,20 @@ static void test_model(void **state) {
     p = rf_tr_parallel_default();
     p.tp = 4;
     assert_int_equal(rf_tr_parallel_check_model(&p, &c, 0), RF_OK);
+    /* explicit stages: one count >= 1 per stage, summing to the layers */
+    p = rf_tr_parallel_default();
+    p.pp = 2, p.nstages = 2, p.stages[0] = 4, p.stages[1] = 2;
+    assert_int_equal(rf_tr_parallel_check_model(&p, &c, 0), RF_OK);
+    assert_int_equal(rf_tr_parallel_check_layers(&p, 6, 0), RF_OK);
+    p.stages[1] = 3;
+    assert_int_equal(rf_tr_parallel_check_model(&p, &c, 0), RF_ERR_INVALID);
+    assert_msg("stages sum to 7 layer(s) but the model has 6");
+    p.stages[1] = 0;
+    assert_int_equal(rf_tr_parallel_check_layers(&p, 4, 0), RF_ERR_INVALID);
+    assert_msg("stages[1] is 0: every stage needs at least one layer");
+    p.nstages = 3, p.stages[1] = 1, p.stages[2] = 1;
+    assert_int_equal(rf_tr_parallel_check_layers(&p, 6, 0), RF_ERR_INVALID);
+    assert_msg("stages lists 3 stage(s) but pp is 2");
 }
 
 static void test_coords(void **state) {

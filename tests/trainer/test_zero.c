@@ -346,9 +346,32 @@ static void test_spec_parallel(void **state) {
     assert_int_equal(s.opts.zero, 3);
     assert_int_equal(parse("trainer:\n  model: m\n  parallel: {dp: 2, zero: 4}\n", &s),
                      RF_ERR_INVALID);
-    assert_int_equal(parse("trainer:\n  model: m\n  parallel: {dp: 2, tp: 2}\n", &s),
+    /* the tp/pp mesh (issue 17): parsed into the options; the world must be
+     * dp x tp x pp, zero 3 is refused on it, stages must match pp */
+    assert_int_equal(parse("trainer:\n  model: m\n  parallel: {dp: 2, tp: 2, pp: 3, zero: 1, "
+                           "microbatches: 4, stages: [1, 2, 3]}\n",
+                           &s),
+                     0);
+    assert_int_equal(s.dp, 2);
+    assert_int_equal(s.opts.tp, 2);
+    assert_int_equal(s.opts.pp, 3);
+    assert_int_equal(s.opts.zero, 1);
+    assert_int_equal(s.opts.microbatches, 4);
+    assert_int_equal(s.opts.nstages, 3);
+    assert_int_equal(s.opts.stages[2], 3);
+    assert_int_equal(rf_trainer_check_group(&s, NULL), RF_ERR_INVALID);
+    assert_non_null(strstr(rf_errmsg(), "dp 2 x tp 2 x pp 3 = 12 rank(s) but the group has 1"));
+    assert_int_equal(parse("trainer:\n  model: m\n  parallel: {dp: 2, tp: 2, zero: 3}\n", &s),
+                     RF_ERR_UNSUPPORTED);
+    assert_non_null(strstr(rf_errmsg(), "zero 3 with tp 2 x pp 1 is not supported"));
+    assert_int_equal(parse("trainer:\n  model: m\n  parallel: {pp: 2, stages: [3]}\n", &s),
                      RF_ERR_INVALID);
-    assert_non_null(strstr(rf_errmsg(), "tp"));
+    assert_non_null(strstr(rf_errmsg(), "stages lists 1 stage(s) but pp is 2"));
+    assert_int_equal(parse("trainer:\n  model: m\n  parallel: {pp: 2, stages: [3, x]}\n", &s),
+                     RF_ERR_INVALID);
+    assert_int_equal(parse("trainer:\n  model: m\n  parallel: {dp: 2, tpp: 2}\n", &s),
+                     RF_ERR_INVALID);
+    assert_non_null(strstr(rf_errmsg(), "tpp"));
     assert_int_equal(parse("trainer:\n  model: m\n  parallel: 2\n", &s), RF_ERR_INVALID);
 }
 

@@ -3,5 +3,5 @@
 # parses the ingest and trainer sections (control/spec_check.h). From the other
 # stage libraries the linker takes only those keys (their keys.c) and the
 # trainer's spec parser: no dedup, tokenizer, model or OpenBLAS code.
-BIN_MODS_ingest := ingest.server control pipeline ingest dedup tokenizer trainer evaluator \
+BIN_MODS_ingest := ingest.server control pipeline ingest dedup tokenizer trainer comm evaluator \
     runtime runtime.rpc runtime.kafka runtime.store

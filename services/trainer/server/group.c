@@ -33,7 +33,10 @@ int rf_tgroup_parse_spec(const char *text, const char *run_id, const char *model
         (rc = rf_cfg_set(*root, "trainer.model", model)))
         return rc;
     if ((rc = rf_trainer_spec_parse(rf_cfg_get(*root, "trainer"), spec))) return rc;
-    if (!rf_cfg_get(*root, "trainer.parallel.dp")) spec->dp = world;
+    if (!rf_cfg_get(*root, "trainer.parallel.dp")) { /* the group's ranks over the tp x pp mesh */
+        int mp = (spec->opts.tp > 1 ? spec->opts.tp : 1) * (spec->opts.pp > 1 ? spec->opts.pp : 1);
+        spec->dp = world % mp ? world : world / mp;
+    }
     return RF_OK;
 }
 
