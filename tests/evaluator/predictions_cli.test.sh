@@ -69,5 +69,6 @@ check "$tmp/run/evaluator/predictions.jsonl" "$tmp/run/evaluator/report.json"
 # ... and none with predictions: ""
 printf '  predictions: ""\n' >> "$tmp/spec.yaml"
 "$bin" run "$tmp/spec.yaml" --out "$tmp/run2" --no-progress 2>"$tmp/log" || { cat "$tmp/log"; exit 1; }
-test -f "$tmp/run2/evaluator/report.json" && ! test -e "$tmp/run2/evaluator/predictions.jsonl"
+test -f "$tmp/run2/evaluator/report.json"
+test ! -e "$tmp/run2/evaluator/predictions.jsonl"
 echo ok

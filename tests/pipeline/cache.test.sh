@@ -121,7 +121,8 @@ expect partial "ingest=true dedup=false tokenizer=true trainer=true evaluator=tr
 
 run nocache --no-cache
 expect nocache "ingest=false dedup=false tokenizer=false trainer=false evaluator=false"
-test -d "$tmp/nocache/tokenizer" && ! test -L "$tmp/nocache/tokenizer"
+test -d "$tmp/nocache/tokenizer"
+test ! -L "$tmp/nocache/tokenizer"
 
 # an injected I/O failure: retried with retries, fatal without
 REFINERY_TEST_FAIL=tokenizer:1 REFINERY__TOKENIZER__RETRIES=2 run retried --no-cache

@@ -95,7 +95,7 @@ echo "stored spec with overrides:"; echo "$stored"
 grep -Eq "^  threshold: '?0.93'?$" <<<"$stored"
 grep -Eq "^  name: '?cli-override'?$" <<<"$stored"
 grep -q "$docs" <<<"$stored"
-! grep -q "0\.8" <<<"$stored"
+if grep -q "0\.8" <<<"$stored"; then echo "the override did not replace 0.8" >&2; exit 1; fi
 
 # A sealed run takes no more documents.
 expect_fail "status 9" "sealed" "$REFINERY_BUILD/refinery-push" --target "$REFINERY_SERVER" \

@@ -10,4 +10,4 @@ KAFKA_MOCK_CONTROL=$TEST_DIR/kafka.ctl REFINERY_LOG_LEVEL=warn \
 grep -v '"comp":"kafka"' "$TEST_DIR/test_kafka.log"
 # Every command reached the helper and was accepted.
 grep -c '^ok ' "$TEST_DIR/kafka.out"
-! grep '^error' "$TEST_DIR/kafka.out"
+if grep '^error' "$TEST_DIR/kafka.out"; then echo "a command was refused" >&2; exit 1; fi

@@ -66,8 +66,10 @@ for t in docs.clean docs.rejected docs.unique docs.duplicates tokens.train token
     grep -q "created topic $t\|topic $t: the brokers have no admin API" "$TEST_DIR"/*.log ||
         { echo "nobody created $t" >&2; exit 1; }
 done
-! grep -i "no start position\|stopped on error\|consumer stopped" "$TEST_DIR"/dedup.log \
-    "$TEST_DIR"/tokenizer.log
+if grep -i "no start position\|stopped on error\|consumer stopped" "$TEST_DIR"/dedup.log \
+    "$TEST_DIR"/tokenizer.log; then
+    echo "a consumer stopped or had no start position" >&2; exit 1
+fi
 # SIGTERM: each exits 0 (under ASan: no leak).
 for p in "${pids[@]}"; do kill -TERM "$p"; done
 for p in "${pids[@]}"; do wait "$p"; done
