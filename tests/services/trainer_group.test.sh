@@ -109,7 +109,9 @@ start_group group1.log
 run two "$SPEC"
 feed two
 wait_for 120 "run two trained" 'trained two'
-grep -q "\[1,1\]<stderr>:.*group: rank 1: run two trained at step 6" "$TEST_DIR/group1.log"
+# rank 1 logs its end of the run after rank 0 wrote the marker: wait for it
+wait_for 30 "rank 1 to end run two" \
+    'grep -q "\[1,1\]<stderr>:.*group: rank 1: run two trained at step 6" "$TEST_DIR/group1.log"'
 grep -q "\[1,0\]<stderr>:.*rank 0 of 2 .*zero 0" "$TEST_DIR/group1.log"
 # rank 0 alone is the service: its port, Kafka and PostgreSQL
 [ "$(grep -c "health on port" "$TEST_DIR/group1.log")" = 1 ]
