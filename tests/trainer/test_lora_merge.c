@@ -253,10 +253,8 @@ static void test_bad_adapters(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gpt2),
-        cmocka_unit_test(test_llama),
-        cmocka_unit_test(test_llama_gguf),
-        cmocka_unit_test(test_trainer_written),
+        cmocka_unit_test(test_gpt2),         cmocka_unit_test(test_llama),
+        cmocka_unit_test(test_llama_gguf),   cmocka_unit_test(test_trainer_written),
         cmocka_unit_test(test_bad_adapters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
