@@ -5,7 +5,8 @@
  * causal LM's folder (model_type gpt2 or llama) with token shards gets its eval
  * loss and perplexity instead (evaluator/lm_loss.h: rows of --max-len, packed
  * as the trainer packs them). `--task lm` scores a causal LM's perplexity on a
- * text file with a strided sliding window (evaluator/perplexity.h). */
+ * text file with a strided sliding window (evaluator/perplexity.h), with
+ * --adapter a PEFT LoRA folder merged into the model first. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -23,8 +24,8 @@
 static void eval_usage(FILE *out) {
     fprintf(out,
             "usage: refinery eval --model DIR --data SHARDS_OR_JSONL [options]\n"
-            "       refinery eval --task lm --model DIR_OR_GGUF --data FILE.txt [--max-len N]\n"
-            "                     [--stride S] [--out FILE]\n"
+            "       refinery eval --task lm --model DIR_OR_GGUF [--adapter DIR] --data FILE.txt\n"
+            "                     [--max-len N] [--stride S] [--out FILE]\n"
             "  --model DIR     Hugging Face folder (config.json, model.safetensors, tokenizer)\n"
             "  --data PATH     token shard prefix or directory, or JSONL documents with labels\n"
             "  --out FILE      also write the JSON report there\n"
@@ -43,7 +44,9 @@ static void eval_usage(FILE *out) {
             "                  guide; the report has perplexity, nll (mean per token) and\n"
             "                  tokens (the guide's count)\n"
             "  --max-len N     (lm) window length (default: the model's positions)\n"
-            "  --stride S      (lm) window step (default: max-len / 2)\n");
+            "  --stride S      (lm) window step (default: max-len / 2)\n"
+            "  --adapter DIR   (lm) a PEFT LoRA folder (adapter_config.json and\n"
+            "                  adapter_model.safetensors) merged into the model's weights\n");
 }
 
 static void lm_progress(void *user, int w, int n) {
@@ -73,9 +76,11 @@ static int cmd_eval(int argc, char **argv) {
                                          {"predictions", required_argument, 0, 'p'},
                                          {"task", required_argument, 0, 'k'},
                                          {"stride", required_argument, 0, 's'},
+                                         {"adapter", required_argument, 0, 'a'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *model = NULL, *data = NULL, *out = NULL, *preds = NULL, *task = "classify";
+    const char *model = NULL, *data = NULL, *out = NULL, *preds = NULL, *task = "classify",
+               *adapter = NULL;
     int max_len = 0, batch = 64, threads = 0, stride = 0, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -100,6 +105,9 @@ static int cmd_eval(int argc, char **argv) {
             break;
         case 't':
             if (parse_pos("--threads", optarg, &threads)) return 2;
+            break;
+        case 'a':
+            adapter = optarg;
             break;
         case 'k':
             task = optarg;
@@ -127,8 +135,11 @@ static int cmd_eval(int argc, char **argv) {
             return 2;
         }
         int tty = isatty(2);
-        rf_ppl_opts po = {
-            .max_len = max_len, .stride = stride, .progress = lm_progress, .user = &tty};
+        rf_ppl_opts po = {.max_len = max_len,
+                          .stride = stride,
+                          .adapter = adapter,
+                          .progress = lm_progress,
+                          .user = &tty};
         if (rf_perplexity_run(model, data, &po, out, &json)) {
             fprintf(stderr, "refinery eval: %s\n", rf_errmsg());
             rf_buf_free(&json);
@@ -144,6 +155,11 @@ static int cmd_eval(int argc, char **argv) {
     }
     if (stride) {
         fprintf(stderr, "refinery eval: --stride is for --task lm\n");
+        return 2;
+    }
+    if (adapter) {
+        fprintf(stderr, "refinery eval: --adapter is for --task lm (a classifier's LoRA adapter "
+                        "is not supported)\n");
         return 2;
     }
     if (!max_len) max_len = 128;

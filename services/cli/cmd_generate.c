@@ -1,6 +1,7 @@
 /* `refinery generate --model DIR_OR_GGUF --prompt TEXT [...]`: continues a
  * prompt with a causal LM (evaluator/generate.h), printing the text as it
- * comes; --json prints one JSON object with the ids instead. */
+ * comes; --json prints one JSON object with the ids instead. --adapter merges
+ * a PEFT LoRA folder into the model first (lm.h: rf_lm_load_adapter). */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -18,7 +19,9 @@ static void usage(FILE *out) {
             "usage: refinery generate --model DIR_OR_GGUF --prompt TEXT [options]\n"
             "  --model PATH        GPT-2 or Llama Hugging Face folder, a GGUF file, or a folder\n"
             "                      holding one GGUF file\n"
-            "  --adapter DIR       a PEFT LoRA folder (not supported yet: refused)\n"
+            "  --adapter DIR       a PEFT LoRA folder (adapter_config.json and\n"
+            "                      adapter_model.safetensors, from peft or `refinery train`)\n"
+            "                      over the model: merged into its weights before generating\n"
             "  --prompt TEXT       the text to continue\n"
             "  --chat              send the prompt as a user message through the model's chat\n"
             "                      template (ChatML, e.g. SmolLM2-Instruct)\n"
@@ -165,13 +168,6 @@ static int cmd_generate(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (adapter) {
-        fprintf(stderr,
-                "refinery generate: --adapter %s: LoRA adapters are not supported yet (they come "
-                "with the LoRA/QLoRA work); generate with the merged model folder instead\n",
-                adapter);
-        return 2;
-    }
     if (sampling_flags && !(go.sampling.temperature > 0)) {
         fprintf(stderr, "refinery generate: --top-k and --top-p sample: give --temperature > 0 "
                         "(temperature 0 is greedy)\n");
@@ -179,7 +175,7 @@ static int cmd_generate(int argc, char **argv) {
     }
     if (threads) rf_set_threads(threads);
     rf_lm *lm;
-    if (rf_lm_load(model, &lm)) {
+    if (rf_lm_load_adapter(model, adapter, &lm)) {
         fprintf(stderr, "refinery generate: %s\n", rf_errmsg());
         return 1;
     }

@@ -14,6 +14,7 @@
 #include "trainer/gguf.h"
 #include "trainer/gguf_tokenizer.h"
 #include "trainer/llama_gguf.h"
+#include "trainer/lora.h"
 
 void rf_lm_free(rf_lm *lm) {
     if (!lm) return;
@@ -218,6 +219,18 @@ int rf_lm_load(const char *path, rf_lm **out) {
     }
     *out = lm;
     return RF_OK;
+}
+
+int rf_lm_load_adapter(const char *path, const char *adapter, rf_lm **out) {
+    int rc = rf_lm_load(path, out);
+    if (rc || !adapter) return rc;
+    rc = rf_lora_merge_peft((*out)->model.gpt2, (*out)->model.llama, adapter);
+    if (rc) {
+        rc = rf_fail_ctx(rc, "adapter %s over %s", adapter, path);
+        rf_lm_free(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 /* ---- cache ---- */

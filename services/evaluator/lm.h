@@ -44,6 +44,13 @@ typedef struct rf_lm {
 } rf_lm;
 
 int rf_lm_load(const char *path, rf_lm **out);
+/* rf_lm_load, then (adapter not NULL) the PEFT LoRA folder `adapter`
+ * (adapter_config.json + adapter_model.safetensors, as peft's save_pretrained
+ * or the trainer write them) merged into the fp32 weights
+ * (trainer/lora.h: rf_lora_merge_peft), so the model computes base plus
+ * adapter. An adapter whose targets, rank or shapes do not fit the model, a
+ * non-LoRA peft type or a missing file is an error naming the adapter. */
+int rf_lm_load_adapter(const char *path, const char *adapter, rf_lm **out);
 void rf_lm_free(rf_lm *lm);
 bool rf_lm_is_eos(const rf_lm *lm, int32_t id);
 

@@ -182,7 +182,7 @@ int rf_perplexity_run(const char *model_path, const char *data_path, const rf_pp
     size_t len = 0;
     rf_ppl_result r;
     int rc = read_text(data_path, &text, &len);
-    if (!rc) rc = rf_lm_load(model_path, &lm);
+    if (!rc) rc = rf_lm_load_adapter(model_path, o ? o->adapter : NULL, &lm);
     if (!rc && (rc = rf_perplexity_text(lm, text, len, o, &r)))
         rc = rf_fail_ctx(rc, "%s on %s", model_path, data_path);
     free(text);
@@ -191,6 +191,10 @@ int rf_perplexity_run(const char *model_path, const char *data_path, const rf_pp
     rf_buf b = RF_BUF_INIT;
     rc = rf_buf_puts(&b, "{\"task\": \"lm\", \"model\": ");
     if (!rc) rc = rf_buf_append_json_str(&b, model_path, strlen(model_path));
+    if (!rc && o && o->adapter) {
+        rc = rf_buf_puts(&b, ", \"adapter\": ");
+        if (!rc) rc = rf_buf_append_json_str(&b, o->adapter, strlen(o->adapter));
+    }
     if (!rc) rc = rf_buf_puts(&b, ", \"data\": ");
     if (!rc) rc = rf_buf_append_json_str(&b, data_path, strlen(data_path));
     if (!rc)

@@ -39,6 +39,9 @@ typedef struct rf_ppl_opts {
     int stride;    /* 0: max_len / 2 (at least 1) */
     int chunk;     /* tokens per forward pass inside a window; 0: 512 */
     int head_rows; /* rows of logits at a time; 0: 64 */
+    /* rf_perplexity_run: a PEFT LoRA folder merged into the model
+     * (rf_lm_load_adapter); NULL: none */
+    const char *adapter;
     /* called after each window (may be NULL) */
     void (*progress)(void *user, int window, int windows);
     void *user;
@@ -67,8 +70,8 @@ int rf_perplexity_text(const rf_lm *lm, const char *text, size_t len, const rf_p
  * UTF-8 text file; CRLF line ends become LF, nothing else changes), computes
  * the perplexity and writes the JSON report (atomically to report_path
  * unless NULL; appended to *json unless NULL):
- *   {"task": "lm", "model", "data", "perplexity", "nll", "tokens", "scored",
- *    "seq_len", "windows", "max_len", "stride", "nll_sum", "seconds"} */
+ *   {"task": "lm", "model", ["adapter" when o->adapter,] "data", "perplexity", "nll", "tokens",
+ * "scored", "seq_len", "windows", "max_len", "stride", "nll_sum", "seconds"} */
 int rf_perplexity_run(const char *model_path, const char *data_path, const rf_ppl_opts *o,
                       const char *report_path, rf_buf *json);
 

@@ -692,11 +692,17 @@ static unsigned module_bits(rf_lora_arch arch, const char *s, size_t n) {
     return 0;
 }
 
-static int read_config(rf_lora *lo, const char *path, const char *text, size_t len) {
+/* Reads a PEFT adapter_config.json's text into *c (rank, alpha, dropout and
+ * targets for the architecture; base fp32), refusing what this code does not
+ * compute. */
+static int parse_config(rf_lora_arch arch, const char *path, const char *text, size_t len,
+                        rf_lora_config *c) {
     int rc;
     rf_json_doc *doc = rf_json_doc_new();
     const rf_json *r, *v;
     if (!doc) return RF_ERR_NOMEM;
+    *c = rf_lora_defaults();
+    c->targets = 0;
     if ((rc = rf_json_parse(doc, text, len, &r)) || r->type != RF_JSON_OBJECT) {
         rc = rf_fail(RF_ERR_PARSE, "%s: not a JSON object", path);
         goto out;
@@ -706,14 +712,23 @@ static int read_config(rf_lora *lo, const char *path, const char *text, size_t l
         goto out;
     }
     int64_t rank;
-    if (!(v = rf_json_get(r, "r")) || rf_json_int64(v, &rank) || rank != lo->cfg.rank) {
-        rc = rf_fail(RF_ERR_INVALID, "%s: r is not %d", path, lo->cfg.rank);
+    if (!(v = rf_json_get(r, "r")) || rf_json_int64(v, &rank) || rank < 1 || rank > 4096) {
+        rc = rf_fail(RF_ERR_INVALID, "%s: r is not an integer in [1, 4096]", path);
         goto out;
     }
-    if (!(v = rf_json_get(r, "lora_alpha")) || v->type != RF_JSON_NUMBER ||
-        (float)v->num != lo->cfg.alpha) {
-        rc = rf_fail(RF_ERR_INVALID, "%s: lora_alpha is not %g", path, lo->cfg.alpha);
+    c->rank = (int)rank;
+    if (!(v = rf_json_get(r, "lora_alpha")) || v->type != RF_JSON_NUMBER || !(v->num > 0) ||
+        !isfinite((float)v->num)) {
+        rc = rf_fail(RF_ERR_INVALID, "%s: lora_alpha is not a positive number", path);
         goto out;
+    }
+    c->alpha = (float)v->num;
+    if ((v = rf_json_get(r, "lora_dropout")) && v->type != RF_JSON_NULL) {
+        if (v->type != RF_JSON_NUMBER || !(v->num >= 0 && v->num < 1)) {
+            rc = rf_fail(RF_ERR_INVALID, "%s: lora_dropout is not in [0, 1)", path);
+            goto out;
+        }
+        c->dropout = (float)v->num;
     }
     /* options that change what the adapter computes must be off (absent,
      * false, null, or empty) */
@@ -735,27 +750,39 @@ static int read_config(rf_lora *lo, const char *path, const char *text, size_t l
         rc = rf_fail(RF_ERR_UNSUPPORTED, "%s: bias must be \"none\"", path);
         goto out;
     }
-    unsigned bits = 0;
     if (!(v = rf_json_get(r, "target_modules")) || v->type != RF_JSON_ARRAY) {
         rc = rf_fail(RF_ERR_UNSUPPORTED, "%s: target_modules must be a list of module names", path);
         goto out;
     }
     for (size_t i = 0; i < v->len; i++) {
         const rf_json *e = &v->u.items[i];
-        unsigned b = rf_json_is_str(e) ? module_bits(lo->arch, e->u.str, e->len) : 0;
+        unsigned b = rf_json_is_str(e) ? module_bits(arch, e->u.str, e->len) : 0;
         if (!b) {
-            rc = rf_fail(RF_ERR_UNSUPPORTED, "%s: unknown target module '%.*s'", path,
-                         rf_json_is_str(e) ? (int)e->len : 1, rf_json_is_str(e) ? e->u.str : "?");
+            rc = rf_fail(RF_ERR_UNSUPPORTED, "%s: unknown target module '%.*s' for %s", path,
+                         rf_json_is_str(e) ? (int)e->len : 1, rf_json_is_str(e) ? e->u.str : "?",
+                         arch == RF_LORA_GPT2 ? "GPT-2" : "Llama");
             goto out;
         }
-        bits |= b;
+        c->targets |= b;
     }
-    if (bits != lo->cfg.targets)
-        rc = rf_fail(RF_ERR_INVALID,
-                     "%s: target_modules select other modules than the adapter set's", path);
+    if (!c->targets) rc = rf_fail(RF_ERR_INVALID, "%s: target_modules is empty", path);
 out:
     rf_json_doc_free(doc);
     return rc;
+}
+
+static int read_config(rf_lora *lo, const char *path, const char *text, size_t len) {
+    rf_lora_config c;
+    int rc = parse_config(lo->arch, path, text, len, &c);
+    if (rc) return rc;
+    if (c.rank != lo->cfg.rank)
+        return rf_fail(RF_ERR_INVALID, "%s: r is not %d", path, lo->cfg.rank);
+    if (c.alpha != lo->cfg.alpha)
+        return rf_fail(RF_ERR_INVALID, "%s: lora_alpha is not %g", path, lo->cfg.alpha);
+    if (c.targets != lo->cfg.targets)
+        return rf_fail(RF_ERR_INVALID,
+                       "%s: target_modules select other modules than the adapter set's", path);
+    return RF_OK;
 }
 
 /* Copies every adapter tensor of st into lo, all checked first (lo's
@@ -776,8 +803,10 @@ static int read_weights(rf_lora *lo, const char *path, const rf_st_file *st) {
         if (!s)
             rc = rf_fail(RF_ERR_NOT_FOUND, "%s: tensor '%s' is missing", path, name);
         else if (s->ndim != 2 || s->shape[0] != t->shape[0] || s->shape[1] != t->shape[1])
-            rc = rf_fail(RF_ERR_INVALID, "%s: tensor '%s' is not [%d, %d]", path, name, t->shape[0],
-                         t->shape[1]);
+            rc = rf_fail(RF_ERR_INVALID,
+                         "%s: tensor '%s' is not [%d, %d] (an adapter for another model's "
+                         "shape or rank?)",
+                         path, name, t->shape[0], t->shape[1]);
         else if (s->dtype != RF_ST_F32 && s->dtype != RF_ST_F16 && s->dtype != RF_ST_BF16 &&
                  s->dtype != RF_ST_F64)
             rc = rf_fail(RF_ERR_UNSUPPORTED, "%s: tensor '%s' is %s, not a float type", path, name,
@@ -822,5 +851,102 @@ int rf_lora_load_peft(rf_lora *lo, const char *dir) {
     if ((rc = rf_st_open(path, &st))) return rf_fail_ctx(rc, "lora: %s", path);
     rc = read_weights(lo, path, st);
     rf_st_free(st);
+    return rc;
+}
+
+int rf_lora_peft_config(const char *dir, rf_lora_arch arch, rf_lora_config *out) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    char *text;
+    size_t len;
+    int rc = rf_read_file(path, 1 << 20, &text, &len);
+    if (rc) return rf_fail_ctx(rc, "lora: reading %s", path);
+    rc = parse_config(arch, path, text, len, out);
+    free(text);
+    return rc;
+}
+
+/* ---- merging into the base ---- */
+
+/* W += s B A for every adapter of lo; w[layer * RF_NPROJ + slot] is the
+ * projection's fp32 weight (Conv1D [in, out] when conv, else [out, in]). */
+static void merge(const rf_lora *lo, float **w, bool conv) {
+    int r = lo->cfg.rank;
+    for (int i = 0; i < lo->nlayers * RF_NPROJ; i++) {
+        const rf_lora_proj *pj = &lo->proj[i];
+        for (int j = 0; j < pj->nparts; j++) {
+            const rf_lora_part *p = &pj->part[j];
+            if (p->a < 0) continue;
+            const float *A = lo->params + lo->tensors[p->a].offset; /* [r, in] */
+            const float *B = lo->params + lo->tensors[p->b].offset; /* [len, r] */
+            if (conv) /* W[:, off..off+len) += s A^T B^T */
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, pj->in, p->len, r, lo->scale, A,
+                            pj->in, B, r, 1.0f, w[i] + p->off, pj->out);
+            else /* W[off..off+len, :) += s B A */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p->len, pj->in, r, lo->scale,
+                            B, r, A, pj->in, 1.0f, w[i] + (size_t)p->off * pj->in, pj->in);
+        }
+    }
+}
+
+static int check_merge(const rf_lora *lo, const void *attached) {
+    if (lo->cfg.base != RF_QT_F32)
+        return rf_fail(RF_ERR_UNSUPPORTED, "lora: merging needs an fp32 base, not %s",
+                       rf_lora_base_name(lo->cfg.base));
+    if (attached)
+        return rf_fail(RF_ERR_INVALID, "lora: the model has an adapter set attached; merge into "
+                                       "a model without one");
+    return RF_OK;
+}
+
+int rf_lora_merge_gpt2(const rf_lora *lo, rf_gpt2 *m) {
+    if (lo->arch != RF_LORA_GPT2 || lo->nlayers != m->cfg.n_layer)
+        return rf_fail(RF_ERR_INVALID, "lora: the adapter set was not made for this GPT-2");
+    int rc = check_merge(lo, m->lora);
+    if (rc) return rc;
+    float **w = malloc(sizeof(float *) * lo->nlayers * RF_NPROJ);
+    if (!w) return RF_ERR_NOMEM;
+    for (int l = 0; l < lo->nlayers; l++) {
+        rf_gpt2_layer *y = &m->p.layers[l];
+        float **v = w + l * RF_NPROJ;
+        v[RF_PROJ_QKV] = y->attn_w, v[RF_PROJ_O] = y->proj_w;
+        v[RF_PROJ_UP] = y->fc_w, v[RF_PROJ_DOWN] = y->fcp_w;
+    }
+    merge(lo, w, true);
+    free(w);
+    return RF_OK;
+}
+
+int rf_lora_merge_llama(const rf_lora *lo, rf_llama *m) {
+    if (lo->arch != RF_LORA_LLAMA || lo->nlayers != m->cfg.num_hidden_layers)
+        return rf_fail(RF_ERR_INVALID, "lora: the adapter set was not made for this Llama");
+    int rc = check_merge(lo, m->lora);
+    if (rc) return rc;
+    float **w = malloc(sizeof(float *) * lo->nlayers * RF_NPROJ);
+    if (!w) return RF_ERR_NOMEM;
+    for (int l = 0; l < lo->nlayers; l++) {
+        rf_llama_layer *y = &m->p.layers[l];
+        float **v = w + l * RF_NPROJ;
+        v[RF_PROJ_QKV] = y->qkv_w, v[RF_PROJ_O] = y->o_w;
+        v[RF_PROJ_UP] = y->gu_w, v[RF_PROJ_DOWN] = y->down_w;
+    }
+    merge(lo, w, false);
+    free(w);
+    return RF_OK;
+}
+
+/* Reads dir's config for the architecture, makes the set for the model,
+ * loads the weights and merges. */
+int rf_lora_merge_peft(struct rf_gpt2 *gpt2, struct rf_llama *llama, const char *dir) {
+    if (!gpt2 == !llama) return rf_fail(RF_ERR_INVALID, "lora: merge into one model");
+    rf_lora_config c;
+    int rc = rf_lora_peft_config(dir, gpt2 ? RF_LORA_GPT2 : RF_LORA_LLAMA, &c);
+    if (rc) return rc;
+    rf_lora *lo;
+    rc = gpt2 ? rf_lora_new_gpt2(gpt2, &c, 0, &lo) : rf_lora_new_llama(llama, &c, 0, &lo);
+    if (rc) return rf_fail_ctx(rc, "%s/adapter_config.json", dir);
+    if (!(rc = rf_lora_load_peft(lo, dir)))
+        rc = gpt2 ? rf_lora_merge_gpt2(lo, gpt2) : rf_lora_merge_llama(lo, llama);
+    rf_lora_free(lo);
     return rc;
 }

@@ -229,6 +229,30 @@ int rf_lora_load_peft(rf_lora *lo, const char *dir);
 int rf_lora_load_peft_mem(rf_lora *lo, const char *config, size_t config_len,
                           const uint8_t *weights, size_t weights_len);
 
+/* The rank, alpha, dropout and targets of DIR/adapter_config.json for an
+ * architecture (base fp32), checked as rf_lora_load_peft checks them:
+ * RF_ERR_UNSUPPORTED for another peft_type than LORA, an option that changes
+ * what the adapter computes or a module the architecture lacks;
+ * RF_ERR_INVALID for a bad r / lora_alpha; RF_ERR_NOT_FOUND without the
+ * file. */
+int rf_lora_peft_config(const char *dir, rf_lora_arch arch, rf_lora_config *out);
+
+/* Merging for inference: W += (alpha / r) B A into the model's fp32 weight of
+ * every targeted module (peft's merge_and_unload: Llama's q/k/v and gate/up
+ * rows of the fused weights, GPT-2's Conv1D [in, out] transposed, c_attn
+ * whole), after which the model computes what the model plus adapter did
+ * (within round-off) with no adapter attached: the inference code
+ * (causal_infer.h) runs it unchanged. lo must have an fp32 base and be made
+ * for this model; the model must have no adapter attached (m->lora NULL).
+ * RF_ERR_INVALID / RF_ERR_UNSUPPORTED otherwise, the model unchanged. */
+int rf_lora_merge_gpt2(const rf_lora *lo, struct rf_gpt2 *m);
+int rf_lora_merge_llama(const rf_lora *lo, struct rf_llama *m);
+/* The PEFT adapter folder dir merged into one model (exactly one of gpt2 and
+ * llama non-NULL): rf_lora_peft_config, a set for the model, rf_lora_load_peft
+ * (shapes, every tensor present, nothing extra), merge. On error the model is
+ * unchanged and the message names the file and the mismatch. */
+int rf_lora_merge_peft(struct rf_gpt2 *gpt2, struct rf_llama *llama, const char *dir);
+
 /* LoRA through the model interface (model_lora.c): loads the Hugging Face
  * causal LM in dir (rf_model_load: GPT-2 or Llama), makes an adapter set for
  * cfg (init_seed), attaches it (quantizing the base when cfg->base asks) and

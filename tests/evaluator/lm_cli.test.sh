@@ -5,7 +5,7 @@
 # tokens exactly, perplexity within 1e-5 relative), also with --out; greedy
 # --json output equals generate(do_sample=False) (generate_ref.json); the
 # streamed text equals the JSON's; usage errors exit 2 with a reason
-# (--adapter is refused until LoRA adapters land), runtime errors exit 1.
+# (the adapter path: tests/evaluator/lm_adapter_cli.test.sh), runtime errors exit 1.
 set -euo pipefail
 bin=$REFINERY_BIN
 model=$SHARED/models/tiny-gpt2
@@ -53,7 +53,8 @@ expect() { # expect STATUS SUBSTRING ARGS...
         echo "FAIL: refinery $* exited $rc (want $want), stderr:"; cat "$tmp/err"; exit 1
     fi
 }
-expect 2 "not supported yet" generate --model "$model" --adapter "$tmp" --prompt hi
+expect 1 "adapter_config.json" generate --model "$model" --adapter "$tmp" --prompt hi
+expect 2 "for --task lm" eval --model "$model" --data "$fx/ppl_text.txt" --adapter "$tmp"
 expect 2 "temperature" generate --model "$model" --prompt hi --top-k 5
 expect 2 "top-p" generate --model "$model" --prompt hi --temperature 1 --top-p 0
 expect 2 "usage" generate --model "$model"
