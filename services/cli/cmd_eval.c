@@ -37,6 +37,9 @@ static void eval_usage(FILE *out) {
             "  --max-len N     truncate sequences to N tokens (default 128); a causal LM\n"
             "                  (gpt2, llama): eval loss and perplexity over rows of N\n"
             "  --batch N       sequences per forward pass (default 64)\n"
+            "  --samples N     (a causal LM's folder with token shards) N greedy sample\n"
+            "                  generations in the report: prompts from the data's rows,\n"
+            "                  each with the text's own continuation (default 0)\n"
             "  --threads N     CPU threads (default: all)\n"
             "  --task T        classify (default) or lm: perplexity of a causal LM (GPT-2 or\n"
             "                  Llama folder, GGUF file or a folder holding one) on a UTF-8\n"
@@ -77,11 +80,12 @@ static int cmd_eval(int argc, char **argv) {
                                          {"task", required_argument, 0, 'k'},
                                          {"stride", required_argument, 0, 's'},
                                          {"adapter", required_argument, 0, 'a'},
+                                         {"samples", required_argument, 0, 'n'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *model = NULL, *data = NULL, *out = NULL, *preds = NULL, *task = "classify",
                *adapter = NULL;
-    int max_len = 0, batch = 64, threads = 0, stride = 0, c;
+    int max_len = 0, batch = 64, threads = 0, stride = 0, samples = 0, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -114,6 +118,9 @@ static int cmd_eval(int argc, char **argv) {
             break;
         case 's':
             if (parse_pos("--stride", optarg, &stride)) return 2;
+            break;
+        case 'n':
+            if (parse_pos("--samples", optarg, &samples)) return 2;
             break;
         case 'h':
             eval_usage(stdout);
@@ -168,7 +175,8 @@ static int cmd_eval(int argc, char **argv) {
                        .max_len = max_len,
                        .batch_size = batch,
                        .report_path = out,
-                       .predictions_path = preds};
+                       .predictions_path = preds,
+                       .samples = samples};
     int rc = rf_evaluate_run(&eo, &json);
     if (rc) {
         fprintf(stderr, "refinery eval: %s\n", rf_errmsg());

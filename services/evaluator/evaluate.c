@@ -91,7 +91,7 @@ static int evaluate_lm(const rf_eval_opts *o, rf_buf *json) {
     if (o->predictions_path)
         rf_info("evaluator", "a causal LM has no per-example predictions; %s not written",
                 o->predictions_path);
-    int rc = rf_lm_evaluate_path(o->model_dir, o->data, o->max_len, o->batch_size, &b);
+    int rc = rf_lm_evaluate_path(o->model_dir, o->data, o->max_len, o->batch_size, o->samples, &b);
     if (!rc && o->report_path) {
         rc = rf_write_file_atomic(o->report_path, b.data, b.len);
         if (rc) rc = rf_fail_ctx(rc, "eval: cannot write %s", o->report_path);

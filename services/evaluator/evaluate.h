@@ -46,6 +46,7 @@ typedef struct rf_eval_opts {
     const char *report_path;      /* JSON report written atomically there, unless NULL */
     const char *predictions_path; /* one JSON line per example (predictions.h), unless NULL */
     const char *device;           /* backend (rf_backend_for): NULL or "cpu", "cuda" */
+    int samples; /* a causal LM: sample generations in the report (lm_loss.h); 0: none */
 } rf_eval_opts;
 
 /* rf_evaluate_model on the data files of o (no sequence is an error), then

@@ -7,6 +7,8 @@
 
 #include "common/error.h"
 #include "common/sys.h"
+#include "evaluator/generate.h"
+#include "evaluator/lm.h"
 #include "trainer/lm_data.h"
 
 int rf_lm_evaluate(rf_model *m, const rf_dataset *d, int batch_size, rf_lm_eval *out) {
@@ -45,8 +47,55 @@ int rf_lm_evaluate(rf_model *m, const rf_dataset *d, int batch_size, rf_lm_eval 
     return RF_OK;
 }
 
+/* Appends ,"key":"text of ids[0..n)" (special tokens skipped). */
+static int put_text(const rf_lm *lm, const char *key, const int32_t *ids, int n, rf_buf *json) {
+    rf_buf t = RF_BUF_INIT;
+    int rc = n > 0 ? rf_tok_decode(lm->tok, (const uint32_t *)ids, (size_t)n, true, &t) : RF_OK;
+    if (!rc) rc = rf_buf_printf(json, ",\"%s\":", key);
+    if (!rc) rc = rf_buf_append_json_str(json, t.data ? t.data : "", t.len);
+    rf_buf_free(&t);
+    return rc;
+}
+
+int rf_lm_samples(const rf_lm *lm, const rf_dataset *d, int n, rf_buf *json) {
+    if (n <= 0 || !d->n || !d->tflags) return RF_OK;
+    int32_t *ids = malloc(sizeof(int32_t) * (RF_LM_SAMPLE_PROMPT + RF_LM_SAMPLE_NEW));
+    if (!ids) return RF_ERR_NOMEM;
+    int rc = rf_buf_puts(json, ",\"samples\":[");
+    int written = 0;
+    for (int k = 0; k < n && !rc; k++) {
+        size_t row = (size_t)k * d->n / (size_t)n;
+        if (k && row == (size_t)(k - 1) * d->n / (size_t)n) continue; /* fewer rows than n */
+        const uint32_t *t = d->tokens + d->start[row];
+        const uint8_t *fl = d->tflags + d->start[row];
+        int doc = 1; /* the row's first document: up to the next document start */
+        while (doc < (int)d->len[row] && !(fl[doc] & RF_LM_DOC_START))
+            doc++;
+        if (doc < 2) continue;
+        int np = doc / 2 < RF_LM_SAMPLE_PROMPT ? doc / 2 : RF_LM_SAMPLE_PROMPT;
+        int nref = doc - np < RF_LM_SAMPLE_NEW ? doc - np : RF_LM_SAMPLE_NEW;
+        for (int i = 0; i < np + nref; i++)
+            ids[i] = (int32_t)t[i];
+        rf_gen_opts go = {.max_new_tokens = RF_LM_SAMPLE_NEW};
+        rf_gen_result res = {0};
+        if ((rc = rf_generate_ids(lm, ids, np, &go, NULL, NULL, &res))) break;
+        rc = rf_buf_printf(json, "%s{\"row\":%zu", written ? "," : "", row);
+        if (!rc) rc = put_text(lm, "prompt", ids, np, json);
+        if (!rc) rc = put_text(lm, "completion", res.ids, res.n, json);
+        if (!rc) rc = put_text(lm, "reference", ids + np, nref, json);
+        if (!rc)
+            rc = rf_buf_printf(json, ",\"prompt_tokens\":%d,\"new_tokens\":%d,\"finish\":\"%s\"}",
+                               np, res.n, res.finish ? res.finish : "");
+        rf_gen_result_free(&res);
+        written++;
+    }
+    if (!rc) rc = rf_buf_puts(json, "]");
+    free(ids);
+    return rc;
+}
+
 int rf_lm_evaluate_path(const char *model_dir, const char *data, int max_len, int batch_size,
-                        rf_buf *json) {
+                        int samples, rf_buf *json) {
     rf_model *m = NULL;
     rf_dataset d = {0};
     rf_lm_eval ev;
@@ -70,6 +119,15 @@ int rf_lm_evaluate_path(const char *model_dir, const char *data, int max_len, in
     if (!rc) rc = rf_buf_append_json_str(json, model_dir, strlen(model_dir));
     if (!rc) rc = rf_buf_puts(json, ",\"data\":");
     if (!rc) rc = rf_buf_append_json_str(json, data, strlen(data));
+    if (!rc && samples > 0) { /* the generation model: KV-cache inference (lm.h) */
+        rf_lm *lm = NULL;
+        double t1 = rf_now();
+        rc = rf_lm_load(model_dir, &lm);
+        if (!rc) rc = rf_lm_samples(lm, &d, samples, json);
+        if (!rc) rc = rf_buf_printf(json, ",\"samples_seconds\":%.3f", rf_now() - t1);
+        if (rc) rc = rf_fail_ctx(rc, "sample generations of %s", model_dir);
+        rf_lm_free(lm);
+    }
     if (!rc) rc = rf_buf_puts(json, "}\n");
     rf_dataset_free(&d);
     rf_model_free(m);

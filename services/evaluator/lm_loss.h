@@ -25,10 +25,23 @@ typedef struct rf_lm_eval {
  * batch_size rows. No predicted token is RF_ERR_INVALID. */
 int rf_lm_evaluate(rf_model *m, const rf_dataset *d, int batch_size, rf_lm_eval *out);
 
+/* Sample generations for the report: `n` rows spread evenly over d (row
+ * i * d->n / n); each row's first document gives the prompt (its first
+ * RF_LM_SAMPLE_PROMPT tokens, at most half of the document) and the text's own
+ * next RF_LM_SAMPLE_NEW tokens as the reference; the model (lm, evaluator/lm.h)
+ * continues the prompt greedily for as many tokens (generate.h). Appends
+ * ,"samples":[{"row","prompt","completion","reference","new_tokens","finish"}]
+ * to json (nothing when n <= 0 or no row has two tokens). */
+#define RF_LM_SAMPLE_PROMPT 24
+#define RF_LM_SAMPLE_NEW    32
+struct rf_lm;
+int rf_lm_samples(const struct rf_lm *lm, const rf_dataset *d, int n, rf_buf *json);
+
 /* Loads model_dir (CPU) and data (any lm_data.h source, packed at max_len
  * capped at the model's positions), evaluates, and appends the JSON report
- * {"task":"causal_lm","eval_loss",...,"perplexity",...} to json. */
+ * {"task":"causal_lm","eval_loss",...,"perplexity",...} to json, with
+ * `samples` sample generations (rf_lm_samples; 0: none). */
 int rf_lm_evaluate_path(const char *model_dir, const char *data, int max_len, int batch_size,
-                        rf_buf *json);
+                        int samples, rf_buf *json);
 
 #endif

@@ -6,6 +6,8 @@
  *   batch_size  default 64
  *   predictions default <run_dir>/evaluator/predictions.jsonl: one JSON line
  *               per example (evaluator/predictions.h); "" writes none
+ *   samples     a causal_lm run: sample generations in the report (default 3,
+ *               0: none; evaluator/lm_loss.h rf_lm_samples)
  * Writes <run_dir>/evaluator/report.json and sets evaluator.* counters. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +28,7 @@ typedef struct eval_stage {
     const char *model, *data, *preds;
     const char *device; /* trainer.device: the evaluator follows it */
     char *model_def, *data_def, *preds_def, *dir;
-    int max_len, batch;
+    int max_len, batch, samples;
 } eval_stage;
 
 static void eval_close(void *state) {
@@ -62,6 +64,8 @@ static int eval_open(const rf_cfg *sec, rf_run_ctx *ctx, void **state) {
         rc = rf_cfg_int(tr, "max_len", 128, 2, 4096, &def_len);
     if (!rc) rc = rf_cfg_int(sec, "max_len", def_len, 2, 4096, &max_len);
     if (!rc) rc = rf_cfg_int(sec, "batch_size", 64, 1, 4096, &batch);
+    int64_t samples = 3;
+    if (!rc) rc = rf_cfg_int(sec, "samples", 3, 0, 100, &samples);
     if (!rc)
         rc = rf_cfg_str(ctx->spec ? rf_cfg_get(ctx->spec, "trainer") : NULL, "device", "cpu",
                         &e->device);
@@ -71,6 +75,7 @@ static int eval_open(const rf_cfg *sec, rf_run_ctx *ctx, void **state) {
     }
     e->max_len = (int)max_len;
     e->batch = (int)batch;
+    e->samples = (int)samples;
     *state = e;
     return RF_OK;
 }
@@ -88,7 +93,8 @@ static int eval_run(void *state) {
                        .batch_size = e->batch,
                        .report_path = path,
                        .predictions_path = e->preds && e->preds[0] ? e->preds : NULL,
-                       .device = e->device};
+                       .device = e->device,
+                       .samples = e->samples};
     rc = rf_evaluate_run(&eo, &json);
     if (!rc) {
         rf_json_doc *d = rf_json_doc_new();

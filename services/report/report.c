@@ -776,6 +776,36 @@ static int by_p(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* A causal LM's sample generations (evaluator/lm_loss.h rf_lm_samples): the
+ * prompt, the model's greedy continuation and the text's own. */
+static void sample_cell(report *r, const rf_json *o, const char *key) {
+    const rf_json *v = rf_json_get(o, key);
+    put(r, "<td class=\"ex\">");
+    if (v && v->type == RF_JSON_STRING) put_esc(r, v->u.str, v->len);
+    put(r, "</td>");
+}
+
+static void causal_samples(report *r, const rf_json *s) {
+    if (!s || s->type != RF_JSON_ARRAY || !s->len) {
+        note(r, "No sample generations (evaluator.samples: 0, or none in the report).");
+        return;
+    }
+    put(r, "<h3>Sample generations</h3>\n<p class=\"note\">Greedy continuations of held-out "
+           "rows' first tokens, beside the text's own continuation.</p>\n<table class=\"samples\">"
+           "<tr><th>row</th><th>prompt</th><th>model</th><th>text</th><th>finish</th></tr>\n");
+    for (size_t i = 0; i < s->len; i++) {
+        const rf_json *o = &s->u.items[i];
+        if (o->type != RF_JSON_OBJECT) continue;
+        putf(r, "<tr><td>%.0f</td>", num(o, "row", 0));
+        sample_cell(r, o, "prompt");
+        sample_cell(r, o, "completion");
+        sample_cell(r, o, "reference");
+        sample_cell(r, o, "finish");
+        put(r, "</tr>\n");
+    }
+    put(r, "</table>\n");
+}
+
 static void section_eval(report *r) {
     put(r, "<section id=\"evaluation\"><h2>Evaluation</h2>\n");
     char p[4096];
@@ -793,6 +823,7 @@ static void section_eval(report *r) {
              "predicted tokens in %.0f rows of at most %.0f</p>\n",
              num(ev, "eval_loss", 0), num(ev, "perplexity", 0), num(ev, "tokens", 0),
              num(ev, "rows", 0), num(ev, "max_len", 0));
+        causal_samples(r, rf_json_get(ev, "samples"));
         rf_json_doc_free(doc);
         put(r, "</section>\n");
         return;

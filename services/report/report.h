@@ -19,7 +19,9 @@
  *   throughput       stats.json <stage>.docs_per_s, .seconds
  *   evaluation       evaluator/report.json (confusion matrix, per-class P/R/F1),
  *                    evaluator/predictions.jsonl (the worst-classified examples:
- *                    lowest probability of the true label) */
+ *                    lowest probability of the true label); a causal LM: eval
+ *                    loss, perplexity and the sample generations (prompt, greedy
+ *                    completion, the text's continuation; evaluator/lm_loss.h) */
 #ifndef RF_REPORT_H
 #define RF_REPORT_H
 

@@ -29,7 +29,11 @@ run() { "$bin" run "$tmp/spec.yaml" --out "$tmp/$1" --no-progress 2>"$tmp/$1.log
 run run
 test -f "$tmp/run/model/model.safetensors" && test -f "$tmp/run/model/tokenizer.json"
 "$bin" eval --model "$tmp/run/model" --data "$tmp/run/tokenizer/eval" --max-len 64 --batch 16 \
-    > "$tmp/eval.json" 2>"$tmp/eval.log" || { cat "$tmp/eval.log"; exit 1; }
+    --samples 3 > "$tmp/eval.json" 2>"$tmp/eval.log" || { cat "$tmp/eval.log"; exit 1; }
+# the report's first sample generation, redone by `refinery generate` from its prompt's text
+prompt=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["samples"][0]["prompt"], end="")' "$tmp/run/evaluator/report.json")
+"$bin" generate --model "$tmp/run/model" --prompt "$prompt" --max-new-tokens 32 --json \
+    > "$tmp/gen.json" 2>"$tmp/gen.log" || { cat "$tmp/gen.log"; exit 1; }
 python3 - "$tmp" <<'PY'
 import json, math, struct, sys
 tmp = sys.argv[1]
@@ -61,7 +65,18 @@ assert abs(ev["perplexity"] - math.exp(ev["eval_loss"])) <= 1e-3 * ev["perplexit
 cli = json.load(open(tmp + "/eval.json"))
 assert cli["eval_loss"] == ev["eval_loss"] and cli["tokens"] == ev["tokens"], (cli, ev)
 assert abs(st["evaluator"]["perplexity"] - ev["perplexity"]) <= 1e-5 * ev["perplexity"]  # stats keep 6 digits
-assert "perplexity" in open(run + "/report.html").read()
+html = open(run + "/report.html").read()
+assert "perplexity" in html
+# sample generations (evaluator.samples, default 3): prompt, greedy completion
+# and the text's own continuation, the same in `refinery eval --samples 3`
+# (same model, same rows) and shown in the report
+assert len(ev["samples"]) == 3 and ev["samples"] == cli["samples"], (ev.get("samples"), cli.get("samples"))
+for smp in ev["samples"]:
+    assert smp["prompt"] and smp["reference"] and 0 < smp["new_tokens"] <= 32, smp
+    assert smp["finish"] in ("eos", "length"), smp
+assert "Sample generations" in html and html.count('<td class="ex">') >= 12
+gen = json.load(open(tmp + "/gen.json"))
+assert gen["text"] == ev["samples"][0]["completion"], (gen, ev["samples"][0])
 cfg = json.load(open(run + "/model/config.json"))
 assert cfg["model_type"] == "gpt2" and cfg["torch_dtype"] == "float32", cfg
 print("wikitext: %d train documents (each ending with EOS), 4 steps, train loss %.4f -> %.4f, "
