@@ -30,7 +30,9 @@
 #   previous step's imbalance between stages), each the mean over ranks and
 #   steps 2..; memory per rank and bytes per step.
 # Writes build/bench/distributed/{results.json,table.md,mesh.md}; BENCH_REPORT_ONLY=1
-# only rebuilds them from the last runs; BENCH_MESH=0 skips the mesh runs.
+# only rebuilds them from the last runs; BENCH_MESH=0 skips the mesh runs;
+# BENCH_DP=0 skips the dp x zero runs and reuses their last files (the mesh
+# table needs dp1z0's metrics.jsonl as its reference).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SHARED=${SHARED:-../shared}
@@ -103,6 +105,7 @@ fi
 
 for dp in 1 2 4; do
     [ "${BENCH_REPORT_ONLY:-0}" = 1 ] && break # the tables from the last runs' files
+    [ "${BENCH_DP:-1}" = 0 ] && break
     for z in $zeros; do
         [ $dp = 1 ] && [ $z != 0 ] && continue # one rank: nothing to shard
         name=dp${dp}z$z
@@ -140,7 +143,7 @@ if [ "${BENCH_MESH:-1}" = 1 ]; then
         rm -rf "${work:?}/$name"
         echo "=== $name: $np ranks, $par, 1 thread per rank"
         /usr/bin/time -f '%U %S %e' -o "$work/$name.time" \
-            scripts/mpirun.sh -np "$np" --tag-output "$bin" train "$work/$name.yaml" 2>"$work/$name.log" \
+            scripts/mpirun.sh -np "$np" --tag-output "$bin" train "$work/$name.yaml" 2>"$work/$name.log" </dev/null \
             || { tail -20 "$work/$name.log"; exit 1; }
     done <<<"$meshes"
     python3 - "$work" "$meshes" <<'PY'
