@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/error.h"
 #include "trainer/backend.h"
@@ -204,7 +205,10 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
             return rf_fail(RF_ERR_INVALID, "trainer.lora: expected a mapping {rank, alpha, "
                                            "dropout, targets, base}");
         if ((rc = rf_lora_config_parse(lora, &s->lora_cfg))) return rc;
-        if (s->lora_cfg.base == RF_QT_Q4_1 && !gguf)
+        /* a path not here yet (a spec checked before its model is fetched):
+         * rf_model_load_lora refuses q4_1 over a Hugging Face folder */
+        struct stat st;
+        if (s->lora_cfg.base == RF_QT_Q4_1 && !gguf && s->model && stat(s->model, &st) == 0)
             return rf_fail(RF_ERR_UNSUPPORTED,
                            "trainer.lora.base: q4_1 keeps a GGUF file's blocks, and trainer.model "
                            "%s is not a GGUF (a Hugging Face folder loads as fp32, int8 or nf4)",

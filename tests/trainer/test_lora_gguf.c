@@ -56,7 +56,8 @@ static int setup(void **state) {
     if (rf_shard_writer_open(shard, &info, &w)) return -1;
     for (int d = 0; d < 24; d++) {
         uint32_t ids[12];
-        for (int k = 0; k < 12; k++) ids[k] = 1 + (uint32_t)((d * 5 + k) % 63);
+        for (int k = 0; k < 12; k++)
+            ids[k] = 1 + (uint32_t)((d * 5 + k) % 63);
         if (rf_shard_writer_add(w, ids, 12, -1, (uint64_t)d)) return -1;
     }
     return rf_shard_writer_close(w) ? -1 : 0;
@@ -99,6 +100,13 @@ static void test_refusals(void **state) {
     refused(y, RF_ERR_UNSUPPORTED, "are F32: use base nf4, int8 or fp32");
     snprintf(y, sizeof y, "trainer:\n  task: causal_lm\n  model: %s\n  lora: {base: q4_1}\n", hf);
     refused(y, RF_ERR_UNSUPPORTED, "is not a GGUF");
+    /* the load refuses it too (a spec parsed before its model was there) */
+    rf_lora_config c = rf_lora_defaults();
+    c.base = RF_QT_Q4_1;
+    rf_model *m = NULL;
+    assert_int_equal(rf_model_load_lora(hf, &c, 1, &m), RF_ERR_UNSUPPORTED);
+    assert_null(m);
+    assert_non_null(strstr(rf_errmsg(), "is a Hugging Face folder"));
     snprintf(y, sizeof y, "trainer:\n  task: causal_lm\n  model: %s\n", gguf);
     refused(y, RF_ERR_UNSUPPORTED, "full fine-tuning of a llama.cpp file is out of scope");
     snprintf(y, sizeof y,
@@ -160,7 +168,8 @@ static void train_tiny(const char *name, const char *base, bool as_folder) {
     assert_int_equal(n, 4);
     printf("  tiny GGUF%s, %s base: loss %.4f -> %.4f over %d steps\n",
            as_folder ? " (folder)" : "", base, l[0], l[n - 1], n);
-    for (int i = 0; i < n; i++) assert_true(isfinite(l[i]));
+    for (int i = 0; i < n; i++)
+        assert_true(isfinite(l[i]));
     assert_true(l[n - 1] < l[0] - 0.1);
     /* the export: the PEFT adapter over the GGUF, no tokenizer files */
     snprintf(path, sizeof path, "%s/adapter_config.json", exp);
@@ -267,10 +276,8 @@ static void test_smollm2_q4_1(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_tiny_nf4),
-        cmocka_unit_test(test_tiny_int8_folder),
-        cmocka_unit_test(test_tiny_fp32),
+        cmocka_unit_test(test_refusals),         cmocka_unit_test(test_tiny_nf4),
+        cmocka_unit_test(test_tiny_int8_folder), cmocka_unit_test(test_tiny_fp32),
         cmocka_unit_test(test_smollm2_q4_1),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
