@@ -2,11 +2,13 @@
 #include "trainer/driver.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
 #include "common/log.h"
 #include "trainer/bert_config.h"
+#include "trainer/llama_gguf.h"
 #include "trainer/lm_data.h"
 #include "trainer/lora.h"
 
@@ -162,7 +164,16 @@ int rf_trainer_drive(const rf_trainer_spec *s, const rf_dataset *data,
         rf_info("trainer", "stopped at step %ld before the end; state kept, rerun to resume",
                 r.steps);
     if (!rc && r.finished && s->export_dir && rank == 0) {
-        if (!(rc = rf_export_model(m, s->model, s->export_dir)))
+        /* a GGUF keeps its tokenizer in its metadata: no files to copy */
+        char *gguf = NULL;
+        if (!(rc = rf_llama_gguf_path(s->model, &gguf)) && gguf)
+            rf_info("trainer",
+                    "export: the base is the GGUF %s; its tokenizer lives in the file's metadata, "
+                    "so %s holds the adapter without tokenizer files",
+                    gguf, s->export_dir);
+        if (!rc) rc = rf_export_model(m, gguf ? NULL : s->model, s->export_dir);
+        free(gguf);
+        if (!rc)
             rf_info("trainer", "exported %s (loss %.4f, %.0f tokens/s)", s->export_dir, r.last_loss,
                     r.tokens_per_s);
     }

@@ -1,9 +1,11 @@
 /* GGUF "llama" -> rf_llama (see llama_gguf.h). */
 #include "trainer/llama_gguf.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/error.h"
 
@@ -212,6 +214,54 @@ int rf_llama_load_gguf(const char *path, rf_llama **out) {
     int rc = rf_gguf_open(path, &f);
     if (rc) return rf_fail_ctx(rc, "%s", path);
     rc = rf_llama_from_gguf(f, out);
+    rf_gguf_free(f);
+    return rc ? rf_fail_ctx(rc, "%s", path) : RF_OK;
+}
+
+static bool is_gguf_file(const char *s) {
+    size_t n = strlen(s);
+    return n > 5 && s[0] != '.' && strcmp(s + n - 5, ".gguf") == 0;
+}
+
+int rf_llama_gguf_path(const char *path, char **out) {
+    *out = NULL;
+    struct stat st;
+    char p[4096];
+    if (stat(path, &st) != 0) return RF_OK;
+    if (S_ISREG(st.st_mode)) {
+        const char *base = strrchr(path, '/');
+        if (!is_gguf_file(base ? base + 1 : path)) return RF_OK;
+        return (*out = strdup(path)) ? RF_OK : RF_ERR_NOMEM;
+    }
+    if (!S_ISDIR(st.st_mode)) return RF_OK;
+    snprintf(p, sizeof p, "%s/config.json", path);
+    if (stat(p, &st) == 0) return RF_OK;
+    DIR *d = opendir(path);
+    if (!d) return RF_OK;
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d)))
+        if (is_gguf_file(e->d_name) && !n++) snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+    closedir(d);
+    if (n > 1)
+        return rf_fail(RF_ERR_INVALID,
+                       "%s: %d .gguf files and no config.json in the folder; name "
+                       "the file",
+                       path, n);
+    if (n == 1 && !(*out = strdup(p))) return RF_ERR_NOMEM;
+    return RF_OK;
+}
+
+int rf_llama_gguf_describe(const char *path, rf_llama_config *c, int *eos, rf_ggml_type *proj) {
+    rf_gguf_file *f;
+    int rc = rf_gguf_open(path, &f);
+    if (rc) return rc;
+    uint64_t v;
+    *eos = rf_gguf_get_u64(f, "tokenizer.ggml.eos_token_id", &v) == RF_OK && v <= INT32_MAX ? (int)v
+                                                                                            : -1;
+    const rf_gguf_tensor *t = rf_gguf_find_tensor(f, "blk.0.attn_q.weight");
+    *proj = t ? t->type : RF_GGML_F32;
+    rc = rf_llama_config_from_gguf(f, c);
     rf_gguf_free(f);
     return rc ? rf_fail_ctx(rc, "%s", path) : RF_OK;
 }

@@ -41,4 +41,16 @@ void rf_llama_gguf_row_map(int32_t *map, int heads, int hd);
 /* rf_gguf_open + rf_llama_from_gguf. */
 int rf_llama_load_gguf(const char *path, rf_llama **out);
 
+/* Whether a model path names a GGUF: a regular file ending in ".gguf", or a
+ * folder without config.json holding exactly one such file (the evaluator's
+ * rule, lm.h). *out: that file's path (malloc'd), or NULL when the path is
+ * anything else (a Hugging Face folder, a missing path: the caller's loader
+ * says what is wrong). A folder without config.json holding several .gguf
+ * files is RF_ERR_INVALID. */
+int rf_llama_gguf_path(const char *path, char **out);
+/* The config, the eos id (tokenizer.ggml.eos_token_id, -1 when absent) and
+ * the tensor type of blk.0.attn_q.weight (the projections' type) of the GGUF
+ * file at path. */
+int rf_llama_gguf_describe(const char *path, rf_llama_config *c, int *eos, rf_ggml_type *proj);
+
 #endif

@@ -14,6 +14,8 @@
 #include "common/sys.h"
 #include "tokenizer/shard.h"
 #include "tokenizer/tokenizer.h"
+#include "trainer/gguf_tokenizer.h"
+#include "trainer/llama_gguf.h"
 
 /* ---- the packer ---- */
 
@@ -264,6 +266,22 @@ static int encode_into(text_src *t, const char *text, size_t len, uint8_t target
     return RF_OK;
 }
 
+/* The model's tokenizer: the Hugging Face folder's files, or the one a GGUF
+ * carries in its metadata (gguf_tokenizer.h: transformers' ids). */
+static int model_tokenizer(const char *model, rf_tokenizer **tok) {
+    char *gguf;
+    int rc = rf_llama_gguf_path(model, &gguf);
+    if (rc) return rc;
+    if (!gguf) return rf_tokenizer_load(model, tok);
+    rf_gguf_file *f;
+    if (!(rc = rf_gguf_open(gguf, &f))) {
+        rc = rf_gguf_tokenizer(f, tok, NULL);
+        rf_gguf_free(f);
+    }
+    free(gguf);
+    return rc;
+}
+
 static int load_text(rf_dataset *d, const char *path, const char *model_dir, int max_len,
                      int eos_id, bool jsonl, rf_stats *stats, const char *sp) {
     rf_tokenizer *tok = NULL;
@@ -274,7 +292,7 @@ static int load_text(rf_dataset *d, const char *path, const char *model_dir, int
     if (eos_id < 0)
         return rf_fail(RF_ERR_INVALID, "%s: the model has no eos_token_id to end documents with",
                        path);
-    int rc = rf_tokenizer_load(model_dir, &tok);
+    int rc = model_tokenizer(model_dir, &tok);
     if (rc) return rf_fail_ctx(rc, "tokenizer of %s", model_dir);
     rf_tokenizer_set_truncation(tok, 0, RF_TRUNC_LONGEST_FIRST, RF_SIDE_RIGHT);
     rf_tokenizer_set_padding(tok, false, 0, 0, 0, 0, RF_SIDE_RIGHT);

@@ -58,8 +58,9 @@
 /* Appends path's documents (any format above) packed into rows of at most
  * max_len tokens to d (empty, or holding rows). eos_id: the model's
  * eos_token_id (-1: none; then every source must name one in its shard header
- * or the load fails). model_dir: the tokenizer for text sources. Skipped
- * records are counted in d->skipped and in stats "<prefix>.skipped.<why>". */
+ * or the load fails). model_dir: the tokenizer for text sources (a GGUF: its own,
+ * gguf_tokenizer.h). Skipped records are counted in d->skipped and in stats
+ * "<prefix>.skipped.<why>". */
 int rf_lm_data_load(rf_dataset *d, const char *path, const char *model_dir, int max_len, int eos_id,
                     rf_stats *stats, const char *prefix);
 

@@ -254,7 +254,11 @@ int rf_lora_merge_llama(const rf_lora *lo, struct rf_llama *m);
 int rf_lora_merge_peft(struct rf_gpt2 *gpt2, struct rf_llama *llama, const char *dir);
 
 /* LoRA through the model interface (model_lora.c): loads the Hugging Face
- * causal LM in dir (rf_model_load: GPT-2 or Llama), makes an adapter set for
+ * causal LM in dir (rf_model_load: GPT-2 or Llama) or, when dir names a GGUF
+ * (rf_llama_gguf_path: a .gguf file or a folder holding one and no
+ * config.json), the Llama in it with rf_lora_load_llama_gguf (base q4_1 only
+ * there, and only when the file's projections are Q4_1; the eos id from
+ * tokenizer.ggml.eos_token_id), makes an adapter set for
  * cfg (init_seed), attaches it (quantizing the base when cfg->base asks) and
  * returns an rf_model whose flat blocks (params, grads, moments, tensor
  * table) are the adapter's alone: the optimizer, clipping, checkpoints and

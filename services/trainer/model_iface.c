@@ -12,6 +12,7 @@
 #include "trainer/bert_config.h"
 #include "trainer/gpt2.h"
 #include "trainer/llama.h"
+#include "trainer/llama_gguf.h"
 
 /* The model_type of a config.json text into arch (empty when absent). */
 static int config_arch(const char *text, size_t len, const char *path, char *arch, size_t cap) {
@@ -65,7 +66,22 @@ int rf_model_describe(const char *dir, rf_model_desc *out) {
     char *text = NULL, a[64];
     size_t len;
     memset(out, 0, sizeof *out);
-    int rc = read_config(dir, &text, &len, a, sizeof a);
+    char *gguf;
+    int rc = rf_llama_gguf_path(dir, &gguf);
+    if (rc) return rc;
+    if (gguf) { /* a llama.cpp file (llama_gguf.h): its metadata is the config */
+        rf_llama_config c;
+        rf_ggml_type proj;
+        rc = rf_llama_gguf_describe(gguf, &c, &out->eos_token_id, &proj);
+        free(gguf);
+        if (rc) return rc;
+        snprintf(out->arch, sizeof out->arch, "llama");
+        out->task = RF_TASK_CAUSAL_LM;
+        out->vocab = c.vocab_size;
+        out->max_positions = c.max_position_embeddings;
+        return RF_OK;
+    }
+    rc = read_config(dir, &text, &len, a, sizeof a);
     if (rc) return rc;
     snprintf(out->arch, sizeof out->arch, "%s", a[0] ? a : "bert");
     out->task = task_of(a);

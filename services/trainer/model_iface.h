@@ -198,7 +198,9 @@ typedef struct rf_model_load_opts {
  * (causal LMs; model.safetensors). Anything else is RF_ERR_UNSUPPORTED. */
 int rf_model_load(const char *dir, const rf_model_load_opts *o, const rf_backend *be,
                   rf_model **out);
-/* What a folder's config.json says, without reading the weights. */
+/* What a folder's config.json says, without reading the weights; for a GGUF
+ * (rf_llama_gguf_path) its metadata: a "llama" with the eos of
+ * tokenizer.ggml.eos_token_id. */
 typedef struct rf_model_desc {
     char arch[64]; /* "bert" (also when model_type is absent), "gpt2", "llama" */
     rf_model_task task;

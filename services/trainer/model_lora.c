@@ -12,13 +12,14 @@
 #include "common/error.h"
 #include "trainer/gpt2.h"
 #include "trainer/llama.h"
+#include "trainer/llama_gguf.h"
 #include "trainer/lora.h"
 #include "trainer/model_iface.h"
 
 typedef struct lora_model {
     rf_model *base; /* owned; its impl holds lo as m->lora */
     rf_lora *lo;    /* owned */
-    char *src;      /* the base model's folder, for base_model_name_or_path */
+    char *src;      /* the base model's folder or GGUF file, for base_model_name_or_path */
 } lora_model;
 
 #define LM(m) ((lora_model *)(m)->impl)
@@ -165,25 +166,66 @@ static const rf_model_ops lora_ops = {
     .save = lm_save,
 };
 
+/* The base from a GGUF file (lora_gguf.c: quantized projections straight
+ * from its blocks) as an rf_model around the rf_llama, with its eos. */
+static int load_gguf(const char *path, const rf_lora_config *cfg, uint64_t init_seed,
+                     rf_model **base, rf_lora **lo) {
+    rf_llama_config c;
+    rf_ggml_type proj;
+    int eos;
+    rf_llama *l = NULL;
+    int rc = rf_llama_gguf_describe(path, &c, &eos, &proj);
+    if (!rc && cfg->base == RF_QT_Q4_1 && proj != RF_GGML_Q4_1)
+        return rf_fail(RF_ERR_UNSUPPORTED,
+                       "trainer.lora.base: q4_1 keeps the GGUF's Q4_1 blocks, but the projections "
+                       "of %s are %s: use base nf4, int8 or fp32",
+                       path, rf_ggml_type_name(proj));
+    if (!rc) rc = rf_lora_load_llama_gguf(path, cfg, init_seed, &l, lo);
+    if (!rc && !(*base = calloc(1, sizeof **base))) rc = RF_ERR_NOMEM;
+    if (rc) {
+        rf_lora_free(*lo);
+        rf_llama_free(l);
+        *lo = NULL;
+        return rc;
+    }
+    rf_model_init_llama(*base, l);
+    (*base)->eos = eos;
+    (*base)->owns = (*base)->heap = true;
+    return RF_OK;
+}
+
 int rf_model_load_lora(const char *dir, const rf_lora_config *cfg, uint64_t init_seed,
                        rf_model **out) {
     *out = NULL;
-    rf_model *base;
-    int rc = rf_model_load(dir, NULL, rf_backend_cpu(), &base);
-    if (rc) return rc;
-    rf_model_info info = rf_model_info_of(base);
+    rf_model *base = NULL;
     rf_lora *lo = NULL;
-    bool llama = info.arch && strcmp(info.arch, "llama") == 0;
-    if (!info.arch || (strcmp(info.arch, "gpt2") && !llama))
-        rc = rf_fail(RF_ERR_UNSUPPORTED, "lora: %s is a '%s' model (gpt2 or llama expected)", dir,
-                     info.arch ? info.arch : "?");
-    else if (llama)
-        rc = rf_lora_new_llama(base->impl, cfg, init_seed, &lo);
-    else
-        rc = rf_lora_new_gpt2(base->impl, cfg, init_seed, &lo);
-    if (!rc)
-        rc = llama ? rf_lora_attach_llama(lo, base->impl, false)
-                   : rf_lora_attach_gpt2(lo, base->impl);
+    char *gguf;
+    int rc = rf_llama_gguf_path(dir, &gguf);
+    if (rc) return rc;
+    if (gguf) {
+        rc = load_gguf(gguf, cfg, init_seed, &base, &lo);
+        free(gguf);
+    } else if (cfg->base == RF_QT_Q4_1) {
+        return rf_fail(RF_ERR_UNSUPPORTED,
+                       "trainer.lora.base: q4_1 keeps a GGUF file's blocks, and %s is a Hugging "
+                       "Face folder (use fp32, int8 or nf4)",
+                       dir);
+    } else {
+        rc = rf_model_load(dir, NULL, rf_backend_cpu(), &base);
+        if (rc) return rc;
+        rf_model_info info = rf_model_info_of(base);
+        bool llama = info.arch && strcmp(info.arch, "llama") == 0;
+        if (!info.arch || (strcmp(info.arch, "gpt2") && !llama))
+            rc = rf_fail(RF_ERR_UNSUPPORTED, "lora: %s is a '%s' model (gpt2 or llama expected)",
+                         dir, info.arch ? info.arch : "?");
+        else if (llama)
+            rc = rf_lora_new_llama(base->impl, cfg, init_seed, &lo);
+        else
+            rc = rf_lora_new_gpt2(base->impl, cfg, init_seed, &lo);
+        if (!rc)
+            rc = llama ? rf_lora_attach_llama(lo, base->impl, false)
+                       : rf_lora_attach_gpt2(lo, base->impl);
+    }
     lora_model *x = NULL;
     rf_model *m = NULL;
     if (!rc &&

@@ -5,9 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/error.h"
 #include "trainer/backend.h"
+#include "trainer/llama_gguf.h"
 #include "trainer/mesh.h"
 
 const char *const rf_trainer_spec_keys[] = {"model",        "train",
@@ -184,7 +186,18 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
                                "trainer.%s: applies to task: classify only (this is causal_lm)",
                                cls_only[i]);
     }
+    /* a llama.cpp GGUF model (a .gguf file or a folder holding one): LoRA only */
+    char *gpath = NULL;
+    if (s->model && (rc = rf_llama_gguf_path(s->model, &gpath))) return rc;
+    bool gguf = gpath != NULL;
+    free(gpath);
     const rf_cfg *lora = rf_cfg_get(n, "lora");
+    if (gguf && !lora)
+        return rf_fail(RF_ERR_UNSUPPORTED,
+                       "trainer.model: %s names a GGUF file; the trainer fine-tunes a GGUF with "
+                       "trainer.lora only (full fine-tuning of a llama.cpp file is out of scope: "
+                       "use the model's Hugging Face folder)",
+                       s->model);
     if (lora) {
         if (s->task != RF_TASK_CAUSAL_LM)
             return rf_fail(RF_ERR_INVALID, "trainer.lora: applies to task: causal_lm only");
@@ -192,10 +205,14 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
             return rf_fail(RF_ERR_INVALID, "trainer.lora: expected a mapping {rank, alpha, "
                                            "dropout, targets, base}");
         if ((rc = rf_lora_config_parse(lora, &s->lora_cfg))) return rc;
-        if (s->lora_cfg.base == RF_QT_Q4_1)
+        /* a path not here yet (a spec checked before its model is fetched):
+         * rf_model_load_lora refuses q4_1 over a Hugging Face folder */
+        struct stat st;
+        if (s->lora_cfg.base == RF_QT_Q4_1 && !gguf && s->model && stat(s->model, &st) == 0)
             return rf_fail(RF_ERR_UNSUPPORTED,
-                           "trainer.lora.base: q4_1 keeps a GGUF file's blocks, and the trainer "
-                           "loads Hugging Face folders (fp32, int8 or nf4)");
+                           "trainer.lora.base: q4_1 keeps a GGUF file's blocks, and trainer.model "
+                           "%s is not a GGUF (a Hugging Face folder loads as fp32, int8 or nf4)",
+                           s->model ? s->model : "(absent)");
         if (o->zero > 1)
             return rf_fail(RF_ERR_UNSUPPORTED,
                            "trainer.lora: parallel.zero %d shards per unit; use zero 0 or 1 (the "
@@ -216,6 +233,7 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
         s->lora = true;
     }
     if (!s->model)
-        return rf_fail(RF_ERR_INVALID, "trainer.model: required (a Hugging Face model folder)");
+        return rf_fail(RF_ERR_INVALID, "trainer.model: required (a Hugging Face model folder, "
+                                       "or a GGUF file with trainer.lora)");
     return RF_OK;
 }

@@ -6,7 +6,9 @@
  *                    lm_data.h, packed into rows of max_len with one segment per
  *                    document; num_labels, class_weights and sampler do not apply)
  *   model            pretrained Hugging Face folder (config.json + model.safetensors);
- *                    its model_type must fit the task (bert; gpt2 or llama)
+ *                    its model_type must fit the task (bert; gpt2 or llama); with
+ *                    lora also a llama.cpp GGUF of a Llama (a .gguf file or a
+ *                    folder holding one and no config.json; without lora refused)
  *   train, eval      data: token shard prefix/directory or JSONL documents
  *                    (causal_lm: also {"prompt","completion"} lines and .txt/.raw
  *                    text, lm_data.h)
@@ -30,9 +32,12 @@
  *   lora             causal_lm only: train a LoRA adapter over the frozen model
  *                    instead of the model itself (lora.h): {rank: 8, alpha: 2 x rank,
  *                    dropout: 0, targets: [q, v] (of q, k, v, o, up, down, gate),
- *                    base: fp32 | int8 | nf4}; the export is the PEFT adapter
- *                    (adapter_config.json + adapter_model.safetensors) and the
- *                    tokenizer files; dp with zero 0 or 1, device cpu
+ *                    base: fp32 | int8 | nf4 | q4_1 (a GGUF model with Q4_1
+ *                    projections only: its blocks as they are)}; the export is
+ *                    the PEFT adapter (adapter_config.json +
+ *                    adapter_model.safetensors) and the tokenizer files (none
+ *                    for a GGUF: its tokenizer is in the file); dp with zero 0
+ *                    or 1, device cpu
  *   device           cpu (default) | cuda | cuda-bf16: the backend the model runs
  *                    on (backend.h; cuda-bf16: matrix products on bf16 tensor cores);
  *                    cuda is refused at parsing when the build has no CUDA
