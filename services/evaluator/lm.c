@@ -270,17 +270,24 @@ void rf_lm_cache_free(rf_lm_cache *cc) {
 }
 
 int rf_lm_cache_get(rf_lm_cache *cc, const char *path, rf_lm **out) {
+    return rf_lm_cache_get_adapter(cc, path, NULL, out);
+}
+
+int rf_lm_cache_get_adapter(rf_lm_cache *cc, const char *path, const char *adapter, rf_lm **out) {
+    /* the key: the path, or the path and the adapter apart by a byte no path has */
+    char *key = NULL;
+    if (asprintf(&key, "%s%s%s", path, adapter ? "\n" : "", adapter ? adapter : "") < 0)
+        return RF_ERR_NOMEM;
     pthread_mutex_lock(&cc->lock);
     int rc = RF_OK, slot = 0;
     rf_lm *lm = NULL;
     for (int i = 0; i < cc->cap && !lm; i++)
-        if (cc->slots[i] && !strcmp(cc->slots[i]->key, path)) lm = cc->slots[i];
+        if (cc->slots[i] && !strcmp(cc->slots[i]->key, key)) lm = cc->slots[i];
     if (!lm) {
-        /* loaded under the lock: concurrent misses on one path load it once */
-        if (!(rc = rf_lm_load(path, &lm)) && !(lm->key = strdup(path))) {
-            rf_lm_free(lm);
-            lm = NULL;
-            rc = RF_ERR_NOMEM;
+        /* loaded under the lock: concurrent misses on one key load it once */
+        if (!(rc = rf_lm_load_adapter(path, adapter, &lm))) {
+            lm->key = key;
+            key = NULL;
         }
         if (!rc) {
             cc->loads++;
@@ -302,6 +309,7 @@ int rf_lm_cache_get(rf_lm_cache *cc, const char *path, rf_lm **out) {
         *out = lm;
     }
     pthread_mutex_unlock(&cc->lock);
+    free(key);
     return rc;
 }
 

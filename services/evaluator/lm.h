@@ -63,6 +63,10 @@ typedef struct rf_lm_cache rf_lm_cache;
 int rf_lm_cache_new(int cap, rf_lm_cache **out);
 void rf_lm_cache_free(rf_lm_cache *cc);
 int rf_lm_cache_get(rf_lm_cache *cc, const char *path, rf_lm **out);
+/* The model at path with the PEFT adapter folder `adapter` merged
+ * (rf_lm_load_adapter; NULL: none), cached under the pair: the same model with
+ * another adapter, or none, is another entry. */
+int rf_lm_cache_get_adapter(rf_lm_cache *cc, const char *path, const char *adapter, rf_lm **out);
 void rf_lm_cache_release(rf_lm_cache *cc, rf_lm *lm);
 int64_t rf_lm_cache_loads(rf_lm_cache *cc);
 

@@ -154,6 +154,60 @@ static void test_generate(void **state) {
         assert_int_equal(got.n, 0);
         rf_buf_free(&got.text);
     }
+    /* with a PEFT adapter (tests/fixtures/lora/tiny_gpt2_lora, peft's over
+     * tiny-gpt2) under the models directory: the stream equals rf_generate on
+     * the merged model (lm_adapter_cli.test.sh checks that one against peft's
+     * greedy ids) and differs from the base's; an adapter made for another
+     * GPT-2 (gpt2_lora: hidden 32) is the request's error */
+    const char *root = getenv("REFINERY_ROOT");
+    char fx[2200];
+    snprintf(fx, sizeof fx, "%s/tests/fixtures/lora/tiny_gpt2_lora", root ? root : ".");
+    char *fxreal = realpath(fx, NULL);
+    assert_non_null(fxreal);
+    snprintf(link, sizeof link, "%s/adapter", dir);
+    assert_int_equal(symlink(fxreal, link), 0);
+    snprintf(fx, sizeof fx, "%s/tests/fixtures/lora/gpt2_lora", root ? root : ".");
+    char *other = realpath(fx, NULL);
+    assert_non_null(other);
+    snprintf(link, sizeof link, "%s/other-adapter", dir);
+    assert_int_equal(symlink(other, link), 0);
+    rf_lm *merged;
+    assert_int_equal(rf_lm_load_adapter(real, fxreal, &merged), 0);
+    streamed base;
+    req = (Refinery__V1__GenerateRequest)REFINERY__V1__GENERATE_REQUEST__INIT;
+    req.model = "tiny-gpt2";
+    req.prompt = "Hello, my name is";
+    req.max_new_tokens = 20;
+    assert_int_equal(call(c, &req, &base, &s), 0);
+    req.adapter = "adapter";
+    assert_int_equal(call(c, &req, &got, &s), 0);
+    assert_int_equal(got.n, 20);
+    expect_same(merged, &req, &got);
+    assert_memory_not_equal(got.ids, base.ids, sizeof(int32_t) * 20);
+    rf_buf_free(&got.text);
+    rf_buf_free(&base.text);
+    struct {
+        const char *adapter;
+        grpc_status_code code;
+        const char *says;
+    } bad_adapter[] = {
+        {"no-such-adapter", GRPC_STATUS_NOT_FOUND, "no adapter"},
+        {"../adapter", GRPC_STATUS_INVALID_ARGUMENT, ".."},
+        {"/tmp", GRPC_STATUS_INVALID_ARGUMENT, "relative"},
+        {"other-adapter", GRPC_STATUS_INVALID_ARGUMENT, "another model"},
+        {"tiny-gpt2", GRPC_STATUS_INVALID_ARGUMENT, "adapter_config.json"},
+    };
+    for (size_t i = 0; i < sizeof bad_adapter / sizeof bad_adapter[0]; i++) {
+        req.adapter = (char *)bad_adapter[i].adapter;
+        assert_int_equal(call(c, &req, &got, &s), RF_ERR_IO);
+        if (s.code != bad_adapter[i].code || !strstr(s.message, bad_adapter[i].says))
+            fail_msg("adapter case %zu: %d %s", i, (int)s.code, s.message);
+        rf_buf_free(&got.text);
+    }
+    rf_lm_free(merged);
+    free(fxreal);
+    free(other);
+
     /* still serving; the model was loaded once */
     req = (Refinery__V1__GenerateRequest)REFINERY__V1__GENERATE_REQUEST__INIT;
     req.model = "tiny-gpt2";
@@ -185,8 +239,12 @@ static void test_generate(void **state) {
     rf_rpc_client_free(c);
     rf_rpc_server_free(server);
     rf_evaluator_service_free(svc);
-    unlink(link);
-    rmdir(dir);
+    for (size_t i = 0; i < 3; i++) { /* the three links */
+        static const char *const names[] = {"tiny-gpt2", "adapter", "other-adapter"};
+        snprintf(link, sizeof link, "%s/%s", dir, names[i]);
+        unlink(link);
+    }
+    assert_int_equal(rmdir(dir), 0);
     free(real);
 }
 

@@ -546,10 +546,23 @@ static grpc_status_code generate(rf_rpc_call *call, const ProtobufCMessage *msg,
                            s->o.max_new_tokens);
     if (rf_sampling_check(&go.sampling))
         return rf_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s", rf_errmsg());
-    rf_lm *lm = NULL;
-    int rc = rf_lm_cache_get(s->lms, path, &lm);
-    if (rc == RF_ERR_NOT_FOUND && access(path, F_OK) != 0)
+    char apath[4096];
+    bool with_adapter = req->adapter && req->adapter[0];
+    if (with_adapter &&
+        (code = model_path(s, call, req->adapter, apath, sizeof apath)) != GRPC_STATUS_OK)
+        return code;
+    if (access(path, F_OK) != 0)
         return rf_rpc_fail(call, GRPC_STATUS_NOT_FOUND, "no model '%s'", req->model);
+    if (with_adapter && access(apath, F_OK) != 0)
+        return rf_rpc_fail(call, GRPC_STATUS_NOT_FOUND, "no adapter '%s'", req->adapter);
+    rf_lm *lm = NULL;
+    int rc = rf_lm_cache_get_adapter(s->lms, path, with_adapter ? apath : NULL, &lm);
+    /* an adapter that does not fit the model (shape, targets, type) is the
+     * request's fault; a model that does not load is the server's */
+    if (rc && with_adapter &&
+        (rc == RF_ERR_INVALID || rc == RF_ERR_UNSUPPORTED || rc == RF_ERR_NOT_FOUND ||
+         rc == RF_ERR_PARSE))
+        return rf_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s", rf_errmsg());
     if (rc) return rf_rpc_fail(call, GRPC_STATUS_INTERNAL, "%s", rf_errmsg());
     int32_t *ids = NULL;
     int n = 0;
