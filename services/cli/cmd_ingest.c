@@ -27,7 +27,7 @@ static void on_signal(int sig) {
 static void usage(FILE *out) {
     fprintf(
         out,
-        "usage: refinery ingest [--preset amazon|sst2|wikitext] [--format jsonl|csv|tsv|text]\n"
+        "usage: refinery ingest [--preset amazon|sst2|wikitext|sft] [--format jsonl|csv|tsv|text]\n"
         "                       INPUT... --out OUT.jsonl --rejects REJECTS.jsonl\n"
         "                       [--stats STATS.json] [--threads N] [options]\n"
         "\n"

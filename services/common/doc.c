@@ -1,6 +1,7 @@
 #include "common/doc.h"
 
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +12,7 @@ void rf_doc_clear(rf_doc *d) {
     free(d->text);
     free(d->source);
     free(d->aug_of);
+    free(d->messages);
     memset(d, 0, sizeof *d);
     d->label = RF_LABEL_NONE;
 }
@@ -36,6 +38,10 @@ int rf_doc_to_json(const rf_doc *d, rf_buf *out) {
     if (d->aug_of) {
         rc |= rf_buf_puts(out, ",\"aug_of\":");
         rc |= rf_buf_append_json_str(out, d->aug_of, strlen(d->aug_of));
+    }
+    if (d->messages) { /* canonical JSON already */
+        rc |= rf_buf_puts(out, ",\"messages\":");
+        rc |= rf_buf_append(out, d->messages, d->messages_len);
     }
     rc |= rf_buf_putc(out, '}');
     return rc ? RF_ERR_NOMEM : RF_OK;
@@ -93,8 +99,50 @@ int rf_doc_from_json(const rf_json *obj, rf_doc *d) {
     }
     const rf_json *aug = rf_json_get(obj, "aug_of");
     if (!rc && rf_json_is_str(aug)) rc = copy_str(aug, &d->aug_of, NULL);
+    const rf_json *msgs = rf_json_get(obj, "messages");
+    if (!rc && msgs && msgs->type != RF_JSON_NULL) {
+        rf_buf m = RF_BUF_INIT;
+        const char *why = rf_messages_canon(msgs, &m, NULL);
+        if (why && strcmp(why, "out_of_memory") == 0)
+            rc = RF_ERR_NOMEM;
+        else if (why)
+            rc = rf_fail(RF_ERR_INVALID, "document '%s': messages: %s", d->id, why);
+        if (!rc) {
+            d->messages = m.data, d->messages_len = m.len;
+            m = (rf_buf)RF_BUF_INIT;
+        }
+        rf_buf_free(&m);
+    }
     if (rc) rf_doc_clear(d);
     return rc;
+}
+
+const char *rf_messages_canon(const rf_json *arr, rf_buf *out, rf_buf *text) {
+    if (!arr || arr->type != RF_JSON_ARRAY || arr->len == 0) return "messages_not_array";
+    bool assistant = false;
+    int rc = rf_buf_putc(out, '[');
+    for (size_t i = 0; i < arr->len; i++) {
+        const rf_json *m = &arr->u.items[i];
+        const rf_json *role = rf_json_get(m, "role"), *content = rf_json_get(m, "content");
+        if (!rf_json_is_str(role) || !rf_json_is_str(content)) return "bad_message";
+        if (!((role->len == 6 && !memcmp(role->u.str, "system", 6)) ||
+              (role->len == 4 && !memcmp(role->u.str, "user", 4)) ||
+              (role->len == 9 && !memcmp(role->u.str, "assistant", 9))))
+            return "bad_role";
+        assistant |= role->len == 9;
+        rc |= rf_buf_puts(out, i ? ",{\"role\":" : "{\"role\":");
+        rc |= rf_buf_append_json_str(out, role->u.str, role->len);
+        rc |= rf_buf_puts(out, ",\"content\":");
+        rc |= rf_buf_append_json_str(out, content->u.str, content->len);
+        rc |= rf_buf_putc(out, '}');
+        if (text) {
+            if (i) rc |= rf_buf_putc(text, '\n');
+            rc |= rf_buf_append(text, content->u.str, content->len);
+        }
+    }
+    rc |= rf_buf_putc(out, ']');
+    if (rc) return "out_of_memory";
+    return assistant ? NULL : "no_assistant";
 }
 
 rf_doc_batch *rf_doc_batch_new(size_t cap) {

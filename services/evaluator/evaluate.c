@@ -1,7 +1,10 @@
 #include "evaluator/evaluate.h"
+#include "common/json.h"
+#include "evaluator/answers.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/error.h"
 #include "common/sys.h"
@@ -84,14 +87,88 @@ static int load_files(void *user, int max_len, rf_dataset *d) {
     return rc;
 }
 
+/* ,"<key>":{answers of model (+ adapter)} (answers.h) */
+static int add_answers(const rf_eval_opts *o, const char *key, const char *model,
+                       const char *adapter, rf_buf *b) {
+    rf_lm *lm = NULL;
+    rf_answers a;
+    int rc = rf_lm_load_adapter(model, adapter, &lm);
+    if (!rc) rc = rf_buf_printf(b, ",\"%s\":", key);
+    if (!rc) rc = rf_lm_answers(lm, o->data, o->answers, b, &a);
+    if (!rc)
+        rf_info("evaluator", "%s: answer accuracy %.4f (%zu of %zu) in %.1f s: %s%s%s", o->data,
+                a.accuracy, a.correct, a.n, a.seconds, model, adapter ? " + " : "",
+                adapter ? adapter : "");
+    rf_lm_free(lm);
+    return rc ? rf_fail_ctx(rc, "answers of %s", adapter ? adapter : model) : RF_OK;
+}
+
+static bool has_mask(const char *data) {
+    char p[4200];
+    struct stat st;
+    snprintf(p, sizeof p, "%s.mask", data);
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* A PEFT adapter folder (a LoRA run's export): the answers over its base. */
+static int evaluate_adapter(const rf_eval_opts *o, rf_buf *json) {
+    char *base = o->base ? strdup(o->base) : NULL, *text = NULL, p[4200];
+    size_t len;
+    int rc = RF_OK;
+    snprintf(p, sizeof p, "%s/adapter_config.json", o->model_dir);
+    if (!base && rf_read_file(p, 1 << 20, &text, &len) == RF_OK) {
+        rf_json_doc *d = rf_json_doc_new();
+        const rf_json *r, *v;
+        if (d && rf_json_parse(d, text, len, &r) == RF_OK &&
+            rf_json_is_str(v = rf_json_get(r, "base_model_name_or_path")))
+            base = strndup(v->u.str, v->len);
+        rf_json_doc_free(d);
+        free(text);
+    }
+    if (!base)
+        rc = rf_fail(RF_ERR_INVALID, "eval: %s is a PEFT adapter and no base model is known",
+                     o->model_dir);
+    if (!rc && (!has_mask(o->data) || o->answers <= 0))
+        rc = rf_fail(RF_ERR_UNSUPPORTED,
+                     "eval: %s is a PEFT adapter: the evaluator scores adapters on SFT data "
+                     "(%s.mask) only; for perplexity use refinery eval --task lm --adapter",
+                     o->model_dir, o->data);
+    rf_buf b = RF_BUF_INIT;
+    double t0 = rf_now();
+    if (!rc) rc = rf_buf_puts(&b, "{\"task\":\"causal_lm\",\"adapter\":");
+    if (!rc) rc = rf_buf_append_json_str(&b, o->model_dir, strlen(o->model_dir));
+    if (!rc) rc = rf_buf_puts(&b, ",\"base\":");
+    if (!rc) rc = rf_buf_append_json_str(&b, base, strlen(base));
+    if (!rc) rc = rf_buf_puts(&b, ",\"data\":");
+    if (!rc) rc = rf_buf_append_json_str(&b, o->data, strlen(o->data));
+    if (!rc) rc = add_answers(o, "answers", base, o->model_dir, &b);
+    if (!rc) rc = add_answers(o, "answers_before", base, NULL, &b);
+    if (!rc) rc = rf_buf_printf(&b, ",\"seconds\":%.3f}\n", rf_now() - t0);
+    if (!rc && o->report_path) {
+        rc = rf_write_file_atomic(o->report_path, b.data, b.len);
+        if (rc) rc = rf_fail_ctx(rc, "eval: cannot write %s", o->report_path);
+    }
+    if (!rc && json) rc = rf_buf_append(json, b.data, b.len);
+    rf_buf_free(&b);
+    free(base);
+    return rc;
+}
+
 /* A causal LM's folder (trainer.task causal_lm) gets its eval loss and
- * perplexity (lm_loss.h) in place of the classifier's metrics. */
+ * perplexity (lm_loss.h) in place of the classifier's metrics, and on SFT
+ * data the answers (answers.h). */
 static int evaluate_lm(const rf_eval_opts *o, rf_buf *json) {
     rf_buf b = RF_BUF_INIT;
     if (o->predictions_path)
         rf_info("evaluator", "a causal LM has no per-example predictions; %s not written",
                 o->predictions_path);
     int rc = rf_lm_evaluate_path(o->model_dir, o->data, o->max_len, o->batch_size, o->samples, &b);
+    if (!rc && o->answers > 0 && has_mask(o->data)) {
+        b.len -= 2; /* reopen the object: "}\n" */
+        rc = add_answers(o, "answers", o->model_dir, NULL, &b);
+        if (!rc && o->base) rc = add_answers(o, "answers_before", o->base, NULL, &b);
+        if (!rc) rc = rf_buf_puts(&b, "}\n");
+    }
     if (!rc && o->report_path) {
         rc = rf_write_file_atomic(o->report_path, b.data, b.len);
         if (rc) rc = rf_fail_ctx(rc, "eval: cannot write %s", o->report_path);
@@ -102,6 +179,10 @@ static int evaluate_lm(const rf_eval_opts *o, rf_buf *json) {
 }
 
 int rf_evaluate_run(const rf_eval_opts *o, rf_buf *json) {
+    char ac[4200];
+    struct stat st;
+    snprintf(ac, sizeof ac, "%s/adapter_config.json", o->model_dir);
+    if (stat(ac, &st) == 0) return evaluate_adapter(o, json);
     rf_model_desc md;
     if (rf_model_describe(o->model_dir, &md) == RF_OK && md.task == RF_TASK_CAUSAL_LM)
         return evaluate_lm(o, json);

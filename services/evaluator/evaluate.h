@@ -47,6 +47,13 @@ typedef struct rf_eval_opts {
     const char *predictions_path; /* one JSON line per example (predictions.h), unless NULL */
     const char *device;           /* backend (rf_backend_for): NULL or "cpu", "cuda" */
     int samples; /* a causal LM: sample generations in the report (lm_loss.h); 0: none */
+    /* SFT data (data with a .mask, answers.h): the generated-answer accuracy of
+     * the first `answers` conversations (0: none) as "answers", and of `base`
+     * (the model before fine-tuning; NULL: none) as "answers_before". A
+     * model_dir holding a PEFT adapter (adapter_config.json) is scored over
+     * base (else its base_model_name_or_path), answers only. */
+    int answers;
+    const char *base;
 } rf_eval_opts;
 
 /* rf_evaluate_model on the data files of o (no sequence is an error), then

@@ -96,87 +96,6 @@ int32_t rf_sampler_next(rf_sampler *sm, const float *z) {
     return idx[kept - 1]; /* u rounded up to the total */
 }
 
-/* ---- ChatML ---- */
-
-/* tmpl without whitespace outside quotes and with the escape \n (two
- * characters) as a newline: enough to compare template expressions. */
-static char *normalize(const char *t) {
-    size_t n = strlen(t), j = 0;
-    char *o = malloc(n + 1), q = 0;
-    if (!o) return NULL;
-    for (size_t i = 0; i < n; i++) {
-        char c = t[i];
-        if (q) {
-            if (c == '\\' && i + 1 < n) {
-                char e = t[++i];
-                o[j++] = e == 'n' ? '\n' : e;
-                continue;
-            }
-            if (c == q) q = 0;
-            o[j++] = c;
-        } else if (c == '\'' || c == '"') {
-            q = c;
-            o[j++] = c;
-        } else if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
-            o[j++] = c;
-        }
-    }
-    o[j] = 0;
-    return o;
-}
-
-/* The literal of the default system block: the jinja string printed when
- * the first message is not a system message (NULL when the template has
- * none; *err set when it has one that does not parse). */
-static char *default_system(const char *norm, int *err) {
-    static const char *const heads[] = {
-        "{%ifloop.firstandmessages[0]['role']!='system'%}{{",
-        "{%ifloop.firstandmessages[0]['role']!=\"system\"%}{{",
-    };
-    *err = 0;
-    const char *p = NULL;
-    for (size_t i = 0; i < 2 && !p; i++)
-        if ((p = strstr(norm, heads[i]))) p += strlen(heads[i]);
-    if (!p) return NULL;
-    char q = *p;
-    const char *e = (q == '\'' || q == '"') ? strchr(p + 1, q) : NULL;
-    if (!e || strncmp(e + 1, "}}{%endif%}", 11) != 0) {
-        *err = 1;
-        return NULL;
-    }
-    return strndup(p + 1, (size_t)(e - p - 1));
-}
-
-int rf_chat_render(const char *tmpl, const rf_chat_msg *msgs, size_t n, rf_buf *out) {
-    static const char *const msg_expr[] = {
-        "{{'<|im_start|>'+message['role']+'\n'+message['content']+'<|im_end|>'+'\n'}}",
-        "{{'<|im_start|>'+message['role']+'\n'+message['content']+'<|im_end|>\n'}}",
-    };
-    if (!tmpl) return rf_fail(RF_ERR_NOT_FOUND, "chat: the model has no chat template");
-    char *norm = normalize(tmpl);
-    if (!norm) return RF_ERR_NOMEM;
-    bool chatml = strstr(norm, "{%formessageinmessages%}") &&
-                  (strstr(norm, msg_expr[0]) || strstr(norm, msg_expr[1])) &&
-                  strstr(norm, "{%ifadd_generation_prompt%}{{'<|im_start|>assistant\n'}}{%endif%}");
-    int err;
-    char *sys = chatml ? default_system(norm, &err) : NULL;
-    free(norm);
-    if (!chatml || err)
-        return rf_fail(RF_ERR_UNSUPPORTED,
-                       "chat: the model's chat template is not the ChatML one this renderer "
-                       "knows (<|im_start|>role\\n...<|im_end|>\\n)");
-    int rc = RF_OK;
-    if (sys && n > 0 && strcmp(msgs[0].role, "system") != 0) rc = rf_buf_puts(out, sys);
-    free(sys);
-    for (size_t i = 0; i < n && !rc; i++) {
-        if (!(rc = rf_buf_puts(out, "<|im_start|>")) && !(rc = rf_buf_puts(out, msgs[i].role)) &&
-            !(rc = rf_buf_putc(out, '\n')) && !(rc = rf_buf_puts(out, msgs[i].content)))
-            rc = rf_buf_puts(out, "<|im_end|>\n");
-    }
-    if (!rc) rc = rf_buf_puts(out, "<|im_start|>assistant\n");
-    return rc;
-}
-
 /* ---- generation ---- */
 
 void rf_gen_result_free(rf_gen_result *r) {
@@ -192,7 +111,7 @@ int rf_gen_prompt_ids(const rf_lm *lm, const char *prompt, bool chat, int32_t **
     int rc = RF_OK;
     if (chat) {
         rf_chat_msg m = {"user", prompt};
-        rc = rf_chat_render(lm->chat_template, &m, 1, &text);
+        rc = rf_chat_render(lm->chat_template, &m, 1, true, &text);
     }
     rf_tok_state *ts = rc ? NULL : rf_tok_state_new(lm->tok);
     if (!rc && !ts) rc = RF_ERR_NOMEM;

@@ -17,12 +17,9 @@
  * is emitted, as transformers returns it), or when the model's positions run
  * out (finish reason "length" in both cases of a limit).
  *
- * Chat (rf_chat_render): the ChatML template SmolLM2 and other instruct
- * models carry, recognised in the model's chat template and rendered as
- * jinja would: when the first message is not a system message, the
- * template's default system block; then "<|im_start|>" role "\n" content
- * "<|im_end|>\n" per message; then "<|im_start|>assistant\n" (the generation
- * prompt). Other templates are RF_ERR_UNSUPPORTED. The rendered text is
+ * Chat: the prompt as one user message through the model's ChatML template
+ * with the generation prompt (tokenizer/chat.h rf_chat_render). Other
+ * templates are RF_ERR_UNSUPPORTED. The rendered text is
  * tokenized without added special tokens (apply_chat_template's tokenize),
  * its <|im_start|> / <|im_end|> matched as the special tokens they are. */
 #ifndef RF_EVAL_GENERATE_H
@@ -35,6 +32,7 @@
 #include "common/buf.h"
 #include "common/rng.h"
 #include "evaluator/lm.h"
+#include "tokenizer/chat.h"
 
 typedef struct rf_sampling {
     float temperature; /* <= 0: greedy */
@@ -59,15 +57,6 @@ int rf_sampler_init(rf_sampler *sm, const rf_sampling *s, int V);
 void rf_sampler_free(rf_sampler *sm);
 /* The next token from logits[0..V). */
 int32_t rf_sampler_next(rf_sampler *sm, const float *logits);
-
-/* One chat message. */
-typedef struct rf_chat_msg {
-    const char *role, *content;
-} rf_chat_msg;
-
-/* Renders msgs with the ChatML template `tmpl` (NULL: RF_ERR_NOT_FOUND), with
- * the assistant's generation prompt, appending to out. */
-int rf_chat_render(const char *tmpl, const rf_chat_msg *msgs, size_t n, rf_buf *out);
 
 typedef struct rf_gen_opts {
     int max_new_tokens; /* <= 0: 64 */

@@ -11,8 +11,8 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "common/sys.h"
-#include "trainer/gguf.h"
-#include "trainer/gguf_tokenizer.h"
+#include "common/gguf.h"
+#include "tokenizer/gguf_tokenizer.h"
 #include "trainer/llama_gguf.h"
 #include "trainer/lora.h"
 

@@ -8,6 +8,11 @@
  *               per example (evaluator/predictions.h); "" writes none
  *   samples     a causal_lm run: sample generations in the report (default 3,
  *               0: none; evaluator/lm_loss.h rf_lm_samples)
+ *   answers     a causal_lm run on SFT data (the eval shards have a .mask): the
+ *               generated-answer accuracy on the first N held-out conversations
+ *               (default 200, 0: none; evaluator/answers.h), of the trained model
+ *               and of trainer.model before training (answers_before). A LoRA
+ *               run's export (a PEFT adapter) is scored over trainer.model.
  * Writes <run_dir>/evaluator/report.json and sets evaluator.* counters. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +33,8 @@ typedef struct eval_stage {
     const char *model, *data, *preds;
     const char *device; /* trainer.device: the evaluator follows it */
     char *model_def, *data_def, *preds_def, *dir;
-    int max_len, batch, samples;
+    int max_len, batch, samples, answers;
+    const char *base; /* a causal_lm run: trainer.model, the model before training */
 } eval_stage;
 
 static void eval_close(void *state) {
@@ -60,8 +66,13 @@ static int eval_open(const rf_cfg *sec, rf_run_ctx *ctx, void **state) {
     const rf_cfg *tr = ctx->spec ? rf_cfg_get(ctx->spec, "trainer") : NULL;
     const char *task = NULL;
     if (!rc && tr && rf_cfg_str(tr, "task", "classify", &task) == RF_OK && task &&
-        strcmp(task, "causal_lm") == 0)
+        strcmp(task, "causal_lm") == 0) {
         rc = rf_cfg_int(tr, "max_len", 128, 2, 4096, &def_len);
+        if (!rc) rc = rf_cfg_str(tr, "model", NULL, &e->base);
+    }
+    int64_t answers = 200;
+    if (!rc) rc = rf_cfg_int(sec, "answers", 200, 0, 1 << 30, &answers);
+    e->answers = (int)answers;
     if (!rc) rc = rf_cfg_int(sec, "max_len", def_len, 2, 4096, &max_len);
     if (!rc) rc = rf_cfg_int(sec, "batch_size", 64, 1, 4096, &batch);
     int64_t samples = 3;
@@ -94,7 +105,9 @@ static int eval_run(void *state) {
                        .report_path = path,
                        .predictions_path = e->preds && e->preds[0] ? e->preds : NULL,
                        .device = e->device,
-                       .samples = e->samples};
+                       .samples = e->samples,
+                       .answers = e->answers,
+                       .base = e->base};
     rc = rf_evaluate_run(&eo, &json);
     if (!rc) {
         rf_json_doc *d = rf_json_doc_new();
@@ -102,6 +115,17 @@ static int eval_run(void *state) {
         if (d && rf_json_parse(d, json.data, json.len, &r) == 0) {
             const rf_json *ppl = rf_json_get(r, "perplexity"), *el = rf_json_get(r, "eval_loss");
             const rf_json *tk = rf_json_get(r, "tokens");
+            const rf_json *aa = rf_json_get(rf_json_get(r, "answers"), "accuracy");
+            const rf_json *ab = rf_json_get(rf_json_get(r, "answers_before"), "accuracy");
+            if (aa) rf_stats_set_real(e->ctx->stats, "evaluator.answer_accuracy", aa->num);
+            if (ab) rf_stats_set_real(e->ctx->stats, "evaluator.answer_accuracy_before", ab->num);
+            if (aa && !ppl) { /* a LoRA run's adapter: answers only */
+                rf_info("evaluator", "%s: answer accuracy %.4f (before fine-tuning %.4f)", e->data,
+                        aa->num, ab ? ab->num : -1.0);
+                rf_json_doc_free(d);
+                rf_buf_free(&json);
+                return rc;
+            }
             if (ppl && el) { /* a causal LM (lm_loss.h) */
                 rf_stats_set_real(e->ctx->stats, "evaluator.eval_loss", el->num);
                 rf_stats_set_real(e->ctx->stats, "evaluator.perplexity", ppl->num);

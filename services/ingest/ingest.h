@@ -34,6 +34,7 @@
 
 #define RF_INGEST_MAX_TEXT_FIELDS 8
 #define RF_INGEST_MAX_COLUMNS     64
+#define RF_INGEST_MAX_ANSWERS     64
 
 typedef enum rf_ingest_format {
     RF_FORMAT_AUTO, /* per input: by extension, then by sniffing the first line */
@@ -77,6 +78,23 @@ typedef struct rf_ingest_opts {
     bool quality_enabled;
     rf_langid_opts language;
     rf_augment_opts augment;
+    /* Conversations (common/doc.h; SFT data). `conversations` (preset sft):
+     * a JSON Lines record is {"messages": [...]} or {"prompt": P, "response"
+     * (or "completion"): R} with an optional "system": S; the filters judge
+     * the contents joined by "\n" (the document's text) and the contents are
+     * kept as given (no cleaning: chat data holds code and markup).
+     * Rejects: messages_not_array, bad_message, bad_role, no_assistant,
+     * missing_prompt, missing_response. `chat_user` (the `chat:` section)
+     * turns every kept document into a conversation instead: [system:
+     * chat_system] + user: chat_user with each "{text}" replaced by the
+     * cleaned text (cut to chat_max_words words when > 0) + assistant:
+     * chat_answers[label]; a label without an answer is rejected as
+     * "no_answer". The document's text stays the cleaned text. */
+    bool conversations;
+    const char *chat_system, *chat_user;
+    const char *chat_answers[RF_INGEST_MAX_ANSWERS];
+    size_t n_chat_answers;
+    int64_t chat_max_words;
     char *owned[2]; /* split copies of comma-separated text_fields / columns */
 } rf_ingest_opts;
 

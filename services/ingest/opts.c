@@ -16,7 +16,8 @@ const char *const rf_ingest_keys[] = {
     "max_record",  "threads",       "batch_docs",
     "clean",       "quality",       "quality_filter",
     "language",    "augment",       "cache",
-    "retries",     "resources",     NULL,
+    "retries",     "resources",     "chat",
+    NULL,
 };
 
 static const char *const format_names[] = {"auto", "jsonl", "csv", "tsv", "text", NULL};
@@ -101,6 +102,38 @@ static int opt_string(const rf_cfg *sec, const char *key, const char **v) {
     return rc;
 }
 
+/* The `chat:` section: {system, user, answers, max_words} (ingest.h). */
+static int chat_from_cfg(const rf_cfg *c, rf_ingest_opts *o) {
+    static const char *const keys[] = {"system", "user", "answers", "max_words", NULL};
+    if (!c) return 0;
+    int rc = rf_cfg_check_keys(c, keys);
+    if (!rc) rc = rf_cfg_str(c, "system", o->chat_system, &o->chat_system);
+    if (!rc) rc = rf_cfg_str(c, "user", o->chat_user, &o->chat_user);
+    if (!rc) rc = rf_cfg_int(c, "max_words", o->chat_max_words, 0, 1 << 30, &o->chat_max_words);
+    if (rc) return rc;
+    if (!o->chat_user || !strstr(o->chat_user, "{text}"))
+        return rf_fail(RF_ERR_INVALID, "%s: a user template holding {text} is required",
+                       rf_cfg_path(c));
+    const char **list;
+    size_t n;
+    if (!rf_cfg_get(c, "answers"))
+        return rf_fail(RF_ERR_INVALID, "%s: answers (one per label) are required", rf_cfg_path(c));
+    if ((rc = rf_cfg_strlist(c, "answers", &list, &n))) return rc;
+    if (n == 0 || n > RF_INGEST_MAX_ANSWERS) {
+        free(list);
+        return rf_fail(RF_ERR_INVALID, "%s.answers: expected 1 to %d answers", rf_cfg_path(c),
+                       RF_INGEST_MAX_ANSWERS);
+    }
+    for (size_t i = 0; i < n; i++)
+        o->chat_answers[i] = list[i];
+    o->n_chat_answers = n;
+    free(list);
+    if (o->conversations)
+        return rf_fail(RF_ERR_INVALID, "%s: the records are conversations already (preset sft)",
+                       rf_cfg_path(c));
+    return 0;
+}
+
 int rf_ingest_opts_from_cfg(const rf_cfg *sec, rf_ingest_opts *o) {
     int rc;
     if (!sec) return 0;
@@ -164,7 +197,8 @@ int rf_ingest_opts_from_cfg(const rf_cfg *sec, rf_ingest_opts *o) {
     if ((rc = rf_clean_opts_from_cfg(rf_cfg_get(sec, "clean"), &o->clean)) ||
         (rc = rf_quality_opts_from_cfg(rf_cfg_get(sec, "quality"), &o->quality)) ||
         (rc = rf_langid_opts_from_cfg(rf_cfg_get(sec, "language"), &o->language)) ||
-        (rc = rf_augment_opts_from_cfg(rf_cfg_get(sec, "augment"), &o->augment)))
+        (rc = rf_augment_opts_from_cfg(rf_cfg_get(sec, "augment"), &o->augment)) ||
+        (rc = chat_from_cfg(rf_cfg_get(sec, "chat"), o)))
         return rc;
     return 0;
 }

@@ -56,9 +56,22 @@ static int wikitext(rf_ingest_opts *o) {
     return 0;
 }
 
+/* SFT conversations in JSON Lines (ingest.h's `conversations`). The quality
+ * filter is off: its rules are for prose, and a one-word answer is no defect. */
+static int sft(rf_ingest_opts *o) {
+    o->format = RF_FORMAT_JSONL;
+    o->conversations = true;
+    o->label_field = NULL;
+    o->id_field = NULL;
+    o->quality_enabled = false;
+    return 0;
+}
+
 int rf_ingest_preset_apply(rf_ingest_opts *o, const char *name) {
     if (strcmp(name, "amazon") == 0) return amazon(o);
     if (strcmp(name, "sst2") == 0) return sst2(o);
     if (strcmp(name, "wikitext") == 0) return wikitext(o);
-    return rf_fail(RF_ERR_INVALID, "unknown preset '%s' (expected amazon, sst2 or wikitext)", name);
+    if (strcmp(name, "sft") == 0) return sft(o);
+    return rf_fail(RF_ERR_INVALID, "unknown preset '%s' (expected amazon, sst2, wikitext or sft)",
+                   name);
 }

@@ -10,6 +10,9 @@
  *   wikitext  WikiText raw: a document per non-blank line (each is a paragraph
  *             of an article); " = Heading = " lines are rejected as "heading",
  *             blank lines are separators.
+ *   sft       SFT conversations, JSON Lines: {"messages": [{"role", "content"},
+ *             ...]} or {"prompt", "response" | "completion", "system"?}
+ *             (ingest.h's `conversations`); the quality filter is off.
  *
  * A preset only sets defaults: any explicit option applied after it wins. */
 #ifndef RF_INGEST_PRESET_H

@@ -24,6 +24,8 @@ struct rf_worker {
     rf_buf text;         /* joined text of a JSON record */
     rf_buf norm;         /* scratch of text_join_skip_contained */
     rf_buf *augs;        /* o->augment.n_aug augmented copies */
+    rf_buf msgs;         /* a conversation's canonical messages JSON */
+    rf_buf scratch;      /* chat: the user message */
 };
 
 int rf_worker_new(const rf_ingest_opts *o, const rf_augmenter *aug, const rf_source *src,
@@ -54,6 +56,8 @@ void rf_worker_free(rf_worker *w) {
     rf_decider_free(w->decider);
     rf_buf_free(&w->text);
     rf_buf_free(&w->norm);
+    rf_buf_free(&w->msgs);
+    rf_buf_free(&w->scratch);
     if (w->augs)
         for (size_t i = 0; i < w->o->augment.n_aug; i++)
             rf_buf_free(&w->augs[i]);
@@ -100,7 +104,14 @@ static int put_doc(rf_worker *w, rf_ibatch *b, const rf_doc *d) {
     c->text = malloc(d->text_len + 1);
     c->source = strdup(d->source);
     c->aug_of = d->aug_of ? strdup(d->aug_of) : NULL;
-    if (!c->id || !c->text || !c->source || (d->aug_of && !c->aug_of)) return RF_ERR_NOMEM;
+    if (d->messages && (c->messages = malloc(d->messages_len + 1))) {
+        memcpy(c->messages, d->messages, d->messages_len);
+        c->messages[d->messages_len] = '\0';
+        c->messages_len = d->messages_len;
+    }
+    if (!c->id || !c->text || !c->source || (d->aug_of && !c->aug_of) ||
+        (d->messages && !c->messages))
+        return RF_ERR_NOMEM;
     memcpy(c->text, d->text, d->text_len);
     c->text[d->text_len] = '\0';
     c->text_len = d->text_len;
@@ -126,9 +137,64 @@ static void format_id(char *out, const char *base, uint64_t line) {
     out[n] = '\0';
 }
 
-/* Decide (clean, filter), write, augment: the part shared by every input format. */
+/* One message of a canonical messages array (doc.h). */
+static int put_msg(rf_buf *m, const char *role, const char *content, size_t len) {
+    int rc = rf_buf_puts(m, m->len ? ",{\"role\":\"" : "[{\"role\":\"");
+    rc |= rf_buf_puts(m, role);
+    rc |= rf_buf_puts(m, "\",\"content\":");
+    rc |= rf_buf_append_json_str(m, content, len);
+    rc |= rf_buf_putc(m, '}');
+    return rc ? RF_ERR_NOMEM : 0;
+}
+
+/* The `chat:` conversation of a kept document (ingest.h) into w->msgs; *why
+ * set (and nothing built) when its label has no answer. */
+static int make_chat(rf_worker *w, const char *text, size_t n, int32_t label, const char **why) {
+    const rf_ingest_opts *o = w->o;
+    *why = NULL;
+    if (label < 0 || (size_t)label >= o->n_chat_answers) {
+        *why = "no_answer";
+        return 0;
+    }
+    if (o->chat_max_words > 0) { /* cut after the max_words-th word */
+        int64_t words = 0;
+        bool in = false;
+        for (size_t i = 0; i < n; i++) {
+            bool sp = text[i] == ' ' || text[i] == '\n' || text[i] == '\t' || text[i] == '\r';
+            if (!sp && !in && ++words > o->chat_max_words) {
+                n = i;
+                while (n && (text[n - 1] == ' ' || text[n - 1] == '\n' || text[n - 1] == '\t' ||
+                             text[n - 1] == '\r'))
+                    n--;
+                break;
+            }
+            in = !sp;
+        }
+    }
+    rf_buf *u = &w->scratch;
+    rf_buf_reset(u);
+    int rc = 0;
+    for (const char *p = o->chat_user; !rc && *p;) {
+        const char *t = strstr(p, "{text}");
+        size_t k = t ? (size_t)(t - p) : strlen(p);
+        rc = rf_buf_append(u, p, k);
+        if (!rc && t) rc = rf_buf_append(u, text, n);
+        p += k + (t ? 6 : 0);
+    }
+    rf_buf_reset(&w->msgs);
+    if (!rc && o->chat_system)
+        rc = put_msg(&w->msgs, "system", o->chat_system, strlen(o->chat_system));
+    if (!rc) rc = put_msg(&w->msgs, "user", u->data ? u->data : "", u->len);
+    const char *a = o->chat_answers[label];
+    if (!rc) rc = put_msg(&w->msgs, "assistant", a, strlen(a));
+    if (!rc) rc = rf_buf_putc(&w->msgs, ']');
+    return rc ? RF_ERR_NOMEM : 0;
+}
+
+/* Decide (clean, filter), write, augment: the part shared by every input
+ * format. msgs: a conversation's canonical messages (preset sft), else NULL. */
 static int finish_record(rf_worker *w, rf_ibatch *b, const rf_rec *r, const char *text, size_t n,
-                         int32_t label, const char *id, size_t id_len) {
+                         int32_t label, const char *id, size_t id_len, const rf_buf *msgs) {
     const rf_ingest_opts *o = w->o;
     rf_verdict v;
     int rc = rf_decide(w->decider, text, n, &v);
@@ -141,6 +207,12 @@ static int finish_record(rf_worker *w, rf_ibatch *b, const rf_rec *r, const char
     if (v.reject) return reject(w, b, r, v.reject, v.text, v.len, NULL, 0);
     const char *ctext = v.text;
     size_t clen = v.len;
+    if (o->chat_user) {
+        const char *why;
+        if ((rc = make_chat(w, ctext, clen, label, &why))) return rc;
+        if (why) return reject(w, b, r, why, ctext, clen, NULL, 0);
+        msgs = &w->msgs;
+    }
 
     char idbuf[ID_MAX];
     if (id) {
@@ -157,7 +229,9 @@ static int finish_record(rf_worker *w, rf_ibatch *b, const rf_rec *r, const char
                 .label = label,
                 .source = (char *)rf_source_path(w->src, r->src),
                 .line = r->line,
-                .offset = r->offset};
+                .offset = r->offset,
+                .messages = msgs ? msgs->data : NULL,
+                .messages_len = msgs ? msgs->len : 0};
     if ((rc = put_doc(w, b, &d))) return rc;
     b->kept++;
     if (!w->aug) return 0;
@@ -170,6 +244,8 @@ static int finish_record(rf_worker *w, rf_ibatch *b, const rf_rec *r, const char
         snprintf(augid, sizeof augid, "%s#aug%zu", idbuf, k + 1);
         rf_doc a = d;
         a.id = augid;
+        a.messages = NULL; /* a copy of the text, not of the conversation */
+        a.messages_len = 0;
         a.text = w->augs[k].data ? w->augs[k].data : "";
         a.text_len = w->augs[k].len;
         a.aug_of = idbuf;
@@ -179,8 +255,47 @@ static int finish_record(rf_worker *w, rf_ibatch *b, const rf_rec *r, const char
     return 0;
 }
 
+/* A conversation record (preset sft) into w->msgs and w->text; NULL or the
+ * reject reason. */
+static const char *conversation(rf_worker *w, const char *line, size_t len) {
+    const rf_json *root;
+    rf_buf_reset(&w->msgs);
+    rf_buf_reset(&w->text);
+    if (rf_json_parse(w->json, line, len, &root)) return "invalid_json";
+    if (root->type != RF_JSON_OBJECT) return "not_an_object";
+    const rf_json *m = rf_json_get(root, "messages");
+    if (m) return rf_messages_canon(m, &w->msgs, &w->text);
+    const rf_json *sys = rf_json_get(root, "system"), *p = rf_json_get(root, "prompt");
+    const rf_json *a = rf_json_get(root, "response");
+    if (!a) a = rf_json_get(root, "completion");
+    if (!rf_json_is_str(p)) return "missing_prompt";
+    if (!rf_json_is_str(a)) return "missing_response";
+    if (sys && sys->type != RF_JSON_NULL && !rf_json_is_str(sys)) return "bad_message";
+    int rc = 0;
+    if (rf_json_is_str(sys)) {
+        rc |= put_msg(&w->msgs, "system", sys->u.str, sys->len);
+        rc |= rf_buf_append(&w->text, sys->u.str, sys->len) | rf_buf_putc(&w->text, '\n');
+    }
+    rc |= put_msg(&w->msgs, "user", p->u.str, p->len);
+    rc |= put_msg(&w->msgs, "assistant", a->u.str, a->len);
+    rc |= rf_buf_putc(&w->msgs, ']');
+    rc |= rf_buf_append(&w->text, p->u.str, p->len) | rf_buf_putc(&w->text, '\n');
+    rc |= rf_buf_append(&w->text, a->u.str, a->len);
+    return rc ? "out_of_memory" : NULL;
+}
+
 static int json_record(rf_worker *w, rf_ibatch *b, const rf_rec *r) {
     const char *line = b->arena.data + r->a.off;
+    if (w->o->conversations) {
+        const char *why = conversation(w, line, r->a.len);
+        if (why && strcmp(why, "out_of_memory") == 0) return RF_ERR_NOMEM;
+        if (why) {
+            const char *detail = strcmp(why, "invalid_json") == 0 ? rf_errmsg() : NULL;
+            return reject(w, b, r, why, line, r->a.len, detail, detail ? strlen(detail) : 0);
+        }
+        return finish_record(w, b, r, w->text.data ? w->text.data : "", w->text.len, RF_LABEL_NONE,
+                             NULL, 0, &w->msgs);
+    }
     rf_record_fields f = {.text = &w->text, .norm = &w->norm};
     const char *why = rf_jsonl_extract(w->json, line, r->a.len, &w->map, &f);
     if (why) {
@@ -188,7 +303,7 @@ static int json_record(rf_worker *w, rf_ibatch *b, const rf_rec *r) {
         const char *detail = strcmp(why, "invalid_json") == 0 ? rf_errmsg() : NULL;
         return reject(w, b, r, why, line, r->a.len, detail, detail ? strlen(detail) : 0);
     }
-    return finish_record(w, b, r, f.text_data, f.text_len, f.label, f.id, f.id_len);
+    return finish_record(w, b, r, f.text_data, f.text_len, f.label, f.id, f.id_len, NULL);
 }
 
 static int fields_record(rf_worker *w, rf_ibatch *b, const rf_rec *r) {
@@ -210,7 +325,7 @@ static int fields_record(rf_worker *w, rf_ibatch *b, const rf_rec *r) {
         id = b->arena.data + r->c.off;
         id_len = r->c.len;
     }
-    return finish_record(w, b, r, text, r->a.len, label, id, id_len);
+    return finish_record(w, b, r, text, r->a.len, label, id, id_len, NULL);
 }
 
 int rf_worker_process(rf_worker *w, rf_ibatch *b) {

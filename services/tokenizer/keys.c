@@ -3,7 +3,6 @@
 #include "pipeline/stages.h"
 
 const char *const rf_tokenizer_keys[] = {
-    "tokenizer", "max_length", "add_special_tokens", "eval_fraction", "seed",
-    "pack",      "block_len",  "eos_token",          "batch_size",    "partitions",
-    "threads",   "cache",      "append_eos",         "retries",       "resources",
-    NULL};
+    "tokenizer",  "max_length", "add_special_tokens", "eval_fraction", "seed",    "pack",
+    "block_len",  "eos_token",  "batch_size",         "partitions",    "threads", "cache",
+    "append_eos", "retries",    "resources",          "chat_template", NULL};

@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 
 #include "common/error.h"
+#include "common/gguf.h"
+#include "tokenizer/gguf_tokenizer.h"
 #include "common/json.h"
 #include "common/sys.h"
 #include "tokenizer/tok_internal.h"
@@ -509,6 +511,13 @@ int rf_tokenizer_load(const char *path, rf_tokenizer **out) {
         return rf_fail(RF_ERR_NOT_FOUND, "%s: no tokenizer.json, vocab.json or vocab.txt", path);
     }
     if (ends_with(path, ".txt")) return load_vocab_txt(path, out);
+    if (ends_with(path, ".gguf")) { /* the tokenizer in a model file's metadata */
+        rf_gguf_file *f;
+        int rc = rf_gguf_open(path, &f);
+        if (!rc) rc = rf_gguf_tokenizer(f, out, NULL);
+        rf_gguf_free(f);
+        return rc;
+    }
     if (ends_with(path, "vocab.json")) {
         size_t dir = strlen(path) - strlen("vocab.json");
         if (dir >= sizeof b - 16) return rf_fail(RF_ERR_RANGE, "path too long");

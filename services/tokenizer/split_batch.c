@@ -10,6 +10,7 @@
 #include "common/obs.h"
 #include "common/hash.h"
 #include "tokenizer/batch.h"
+#include "tokenizer/chat.h"
 
 struct rf_tok_splitter {
     rf_tok_split_opts o;
@@ -40,8 +41,10 @@ int rf_tok_splitter_new(const rf_tokenizer *tok, const rf_tok_split_opts *o,
 
 void rf_tok_splitter_free(rf_tok_splitter *s) {
     if (!s) return;
-    for (size_t i = 0; i < s->cap; i++)
+    for (size_t i = 0; i < s->cap; i++) {
         rf_tok_encoding_free(&s->res[i].enc);
+        free(s->res[i].mask);
+    }
     free(s->res);
     for (int t = 0; t < s->o.threads; t++)
         rf_tok_state_free(s->states[t]);
@@ -73,17 +76,47 @@ static int one(rf_tok_splitter *s, rf_tok_state *st, const rf_tok_doc *d, rf_tok
     r->split = RF_SPLIT_TRAIN;
     r->cluster = 0;
     r->enc.len = 0;
+    free(r->mask);
+    r->mask = NULL;
+    r->chat_merged = false;
     if (!d->text || d->text_len == 0) {
         r->reject = RF_TOK_REJECT_NO_TEXT;
         return RF_OK;
     }
-    int rc = rf_tok_encode(st, d->text, d->text_len, s->o.add_special, &r->enc);
-    if (rc == RF_ERR_NOMEM) return rc;
-    if (rc) {
-        r->enc.len = 0;
-        r->reject = RF_TOK_REJECT_ENCODE;
-        snprintf(r->detail, sizeof r->detail, "%s", rf_errmsg());
-        return RF_OK;
+    int rc;
+    if (d->messages) {
+        rf_chat_msg *msgs;
+        size_t nm;
+        char *store;
+        rc = rf_chat_msgs_parse(d->messages, d->messages_len, &msgs, &nm, &store);
+        if (!rc)
+            rc = rf_chat_encode(st, s->o.chat_template, msgs, nm, &r->enc, &r->mask,
+                                &r->chat_merged);
+        free(msgs);
+        free(store);
+        if (rc == RF_ERR_NOMEM) return rc;
+        if (rc) {
+            r->enc.len = 0;
+            r->reject = RF_TOK_REJECT_CHAT;
+            snprintf(r->detail, sizeof r->detail, "%s", rf_errmsg());
+            return RF_OK;
+        }
+        if (s->o.max_length && r->enc.len > s->o.max_length) {
+            snprintf(r->detail, sizeof r->detail, "%zu tokens, max_length %zu", r->enc.len,
+                     s->o.max_length);
+            r->enc.len = 0;
+            r->reject = RF_TOK_REJECT_LONG;
+            return RF_OK;
+        }
+    } else {
+        rc = rf_tok_encode(st, d->text, d->text_len, s->o.add_special, &r->enc);
+        if (rc == RF_ERR_NOMEM) return rc;
+        if (rc) {
+            r->enc.len = 0;
+            r->reject = RF_TOK_REJECT_ENCODE;
+            snprintf(r->detail, sizeof r->detail, "%s", rf_errmsg());
+            return RF_OK;
+        }
     }
     const char *id = d->id ? d->id : "";
     size_t id_len = strlen(id);

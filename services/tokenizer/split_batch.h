@@ -13,6 +13,14 @@
  *    special tokens only (and a protobuf string cannot tell NULL from "").
  *  - "encode_failed": the tokenizer refused the text (say a WordPiece
  *    vocabulary without [UNK] met an unknown word); detail holds its message.
+ *  - A conversation (a document with messages, common/doc.h) is encoded with
+ *    the chat template in the options (tokenizer/chat.h rf_chat_encode), its
+ *    loss mask in the result. "chat_failed": no template, a template this
+ *    renderer does not know, or malformed messages (detail says which);
+ *    "chat_too_long": longer than max_length tokens (a conversation is never
+ *    truncated: that would cut the answer the loss is for). A conversation
+ *    whose piecewise ids differ from the whole rendering's is kept and
+ *    counted (chat_merged; tokenizer.chat_boundary_merges).
  *  - Out of memory is not about the document: the call fails with
  *    RF_ERR_NOMEM and the caller stops (or retries) the batch.
  * Kept documents go to the eval split when rf_split_is_eval() says so on
@@ -34,6 +42,8 @@
 
 #define RF_TOK_REJECT_NO_TEXT "no_text"
 #define RF_TOK_REJECT_ENCODE  "encode_failed"
+#define RF_TOK_REJECT_CHAT    "chat_failed"
+#define RF_TOK_REJECT_LONG    "chat_too_long"
 
 enum { RF_SPLIT_TRAIN = 0, RF_SPLIT_EVAL = 1 };
 
@@ -42,7 +52,9 @@ typedef struct rf_tok_doc {
     const char *id; /* NULL counts as "" */
     const char *text;
     size_t text_len;
-    uint64_t cluster; /* dedup cluster id, 0 when dedup did not run */
+    uint64_t cluster;     /* dedup cluster id, 0 when dedup did not run */
+    const char *messages; /* a conversation's canonical messages JSON, else NULL */
+    size_t messages_len;
 } rf_tok_doc;
 
 typedef struct rf_tok_result {
@@ -51,13 +63,17 @@ typedef struct rf_tok_result {
     int split;           /* kept: RF_SPLIT_TRAIN or RF_SPLIT_EVAL */
     uint64_t cluster;    /* kept: the split key (see above) */
     rf_tok_encoding enc; /* kept: the ids, enc.ids[0..enc.len) */
+    uint8_t *mask;       /* kept conversation: the loss mask, enc.len bytes; else NULL */
+    bool chat_merged;    /* kept conversation: see above */
 } rf_tok_result;
 
 typedef struct rf_tok_split_opts {
     bool add_special; /* add the post-processor's special tokens */
     double eval_fraction;
     uint64_t seed;
-    int threads; /* >= 1 */
+    int threads;               /* >= 1 */
+    const char *chat_template; /* for conversations (borrowed); NULL: none */
+    size_t max_length;         /* conversations longer are rejected; 0: no limit */
 } rf_tok_split_opts;
 
 typedef struct rf_tok_splitter rf_tok_splitter;

@@ -15,10 +15,22 @@
  *     batch_size: 32           # for the batching report
  *     partitions: 2            # data-parallel partitions for the report
  *     threads: 2               # default: run.threads
+ *     chat_template: auto      # conversations (SFT): the tokenizer's own template
+ *                              # (a .gguf's metadata, tokenizer_config.json or
+ *                              # chat_template.jinja beside it), or a file holding one
  *
  * Writes <run_dir>/tokenizer/{train,eval}.{bin,idx} (shard.h) and report.json
  * (token counts, padding of length-bucketed batches against naive padding,
  * partition imbalance). Documents pass on downstream unchanged.
+ *
+ * Conversations (documents with messages: ingest's preset sft or `chat:`)
+ * are rendered with the chat template and tokenized with their loss mask
+ * (tokenizer/chat.h); the masks go to <split>.mask beside the shards, one
+ * byte per token (trainer/lm_data.h's format: 1 for a target, and every token
+ * of a document without messages is one), written only when a split holds a
+ * conversation. A conversation is never packed here (pack: true fails: the
+ * blocks keep no mask; append_eos lets the trainer pack it); an EOS appended
+ * takes the mask of the document's last token.
  *
  * Encoding and the split are rf_tok_split_batch's (split_batch.h), the same
  * function the tokenizer service calls: a document without text or one the
@@ -27,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/buf.h"
 #include "common/error.h"
@@ -35,6 +48,7 @@
 #include "pipeline/stages.h"
 #include "common/sys.h"
 #include "tokenizer/batch.h"
+#include "tokenizer/chat.h"
 #include "tokenizer/shard.h"
 #include "tokenizer/split_batch.h"
 #include "tokenizer/tokenizer.h"
@@ -66,6 +80,9 @@ typedef struct tok_stage {
     lenvec lens[2];
     uint64_t docs[2], tokens[2], dropped_tail[2];
     FILE *rejects; /* tokenizer/rejects.jsonl, opened at the first reject */
+    char *chat_template;
+    FILE *mask[2]; /* <split>.mask.tmp, opened at the split's first conversation */
+    uint64_t targets[2], merged;
 } tok_stage;
 
 /* One line of tokenizer/rejects.jsonl (the run report's examples). */
@@ -100,6 +117,14 @@ static void stage_close(void *state) {
     }
     free(s->views);
     free(s->doc_eos);
+    free(s->chat_template);
+    for (int k = 0; k < 2; k++)
+        if (s->mask[k]) {
+            char p[4200];
+            fclose(s->mask[k]);
+            snprintf(p, sizeof p, "%s/%s.mask.tmp", s->dir, split_name[k]);
+            unlink(p);
+        }
     if (s->rejects) fclose(s->rejects);
     rf_tok_splitter_free(s->splitter);
     rf_tokenizer_free(s->tok);
@@ -110,7 +135,7 @@ static int stage_open(const rf_cfg *sec, rf_run_ctx *ctx, void **state) {
     tok_stage *s = calloc(1, sizeof *s);
     if (!s) return RF_ERR_NOMEM;
     s->ctx = ctx;
-    const char *path, *eos;
+    const char *path, *eos, *tmpl;
     int64_t seed, threads;
     int rc = rf_cfg_str(sec, "tokenizer", NULL, &path);
     if (!rc && !path)
@@ -126,6 +151,13 @@ static int stage_open(const rf_cfg *sec, rf_run_ctx *ctx, void **state) {
     if (!rc) rc = rf_cfg_int(sec, "batch_size", 32, 1, 1 << 20, &s->batch_size);
     if (!rc) rc = rf_cfg_int(sec, "partitions", 2, 1, 4096, &s->partitions);
     if (!rc) rc = rf_cfg_int(sec, "threads", ctx->threads > 0 ? ctx->threads : 1, 1, 256, &threads);
+    if (!rc) rc = rf_cfg_str(sec, "chat_template", "auto", &tmpl);
+    if (!rc && strcmp(tmpl, "auto") == 0)
+        rc = rf_chat_template_find(path, &s->chat_template);
+    else if (!rc) {
+        size_t len;
+        rc = rf_read_file(tmpl, 1 << 20, &s->chat_template, &len);
+    }
     if (!rc) {
         s->seed = (uint64_t)seed;
         s->threads = (int)threads;
@@ -148,7 +180,9 @@ static int stage_open(const rf_cfg *sec, rf_run_ctx *ctx, void **state) {
         rf_tok_split_opts so = {.add_special = s->add_special,
                                 .eval_fraction = s->eval_fraction,
                                 .seed = s->seed,
-                                .threads = s->threads};
+                                .threads = s->threads,
+                                .chat_template = s->chat_template,
+                                .max_length = (size_t)s->max_length};
         rc = rf_tok_splitter_new(s->tok, &so, &s->splitter);
     }
     snprintf(s->dir, sizeof s->dir, "%s/tokenizer", ctx->run_dir);
@@ -162,6 +196,8 @@ static int stage_open(const rf_cfg *sec, rf_run_ctx *ctx, void **state) {
                               .pad_id = -1,
                               .block_len = s->pack ? (uint32_t)s->block_len : 0};
         rc = rf_shard_writer_open(prefix, &info, &s->w[k]);
+        snprintf(prefix, sizeof prefix, "%s/%s.mask", s->dir, split_name[k]);
+        unlink(prefix); /* a previous run's: this one writes its own or none */
     }
     if (rc) {
         stage_close(s);
@@ -194,6 +230,32 @@ static int write_block(void *ctx, const uint32_t *block, uint32_t len) {
     return rc ? rc : lens_push(&b->s->lens[b->split], len);
 }
 
+/* The mask bytes of one written document: its own (a conversation), or all
+ * ones; extra: an appended EOS, which takes the last token's byte. The file
+ * is opened at the split's first conversation, with ones for every token
+ * written before. */
+static int write_mask(tok_stage *s, int k, const uint8_t *mask, size_t n, bool extra) {
+    if (!s->mask[k] && !mask) return 0;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s.mask.tmp", s->dir, split_name[k]);
+    if (!s->mask[k]) {
+        if (!(s->mask[k] = fopen(path, "w")))
+            return rf_fail(RF_ERR_IO, "tokenizer: cannot open %s", path);
+        for (uint64_t i = 0; i < s->tokens[k]; i++)
+            if (putc(1, s->mask[k]) == EOF) return rf_fail(RF_ERR_IO, "writing %s failed", path);
+    }
+    uint8_t last = 1;
+    for (size_t i = 0; i < n; i++) {
+        last = mask ? mask[i] : 1;
+        s->targets[k] += last;
+        if (putc(last, s->mask[k]) == EOF) return rf_fail(RF_ERR_IO, "writing %s failed", path);
+    }
+    if (extra && putc(last, s->mask[k]) == EOF)
+        return rf_fail(RF_ERR_IO, "writing %s failed", path);
+    s->targets[k] += extra ? last : 0;
+    return 0;
+}
+
 static int stage_process(void *state, rf_doc_batch *in, rf_emit_fn emit, void *emit_ctx) {
     tok_stage *s = state;
     int rc = 0;
@@ -208,7 +270,8 @@ static int stage_process(void *state, rf_doc_batch *in, rf_emit_fn emit, void *e
     }
     for (size_t i = 0; i < in->n && !rc; i++) {
         const rf_doc *d = &in->docs[i];
-        s->views[i] = (rf_tok_doc){d->id, d->text, d->text_len, d->cluster};
+        s->views[i] =
+            (rf_tok_doc){d->id, d->text, d->text_len, d->cluster, d->messages, d->messages_len};
     }
     const rf_tok_result *res = NULL;
     if (!rc) rc = rf_tok_split_batch(s->splitter, s->views, in->n, &res);
@@ -225,6 +288,18 @@ static int stage_process(void *state, rf_doc_batch *in, rf_emit_fn emit, void *e
         }
         int k = r->split;
         const rf_tok_encoding *e = &r->enc;
+        if (r->mask && s->pack) {
+            rc = rf_fail(RF_ERR_INVALID,
+                         "tokenizer.pack: document %s is a conversation, whose loss mask packed "
+                         "blocks do not keep; use append_eos: true (the trainer packs)",
+                         d->id ? d->id : "?");
+            break;
+        }
+        s->merged += r->chat_merged;
+        bool eos_added =
+            !s->pack && s->append_eos && (e->len == 0 || e->ids[e->len - 1] != s->eos_id);
+        if (!s->pack) rc = write_mask(s, k, r->mask, e->len, eos_added);
+        if (rc) break;
         if (s->pack) {
             block_sink b = {s, k};
             rc = rf_packer_add(&s->packer[k], e->ids, e->len, write_block, &b);
@@ -250,8 +325,7 @@ static int stage_process(void *state, rf_doc_batch *in, rf_emit_fn emit, void *e
             if (!rc) rc = lens_push(&s->lens[k], (uint32_t)e->len);
         }
         s->docs[k]++;
-        s->tokens[k] += e->len + (!s->pack && s->append_eos &&
-                                  (e->len == 0 || e->ids[e->len - 1] != s->eos_id));
+        s->tokens[k] += e->len + eos_added;
     }
     if (rc) {
         rf_doc_batch_free(in);
@@ -326,6 +400,26 @@ static int stage_finish(void *state, rf_emit_fn emit, void *emit_ctx) {
         int r = rf_shard_writer_close(s->w[k]);
         s->w[k] = NULL;
         if (!rc) rc = r;
+    }
+    for (int k = 0; k < 2 && !rc; k++) {
+        if (!s->mask[k]) continue;
+        char tmp[4200], path[4200];
+        snprintf(tmp, sizeof tmp, "%s/%s.mask.tmp", s->dir, split_name[k]);
+        snprintf(path, sizeof path, "%s/%s.mask", s->dir, split_name[k]);
+        int c = fclose(s->mask[k]);
+        s->mask[k] = NULL;
+        if (c != 0 || rename(tmp, path) != 0)
+            rc = rf_fail(RF_ERR_IO, "tokenizer: cannot write %s", path);
+        char name[64];
+        snprintf(name, sizeof name, "tokenizer.%s.target_tokens", split_name[k]);
+        if (!rc) rf_stats_add(s->ctx->stats, name, (int64_t)s->targets[k]);
+    }
+    if (!rc && s->merged) {
+        rf_stats_add(s->ctx->stats, "tokenizer.chat_boundary_merges", (int64_t)s->merged);
+        rf_warn("tokenizer",
+                "%llu conversation(s): ids across a turn boundary differ from the whole "
+                "rendering's; the piecewise ids were kept",
+                (unsigned long long)s->merged);
     }
     return rc ? rc : write_report(s);
 }

@@ -155,4 +155,7 @@ int rf_tok_template_add(rf_tok_template *tp, int seq, uint32_t type_id, const ui
 int rf_tok_bert_template(rf_tokenizer *t, uint32_t cls, uint32_t sep);
 rf_tokenizer *rf_tok_alloc(void);
 
+/* Grows every array of e to hold n tokens (tokenizer.c). */
+int rf_tok_encoding_reserve(rf_tok_encoding *e, size_t n);
+
 #endif

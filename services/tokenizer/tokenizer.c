@@ -242,7 +242,7 @@ static int truncate_seqs(const rf_tokenizer *t, rf_u32vec *a, rf_u32vec *b, size
     return 0;
 }
 
-static int enc_reserve(rf_tok_encoding *e, size_t n) {
+int rf_tok_encoding_reserve(rf_tok_encoding *e, size_t n) {
     if (n <= e->cap) return 0;
     size_t cap = e->cap ? e->cap : 64;
     while (cap < n)
@@ -262,7 +262,7 @@ static int enc_reserve(rf_tok_encoding *e, size_t n) {
 
 static int enc_append(rf_tok_encoding *e, const uint32_t *ids, size_t n, uint32_t type_id,
                       uint8_t special) {
-    if (enc_reserve(e, e->len + n)) return RF_ERR_NOMEM;
+    if (rf_tok_encoding_reserve(e, e->len + n)) return RF_ERR_NOMEM;
     for (size_t i = 0; i < n; i++) {
         e->ids[e->len] = ids[i];
         e->type_ids[e->len] = type_id;
@@ -278,7 +278,7 @@ int rf_tok_pad(const rf_tokenizer *t, rf_tok_encoding *e, size_t length) {
         length += t->pad_multiple - length % t->pad_multiple;
     if (e->len >= length) return 0;
     size_t extra = length - e->len;
-    if (enc_reserve(e, length)) return RF_ERR_NOMEM;
+    if (rf_tok_encoding_reserve(e, length)) return RF_ERR_NOMEM;
     size_t at = e->len;
     if (t->pad_side == RF_SIDE_LEFT) {
         memmove(e->ids + extra, e->ids, e->len * sizeof *e->ids);

@@ -36,6 +36,8 @@ typedef enum rf_tok_side { RF_SIDE_RIGHT, RF_SIDE_LEFT } rf_tok_side;
  *     transformers' BertTokenizerFast builds them;
  *   - a vocab.json with merges.txt beside it: GPT-2 byte-level BPE, as
  *     transformers' GPT2TokenizerFast builds it (<|endoftext|> special);
+ *   - a GGUF model file (*.gguf): the tokenizer its metadata carries
+ *     (gguf_tokenizer.h);
  *   - a directory holding tokenizer.json, or vocab.json+merges.txt, or vocab.txt.
  * Unsupported components (another normalizer, model or pre-tokenizer type) fail
  * with RF_ERR_UNSUPPORTED naming the component. */

@@ -26,7 +26,7 @@
 #ifndef RF_TR_LLAMA_GGUF_H
 #define RF_TR_LLAMA_GGUF_H
 
-#include "trainer/gguf.h"
+#include "common/gguf.h"
 #include "trainer/llama.h"
 
 /* The config from f's metadata (f must be a "llama" GGUF). */

@@ -14,7 +14,7 @@
 #include "common/sys.h"
 #include "tokenizer/shard.h"
 #include "tokenizer/tokenizer.h"
-#include "trainer/gguf_tokenizer.h"
+#include "tokenizer/gguf_tokenizer.h"
 #include "trainer/llama_gguf.h"
 
 /* ---- the packer ---- */

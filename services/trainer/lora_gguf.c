@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "trainer/gguf.h"
+#include "common/gguf.h"
 #include "trainer/llama.h"
 #include "trainer/llama_gguf.h"
 #include "trainer/lora.h"

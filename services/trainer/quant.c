@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "trainer/gguf.h"
+#include "common/gguf.h"
 
 #define ROW_PIECES 8 /* pieces of the N batch rows, as ops.c */
 #define PIECE_MIN  128

@@ -432,23 +432,23 @@ static void test_chat_render(void **state) {
         "%}{{ '<|im_start|>assistant\\n' }}{% endif %}";
     rf_chat_msg user = {"user", "Hi there"}, two[] = {{"system", "Be brief."}, {"user", "Hi"}};
     rf_buf b = RF_BUF_INIT;
-    assert_int_equal(rf_chat_render(smol, &user, 1, &b), 0);
+    assert_int_equal(rf_chat_render(smol, &user, 1, true, &b), 0);
     assert_string_equal(b.data, "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, "
                                 "trained by Hugging Face<|im_end|>\n<|im_start|>user\nHi "
                                 "there<|im_end|>\n<|im_start|>assistant\n");
     rf_buf_reset(&b);
-    assert_int_equal(rf_chat_render(smol, two, 2, &b), 0); /* a system message: no default */
+    assert_int_equal(rf_chat_render(smol, two, 2, true, &b), 0); /* a system message: no default */
     assert_string_equal(b.data, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n"
                                 "Hi<|im_end|>\n<|im_start|>assistant\n");
     rf_buf_reset(&b);
-    assert_int_equal(rf_chat_render(escaped, &user, 1, &b), 0); /* no default system block */
+    assert_int_equal(rf_chat_render(escaped, &user, 1, true, &b), 0); /* no default system block */
     assert_string_equal(b.data, "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n");
     rf_buf_reset(&b);
     assert_int_equal(rf_chat_render("{{ bos_token }}{% for m in messages %}[INST] {{ m.content }}"
                                     "{% endfor %}",
-                                    &user, 1, &b),
+                                    &user, 1, true, &b),
                      RF_ERR_UNSUPPORTED);
-    assert_int_equal(rf_chat_render(NULL, &user, 1, &b), RF_ERR_NOT_FOUND);
+    assert_int_equal(rf_chat_render(NULL, &user, 1, true, &b), RF_ERR_NOT_FOUND);
     rf_buf_free(&b);
 }
 

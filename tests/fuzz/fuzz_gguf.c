@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trainer/gguf.h"
-#include "trainer/gguf_tokenizer.h"
+#include "common/gguf.h"
+#include "tokenizer/gguf_tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t *buf = malloc(size ? size : 1); /* exact size: overreads are caught */

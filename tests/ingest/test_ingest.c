@@ -17,6 +17,8 @@
 #include "common/json.h"
 #include "common/stats.h"
 #include "ingest/ingest.h"
+#include "ingest/preset.h"
+#include "common/doc.h"
 #include "../support/mixed_jsonl.h"
 
 static char tmpdir[] = "/tmp/rf_ingest_XXXXXX";
@@ -308,6 +310,95 @@ static void test_paragraphs_lines_offsets(void **state) {
     result_free(&r);
 }
 
+/* Conversations: preset sft (prompt/response, completion, messages, each
+ * refusal with its reason) and the chat section over labelled records. */
+static void test_conversations(void **state) {
+    (void)state;
+    const char *jl =
+        "{\"prompt\":\"What is 2+2?\",\"response\":\"4\"}\n"
+        "{\"system\":\"Be brief.\",\"prompt\":\"Hi\",\"completion\":\"Hello\"}\n"
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\\"b\",\"x\":1},"
+        "{\"role\":\"assistant\",\"content\":\"c\"},{\"role\":\"user\",\"content\":\"d\"},"
+        "{\"role\":\"assistant\",\"content\":\"e\"}]}\n"
+        "{\"messages\":[{\"role\":\"robot\",\"content\":\"a\"}]}\n"
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}\n"
+        "{\"messages\":[{\"role\":\"user\",\"content\":7}]}\n"
+        "{\"messages\":{}}\n"
+        "{\"prompt\":\"no answer\"}\n"
+        "{\"response\":\"no question\"}\n"
+        "{not json\n";
+    write_file("chat.jsonl", jl, strlen(jl));
+    rf_ingest_opts o;
+    opts_plain(&o);
+    assert_int_equal(rf_ingest_preset_apply(&o, "sft"), 0);
+    const char *in[] = {path_of("chat.jsonl")};
+    result r = run(&o, in, 1);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(counter(&r, "ingest.kept"), 3);
+    assert_int_equal(counter(&r, "ingest.rejected.bad_role"), 1);
+    assert_int_equal(counter(&r, "ingest.rejected.no_assistant"), 1);
+    assert_int_equal(counter(&r, "ingest.rejected.bad_message"), 1);
+    assert_int_equal(counter(&r, "ingest.rejected.messages_not_array"), 1);
+    assert_int_equal(counter(&r, "ingest.rejected.missing_response"), 1);
+    assert_int_equal(counter(&r, "ingest.rejected.missing_prompt"), 1);
+    assert_int_equal(counter(&r, "ingest.rejected.invalid_json"), 1);
+    assert_non_null(strstr(r.docs, "\"text\":\"What is 2+2? 4\"")); /* cleaned: one space */
+    assert_non_null(strstr(r.docs, "\"messages\":[{\"role\":\"user\",\"content\":\"What is "
+                                   "2+2?\"},{\"role\":\"assistant\",\"content\":\"4\"}]"));
+    assert_non_null(strstr(r.docs, "[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":"
+                                   "\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\","
+                                   "\"content\":\"Hello\"}]"));
+    /* canonical: the extra key dropped, the escape kept, four turns in order */
+    assert_non_null(strstr(r.docs,
+                           "\"messages\":[{\"role\":\"user\",\"content\":\"a\\\"b\"},{"
+                           "\"role\":\"assistant\",\"content\":\"c\"},{\"role\":\"user\","
+                           "\"content\":\"d\"},{\"role\":\"assistant\",\"content\":\"e\"}]"));
+    /* every document line parses back, messages included */
+    rf_json_doc *jd = rf_json_doc_new();
+    size_t docs = 0;
+    for (char *p = r.docs; p && *p; docs++) {
+        char *nl = strchr(p, '\n');
+        const rf_json *root;
+        assert_int_equal(rf_json_parse(jd, p, (size_t)(nl - p), &root), 0);
+        rf_doc d = {0};
+        assert_int_equal(rf_doc_from_json(root, &d), 0);
+        assert_non_null(d.messages);
+        rf_doc_clear(&d);
+        p = nl + 1;
+    }
+    assert_int_equal(docs, 3);
+    rf_json_doc_free(jd);
+    result_free(&r);
+    rf_ingest_opts_free(&o);
+
+    /* the chat section: labelled records become conversations */
+    const char *lab = "{\"text\":\"one two three four five\",\"label\":1}\n"
+                      "{\"text\":\"bad   thing\",\"label\":0}\n"
+                      "{\"text\":\"unknown label\",\"label\":2}\n";
+    write_file("lab.jsonl", lab, strlen(lab));
+    opts_plain(&o);
+    o.label_field = "label";
+    o.chat_system = "S";
+    o.chat_user = "Q: {text} ({text})?";
+    o.chat_answers[0] = "negative", o.chat_answers[1] = "positive", o.n_chat_answers = 2;
+    o.chat_max_words = 3;
+    in[0] = path_of("lab.jsonl");
+    r = run(&o, in, 1);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(counter(&r, "ingest.kept"), 2);
+    assert_int_equal(counter(&r, "ingest.rejected.no_answer"), 1);
+    assert_non_null(strstr(r.docs, "\"text\":\"one two three four five\""));
+    assert_non_null(strstr(r.docs,
+                           "\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{"
+                           "\"role\":\"user\",\"content\":\"Q: one two three (one two "
+                           "three)?\"},{\"role\":\"assistant\",\"content\":\"positive\"}]"));
+    /* the cleaned text goes into the question (white space runs made one) */
+    assert_non_null(strstr(r.docs, "\"content\":\"Q: bad thing (bad thing)?\"},{\"role\":"
+                                   "\"assistant\",\"content\":\"negative\"}"));
+    result_free(&r);
+    rf_ingest_opts_free(&o);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accounting_and_thread_independence),
@@ -317,6 +408,7 @@ int main(void) {
         cmocka_unit_test(test_format_detection),
         cmocka_unit_test(test_ids_unique_across_inputs),
         cmocka_unit_test(test_paragraphs_lines_offsets),
+        cmocka_unit_test(test_conversations),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

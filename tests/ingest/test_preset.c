@@ -63,7 +63,7 @@ static void test_sst2_and_wikitext(void **state) {
     assert_null(o.label_field);
 
     assert_int_equal(rf_ingest_preset_apply(&o, "imdb"), RF_ERR_INVALID);
-    assert_non_null(strstr(rf_errmsg(), "amazon, sst2 or wikitext"));
+    assert_non_null(strstr(rf_errmsg(), "amazon, sst2, wikitext or sft"));
 }
 
 static void test_keys_override_preset(void **state) {

@@ -377,7 +377,8 @@ static void test_process_rejects(void **state) {
     assert_int_equal(rf_tok_splitter_new(tok, &o, &sp), RF_OK);
     rf_tok_doc views[N];
     for (int i = 0; i < N; i++)
-        views[i] = (rf_tok_doc){ids[i], docs[i].text, strlen(docs[i].text), docs[i].cluster};
+        views[i] =
+            (rf_tok_doc){ids[i], docs[i].text, strlen(docs[i].text), docs[i].cluster, NULL, 0};
     const rf_tok_result *res;
     assert_int_equal(rf_tok_split_batch(sp, views, N, &res), RF_OK);
     const char *topics[] = {train, eval};

@@ -69,7 +69,7 @@ static rf_tok_splitter *splitter(const rf_tokenizer *t, int threads, double eval
 }
 
 static rf_tok_doc doc(const char *id, const char *text, uint64_t cluster) {
-    return (rf_tok_doc){id, text, text ? strlen(text) : 0, cluster};
+    return (rf_tok_doc){id, text, text ? strlen(text) : 0, cluster, NULL, 0};
 }
 
 static void test_kept_ids_split_and_cluster(void **state) {

@@ -20,7 +20,7 @@
 #include "common/error.h"
 #include "common/hash.h"
 #include "common/sys.h"
-#include "trainer/gguf.h"
+#include "common/gguf.h"
 
 static uint8_t *fixture;
 static size_t fixture_len;

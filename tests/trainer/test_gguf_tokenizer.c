@@ -24,8 +24,8 @@
 #include "common/json.h"
 #include "common/sys.h"
 #include "tokenizer/tokenizer.h"
-#include "trainer/gguf.h"
-#include "trainer/gguf_tokenizer.h"
+#include "common/gguf.h"
+#include "tokenizer/gguf_tokenizer.h"
 
 static void expect_ids(rf_tok_state *st, const char *text, const uint32_t *want, size_t n) {
     rf_tok_encoding e = {0};

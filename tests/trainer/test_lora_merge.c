@@ -28,7 +28,7 @@
 #include "common/rng.h"
 #include "parity_causal.h"
 #include "trainer/causal_infer.h"
-#include "trainer/gguf.h"
+#include "common/gguf.h"
 #include "trainer/gpt2.h"
 #include "trainer/llama.h"
 #include "trainer/llama_gguf.h"

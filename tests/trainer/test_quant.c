@@ -19,7 +19,7 @@
 
 #include "common/error.h"
 #include "common/rng.h"
-#include "trainer/gguf.h"
+#include "common/gguf.h"
 #include "trainer/quant.h"
 
 static rf_rng rng;

@@ -143,7 +143,8 @@ int rf_tokenizer_service_process(void *user, const rf_kafka_msg *m, const rf_sta
             rc = RF_ERR_NOMEM;
     for (size_t i = 0; i < in->n_docs && !rc; i++) {
         const Refinery__V1__Document *d = in->docs[i];
-        s->views[i] = (rf_tok_doc){d->id, d->text, strlen(d->text), d->cluster};
+        /* the Document message carries no conversation yet: SFT data runs embedded */
+        s->views[i] = (rf_tok_doc){d->id, d->text, strlen(d->text), d->cluster, NULL, 0};
     }
     const rf_tok_result *res = NULL;
     if (!rc) rc = rf_tok_split_batch(s->splitter, s->views, in->n_docs, &res);

@@ -1,7 +1,7 @@
 /* GGUF reader and ggml block dequantization. Parsing walks a cursor over the
  * bytes; every read goes through take(), which checks the bytes that remain,
  * so no length from the file is used before it has been bounded. */
-#include "trainer/gguf.h"
+#include "common/gguf.h"
 
 #include <fcntl.h>
 #include <limits.h>

@@ -10,13 +10,13 @@
  * (sentencepiece "llama", ...) and pre-tokenizers with their own regex
  * (llama3, qwen2, ...) are RF_ERR_UNSUPPORTED, named in the message; so is
  * tokenizer.ggml.add_bos_token / add_eos_token set to true. */
-#ifndef RF_TR_GGUF_TOKENIZER_H
-#define RF_TR_GGUF_TOKENIZER_H
+#ifndef RF_TOK_GGUF_TOKENIZER_H
+#define RF_TOK_GGUF_TOKENIZER_H
 
 #include <stdint.h>
 
 #include "tokenizer/tokenizer.h"
-#include "trainer/gguf.h"
+#include "common/gguf.h"
 
 /* Special token ids from the metadata; -1 where the key is absent. */
 typedef struct rf_gguf_tok_ids {

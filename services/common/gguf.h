@@ -20,8 +20,8 @@
  *
  * Tensor shapes keep GGUF's order: ne[0] is the fastest-varying dimension
  * (the row length), so a PyTorch [out, in] weight has ne = {in, out}. */
-#ifndef RF_TR_GGUF_H
-#define RF_TR_GGUF_H
+#ifndef RF_GGUF_H
+#define RF_GGUF_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,6 +1,6 @@
 /* GGUF metadata -> rf_tokenizer: gathers the string arrays (pointers into the
  * mapped file) and hands them to rf_tokenizer_from_bpe_arrays. */
-#include "trainer/gguf_tokenizer.h"
+#include "tokenizer/gguf_tokenizer.h"
 
 #include <stdlib.h>
 #include <string.h>
