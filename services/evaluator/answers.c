@@ -16,8 +16,8 @@
 /* text trimmed of white space and with ASCII letters lowered, in place */
 static void normalize(rf_buf *b) {
     size_t i = 0, n = b->len;
-    while (i < n && (b->data[i] == ' ' || b->data[i] == '\n' || b->data[i] == '\t' ||
-                     b->data[i] == '\r'))
+    while (i < n &&
+           (b->data[i] == ' ' || b->data[i] == '\n' || b->data[i] == '\t' || b->data[i] == '\r'))
         i++;
     while (n > i && (b->data[n - 1] == ' ' || b->data[n - 1] == '\n' || b->data[n - 1] == '\t' ||
                      b->data[n - 1] == '\r'))
@@ -140,8 +140,8 @@ int rf_lm_answers(const rf_lm *lm, const char *prefix, int max_n, rf_buf *json, 
         }
     }
     if (!rc && out->n == 0)
-        rc = rf_fail(RF_ERR_INVALID, "answers: %s holds no conversation with a prompt and an answer",
-                     prefix);
+        rc = rf_fail(RF_ERR_INVALID,
+                     "answers: %s holds no conversation with a prompt and an answer", prefix);
     out->accuracy = out->n ? (double)out->correct / (double)out->n : 0;
     out->seconds = rf_now() - t0;
     if (!rc)

@@ -1,17 +1,20 @@
 #include "evaluator/evaluate.h"
-#include "common/json.h"
-#include "evaluator/answers.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "common/error.h"
-#include "common/sys.h"
+#include "common/json.h"
 #include "common/log.h"
+#include "common/sys.h"
+#include "evaluator/answers.h"
 #include "evaluator/lm_loss.h"
+#include "evaluator/perplexity.h"
 #include "evaluator/predict.h"
 #include "evaluator/predictions.h"
+#include "tokenizer/shard.h"
 
 int rf_evaluate_ex(rf_bert *m, const rf_dataset *d, int batch_size, const rf_eval_sink *sink,
                    rf_metrics *out) {
@@ -110,7 +113,58 @@ static bool has_mask(const char *data) {
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* A PEFT adapter folder (a LoRA run's export): the answers over its base. */
+/* ,"<key>":{perplexity of model (+ adapter) over the documents of the shard
+ * prefix data, each its own sequence of at most max_len tokens (longer ones
+ * in windows of max_len with stride max_len / 2, perplexity.h)} */
+static int add_doc_perplexity(const rf_eval_opts *o, const char *key, const char *model,
+                              const char *adapter, rf_buf *b) {
+    rf_lm *lm = NULL;
+    rf_shard *sh = NULL;
+    double t0 = rf_now(), nll_sum = 0;
+    int64_t tokens = 0, docs = 0;
+    int rc = rf_lm_load_adapter(model, adapter, &lm);
+    if (!rc) rc = rf_shard_open(o->data, &sh);
+    int32_t *ids = NULL;
+    size_t cap = 0;
+    const rf_shard_info *in = rc ? NULL : rf_shard_get_info(sh);
+    for (uint64_t i = 0; !rc && i < in->n_seqs && (o->documents <= 0 || docs < o->documents); i++) {
+        rf_shard_seq q;
+        if ((rc = rf_shard_get(sh, i, &q)) || q.len < 2) continue;
+        if (q.len > cap) {
+            int32_t *nb = realloc(ids, q.len * sizeof *nb);
+            if (!nb) {
+                rc = RF_ERR_NOMEM;
+                break;
+            }
+            ids = nb, cap = q.len;
+        }
+        for (uint32_t k = 0; k < q.len; k++)
+            ids[k] = (int32_t)q.ids[k];
+        rf_ppl_opts po = {.max_len = o->max_len};
+        rf_ppl_result r;
+        if ((rc = rf_perplexity_ids(lm, ids, q.len, &po, &r))) break;
+        nll_sum += r.nll_sum, tokens += r.tokens, docs++;
+    }
+    if (!rc && tokens == 0) rc = rf_fail(RF_ERR_INVALID, "eval: no document of %s", o->data);
+    if (!rc)
+        rc = rf_buf_printf(b,
+                           ",\"%s\":{\"perplexity\":%.6f,\"nll\":%.6f,\"tokens\":%lld,"
+                           "\"documents\":%lld,\"max_len\":%d,\"seconds\":%.3f}",
+                           key, exp(nll_sum / (double)tokens), nll_sum / (double)tokens,
+                           (long long)tokens, (long long)docs, o->max_len, rf_now() - t0);
+    if (!rc)
+        rf_info("evaluator", "%s: perplexity %.4f on %lld tokens of %lld documents: %s%s%s",
+                o->data, exp(nll_sum / (double)tokens), (long long)tokens, (long long)docs, model,
+                adapter ? " + " : "", adapter ? adapter : "");
+    free(ids);
+    rf_shard_close(sh);
+    rf_lm_free(lm);
+    return rc ? rf_fail_ctx(rc, "perplexity of %s", adapter ? adapter : model) : RF_OK;
+}
+
+/* A PEFT adapter folder (a LoRA run's export), scored over its base: on SFT
+ * data the answers, on other data the documents' perplexity (each before
+ * and after). */
 static int evaluate_adapter(const rf_eval_opts *o, rf_buf *json) {
     char *base = o->base ? strdup(o->base) : NULL, *text = NULL, p[4200];
     size_t len;
@@ -128,11 +182,10 @@ static int evaluate_adapter(const rf_eval_opts *o, rf_buf *json) {
     if (!base)
         rc = rf_fail(RF_ERR_INVALID, "eval: %s is a PEFT adapter and no base model is known",
                      o->model_dir);
-    if (!rc && (!has_mask(o->data) || o->answers <= 0))
-        rc = rf_fail(RF_ERR_UNSUPPORTED,
-                     "eval: %s is a PEFT adapter: the evaluator scores adapters on SFT data "
-                     "(%s.mask) only; for perplexity use refinery eval --task lm --adapter",
-                     o->model_dir, o->data);
+    bool sft = has_mask(o->data);
+    if (!rc && sft && o->answers <= 0)
+        rc = rf_fail(RF_ERR_INVALID, "eval: %s is a PEFT adapter on SFT data and answers is 0",
+                     o->model_dir);
     rf_buf b = RF_BUF_INIT;
     double t0 = rf_now();
     if (!rc) rc = rf_buf_puts(&b, "{\"task\":\"causal_lm\",\"adapter\":");
@@ -141,8 +194,10 @@ static int evaluate_adapter(const rf_eval_opts *o, rf_buf *json) {
     if (!rc) rc = rf_buf_append_json_str(&b, base, strlen(base));
     if (!rc) rc = rf_buf_puts(&b, ",\"data\":");
     if (!rc) rc = rf_buf_append_json_str(&b, o->data, strlen(o->data));
-    if (!rc) rc = add_answers(o, "answers", base, o->model_dir, &b);
-    if (!rc) rc = add_answers(o, "answers_before", base, NULL, &b);
+    if (!rc && sft) rc = add_answers(o, "answers", base, o->model_dir, &b);
+    if (!rc && sft) rc = add_answers(o, "answers_before", base, NULL, &b);
+    if (!rc && !sft) rc = add_doc_perplexity(o, "documents", base, o->model_dir, &b);
+    if (!rc && !sft) rc = add_doc_perplexity(o, "documents_before", base, NULL, &b);
     if (!rc) rc = rf_buf_printf(&b, ",\"seconds\":%.3f}\n", rf_now() - t0);
     if (!rc && o->report_path) {
         rc = rf_write_file_atomic(o->report_path, b.data, b.len);

@@ -51,8 +51,12 @@ typedef struct rf_eval_opts {
      * the first `answers` conversations (0: none) as "answers", and of `base`
      * (the model before fine-tuning; NULL: none) as "answers_before". A
      * model_dir holding a PEFT adapter (adapter_config.json) is scored over
-     * base (else its base_model_name_or_path), answers only. */
+     * base (else its base_model_name_or_path): the answers on SFT data, else
+     * the perplexity of data's documents ("documents", "documents_before":
+     * each document its own sequence, windows of max_len as perplexity.h;
+     * the first `documents` of them, 0: all). */
     int answers;
+    int documents;
     const char *base;
 } rf_eval_opts;
 

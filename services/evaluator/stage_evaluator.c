@@ -12,7 +12,10 @@
  *               generated-answer accuracy on the first N held-out conversations
  *               (default 200, 0: none; evaluator/answers.h), of the trained model
  *               and of trainer.model before training (answers_before). A LoRA
- *               run's export (a PEFT adapter) is scored over trainer.model.
+ *               run's export (a PEFT adapter) is scored over trainer.model: the
+ *               answers on SFT data, else the held-out documents' perplexity
+ *               before and after (documents, documents_before) over the first
+ *               `documents` held-out documents (default 200, 0: all).
  * Writes <run_dir>/evaluator/report.json and sets evaluator.* counters. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +36,7 @@ typedef struct eval_stage {
     const char *model, *data, *preds;
     const char *device; /* trainer.device: the evaluator follows it */
     char *model_def, *data_def, *preds_def, *dir;
-    int max_len, batch, samples, answers;
+    int max_len, batch, samples, answers, documents;
     const char *base; /* a causal_lm run: trainer.model, the model before training */
 } eval_stage;
 
@@ -73,6 +76,9 @@ static int eval_open(const rf_cfg *sec, rf_run_ctx *ctx, void **state) {
     int64_t answers = 200;
     if (!rc) rc = rf_cfg_int(sec, "answers", 200, 0, 1 << 30, &answers);
     e->answers = (int)answers;
+    int64_t documents = 200;
+    if (!rc) rc = rf_cfg_int(sec, "documents", 200, 0, 1 << 30, &documents);
+    e->documents = (int)documents;
     if (!rc) rc = rf_cfg_int(sec, "max_len", def_len, 2, 4096, &max_len);
     if (!rc) rc = rf_cfg_int(sec, "batch_size", 64, 1, 4096, &batch);
     int64_t samples = 3;
@@ -107,6 +113,7 @@ static int eval_run(void *state) {
                        .device = e->device,
                        .samples = e->samples,
                        .answers = e->answers,
+                       .documents = e->documents,
                        .base = e->base};
     rc = rf_evaluate_run(&eo, &json);
     if (!rc) {
@@ -117,8 +124,19 @@ static int eval_run(void *state) {
             const rf_json *tk = rf_json_get(r, "tokens");
             const rf_json *aa = rf_json_get(rf_json_get(r, "answers"), "accuracy");
             const rf_json *ab = rf_json_get(rf_json_get(r, "answers_before"), "accuracy");
+            const rf_json *pa = rf_json_get(rf_json_get(r, "documents"), "perplexity");
+            const rf_json *pb = rf_json_get(rf_json_get(r, "documents_before"), "perplexity");
             if (aa) rf_stats_set_real(e->ctx->stats, "evaluator.answer_accuracy", aa->num);
             if (ab) rf_stats_set_real(e->ctx->stats, "evaluator.answer_accuracy_before", ab->num);
+            if (pa) rf_stats_set_real(e->ctx->stats, "evaluator.perplexity", pa->num);
+            if (pb) rf_stats_set_real(e->ctx->stats, "evaluator.perplexity_before", pb->num);
+            if (pa && !ppl) {
+                rf_info("evaluator", "%s: perplexity %.4f (before training %.4f)", e->data, pa->num,
+                        pb ? pb->num : -1.0);
+                rf_json_doc_free(d);
+                rf_buf_free(&json);
+                return rc;
+            }
             if (aa && !ppl) { /* a LoRA run's adapter: answers only */
                 rf_info("evaluator", "%s: answer accuracy %.4f (before fine-tuning %.4f)", e->data,
                         aa->num, ab ? ab->num : -1.0);

@@ -12,7 +12,6 @@
 #include "common/sys.h"
 #include "tokenizer/tok_internal.h"
 
-
 /* tmpl without whitespace outside quotes and with the escape \n (two
  * characters) as a newline: enough to compare template expressions. */
 static char *normalize(const char *t) {
@@ -195,8 +194,7 @@ int rf_chat_msgs_parse(const char *json, size_t len, rf_chat_msg **msgs, size_t 
     if (!doc) return RF_ERR_NOMEM;
     const rf_json *root;
     int rc = rf_json_parse(doc, json, len, &root);
-    if (!rc && root->type != RF_JSON_ARRAY)
-        rc = rf_fail(RF_ERR_INVALID, "messages: not an array");
+    if (!rc && root->type != RF_JSON_ARRAY) rc = rf_fail(RF_ERR_INVALID, "messages: not an array");
     size_t bytes = 0;
     for (size_t i = 0; !rc && i < root->len; i++) {
         const rf_json *r = rf_json_get(&root->u.items[i], "role");

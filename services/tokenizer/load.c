@@ -6,9 +6,9 @@
 
 #include "common/error.h"
 #include "common/gguf.h"
-#include "tokenizer/gguf_tokenizer.h"
 #include "common/json.h"
 #include "common/sys.h"
+#include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/tok_internal.h"
 
 #define MAX_FILE ((size_t)1 << 30)

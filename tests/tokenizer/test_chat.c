@@ -36,7 +36,8 @@ static char tmpdir[] = "/tmp/rf_chat_XXXXXX";
 static rf_tokenizer *chatml_tokenizer(void) {
     const char *shared = getenv("SHARED");
     char path[4096];
-    snprintf(path, sizeof path, "%s/models/tiny-gpt2/tokenizer.json", shared ? shared : "../shared");
+    snprintf(path, sizeof path, "%s/models/tiny-gpt2/tokenizer.json",
+             shared ? shared : "../shared");
     char *text;
     size_t len;
     if (rf_read_file(path, 64 << 20, &text, &len) != RF_OK) return NULL;
@@ -45,10 +46,11 @@ static rf_tokenizer *chatml_tokenizer(void) {
     assert_non_null(p);
     p = strchr(p, '[');
     assert_non_null(p);
-    const char *add = "{\"id\":50257,\"content\":\"<|im_start|>\",\"single_word\":false,\"lstrip\":"
-                      "false,\"rstrip\":false,\"normalized\":false,\"special\":true},{\"id\":50258,"
-                      "\"content\":\"<|im_end|>\",\"single_word\":false,\"lstrip\":false,\"rstrip\":"
-                      "false,\"normalized\":false,\"special\":true},";
+    const char *add =
+        "{\"id\":50257,\"content\":\"<|im_start|>\",\"single_word\":false,\"lstrip\":"
+        "false,\"rstrip\":false,\"normalized\":false,\"special\":true},{\"id\":50258,"
+        "\"content\":\"<|im_end|>\",\"single_word\":false,\"lstrip\":false,\"rstrip\":"
+        "false,\"normalized\":false,\"special\":true},";
     size_t head = (size_t)(p - text) + strlen(key), n = len + strlen(add);
     char *out = malloc(n);
     assert_non_null(out);
@@ -96,8 +98,11 @@ static void test_encode_mask(void **state) {
     bool merged;
     rf_buf b = RF_BUF_INIT, t = RF_BUF_INIT;
     /* two assistant turns, one starting with a space and one with a newline */
-    rf_chat_msg m[] = {{"system", "Be brief."},  {"user", "Is it good?"}, {"assistant", " yes"},
-                       {"user", "And now?\n"}, {"assistant", "\nno, it\u2019s bad"}};
+    rf_chat_msg m[] = {{"system", "Be brief."},
+                       {"user", "Is it good?"},
+                       {"assistant", " yes"},
+                       {"user", "And now?\n"},
+                       {"assistant", "\nno, it\u2019s bad"}};
     assert_int_equal(rf_chat_encode(ts, smol, m, 5, &e, &mask, &merged), 0);
     assert_false(merged);
     assert_int_equal(rf_chat_render(smol, m, 5, false, &t), 0);
@@ -220,8 +225,8 @@ static void test_split_batch(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_render),         cmocka_unit_test(test_encode_mask),
-        cmocka_unit_test(test_msgs_parse),     cmocka_unit_test(test_template_find),
+        cmocka_unit_test(test_render),      cmocka_unit_test(test_encode_mask),
+        cmocka_unit_test(test_msgs_parse),  cmocka_unit_test(test_template_find),
         cmocka_unit_test(test_split_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
