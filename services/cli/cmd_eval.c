@@ -6,7 +6,9 @@
  * loss and perplexity instead (evaluator/lm_loss.h: rows of --max-len, packed
  * as the trainer packs them). `--task lm` scores a causal LM's perplexity on a
  * text file with a strided sliding window (evaluator/perplexity.h), with
- * --adapter a PEFT LoRA folder merged into the model first. */
+ * --adapter a PEFT LoRA folder merged into the model first. `--task answers`
+ * scores a chat model's generated answers on SFT token shards (the tokenizer
+ * stage's conversations with their .mask; evaluator/answers.h). */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -17,6 +19,8 @@
 #include "cli/command.h"
 #include "common/buf.h"
 #include "common/error.h"
+#include "common/sys.h"
+#include "evaluator/answers.h"
 #include "evaluator/evaluate.h"
 #include "evaluator/perplexity.h"
 #include "trainer/train.h"
@@ -26,6 +30,8 @@ static void eval_usage(FILE *out) {
             "usage: refinery eval --model DIR --data SHARDS_OR_JSONL [options]\n"
             "       refinery eval --task lm --model DIR_OR_GGUF [--adapter DIR] --data FILE.txt\n"
             "                     [--max-len N] [--stride S] [--out FILE]\n"
+            "       refinery eval --task answers --model DIR_OR_GGUF [--adapter DIR]\n"
+            "                     --data SFT_SHARDS [--answers N] [--out FILE]\n"
             "  --model DIR     Hugging Face folder (config.json, model.safetensors, tokenizer)\n"
             "  --data PATH     token shard prefix or directory, or JSONL documents with labels\n"
             "  --out FILE      also write the JSON report there\n"
@@ -48,8 +54,13 @@ static void eval_usage(FILE *out) {
             "                  tokens (the guide's count)\n"
             "  --max-len N     (lm) window length (default: the model's positions)\n"
             "  --stride S      (lm) window step (default: max-len / 2)\n"
-            "  --adapter DIR   (lm) a PEFT LoRA folder (adapter_config.json and\n"
-            "                  adapter_model.safetensors) merged into the model's weights\n");
+            "  --adapter DIR   (lm, answers) a PEFT LoRA folder (adapter_config.json and\n"
+            "                  adapter_model.safetensors) merged into the model's weights\n"
+            "  --task answers  generated-answer accuracy of a chat model on SFT token shards\n"
+            "                  (PREFIX.bin/.idx with PREFIX.mask, as the tokenizer stage\n"
+            "                  writes conversations): greedy answers to each prompt against\n"
+            "                  the reference answer, compared trimmed and lower-cased\n"
+            "  --answers N     (answers) the first N conversations (default: all)\n");
 }
 
 static void lm_progress(void *user, int w, int n) {
@@ -69,6 +80,34 @@ static int parse_pos(const char *opt, const char *s, int *out) {
     return 0;
 }
 
+/* --task answers (evaluator/answers.h) */
+static int eval_answers(const char *model, const char *adapter, const char *data, int n,
+                        const char *out) {
+    rf_lm *lm = NULL;
+    rf_answers a;
+    rf_buf json = RF_BUF_INIT;
+    int rc = rf_lm_load_adapter(model, adapter, &lm);
+    if (!rc) rc = rf_buf_puts(&json, "{\"task\":\"answers\",\"model\":");
+    if (!rc) rc = rf_buf_append_json_str(&json, model, strlen(model));
+    if (!rc && adapter) rc = rf_buf_puts(&json, ",\"adapter\":");
+    if (!rc && adapter) rc = rf_buf_append_json_str(&json, adapter, strlen(adapter));
+    if (!rc) rc = rf_buf_puts(&json, ",\"data\":");
+    if (!rc) rc = rf_buf_append_json_str(&json, data, strlen(data));
+    if (!rc) rc = rf_buf_puts(&json, ",\"answers\":");
+    if (!rc) rc = rf_lm_answers(lm, data, n, &json, &a);
+    if (!rc) rc = rf_buf_puts(&json, "}\n");
+    if (!rc && out) rc = rf_write_file_atomic(out, json.data, json.len);
+    rf_lm_free(lm);
+    if (rc) {
+        fprintf(stderr, "refinery eval: %s\n", rf_errmsg());
+        rf_buf_free(&json);
+        return 1;
+    }
+    fwrite(json.data, 1, json.len, stdout);
+    rf_buf_free(&json);
+    return 0;
+}
+
 static int cmd_eval(int argc, char **argv) {
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"data", required_argument, 0, 'd'},
@@ -81,11 +120,12 @@ static int cmd_eval(int argc, char **argv) {
                                          {"stride", required_argument, 0, 's'},
                                          {"adapter", required_argument, 0, 'a'},
                                          {"samples", required_argument, 0, 'n'},
+                                         {"answers", required_argument, 0, 'A'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *model = NULL, *data = NULL, *out = NULL, *preds = NULL, *task = "classify",
                *adapter = NULL;
-    int max_len = 0, batch = 64, threads = 0, stride = 0, samples = 0, c;
+    int max_len = 0, batch = 64, threads = 0, stride = 0, samples = 0, answers = 0, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -122,6 +162,9 @@ static int cmd_eval(int argc, char **argv) {
         case 'n':
             if (parse_pos("--samples", optarg, &samples)) return 2;
             break;
+        case 'A':
+            if (parse_pos("--answers", optarg, &answers)) return 2;
+            break;
         case 'h':
             eval_usage(stdout);
             return 0;
@@ -156,8 +199,9 @@ static int cmd_eval(int argc, char **argv) {
         rf_buf_free(&json);
         return 0;
     }
+    if (!strcmp(task, "answers")) return eval_answers(model, adapter, data, answers, out);
     if (strcmp(task, "classify")) {
-        fprintf(stderr, "refinery eval: --task '%s': expected classify or lm\n", task);
+        fprintf(stderr, "refinery eval: --task '%s': expected classify, lm or answers\n", task);
         return 2;
     }
     if (stride) {
@@ -189,5 +233,5 @@ static int cmd_eval(int argc, char **argv) {
 }
 
 static const rf_command eval_cmd = {
-    "eval", "score a classifier (accuracy, P/R/F1) or an LM (perplexity)", cmd_eval};
+    "eval", "score a classifier (accuracy, P/R/F1), an LM (perplexity) or its answers", cmd_eval};
 RF_COMMAND(eval_cmd)

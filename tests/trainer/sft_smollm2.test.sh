@@ -7,7 +7,8 @@
 # the held-out conversations, of the adapter and of the base model). Checks
 # that every stage ran, that the tokenizer marked only answer tokens as
 # targets, and that the evaluator scored the same held-out conversations for
-# both models. It does not check that 2 steps make the model better (the
+# both models, and that `refinery eval --task answers` over the adapter gives
+# the stage's answers. It does not check that 2 steps make the model better (the
 # measured result is in the trainer README, from
 # examples/smollm2-sft-amazon.yaml). The 135M-parameter model is not run
 # under the sanitizers (tokenizer/chat_stage.test.sh covers the data path
@@ -81,4 +82,16 @@ print("sft: answer accuracy before %.3f after %.3f (3 held-out conversations, 2 
       % (b["accuracy"], a["accuracy"]))
 PY
 grep -q '"comp":"trainer","msg":"step 2/2' "$tmp/run.log" || { echo "no step 2/2 line" >&2; exit 1; }
+# `refinery eval --task answers` over the adapter gives the evaluator stage's answers
+"$REFINERY_BIN" eval --task answers --model "$gguf" --adapter "$tmp/run/model" \
+    --data "$tmp/run/tokenizer/eval" --answers 3 > "$tmp/answers.json" 2>"$tmp/answers.log" ||
+    { cat "$tmp/answers.log"; exit 1; }
+python3 - "$tmp" <<'PY'
+import json, sys
+cli = json.load(open(sys.argv[1] + "/answers.json"))["answers"]
+stage = json.load(open(sys.argv[1] + "/run/evaluator/report.json"))["answers"]
+for k in ("n", "correct", "answers", "examples"):
+    assert cli[k] == stage[k], (k, cli[k], stage[k])
+print("refinery eval --task answers: the stage's answers")
+PY
 echo "sft_smollm2.test.sh: ok"
