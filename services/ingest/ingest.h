@@ -89,7 +89,8 @@ typedef struct rf_ingest_opts {
      * chat_system] + user: chat_user with each "{text}" replaced by the
      * cleaned text (cut to chat_max_words words when > 0) + assistant:
      * chat_answers[label]; a label without an answer is rejected as
-     * "no_answer". The document's text stays the cleaned text. */
+     * "no_answer". The document's text stays the cleaned text. Conversations
+     * are not augmented (augment.h works on the text, not on the messages). */
     bool conversations;
     const char *chat_system, *chat_user;
     const char *chat_answers[RF_INGEST_MAX_ANSWERS];

@@ -234,7 +234,7 @@ static int finish_record(rf_worker *w, rf_ibatch *b, const rf_rec *r, const char
                 .messages_len = msgs ? msgs->len : 0};
     if ((rc = put_doc(w, b, &d))) return rc;
     b->kept++;
-    if (!w->aug) return 0;
+    if (!w->aug || msgs) return 0; /* augmenting the text would not touch the conversation */
 
     size_t n_aug = o->augment.n_aug;
     uint64_t seed = rf_augment_seed(o->augment.seed, idbuf, strlen(idbuf));
@@ -244,8 +244,6 @@ static int finish_record(rf_worker *w, rf_ibatch *b, const rf_rec *r, const char
         snprintf(augid, sizeof augid, "%s#aug%zu", idbuf, k + 1);
         rf_doc a = d;
         a.id = augid;
-        a.messages = NULL; /* a copy of the text, not of the conversation */
-        a.messages_len = 0;
         a.text = w->augs[k].data ? w->augs[k].data : "";
         a.text_len = w->augs[k].len;
         a.aug_of = idbuf;

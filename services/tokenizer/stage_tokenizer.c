@@ -243,6 +243,7 @@ static int write_mask(tok_stage *s, int k, const uint8_t *mask, size_t n, bool e
             return rf_fail(RF_ERR_IO, "tokenizer: cannot open %s", path);
         for (uint64_t i = 0; i < s->tokens[k]; i++)
             if (putc(1, s->mask[k]) == EOF) return rf_fail(RF_ERR_IO, "writing %s failed", path);
+        s->targets[k] = s->tokens[k];
     }
     uint8_t last = 1;
     for (size_t i = 0; i < n; i++) {
