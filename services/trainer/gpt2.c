@@ -396,7 +396,8 @@ static size_t layout(const rf_gpt2 *m, rf_gpt2_acts *v, float *base, int B, int 
     const struct rf_bert_tp *tp = m->tp; /* the local widths of a tp shard */
     size_t N = (size_t)B * T, C = (size_t)c->n_embd, off = 0;
     size_t F = (size_t)(tp ? tp->Il : c->n_inner), Cl = tp ? (size_t)tp->Cl : C;
-    size_t NH = (size_t)(tp ? tp->NHl : c->n_head), V = (size_t)(tp ? tp->vocab.block : c->vocab_size);
+    size_t NH = (size_t)(tp ? tp->NHl : c->n_head),
+           V = (size_t)(tp ? tp->vocab.block : c->vocab_size);
 #define TAKE(ptr, n)                                                                               \
     do {                                                                                           \
         if (base) (ptr) = base + off;                                                              \
@@ -643,8 +644,8 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
             rf_op_causal_xent_bwd(d->logits, a->logits, a->lse, m->labels, B, T, V, loss_scale);
         TRY(event(m, 0, RF_UNIT_BWD, rf_cu_bwd_next(0, true, u0, u1))); /* tied head */
         if (tp)
-            TRY(tp->colpar_bwd(tp->c, d->lnf, m->g.wte, NULL, C, d->logits, Vl, a->lnf, m->p.wte,
-                               N, C, Vl));
+            TRY(tp->colpar_bwd(tp->c, d->lnf, m->g.wte, NULL, C, d->logits, Vl, a->lnf, m->p.wte, N,
+                               C, Vl));
         else
             rf_op_lm_head_bwd(d->lnf, m->g.wte, d->logits, a->lnf, m->p.wte, N, C, V);
         TRY(event(m, 0, RF_UNIT_BWD_PART, -1));

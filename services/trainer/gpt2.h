@@ -149,9 +149,9 @@ int rf_gpt2_replay(rf_gpt2 *m, int u0, int u1, bool backward);
  * up projection column-parallel and its down projection row-parallel, the
  * word embedding vocabulary-parallel (padding rows zero) with a
  * vocabulary-parallel cross-entropy, so no rank holds whole-vocabulary
- * logits; norms, the position embedding and the row-parallel biases replicated. m->tensors then holds the local shapes and
- * m->logits the rank's vocabulary columns [N, block] (rf_tp_vocab_split).
- * Forward and backward cost one all-reduce per attention block and per MLP
+ * logits; norms, the position embedding and the row-parallel biases replicated. m->tensors then
+ * holds the local shapes and m->logits the rank's vocabulary columns [N, block]
+ * (rf_tp_vocab_split). Forward and backward cost one all-reduce per attention block and per MLP
  * block each way, one for the embedding and three for the loss in forward.
  * Call before enabling training; the undo (the whole model back) is
  * rf_model_tp_merge. RF_ERR_INVALID when tp does not divide the heads or n_inner;

@@ -642,8 +642,8 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
     if (u1 == n_units && !m->has_labels)
         return rf_fail(RF_ERR_INVALID, "llama: backward needs a forward with labels");
     struct rf_bert_tp *tp = m->tp;
-    int B = m->B, T = m->T, N = B * T, C = c->hidden_size,
-        F = tp ? tp->Il : c->intermediate_size, V = c->vocab_size, L = c->num_hidden_layers;
+    int B = m->B, T = m->T, N = B * T, C = c->hidden_size, F = tp ? tp->Il : c->intermediate_size,
+        V = c->vocab_size, L = c->num_hidden_layers;
     int NH = tp ? tp->NHl : c->num_attention_heads, hd = c->head_dim;
     int NKV = tp ? tp->NKVl : c->num_key_value_heads;
     int A = NH * hd, W = (NH + 2 * NKV) * hd, Vl = tp ? tp->vocab.block : V;

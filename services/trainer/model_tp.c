@@ -346,14 +346,14 @@ static int llama_check(const rf_llama *m, int n) {
 
 /* The shard of a causal model's flat block (host memory): replaces *tensors
  * and *params (freed) with the local ones and moves the whole table into tp. */
-static int split_causal(struct rf_bert_tp *tp, rf_tensor_info **tensors, size_t nt,
-                        size_t *nparams, float **params) {
+static int split_causal(struct rf_bert_tp *tp, rf_tensor_info **tensors, size_t nt, size_t *nparams,
+                        float **params) {
     rf_tensor_info *loc = malloc((nt ? nt : 1) * sizeof *loc);
     span_list sp = {0};
     size_t off = 0;
     float *p = NULL;
-    int rc =
-        loc ? build(tp->kinds, tp->vocab.V, *tensors, nt, tp->n, tp->r, loc, &sp, &off) : RF_ERR_NOMEM;
+    int rc = loc ? build(tp->kinds, tp->vocab.V, *tensors, nt, tp->n, tp->r, loc, &sp, &off)
+                 : RF_ERR_NOMEM;
     if (!rc && !(p = calloc(off ? off : 1, sizeof *p))) rc = RF_ERR_NOMEM;
     if (rc) {
         free(sp.v);
@@ -495,8 +495,9 @@ int rf_model_tp_spans_of(const rf_model *m, int r, rf_tp_span **spans, size_t *n
     rf_model_blocks b;
     int rc = build(tp->kinds, tp->vocab.V, tp->full, tp->nfull, tp->n, r, NULL, &sp, &total);
     if (!rc) rc = rf_model_blocks_of(m, &b);
-    here = rc ? 0 : b.ntensors ? b.tensors[b.ntensors - 1].offset + b.tensors[b.ntensors - 1].numel
-                               : 0;
+    here = rc           ? 0
+           : b.ntensors ? b.tensors[b.ntensors - 1].offset + b.tensors[b.ntensors - 1].numel
+                        : 0;
     if (!rc && total != here)
         rc = rf_fail(RF_ERR_INVALID, "model: tp rank %d holds %zu floats, this rank %zu", r, total,
                      here);

@@ -433,9 +433,8 @@ static int sync_and_update(mesh *x, const rf_adamw *opt, long step, float lr, fl
 /* Pieces of the spans inside local [lo, hi) (skipping replicated spans when
  * `own` and tp rank > 0), params at P (element plo) and moments at M1/M2
  * (element mo) when asked. */
-static int span_pieces_at(const mesh *x, size_t lo, size_t hi, bool own, float *pbase,
-                          size_t plo, bool moments, size_t mo, rf_ckpt_piece **pc, size_t *n,
-                          size_t *cap) {
+static int span_pieces_at(const mesh *x, size_t lo, size_t hi, bool own, float *pbase, size_t plo,
+                          bool moments, size_t mo, rf_ckpt_piece **pc, size_t *n, size_t *cap) {
     for (size_t k = 0; k < x->nspans; k++) {
         const rf_tp_span *sp = &x->spans[k];
         if (own && sp->replicated && x->tp_i != 0) continue;
