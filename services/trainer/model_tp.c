@@ -171,13 +171,14 @@ void rf_tp_ctx_free(struct rf_bert_tp *tp) {
     free(tp);
 }
 
-/* A context for a group c, its kinds array allocated (nt entries, zero). */
-static struct rf_bert_tp *ctx_new(rf_comm *c, size_t nt, int V) {
+/* A context for a group c into *out, its kinds array allocated (nt entries,
+ * zero); RF_ERR_NOMEM, or rf_tp_vocab_split's error. */
+static int ctx_new(rf_comm *c, size_t nt, int V, struct rf_bert_tp **out) {
     struct rf_bert_tp *tp = calloc(1, sizeof *tp);
-    if (!tp) return NULL;
-    if (!(tp->kinds = calloc(nt ? nt : 1, 1))) {
+    *out = NULL;
+    if (!tp || !(tp->kinds = calloc(nt ? nt : 1, 1))) {
         free(tp);
-        return NULL;
+        return rf_fail(RF_ERR_NOMEM, "model: no memory for the tp context");
     }
     tp->c = c, tp->n = rf_comm_world(c), tp->r = rf_comm_rank(c);
     tp->embed_fwd = rf_tp_embed_fwd, tp->embed_bwd = rf_tp_embed_bwd;
@@ -185,11 +186,13 @@ static struct rf_bert_tp *ctx_new(rf_comm *c, size_t nt, int V) {
     tp->colpar_fwd = rf_tp_colpar_fwd, tp->colpar_bwd = rf_tp_colpar_bwd;
     tp->rowpar_fwd = rf_tp_rowpar_fwd, tp->rowpar_bwd = rf_tp_rowpar_bwd;
     tp->sum = rf_tp_sum, tp->xent_fwd = rf_tp_xent_fwd, tp->xent_bwd = rf_tp_xent_bwd;
-    if (rf_tp_vocab_split(V, tp->n, tp->r, &tp->vocab)) {
+    int rc = rf_tp_vocab_split(V, tp->n, tp->r, &tp->vocab);
+    if (rc) {
         rf_tp_ctx_free(tp);
-        return NULL;
+        return rc;
     }
-    return tp;
+    *out = tp;
+    return RF_OK;
 }
 
 int rf_bert_tp_split(rf_bert *m, rf_comm *c) {
@@ -208,11 +211,13 @@ int rf_bert_tp_split(rf_bert *m, rf_comm *c) {
                        "model: tp %d must divide the %d attention heads and the intermediate size "
                        "%d",
                        n, cf->num_heads, cf->intermediate_size);
-    struct rf_bert_tp *tp = ctx_new(c, m->ntensors, cf->vocab_size);
+    struct rf_bert_tp *tp;
+    int rc = ctx_new(c, m->ntensors, cf->vocab_size, &tp);
+    if (rc) return rc;
     rf_tensor_info *loc = malloc(m->ntensors * sizeof *loc);
     span_list sp = {0};
     size_t off = 0;
-    int rc = tp && loc ? RF_OK : RF_ERR_NOMEM;
+    if (!loc) rc = RF_ERR_NOMEM;
     if (!rc) {
         tp->Cl = cf->hidden_size / n, tp->Il = cf->intermediate_size / n;
         tp->NHl = tp->NKVl = cf->num_heads / n, tp->h0 = r * tp->NHl;
@@ -416,8 +421,8 @@ int rf_gpt2_tp_split(rf_gpt2 *m, rf_comm *c) {
     if (!rc) rc = gpt2_check(m, n);
     if (rc) return rc;
     const rf_gpt2_config *cf = &m->cfg;
-    struct rf_bert_tp *tp = ctx_new(c, m->ntensors, cf->vocab_size);
-    if (!tp) return rf_fail(RF_ERR_NOMEM, "gpt2: no memory for the tp context");
+    struct rf_bert_tp *tp;
+    if ((rc = ctx_new(c, m->ntensors, cf->vocab_size, &tp))) return rc;
     tp->Cl = cf->n_embd / n, tp->Il = cf->n_inner / n;
     tp->NHl = tp->NKVl = cf->n_head / n, tp->h0 = tp->r * tp->NHl;
     for (size_t i = 0; i < m->ntensors; i++)
@@ -436,8 +441,8 @@ int rf_llama_tp_split(rf_llama *m, rf_comm *c) {
     if (!rc) rc = llama_check(m, n);
     if (rc) return rc;
     const rf_llama_config *cf = &m->cfg;
-    struct rf_bert_tp *tp = ctx_new(c, m->ntensors, cf->vocab_size);
-    if (!tp) return rf_fail(RF_ERR_NOMEM, "llama: no memory for the tp context");
+    struct rf_bert_tp *tp;
+    if ((rc = ctx_new(c, m->ntensors, cf->vocab_size, &tp))) return rc;
     tp->Cl = cf->num_attention_heads / n * cf->head_dim, tp->Il = cf->intermediate_size / n;
     tp->NHl = cf->num_attention_heads / n, tp->NKVl = cf->num_key_value_heads / n;
     tp->h0 = tp->r * tp->NHl;
