@@ -83,13 +83,8 @@ static int check_mesh_model(const rf_trainer_spec *s, const rf_model_desc *d,
                         .nstages = s->opts.nstages};
     memcpy(p.stages, s->opts.stages, sizeof p.stages);
     if (p.tp * p.pp * p.microbatches == 1) return RF_OK;
-    if (d->task == RF_TASK_CAUSAL_LM && p.tp > 1)
-        return rf_fail(RF_ERR_UNSUPPORTED,
-                       "trainer.parallel.tp is %d but tensor parallelism is implemented for BERT "
-                       "only: the %s model's layers do not call the tp ops (use dp and pp)",
-                       p.tp, d->arch);
     if (cfg) return rf_tr_parallel_check_model(&p, cfg, s->opts.batch_size);
-    return RF_OK; /* a causal model's layers: checked when it is loaded (parallel.c) */
+    return RF_OK; /* a causal model's layers and heads: checked when it is loaded (parallel.c) */
 }
 
 int rf_trainer_check(const rf_trainer_spec *s, const rf_dataset *data, const rf_comm *comm) {

@@ -7,8 +7,9 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "common/sys.h"
-#include "trainer/lora.h"
 #include "trainer/causal_units.h"
+#include "trainer/lora.h"
+#include "trainer/model_tp.h"
 #include "trainer/ops.h"
 #include "trainer/ops_causal.h"
 #include "trainer/safetensors.h"
@@ -246,6 +247,14 @@ void rf_gpt2_free(rf_gpt2 *m) {
     free(m->pos);
     free(m->seg);
     free(m->valid);
+    free(m->tgt);
+    free(m->se);
+    if (m->tp) { /* model_tp.c's context (freed here so the evaluator needs no tp code) */
+        free(m->tp->full);
+        free(m->tp->spans);
+        free(m->tp->kinds);
+        free(m->tp);
+    }
     free(m);
 }
 
@@ -384,7 +393,11 @@ static int proj_bwd(rf_gpt2 *m, int l, int slot, float *dx, float *dw, float *db
 /* Lays the activation views of v out from base (NULL: only counts floats). */
 static size_t layout(const rf_gpt2 *m, rf_gpt2_acts *v, float *base, int B, int T) {
     const rf_gpt2_config *c = &m->cfg;
-    size_t N = (size_t)B * T, C = c->n_embd, F = c->n_inner, off = 0;
+    const struct rf_bert_tp *tp = m->tp; /* the local widths of a tp shard */
+    size_t N = (size_t)B * T, C = (size_t)c->n_embd, off = 0;
+    size_t F = (size_t)(tp ? tp->Il : c->n_inner), Cl = tp ? (size_t)tp->Cl : C;
+    size_t NH = (size_t)(tp ? tp->NHl : c->n_head),
+           V = (size_t)(tp ? tp->vocab.block : c->vocab_size);
 #define TAKE(ptr, n)                                                                               \
     do {                                                                                           \
         if (base) (ptr) = base + off;                                                              \
@@ -397,9 +410,9 @@ static size_t layout(const rf_gpt2 *m, rf_gpt2_acts *v, float *base, int B, int 
         TAKE(y->ln1, N * C);
         TAKE(y->ln1_mean, N);
         TAKE(y->ln1_rstd, N);
-        TAKE(y->qkv, N * 3 * C);
-        TAKE(y->att, (size_t)B * c->n_head * T * T);
-        TAKE(y->atty, N * C);
+        TAKE(y->qkv, N * 3 * Cl);
+        TAKE(y->att, B * NH * T * T);
+        TAKE(y->atty, N * Cl);
         TAKE(y->res2, N * C);
         TAKE(y->ln2, N * C);
         TAKE(y->ln2_mean, N);
@@ -410,7 +423,7 @@ static size_t layout(const rf_gpt2 *m, rf_gpt2_acts *v, float *base, int B, int 
     TAKE(v->lnf, N * C);
     TAKE(v->lnf_mean, N);
     TAKE(v->lnf_rstd, N);
-    TAKE(v->logits, N * c->vocab_size);
+    TAKE(v->logits, N * V);
     TAKE(v->lse, N);
     TAKE(v->losses, N);
 #undef TAKE
@@ -431,14 +444,18 @@ int rf_gpt2_reserve(rf_gpt2 *m, int B, int T) {
     int32_t *ids = malloc(sizeof(int32_t) * nt), *lab = malloc(sizeof(int32_t) * nt),
             *pos = malloc(sizeof(int32_t) * nt), *seg = malloc(sizeof(int32_t) * nt);
     uint8_t *valid = malloc(nt);
-    if (!a || ((m->training || m->dacts) && !d) || !ids || !lab || !pos || !seg || !valid) {
+    int32_t *tgt = malloc(sizeof(int32_t) * nt);
+    double *se = malloc(sizeof(double) * nt);
+    if (!a || ((m->training || m->dacts) && !d) || !ids || !lab || !pos || !seg || !valid || !tgt ||
+        !se) {
         free(a), free(d), free(ids), free(lab), free(pos), free(seg), free(valid);
+        free(tgt), free(se);
         return RF_ERR_NOMEM;
     }
     free(m->acts), free(m->dacts), free(m->ids), free(m->labels), free(m->valid);
-    free(m->pos), free(m->seg);
+    free(m->pos), free(m->seg), free(m->tgt), free(m->se);
     m->acts = a, m->dacts = d, m->ids = ids, m->labels = lab, m->valid = valid;
-    m->pos = pos, m->seg = seg;
+    m->pos = pos, m->seg = seg, m->tgt = tgt, m->se = se;
     m->nacts = n, m->capB = nB, m->capT = T;
     return RF_OK;
 }
@@ -497,6 +514,11 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
     if (rc) return rc;
     int N = B * T, C = c->n_embd, F = c->n_inner, NH = c->n_head, V = c->vocab_size;
     float eps = c->layer_norm_epsilon;
+    struct rf_bert_tp *tp = m->tp;
+    /* the local widths (the whole model's without tp): heads, q/k/v channels,
+     * MLP size, vocabulary columns */
+    int NHl = tp ? tp->NHl : NH, Cl = tp ? tp->Cl : C, Fl = tp ? tp->Il : F;
+    int Vl = tp ? tp->vocab.block : V;
     for (int n = 0; n < N; n++)
         if (ids[n] < 0 || ids[n] >= V)
             return rf_fail(RF_ERR_RANGE, "gpt2: token id %d outside the vocabulary (%d)", ids[n],
@@ -529,7 +551,18 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
 
     if (u0 == 0) {
         TRY(event(m, 0, RF_UNIT_FWD, rf_cu_fwd_next(0, false, u1, n_units, true)));
-        rf_op_tokpos_fwd(a->res[0], m->ids, m->pos, m->p.wte, m->p.wpe, B, T, C);
+        if (tp) { /* the word embedding vocabulary-parallel, then positions */
+            TRY(tp->embed_fwd(tp->c, a->res[0], m->ids, NULL, m->p.wte, &tp->vocab, NULL, NULL, B,
+                              T, C));
+            for (int n = 0; n < N; n++) {
+                float *o = a->res[0] + (size_t)n * C;
+                const float *p = m->p.wpe + (size_t)m->pos[n] * C;
+                for (int i = 0; i < C; i++)
+                    o[i] = o[i] + p[i];
+            }
+        } else {
+            rf_op_tokpos_fwd(a->res[0], m->ids, m->pos, m->p.wte, m->p.wpe, B, T, C);
+        }
     }
     for (int l = 0; l < c->n_layer; l++) {
         if (l + 1 < u0 || l + 1 >= u1) continue;
@@ -538,16 +571,22 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
         rf_gpt2_acts_layer *y = &a->layers[l];
         rf_op_layernorm_fwd(y->ln1, y->ln1_mean, y->ln1_rstd, a->res[l], w->ln1_w, w->ln1_b, N, C,
                             eps);
-        TRY(proj_fwd(m, l, RF_PROJ_QKV, y->qkv, y->ln1, w->attn_w, w->attn_b, N, C, 3 * C));
+        /* tp: q_l | k_l | v_l of the local heads (column-parallel), the output
+         * projection row-parallel: its bias added once, then the sum */
+        TRY(proj_fwd(m, l, RF_PROJ_QKV, y->qkv, y->ln1, w->attn_w, w->attn_b, N, C, 3 * Cl));
         rf_op_causal_attention_fwd(y->atty, y->att, y->qkv, m->valid, m->packed ? m->seg : NULL, B,
-                                   T, NH, NH, C / NH);
-        TRY(proj_fwd(m, l, RF_PROJ_O, y->res2, y->atty, w->proj_w, w->proj_b, N, C, C));
+                                   T, NHl, NHl, C / NH);
+        TRY(proj_fwd(m, l, RF_PROJ_O, y->res2, y->atty, w->proj_w, !tp || !tp->r ? w->proj_b : NULL,
+                     N, Cl, C));
+        if (tp) TRY(tp->sum(tp->c, y->res2, (size_t)N * C));
         rf_op_residual_fwd(y->res2, y->res2, a->res[l], (size_t)N * C, 0.0f, 0);
         rf_op_layernorm_fwd(y->ln2, y->ln2_mean, y->ln2_rstd, y->res2, w->ln2_w, w->ln2_b, N, C,
                             eps);
-        TRY(proj_fwd(m, l, RF_PROJ_UP, y->fch, y->ln2, w->fc_w, w->fc_b, N, C, F));
-        rf_op_gelu_tanh_fwd(y->fcg, y->fch, (size_t)N * F);
-        TRY(proj_fwd(m, l, RF_PROJ_DOWN, a->res[l + 1], y->fcg, w->fcp_w, w->fcp_b, N, F, C));
+        TRY(proj_fwd(m, l, RF_PROJ_UP, y->fch, y->ln2, w->fc_w, w->fc_b, N, C, Fl));
+        rf_op_gelu_tanh_fwd(y->fcg, y->fch, (size_t)N * Fl);
+        TRY(proj_fwd(m, l, RF_PROJ_DOWN, a->res[l + 1], y->fcg, w->fcp_w,
+                     !tp || !tp->r ? w->fcp_b : NULL, N, Fl, C));
+        if (tp) TRY(tp->sum(tp->c, a->res[l + 1], (size_t)N * C));
         rf_op_residual_fwd(a->res[l + 1], a->res[l + 1], y->res2, (size_t)N * C, 0.0f, 0);
     }
     if (u1 < n_units) { /* boundary u1 for the stage after */
@@ -558,6 +597,15 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
     rf_op_layernorm_fwd(a->lnf, a->lnf_mean, a->lnf_rstd, a->res[c->n_layer], m->p.lnf_w,
                         m->p.lnf_b, N, C, eps);
     TRY(event(m, 0, RF_UNIT_FWD, rf_cu_fwd_next(0, true, u1, n_units, true))); /* tied head */
+    if (tp) { /* the rank's vocabulary columns, the loss over the group */
+        TRY(tp->colpar_fwd(a->logits, Vl, a->lnf, m->p.wte, C, NULL, N, C, Vl));
+        if (labels) {
+            m->counted = rf_causal_targets(m->tgt, m->labels, B, T);
+            TRY(tp->xent_fwd(tp->c, &m->loss, a->losses, a->lse, m->se, a->logits, Vl, m->tgt,
+                             &tp->vocab, N));
+        }
+        return RF_OK;
+    }
     rf_op_lm_head_fwd(a->logits, a->lnf, m->p.wte, N, C, V);
     if (labels)
         m->loss =
@@ -581,14 +629,25 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
         return rf_fail(RF_ERR_INVALID, "gpt2: backward needs a forward with labels");
     int B = m->B, T = m->T, N = B * T, C = c->n_embd, F = c->n_inner, NH = c->n_head,
         V = c->vocab_size, L = c->n_layer;
+    struct rf_bert_tp *tp = m->tp;
+    int NHl = tp ? tp->NHl : NH, Cl = tp ? tp->Cl : C, Fl = tp ? tp->Il : F;
+    int Vl = tp ? tp->vocab.block : V;
     size_t used = layout(m, &m->da, m->dacts, B, T);
     memset(m->dacts, 0, used * sizeof(float));
     rf_gpt2_acts *a = &m->a, *d = &m->da;
 
     if (u1 == n_units) {
-        rf_op_causal_xent_bwd(d->logits, a->logits, a->lse, m->labels, B, T, V, loss_scale);
+        if (tp)
+            tp->xent_bwd(d->logits, Vl, a->logits, Vl, a->lse, m->se, m->tgt, &tp->vocab, N,
+                         loss_scale);
+        else
+            rf_op_causal_xent_bwd(d->logits, a->logits, a->lse, m->labels, B, T, V, loss_scale);
         TRY(event(m, 0, RF_UNIT_BWD, rf_cu_bwd_next(0, true, u0, u1))); /* tied head */
-        rf_op_lm_head_bwd(d->lnf, m->g.wte, d->logits, a->lnf, m->p.wte, N, C, V);
+        if (tp)
+            TRY(tp->colpar_bwd(tp->c, d->lnf, m->g.wte, NULL, C, d->logits, Vl, a->lnf, m->p.wte, N,
+                               C, Vl));
+        else
+            rf_op_lm_head_bwd(d->lnf, m->g.wte, d->logits, a->lnf, m->p.wte, N, C, V);
         TRY(event(m, 0, RF_UNIT_BWD_PART, -1));
         TRY(event(m, L + 1, RF_UNIT_BWD, rf_cu_bwd_next(L + 1, false, u0, u1)));
         rf_op_layernorm_bwd(d->res[c->n_layer], m->g.lnf_w, m->g.lnf_b, d->lnf, a->res[c->n_layer],
@@ -605,20 +664,22 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
         rf_gpt2_acts_layer *y = &a->layers[l], *dy = &d->layers[l];
         float *dout_l = d->res[l + 1];
         TRY(proj_bwd(m, l, RF_PROJ_DOWN, dy->fcg, g->fcp_w, g->fcp_b, dout_l, y->fcg, w->fcp_w, N,
-                     F, C));
-        rf_op_gelu_tanh_bwd(dy->fch, y->fch, dy->fcg, (size_t)N * F);
+                     Fl, C));
+        rf_op_gelu_tanh_bwd(dy->fch, y->fch, dy->fcg, (size_t)N * Fl);
         TRY(proj_bwd(m, l, RF_PROJ_UP, dy->ln2, g->fc_w, g->fc_b, dy->fch, y->ln2, w->fc_w, N, C,
-                     F));
+                     Fl));
+        if (tp) TRY(tp->sum(tp->c, dy->ln2, (size_t)N * C)); /* column-parallel: f */
         rf_op_layernorm_bwd(dy->res2, g->ln2_w, g->ln2_b, dy->ln2, y->res2, w->ln2_w, y->ln2_mean,
                             y->ln2_rstd, N, C);
         rf_op_residual_bwd(dy->res2, NULL, dout_l, (size_t)N * C, 0.0f, 0);
         TRY(proj_bwd(m, l, RF_PROJ_O, dy->atty, g->proj_w, g->proj_b, dy->res2, y->atty, w->proj_w,
-                     N, C, C));
+                     N, Cl, C));
         /* the attention-probability slot of the gradient arena is the scratch */
-        rf_op_causal_attention_bwd(dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NH, NH,
+        rf_op_causal_attention_bwd(dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NHl, NHl,
                                    C / NH);
         TRY(proj_bwd(m, l, RF_PROJ_QKV, dy->ln1, g->attn_w, g->attn_b, dy->qkv, y->ln1, w->attn_w,
-                     N, C, 3 * C));
+                     N, C, 3 * Cl));
+        if (tp) TRY(tp->sum(tp->c, dy->ln1, (size_t)N * C));
         rf_op_layernorm_bwd(d->res[l], g->ln1_w, g->ln1_b, dy->ln1, a->res[l], w->ln1_w,
                             y->ln1_mean, y->ln1_rstd, N, C);
         rf_op_residual_bwd(d->res[l], NULL, dy->res2, (size_t)N * C, 0.0f, 0);
@@ -629,8 +690,12 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
         return RF_OK;
     }
     TRY(event(m, 0, RF_UNIT_BWD, rf_cu_bwd_next(0, false, u0, u1)));
-    if (m->g.wte) /* NULL: a frozen embedding (LoRA) */
+    if (tp) {
+        tp->embed_bwd(m->g.wte, NULL, NULL, d->res[0], m->ids, NULL, &tp->vocab, B, T, C);
+        rf_op_tokpos_bwd(NULL, m->g.wpe, d->res[0], m->ids, m->pos, B, T, C);
+    } else if (m->g.wte) { /* NULL: a frozen embedding (LoRA) */
         rf_op_tokpos_bwd(m->g.wte, m->g.wpe, d->res[0], m->ids, m->pos, B, T, C);
+    }
     TRY(event(m, 0, RF_UNIT_BWD_DONE, -1));
     return RF_OK;
 }

@@ -91,6 +91,12 @@ typedef struct rf_gpt2 {
      * (enable_training allocates no gradient block or moments: backward
      * computes input gradients only). */
     struct rf_lora *lora;
+    /* Tensor parallelism (rf_gpt2_tp_split; model_tp.h): NULL for the whole
+     * model. tgt and se are the vocabulary-parallel loss's shifted targets and
+     * sums of exps (reserve sizes them). */
+    struct rf_bert_tp *tp;
+    int32_t *tgt;
+    double *se;
 } rf_gpt2;
 
 /* A model for cfg with every parameter zero. */
@@ -135,5 +141,22 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
                            float *din);
 /* The unit events of a forward (and backward) over [u0, u1), computing nothing. */
 int rf_gpt2_replay(rf_gpt2 *m, int u0, int u1, bool backward);
+
+/* Tensor parallelism (issue 17, Megatron style; tp.h, model_tp.c): turns a
+ * loaded whole model into this rank's shard for the tp group `tp`, as
+ * rf_bert_tp_split (model.h) does for BERT: attention heads split (q, k, v
+ * column-parallel by heads, the output projection row-parallel), the MLP's
+ * up projection column-parallel and its down projection row-parallel, the
+ * word embedding vocabulary-parallel (padding rows zero) with a
+ * vocabulary-parallel cross-entropy, so no rank holds whole-vocabulary
+ * logits; norms, the position embedding and the row-parallel biases replicated. m->tensors then
+ * holds the local shapes and m->logits the rank's vocabulary columns [N, block]
+ * (rf_tp_vocab_split). Forward and backward cost one all-reduce per attention block and per MLP
+ * block each way, one for the embedding and three for the loss in forward.
+ * Call before enabling training; the undo (the whole model back) is
+ * rf_model_tp_merge. RF_ERR_INVALID when tp does not divide the heads or n_inner;
+ * RF_ERR_UNSUPPORTED with LoRA attached. */
+struct rf_comm;
+int rf_gpt2_tp_split(rf_gpt2 *m, struct rf_comm *tp);
 
 #endif

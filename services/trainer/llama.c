@@ -7,8 +7,9 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "common/sys.h"
-#include "trainer/lora.h"
 #include "trainer/causal_units.h"
+#include "trainer/lora.h"
+#include "trainer/model_tp.h"
 #include "trainer/ops.h"
 #include "trainer/ops_causal.h"
 #include "trainer/safetensors.h"
@@ -273,6 +274,14 @@ void rf_llama_free(rf_llama *m) {
     free(m->pos);
     free(m->seg);
     free(m->valid);
+    free(m->tgt);
+    free(m->se);
+    if (m->tp) { /* model_tp.c's context (freed here so the evaluator needs no tp code) */
+        free(m->tp->full);
+        free(m->tp->spans);
+        free(m->tp->kinds);
+        free(m->tp);
+    }
     free(m);
 }
 
@@ -410,9 +419,13 @@ static int proj_bwd(rf_llama *m, int l, int slot, float *dx, float *dw, const fl
 
 static size_t layout(const rf_llama *m, rf_llama_acts *v, float *base, int B, int T) {
     const rf_llama_config *c = &m->cfg;
-    size_t N = (size_t)B * T, C = c->hidden_size, F = c->intermediate_size, off = 0;
-    size_t A = (size_t)c->num_attention_heads * c->head_dim,
-           W = (size_t)(c->num_attention_heads + 2 * c->num_key_value_heads) * c->head_dim;
+    const struct rf_bert_tp *tp = m->tp; /* the local widths of a tp shard */
+    size_t NH = (size_t)(tp ? tp->NHl : c->num_attention_heads);
+    size_t NKV = (size_t)(tp ? tp->NKVl : c->num_key_value_heads);
+    size_t N = (size_t)B * T, C = (size_t)c->hidden_size, off = 0;
+    size_t F = (size_t)(tp ? tp->Il : c->intermediate_size);
+    size_t A = NH * (size_t)c->head_dim, W = (NH + 2 * NKV) * (size_t)c->head_dim;
+    size_t V = (size_t)(tp ? tp->vocab.block : c->vocab_size);
 #define TAKE(ptr, n)                                                                               \
     do {                                                                                           \
         if (base) (ptr) = base + off;                                                              \
@@ -426,7 +439,7 @@ static size_t layout(const rf_llama *m, rf_llama_acts *v, float *base, int B, in
         TAKE(y->ln1_rstd, N);
         TAKE(y->qkv, N * W);  /* after RoPE */
         TAKE(y->qkvr, N * W); /* gradient arena only: the gradient before RoPE */
-        TAKE(y->att, (size_t)B * c->num_attention_heads * T * T);
+        TAKE(y->att, B * NH * T * T);
         TAKE(y->atty, N * A);
         TAKE(y->res2, N * C);
         TAKE(y->ln2, N * C);
@@ -436,7 +449,7 @@ static size_t layout(const rf_llama *m, rf_llama_acts *v, float *base, int B, in
     }
     TAKE(v->lnf, N * C);
     TAKE(v->lnf_rstd, N);
-    TAKE(v->logits, N * c->vocab_size);
+    TAKE(v->logits, N * V);
     TAKE(v->lse, N);
     TAKE(v->losses, N);
 #undef TAKE
@@ -457,14 +470,18 @@ int rf_llama_reserve(rf_llama *m, int B, int T) {
     int32_t *ids = malloc(sizeof(int32_t) * nt), *lab = malloc(sizeof(int32_t) * nt),
             *pos = malloc(sizeof(int32_t) * nt), *seg = malloc(sizeof(int32_t) * nt);
     uint8_t *valid = malloc(nt);
-    if (!a || ((m->training || m->dacts) && !d) || !ids || !lab || !pos || !seg || !valid) {
+    int32_t *tgt = malloc(sizeof(int32_t) * nt);
+    double *se = malloc(sizeof(double) * nt);
+    if (!a || ((m->training || m->dacts) && !d) || !ids || !lab || !pos || !seg || !valid || !tgt ||
+        !se) {
         free(a), free(d), free(ids), free(lab), free(pos), free(seg), free(valid);
+        free(tgt), free(se);
         return RF_ERR_NOMEM;
     }
     free(m->acts), free(m->dacts), free(m->ids), free(m->labels), free(m->valid);
-    free(m->pos), free(m->seg);
+    free(m->pos), free(m->seg), free(m->tgt), free(m->se);
     m->acts = a, m->dacts = d, m->ids = ids, m->labels = lab, m->valid = valid;
-    m->pos = pos, m->seg = seg;
+    m->pos = pos, m->seg = seg, m->tgt = tgt, m->se = se;
     m->nacts = n, m->capB = nB, m->capT = T;
     return RF_OK;
 }
@@ -520,9 +537,13 @@ int rf_llama_forward_range(rf_llama *m, const rf_causal_batch *bt, int u0, int u
     if (!rc) rc = rf_llama_reserve(m, B, T);
     if (!rc && m->lora) rc = rf_lora_reserve(m->lora, B * T);
     if (rc) return rc;
-    int N = B * T, C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
-    int NH = c->num_attention_heads, NKV = c->num_key_value_heads, hd = c->head_dim;
-    int A = NH * hd, W = (NH + 2 * NKV) * hd;
+    struct rf_bert_tp *tp = m->tp;
+    /* the local widths (the whole model's without tp): heads, MLP size,
+     * vocabulary columns; V stays the whole vocabulary for the checks */
+    int N = B * T, C = c->hidden_size, F = tp ? tp->Il : c->intermediate_size, V = c->vocab_size;
+    int NH = tp ? tp->NHl : c->num_attention_heads, hd = c->head_dim;
+    int NKV = tp ? tp->NKVl : c->num_key_value_heads;
+    int A = NH * hd, W = (NH + 2 * NKV) * hd, Vl = tp ? tp->vocab.block : V;
     float eps = c->rms_norm_eps;
     for (int n = 0; n < N; n++)
         if (ids[n] < 0 || ids[n] >= V)
@@ -556,7 +577,11 @@ int rf_llama_forward_range(rf_llama *m, const rf_causal_batch *bt, int u0, int u
 
     if (u0 == 0) {
         TRY(event(m, 0, RF_UNIT_FWD, rf_cu_fwd_next(0, false, u1, n_units, tied)));
-        rf_op_tokpos_fwd(a->res[0], m->ids, m->pos, m->p.wte, NULL, B, T, C);
+        if (tp)
+            TRY(tp->embed_fwd(tp->c, a->res[0], m->ids, NULL, m->p.wte, &tp->vocab, NULL, NULL, B,
+                              T, C));
+        else
+            rf_op_tokpos_fwd(a->res[0], m->ids, m->pos, m->p.wte, NULL, B, T, C);
     }
     for (int l = 0; l < c->num_hidden_layers; l++) {
         if (l + 1 < u0 || l + 1 >= u1) continue;
@@ -570,11 +595,13 @@ int rf_llama_forward_range(rf_llama *m, const rf_causal_batch *bt, int u0, int u
         rf_op_causal_attention_fwd(y->atty, y->att, y->qkv, m->valid, m->packed ? m->seg : NULL, B,
                                    T, NH, NKV, hd);
         TRY(proj_fwd(m, l, RF_PROJ_O, y->res2, y->atty, w->o_w, N, A, C));
+        if (tp) TRY(tp->sum(tp->c, y->res2, (size_t)N * C)); /* row-parallel: g */
         rf_op_residual_fwd(y->res2, y->res2, a->res[l], (size_t)N * C, 0.0f, 0);
         rf_op_rmsnorm_fwd(y->ln2, y->ln2_rstd, y->res2, w->ln2_w, N, C, eps);
         TRY(proj_fwd(m, l, RF_PROJ_UP, y->gu, y->ln2, w->gu_w, N, C, 2 * F));
         rf_op_swiglu_fwd(y->act, y->gu, N, F);
         TRY(proj_fwd(m, l, RF_PROJ_DOWN, a->res[l + 1], y->act, w->down_w, N, F, C));
+        if (tp) TRY(tp->sum(tp->c, a->res[l + 1], (size_t)N * C));
         rf_op_residual_fwd(a->res[l + 1], a->res[l + 1], y->res2, (size_t)N * C, 0.0f, 0);
     }
     if (u1 < n_units) { /* boundary u1 for the stage after */
@@ -584,6 +611,15 @@ int rf_llama_forward_range(rf_llama *m, const rf_causal_batch *bt, int u0, int u
     TRY(event(m, L + 1, RF_UNIT_FWD, rf_cu_fwd_next(L + 1, false, u1, n_units, tied)));
     rf_op_rmsnorm_fwd(a->lnf, a->lnf_rstd, a->res[c->num_hidden_layers], m->p.norm_w, N, C, eps);
     if (tied) TRY(event(m, 0, RF_UNIT_FWD, rf_cu_fwd_next(0, true, u1, n_units, tied)));
+    if (tp) { /* the rank's vocabulary columns, the loss over the group */
+        TRY(tp->colpar_fwd(a->logits, Vl, a->lnf, m->p.head_w, C, NULL, N, C, Vl));
+        if (labels) {
+            m->counted = rf_causal_targets(m->tgt, m->labels, B, T);
+            TRY(tp->xent_fwd(tp->c, &m->loss, a->losses, a->lse, m->se, a->logits, Vl, m->tgt,
+                             &tp->vocab, N));
+        }
+        return RF_OK;
+    }
     rf_op_lm_head_fwd(a->logits, a->lnf, m->p.head_w, N, C, V);
     if (labels)
         m->loss =
@@ -605,22 +641,32 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
     if (rc) return rc;
     if (u1 == n_units && !m->has_labels)
         return rf_fail(RF_ERR_INVALID, "llama: backward needs a forward with labels");
-    int B = m->B, T = m->T, N = B * T, C = c->hidden_size, F = c->intermediate_size,
+    struct rf_bert_tp *tp = m->tp;
+    int B = m->B, T = m->T, N = B * T, C = c->hidden_size, F = tp ? tp->Il : c->intermediate_size,
         V = c->vocab_size, L = c->num_hidden_layers;
-    int NH = c->num_attention_heads, NKV = c->num_key_value_heads, hd = c->head_dim;
-    int A = NH * hd, W = (NH + 2 * NKV) * hd;
+    int NH = tp ? tp->NHl : c->num_attention_heads, hd = c->head_dim;
+    int NKV = tp ? tp->NKVl : c->num_key_value_heads;
+    int A = NH * hd, W = (NH + 2 * NKV) * hd, Vl = tp ? tp->vocab.block : V;
     bool tied = c->tie_word_embeddings;
     size_t used = layout(m, &m->da, m->dacts, B, T);
     memset(m->dacts, 0, used * sizeof(float));
     rf_llama_acts *a = &m->a, *d = &m->da;
 
     if (u1 == n_units) {
-        rf_op_causal_xent_bwd(d->logits, a->logits, a->lse, m->labels, B, T, V, loss_scale);
+        if (tp)
+            tp->xent_bwd(d->logits, Vl, a->logits, Vl, a->lse, m->se, m->tgt, &tp->vocab, N,
+                         loss_scale);
+        else
+            rf_op_causal_xent_bwd(d->logits, a->logits, a->lse, m->labels, B, T, V, loss_scale);
         if (tied)
             TRY(event(m, 0, RF_UNIT_BWD, rf_cu_bwd_next(0, true, u0, u1)));
         else
             TRY(event(m, L + 1, RF_UNIT_BWD, rf_cu_bwd_next(L + 1, false, u0, u1)));
-        rf_op_lm_head_bwd(d->lnf, m->g.head_w, d->logits, a->lnf, m->p.head_w, N, C, V);
+        if (tp)
+            TRY(tp->colpar_bwd(tp->c, d->lnf, m->g.head_w, NULL, C, d->logits, Vl, a->lnf,
+                               m->p.head_w, N, C, Vl));
+        else
+            rf_op_lm_head_bwd(d->lnf, m->g.head_w, d->logits, a->lnf, m->p.head_w, N, C, V);
         if (tied) {
             TRY(event(m, 0, RF_UNIT_BWD_PART, -1));
             TRY(event(m, L + 1, RF_UNIT_BWD, rf_cu_bwd_next(L + 1, false, u0, u1)));
@@ -641,6 +687,7 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
         TRY(proj_bwd(m, l, RF_PROJ_DOWN, dy->act, g->down_w, dout_l, y->act, w->down_w, N, F, C));
         rf_op_swiglu_bwd(dy->gu, dy->act, y->gu, N, F);
         TRY(proj_bwd(m, l, RF_PROJ_UP, dy->ln2, g->gu_w, dy->gu, y->ln2, w->gu_w, N, C, 2 * F));
+        if (tp) TRY(tp->sum(tp->c, dy->ln2, (size_t)N * C)); /* column-parallel: f */
         rf_op_rmsnorm_bwd(dy->res2, g->ln2_w, dy->ln2, y->res2, w->ln2_w, y->ln2_rstd, N, C);
         rf_op_residual_bwd(dy->res2, NULL, dout_l, (size_t)N * C, 0.0f, 0);
         TRY(proj_bwd(m, l, RF_PROJ_O, dy->atty, g->o_w, dy->res2, y->atty, w->o_w, N, A, C));
@@ -652,6 +699,7 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
             memcpy(dy->qkvr + (size_t)n * W + A + NKV * hd, dy->qkv + (size_t)n * W + A + NKV * hd,
                    sizeof(float) * NKV * hd);
         TRY(proj_bwd(m, l, RF_PROJ_QKV, dy->ln1, g->qkv_w, dy->qkvr, y->ln1, w->qkv_w, N, C, W));
+        if (tp) TRY(tp->sum(tp->c, dy->ln1, (size_t)N * C));
         rf_op_rmsnorm_bwd(d->res[l], g->ln1_w, dy->ln1, a->res[l], w->ln1_w, y->ln1_rstd, N, C);
         rf_op_residual_bwd(d->res[l], NULL, dy->res2, (size_t)N * C, 0.0f, 0);
         TRY(event(m, l + 1, RF_UNIT_BWD_DONE, -1));
@@ -661,7 +709,9 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
         return RF_OK;
     }
     TRY(event(m, 0, RF_UNIT_BWD, rf_cu_bwd_next(0, false, u0, u1)));
-    if (m->g.wte) /* NULL: a frozen embedding (LoRA) */
+    if (tp)
+        tp->embed_bwd(m->g.wte, NULL, NULL, d->res[0], m->ids, NULL, &tp->vocab, B, T, C);
+    else if (m->g.wte) /* NULL: a frozen embedding (LoRA) */
         rf_op_tokpos_bwd(m->g.wte, NULL, d->res[0], m->ids, m->pos, B, T, C);
     TRY(event(m, 0, RF_UNIT_BWD_DONE, -1));
     return RF_OK;

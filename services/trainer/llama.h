@@ -84,6 +84,12 @@ typedef struct rf_llama {
      * (enable_training allocates no gradient block or moments: backward
      * computes input gradients only). */
     struct rf_lora *lora;
+    /* Tensor parallelism (rf_llama_tp_split; model_tp.h): NULL for the whole
+     * model. tgt and se are the vocabulary-parallel loss's shifted targets and
+     * sums of exps (reserve sizes them). */
+    struct rf_bert_tp *tp;
+    int32_t *tgt;
+    double *se;
 } rf_llama;
 
 int rf_llama_new(const rf_llama_config *cfg, rf_llama **out);
@@ -113,5 +119,21 @@ int rf_llama_forward_range(rf_llama *m, const rf_causal_batch *b, int u0, int u1
 int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const float *dout,
                             float *din);
 int rf_llama_replay(rf_llama *m, int u0, int u1, bool backward);
+
+/* Tensor parallelism (issue 17, Megatron style; tp.h, model_tp.c): turns a
+ * loaded whole model into this rank's shard for the tp group `tp`, as
+ * rf_bert_tp_split (model.h) does for BERT: attention heads split (q, k, v
+ * column-parallel by heads, the output projection row-parallel), the MLP's
+ * up and gate projection column-parallel and its down projection row-parallel, the
+ * word embedding and an untied lm_head (both by vocabulary rows; a tied head reads the split
+ * embedding) vocabulary-parallel (padding rows zero) with a vocabulary-parallel cross-entropy, so
+ * no rank holds whole-vocabulary logits; norms replicated. m->tensors then holds the local shapes
+ * and m->logits the rank's vocabulary columns [N, block] (rf_tp_vocab_split). Forward and backward
+ * cost one all-reduce per attention block and per MLP block each way, one for the embedding and
+ * three for the loss in forward. Call before enabling training; the undo (the whole model back) is
+ * rf_model_tp_merge. RF_ERR_INVALID when tp does not divide num_key_value_heads,
+ * num_attention_heads or intermediate_size; RF_ERR_UNSUPPORTED with LoRA attached. */
+struct rf_comm;
+int rf_llama_tp_split(rf_llama *m, struct rf_comm *tp);
 
 #endif

@@ -315,11 +315,7 @@ void rf_bert_free(rf_bert *m) {
     free(m->p.layers);
     free(m->g.layers);
     free(m->tensors);
-    if (m->tp) {
-        free(m->tp->full);
-        free(m->tp->spans);
-        free(m->tp);
-    }
+    rf_tp_ctx_free(m->tp);
     free(m);
 }
 

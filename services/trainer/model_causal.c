@@ -13,6 +13,7 @@
 #include "trainer/gpt2.h"
 #include "trainer/llama.h"
 #include "trainer/model_iface.h"
+#include "trainer/model_tp.h"
 #include "trainer/safetensors.h"
 
 int rf_model_load_causal(const char *dir, const char *arch, const rf_backend *be, rf_model *m);
@@ -232,11 +233,14 @@ static int save_causal(const rf_model *m, const char *dir, const rf_tensor_info 
     static int P##_logits(const rf_model *m, const float **logits, size_t *row) {                  \
         const TYPE *x = m->impl;                                                                   \
         *logits = x->logits;                                                                       \
-        *row = (size_t)x->cfg.VOCAB;                                                               \
+        *row = x->tp ? (size_t)x->tp->vocab.block : (size_t)x->cfg.VOCAB;                          \
         return RF_OK;                                                                              \
     }                                                                                              \
     static int P##_save(const rf_model *m, const char *dir) {                                      \
         const TYPE *x = m->impl;                                                                   \
+        if (x->tp)                                                                                 \
+            return rf_fail(RF_ERR_UNSUPPORTED,                                                     \
+                           "export: %s: a tensor-parallel shard is not a whole model", dir);       \
         rf_buf cfg = RF_BUF_INIT;                                                                  \
         int rc = m->src_config ? config_from_source(m->src_config, &cfg)                           \
                                : P##_config_json(&x->cfg, &cfg);                                   \
@@ -251,7 +255,9 @@ static int save_causal(const rf_model *m, const char *dir, const rf_tensor_info 
     }                                                                                              \
     static int P##_sibling(const rf_model *m, rf_model **out) {                                    \
         TYPE *x;                                                                                   \
-        int rc = rf_##P##_new(&((const TYPE *)m->impl)->cfg, &x);                                  \
+        const TYPE *src = m->impl;                                                                 \
+        int rc = rf_##P##_new(&src->cfg, &x);                                                      \
+        if (!rc && src->tp && (rc = rf_##P##_tp_split(x, src->tp->c))) rf_##P##_free(x);           \
         if (rc) return rc;                                                                         \
         rf_model *o = malloc(sizeof *o);                                                           \
         if (!o) {                                                                                  \

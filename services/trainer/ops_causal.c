@@ -48,9 +48,11 @@ void rf_op_tokpos_bwd(float *dwte, float *dwpe, const float *dout, const int32_t
         int c1 = c0 + blk < C ? c0 + blk : C;
         for (int n = 0; n < B * T; n++) {
             const float *d = dout + (size_t)n * C;
-            float *w = dwte + (size_t)ids[n] * C;
-            for (int i = c0; i < c1; i++)
-                w[i] += d[i];
+            if (dwte) {
+                float *w = dwte + (size_t)ids[n] * C;
+                for (int i = c0; i < c1; i++)
+                    w[i] += d[i];
+            }
             if (dwpe) {
                 float *p = dwpe + (size_t)(pos ? pos[n] : n % T) * C;
                 for (int i = c0; i < c1; i++)
@@ -349,6 +351,16 @@ void rf_op_lm_head_bwd(float *dh, float *dwte, const float *dlogits, const float
 
 static inline int target(const int32_t *labels, int T, int n) {
     return n % T == T - 1 ? -1 : labels[n + 1];
+}
+
+int rf_causal_targets(int32_t *tgt, const int32_t *labels, int B, int T) {
+    int c = 0;
+    for (int n = 0; n < B * T; n++) {
+        int y = target(labels, T, n);
+        tgt[n] = y >= 0 ? y : -1;
+        c += y >= 0;
+    }
+    return c;
 }
 
 float rf_op_causal_xent_fwd(float *lse, float *losses, int *counted, const float *logits,

@@ -32,7 +32,7 @@ typedef struct rf_causal_batch {
  * Llama; pos NULL: position n % T). ids and pos must be in range. */
 void rf_op_tokpos_fwd(float *out, const int32_t *ids, const int32_t *pos, const float *wte,
                       const float *wpe, int B, int T, int C);
-/* dwte[ids[n]] += dout[n], dwpe[pos[n]] += dout[n] (dwpe may be NULL). */
+/* dwte[ids[n]] += dout[n], dwpe[pos[n]] += dout[n] (either may be NULL). */
 void rf_op_tokpos_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *ids,
                       const int32_t *pos, int B, int T, int C);
 
@@ -109,6 +109,11 @@ void rf_op_lm_head_bwd(float *dh, float *dwte, const float *dlogits, const float
  * gets their number. */
 float rf_op_causal_xent_fwd(float *lse, float *losses, int *counted, const float *logits,
                             const int32_t *labels, int B, int T, int V);
+/* The targets that shift gives, one per row: tgt[b, t] = labels[b, t+1],
+ * -1 for the last position of each sequence and for negative labels (the
+ * per-row labels of the vocabulary-parallel loss, rf_tp_xent_fwd). Returns
+ * how many are counted (>= 0). */
+int rf_causal_targets(int32_t *tgt, const int32_t *labels, int B, int T);
 /* dlogits += scale / counted * (softmax - onehot) on counted rows. */
 void rf_op_causal_xent_bwd(float *dlogits, const float *logits, const float *lse,
                            const int32_t *labels, int B, int T, int V, float scale);

@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/sys.h"
 #include "trainer/checkpoint.h"
+#include "trainer/model_tp.h"
 #include "trainer/optim.h"
 #include "trainer/pipeline.h"
 #include "trainer/tp.h"
@@ -432,8 +433,8 @@ static int sync_and_update(mesh *x, const rf_adamw *opt, long step, float lr, fl
 /* Pieces of the spans inside local [lo, hi) (skipping replicated spans when
  * `own` and tp rank > 0), params at P (element plo) and moments at M1/M2
  * (element mo) when asked. */
-static int span_pieces(const mesh *x, size_t lo, size_t hi, bool own, bool params, bool moments,
-                       size_t mo, rf_ckpt_piece **pc, size_t *n, size_t *cap) {
+static int span_pieces_at(const mesh *x, size_t lo, size_t hi, bool own, float *pbase, size_t plo,
+                          bool moments, size_t mo, rf_ckpt_piece **pc, size_t *n, size_t *cap) {
     for (size_t k = 0; k < x->nspans; k++) {
         const rf_tp_span *sp = &x->spans[k];
         if (own && sp->replicated && x->tp_i != 0) continue;
@@ -449,10 +450,16 @@ static int span_pieces(const mesh *x, size_t lo, size_t hi, bool own, bool param
         }
         size_t g = sp->global + (a - sp->local);
         (*pc)[(*n)++] =
-            (rf_ckpt_piece){g, g + (b - a), params ? x->P + (a - x->plo) : NULL,
+            (rf_ckpt_piece){g, g + (b - a), pbase ? pbase + (a - plo) : NULL,
                             moments ? x->M1 + (a - mo) : NULL, moments ? x->M2 + (a - mo) : NULL};
     }
     return RF_OK;
+}
+
+/* As span_pieces_at with the stage's parameters P (element plo). */
+static int span_pieces(const mesh *x, size_t lo, size_t hi, bool own, bool params, bool moments,
+                       size_t mo, rf_ckpt_piece **pc, size_t *n, size_t *cap) {
+    return span_pieces_at(x, lo, hi, own, params ? x->P : NULL, x->plo, moments, mo, pc, n, cap);
 }
 
 static size_t moment_base(const mesh *x) {
@@ -514,14 +521,8 @@ static int mesh_load(mesh *x, const char *path, rf_train_state *st) {
     size_t mo = moment_base(x), mhi = x->zero ? x->plo + x->shi : x->phi;
     int rc = span_pieces(x, x->plo, x->phi, false, true, false, 0, &pc, &npc, &cap);
     if (!rc) rc = span_pieces(x, mo, mhi, false, false, true, mo, &pc, &npc, &cap);
-    if (!rc && x->has_copy) { /* causal models: no tp, local = global */
-        rf_ckpt_piece *p = realloc(pc, (npc + 1) * sizeof *p);
-        if (!p) rc = RF_ERR_NOMEM;
-        if (!rc) {
-            pc = p;
-            pc[npc++] = (rf_ckpt_piece){x->elo, x->ehi, x->E, NULL, NULL};
-        }
-    }
+    if (!rc && x->has_copy) /* the tied head's copy of unit 0 (local [elo, ehi)) */
+        rc = span_pieces_at(x, x->elo, x->ehi, false, x->E, x->elo, false, 0, &pc, &npc, &cap);
     if (!rc) rc = rf_checkpoint_load_pieces(path, x->gnp, st, pc, npc);
     free(pc);
     return rc;
@@ -539,7 +540,6 @@ static int gather_whole(mesh *x) {
                                     RF_COMM_F32, s)))
             rc = fail_comm(rc, "broadcast of a pipeline stage's parameters");
     if (!rc && x->tp > 1) {
-        rf_bert *b = x->m->impl;
         float *all = malloc((size_t)x->tp * x->nlocal * sizeof *all);
         float *whole = calloc(x->gnp, sizeof *whole);
         rc = all && whole ? RF_OK : RF_ERR_NOMEM;
@@ -548,13 +548,13 @@ static int gather_whole(mesh *x) {
         for (int r = 0; r < x->tp && !rc; r++) {
             rf_tp_span *sp;
             size_t ns;
-            if ((rc = rf_bert_tp_spans_of(b, r, &sp, &ns))) break;
+            if ((rc = rf_model_tp_spans_of(x->m, r, &sp, &ns))) break;
             for (size_t k = 0; k < ns; k++)
                 memcpy(whole + sp[k].global, all + (size_t)r * x->nlocal + sp[k].local,
                        sp[k].n * sizeof(float));
             free(sp);
         }
-        if (!rc) rc = rf_bert_tp_merge(b, whole);
+        if (!rc) rc = rf_model_tp_merge(x->m, whole);
         free(all);
         free(whole);
     } else if (!rc) {
@@ -588,11 +588,8 @@ static int check_mesh(mesh *x, const rf_model_blocks *mb) {
         return rf_fail(RF_ERR_UNSUPPORTED,
                        "trainer.parallel: tp/pp meshes run on the CPU backend only, not '%s'",
                        mb->be->name);
-    if (x->tp > 1 && !x->bert)
-        return rf_fail(RF_ERR_UNSUPPORTED,
-                       "trainer.parallel.tp is %d but tensor parallelism is implemented for BERT "
-                       "only: the %s model's layers do not call the tp ops (use dp and pp)",
-                       x->tp, x->info.arch);
+    if (x->tp > 1 && (rc = rf_model_tp_check(x->m, x->tp)))
+        return rf_fail_ctx(rc, "trainer.parallel.tp %d", x->tp);
     if (x->bert)
         rc = rf_tr_parallel_check_model(&par, &((const rf_bert *)x->m->impl)->cfg, o->batch_size);
     else
@@ -806,7 +803,7 @@ int rf_train_mesh(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
         }
     }
     if (mb.grads) rc = rf_model_release_blocks(m, false);
-    if (!rc && x->tp > 1) rc = rf_bert_tp_split(m->impl, x->cm.tp_comm);
+    if (!rc && x->tp > 1) rc = rf_model_tp_split(m, x->cm.tp_comm);
     if (!rc) rc = rf_model_blocks_of(m, &mb);
     if (!rc) rc = rf_model_set_hook(m, mesh_hook, x);
     if (rc) {
@@ -815,10 +812,12 @@ int rf_train_mesh(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
     }
     x->nlocal = mb.nparams;
     if (x->tp > 1) {
-        const rf_bert *b = m->impl;
-        x->nspans = rf_bert_tp_spans(b, &x->spans);
-        x->gtab = rf_bert_tp_global_tensors(b, &x->ngtab);
-        x->gnp = rf_bert_tp_global_nparams(b);
+        const struct rf_bert_tp *t = rf_model_tp_ctx(m);
+        x->spans = t->spans;
+        x->nspans = t->nspans;
+        x->gtab = t->full;
+        x->ngtab = t->nfull;
+        x->gnp = t->nparams_full;
     } else {
         x->one = (rf_tp_span){0, 0, x->nlocal, false};
         x->spans = &x->one;

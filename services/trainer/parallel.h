@@ -14,9 +14,9 @@
  *   - a stage runs forward/backward over its units [u0, u1) (the boundary is
  *     the residual stream, model_iface.h), one model instance per
  *     micro-batch in flight (rf_model_sibling), all bound to the stage's one
- *     parameter and gradient block; with tp > 1 each instance is a BERT tp
- *     shard (rf_bert_tp_split) and the stage's tp ranks run the same
- *     schedule, their collectives inside the model;
+ *     parameter and gradient block; with tp > 1 each instance is a tp shard
+ *     (rf_model_tp_split: BERT, GPT-2 or Llama) and the stage's tp ranks run
+ *     the same schedule, their collectives inside the model;
  *   - after the last micro-batch's backward: a tied LM head's gradient of the
  *     word embedding goes from the last stage to stage 0 (Megatron's
  *     embedding group, point to point), then the dp gradient sync, once:
@@ -35,7 +35,7 @@
  * world, and the contiguous split minimising the slowest stage is taken.
  *
  * Checkpoints are the sharded format of checkpoint.h in the WHOLE model's
- * coordinates (rf_bert_tp_spans): each rank writes its dp shard of its
+ * coordinates (the split's spans, model_tp.h): each rank writes its dp shard of its
  * stage's block, tp-replicated pieces from tp rank 0 only, so every element
  * is written once and the checkpoint loads at any layout (1 process, dp N,
  * another mesh). When rf_train_mesh returns RF_OK, m is the whole model again
@@ -43,9 +43,9 @@
  * the caller exports it as any other.
  *
  * Refused before any work (RF_ERR_INVALID / RF_ERR_UNSUPPORTED, naming the
- * numbers): a world that is not dp x tp x pp, zero 3 on a tp/pp mesh, tp
- * for a model other than BERT (the causal models' layers do not call the tp
- * ops), heads or intermediate size not divisible by tp, more stages than
+ * numbers): a world that is not dp x tp x pp, zero 3 on a tp/pp mesh, heads
+ * (Llama: also key/value heads) or intermediate size not divisible by tp
+ * (rf_model_tp_check), LoRA at tp > 1, more stages than
  * layers, a stages list not summing to the layers, a batch not divisible
  * into micro-batches, a backend other than the CPU, the per-checkpoint
  * callbacks (the trainer service's; they need the whole model on rank 0).

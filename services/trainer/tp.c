@@ -96,6 +96,10 @@ static int sum_over(rf_comm *tp, float *x, size_t n) {
     return x ? allreduce(tp, x, n, RF_COMM_F32, RF_COMM_SUM) : RF_OK;
 }
 
+int rf_tp_sum(rf_comm *tp, float *x, size_t n) {
+    return sum_over(tp, x, n);
+}
+
 int rf_tp_colpar_fwd(float *out, int ldo, const float *inp, const float *w, int ldw, const float *b,
                      int N, int IC, int OCl) {
     rf_tp_linear_fwd(out, ldo, inp, IC, w, ldw, b, N, IC, OCl);
@@ -155,7 +159,7 @@ int rf_tp_embed_fwd(rf_comm *tp, float *out, const int32_t *ids, const int32_t *
             memset(o, 0, sizeof(float) * C);
     }
     int rc = sum_over(tp, out, (size_t)B * T * C); /* one rank's row + zeros: exact */
-    if (rc) return rc;
+    if (rc || (!wpe && !wtt)) return rc;
 #pragma omp parallel for schedule(static) if (B * T * C > 4096)
     for (int n = 0; n < B * T; n++) {
         const float *p = wpe + (size_t)(n % T) * C, *y = wtt + (size_t)types[n] * C;

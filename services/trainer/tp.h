@@ -85,9 +85,18 @@ int rf_tp_qkv_fwd(float *out, const float *inp, const float *w, const float *b, 
 int rf_tp_qkv_bwd(rf_comm *tp, float *dinp, float *dw, float *db, int wstride, const float *dout,
                   const float *inp, const float *w, int N, int C, int Cl);
 
+/* The all-reduce (sum) of x[n] over the tp group: Megatron's g in forward
+ * (after a row-parallel product) and f in backward (after a column-parallel
+ * input gradient). The ops above call it themselves; a layer whose weights
+ * have another layout (GPT-2's Conv1D [in, out], Llama's fused projections)
+ * runs the product on its shard with ops.h / ops_causal.h and calls this at
+ * the same points. */
+int rf_tp_sum(rf_comm *tp, float *x, size_t n);
+
 /* Vocabulary-parallel embedding: wte_local [v->block, C] holds ids
  * [v->lo, v->hi) (rf_tp_vocab_split); wpe [T, C] and wtt [TV, C] are
- * replicated. out[b, t] = wte[ids] + wpe[t] + wtt[types]: each rank writes
+ * replicated, or both NULL (the word embedding alone: the causal models add
+ * their own positions). out[b, t] = wte[ids] + wpe[t] + wtt[types]: each rank writes
  * its rows (zeros for ids it does not own), one all-reduce makes the word
  * embedding whole, then every rank adds position and type (in ops.c's order,
  * so the result equals rf_op_embed_fwd bitwise). RF_ERR_RANGE, before any

@@ -3,7 +3,7 @@
 # scripts/mpirun.sh at 1, 2 and 4 ranks: build/trainer/tp_check (see
 # tests/trainer/tp_check.c) runs the column- and row-parallel linears, the
 # fused QKV split by heads, the vocab-parallel embedding and cross-entropy,
-# an attention block and an MLP block on every mesh that fits (tp = world;
+# the causal-LM loss (vs rf_op_causal_xent_*), an attention block and an MLP block on every mesh that fits (tp = world;
 # at 4 ranks also dp 2 x tp 2) and compares each output and gradient with the
 # unsplit op (within 1e-5 relative in fp32; it says which are bitwise), and
 # replicated results across the tp ranks (bitwise). Sizes are tiny, so this

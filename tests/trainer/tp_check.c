@@ -20,6 +20,7 @@
 #include "common/error.h"
 #include "trainer/mesh.h"
 #include "trainer/ops.h"
+#include "trainer/ops_causal.h"
 #include "trainer/tp.h"
 
 #define TOL 1e-5
@@ -353,6 +354,51 @@ static void test_xent(rf_comm *tp, int V) {
     free(z), free(dz0), free(probs), free(dz), free(zl), free(dzl), free(zpad);
 }
 
+/* ---- the causal-LM loss, vocab-parallel: Hugging Face's shift
+ * (rf_causal_targets) and rf_tp_xent against rf_op_causal_xent_*; B 3 x T 7,
+ * some labels -100, V 103 / 5 (padding columns) ---- */
+static void test_causal_xent(rf_comm *tp, int V) {
+    const int B = 3, T = 7, N = B * T, ntp = rf_comm_world(tp), r = rf_comm_rank(tp);
+    const float scale = 0.75f;
+    g_rng = 25 + V;
+    float *z = rand_buf((size_t)N * V, 4), *dz0 = rand_buf((size_t)N * V, 0.01f);
+    int32_t labels[21], tgt[21];
+    for (int n = 0; n < N; n++)
+        labels[n] = n % 4 == 1 ? -100 : (int32_t)((rnd() + 1) * 0.5f * V) % V;
+    labels[2] = 0, labels[3] = V - 1;
+    float lse[21], losses[21], *dz = dup(dz0, (size_t)N * V);
+    int counted;
+    float loss = rf_op_causal_xent_fwd(lse, losses, &counted, z, labels, B, T, V);
+    rf_op_causal_xent_bwd(dz, z, lse, labels, B, T, V, scale);
+
+    rf_tp_vocab v;
+    OK(rf_tp_vocab_split(V, ntp, r, &v));
+    char t[64];
+    snprintf(t, sizeof t, "vocab-parallel causal-LM loss V %d", V);
+    title(t);
+    int nl = v.hi - v.lo;
+    float *zl = zeros((size_t)N * v.block), *dzl = zeros((size_t)N * v.block);
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < v.block; k++) {
+            zl[(size_t)n * v.block + k] = k < nl ? z[(size_t)n * V + v.lo + k] : NAN; /* padding */
+            dzl[(size_t)n * v.block + k] = k < nl ? dz0[(size_t)n * V + v.lo + k] : 0;
+        }
+    float lossl, lossesl[21], mx[21];
+    double se[21];
+    float cl = (float)rf_causal_targets(tgt, labels, B, T), cr = (float)counted;
+    OK(rf_tp_xent_fwd(tp, &lossl, lossesl, mx, se, zl, v.block, tgt, &v, N));
+    rf_tp_xent_bwd(dzl, v.block, zl, v.block, mx, se, tgt, &v, N, scale);
+    check("causal counted targets", &cl, 1, &cr, 1, 1, 1, &cr, 1);
+    check("causal loss (mean)", &lossl, 1, &loss, 1, 1, 1, &loss, 1);
+    check("causal per-row losses", lossesl, N, losses, N, 1, N, losses, N);
+    check("causal dlogits (rank's columns)", dzl, v.block, dz + v.lo, V, N, nl, dz, (size_t)N * V);
+    float *zpad = zeros((size_t)N * v.block);
+    check("causal dlogits padding stays 0", dzl + nl, v.block, zpad, v.block, N, v.block - nl, dz,
+          (size_t)N * V);
+    same_on_tp("causal loss replicated", tp, &lossl, 1);
+    free(z), free(dz0), free(dz), free(zl), free(dzl), free(zpad);
+}
+
 /* ---- the causal-LM head: logits = h wte^T with the vocab-parallel word
  * embedding as a column-parallel weight (its padding rows zero), then the
  * vocab-parallel cross-entropy; N 21, C 19, V 103 ---- */
@@ -531,6 +577,8 @@ int main(void) {
         test_embed(m.tp_comm, 5);
         test_xent(m.tp_comm, 103);
         test_xent(m.tp_comm, 5);
+        test_causal_xent(m.tp_comm, 103);
+        test_causal_xent(m.tp_comm, 5);
         test_lm_head(m.tp_comm);
         test_attention_block(m.tp_comm);
         test_mlp_block(m.tp_comm);
