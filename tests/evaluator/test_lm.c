@@ -13,7 +13,8 @@
  * - SmolLM2's perplexity at (64, 32) within 1e-4;
  * - the sampler's rules (temperature, top-k ties, top-p, seeded draws) on a
  *   fixed distribution, the ChatML renderer on templates written both ways,
- *   and the loader's and perplexity's refusals.
+ *   and the loader's and perplexity's refusals;
+ * - generated-answer accuracy (answers.h) on shards written here.
  * SmolLM2 cases need scripts/fetch-smollm2.sh and are skipped under the
  * sanitizers; tiny-gpt2 cases need ../shared. */
 #include <setjmp.h>
@@ -35,9 +36,11 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "common/sys.h"
+#include "evaluator/answers.h"
 #include "evaluator/generate.h"
 #include "evaluator/lm.h"
 #include "evaluator/perplexity.h"
+#include "tokenizer/shard.h"
 
 static char root[2048], shared[2100];
 
@@ -500,6 +503,76 @@ static void test_cache(void **state) {
     rf_lm_cache_free(cc);
 }
 
+/* Generated-answer accuracy (answers.h) on shards written here: per
+ * conversation a prompt (mask 0) and a reference (mask 1). The first
+ * reference is tiny-gpt2's own greedy continuation (correct), the second
+ * another text (wrong), the third has no mask-1 token (skipped); then the
+ * refusals: no .mask, a .mask of the wrong size. */
+static void test_answers(void **state) {
+    (void)state;
+    rf_lm *lm = tiny_gpt2();
+    if (!lm) RF_SKIP("%s/models/tiny-gpt2 is missing", shared);
+    int32_t prompt[] = {464, 3290, 318, 257};
+    rf_gen_opts go = {.max_new_tokens = 1};
+    rf_gen_result g = {0};
+    assert_int_equal(rf_generate_ids(lm, prompt, 4, &go, NULL, NULL, &g), 0);
+    /* tiny-gpt2 repeats one token and never ends a text: that token is made
+     * its end id, so its answer is empty; the reference " " (white space
+     * only, trimmed to "") is then correct and "." is not. */
+    lm->eos[lm->n_eos++] = g.ids[0];
+    char dir[] = "/tmp/rf_answers_XXXXXX", prefix[64], path[80];
+    assert_non_null(mkdtemp(dir));
+    snprintf(prefix, sizeof prefix, "%s/eval", dir);
+    rf_shard_info info = {.vocab_size = 50257, .eos_id = -1, .pad_id = -1};
+    rf_shard_writer *w;
+    assert_int_equal(rf_shard_writer_open(prefix, &info, &w), 0);
+    uint32_t a[6], b[6];
+    uint8_t mask[16] = {0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0};
+    for (int i = 0; i < 4; i++)
+        a[i] = b[i] = (uint32_t)prompt[i];
+    a[4] = 220, b[4] = 13; /* " " and "." */
+    a[5] = b[5] = (uint32_t)g.ids[0];
+    int L = 1;
+    uint32_t n = (uint32_t)(4 + L + 1); /* prompt, reference, end id */
+    assert_int_equal(rf_shard_writer_add(w, a, n, -1, 1), 0);
+    assert_int_equal(rf_shard_writer_add(w, b, n, -1, 2), 0);
+    assert_int_equal(rf_shard_writer_add(w, a, 4, -1, 3), 0); /* no answer: skipped */
+    assert_int_equal(rf_shard_writer_close(w), 0);
+    size_t total = 2 * n + 4;
+    rf_buf json = RF_BUF_INIT;
+    rf_answers r;
+    assert_int_equal(rf_lm_answers(lm, prefix, 0, &json, &r), RF_ERR_NOT_FOUND);
+    snprintf(path, sizeof path, "%s.mask", prefix);
+    assert_int_equal(rf_write_file_atomic(path, mask, total - 1), 0);
+    assert_int_equal(rf_lm_answers(lm, prefix, 0, &json, &r), RF_ERR_CORRUPT);
+    assert_int_equal(rf_write_file_atomic(path, mask, total), 0);
+    rf_buf_reset(&json);
+    assert_int_equal(rf_lm_answers(lm, prefix, 0, &json, &r), 0);
+    assert_int_equal(r.n, 2);
+    assert_int_equal(r.correct, 1);
+    assert_int_equal(r.skipped, 1);
+    assert_true(fabs(r.accuracy - 0.5) < 1e-12);
+    rf_json_doc *d = rf_json_doc_new();
+    const rf_json *root;
+    assert_int_equal(rf_json_parse(d, json.data, json.len, &root), 0);
+    const rf_json *ex = rf_json_get(root, "examples");
+    assert_int_equal(ex->len, 2);
+    assert_int_equal(rf_json_get(&ex->u.items[0], "correct")->type, RF_JSON_TRUE);
+    assert_int_equal(rf_json_get(&ex->u.items[1], "correct")->type, RF_JSON_FALSE);
+    assert_string_equal(rf_json_get(&ex->u.items[1], "reference")->u.str, ".");
+    rf_json_doc_free(d);
+    rf_buf_reset(&json);
+    assert_int_equal(rf_lm_answers(lm, prefix, 1, &json, &r), 0); /* the first only */
+    assert_int_equal(r.n, 1);
+    assert_int_equal(r.correct, 1);
+    rf_buf_free(&json);
+    rf_gen_result_free(&g);
+    rf_lm_free(lm);
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ppl_tiny_gpt2),
@@ -510,6 +583,7 @@ int main(void) {
         cmocka_unit_test(test_chat_render),
         cmocka_unit_test(test_load_refusals),
         cmocka_unit_test(test_cache),
+        cmocka_unit_test(test_answers),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
