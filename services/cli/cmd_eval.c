@@ -60,7 +60,9 @@ static void eval_usage(FILE *out) {
             "                  (PREFIX.bin/.idx with PREFIX.mask, as the tokenizer stage\n"
             "                  writes conversations): greedy answers to each prompt against\n"
             "                  the reference answer, compared trimmed and lower-cased\n"
-            "  --answers N     (answers) the first N conversations (default: all)\n");
+            "  --answers N     (answers) the first N conversations (default: all); also for\n"
+            "                  --model a run's PEFT adapter folder on SFT shards, scored over\n"
+            "                  its base before and after\n");
 }
 
 static void lm_progress(void *user, int w, int n) {
@@ -220,7 +222,8 @@ static int cmd_eval(int argc, char **argv) {
                        .batch_size = batch,
                        .report_path = out,
                        .predictions_path = preds,
-                       .samples = samples};
+                       .samples = samples,
+                       .answers = answers};
     int rc = rf_evaluate_run(&eo, &json);
     if (rc) {
         fprintf(stderr, "refinery eval: %s\n", rf_errmsg());

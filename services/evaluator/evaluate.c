@@ -184,8 +184,10 @@ static int evaluate_adapter(const rf_eval_opts *o, rf_buf *json) {
                      o->model_dir);
     bool sft = has_mask(o->data);
     if (!rc && sft && o->answers <= 0)
-        rc = rf_fail(RF_ERR_INVALID, "eval: %s is a PEFT adapter on SFT data and answers is 0",
-                     o->model_dir);
+        rc = rf_fail(RF_ERR_INVALID,
+                     "eval: %s is a PEFT adapter and %s is SFT data: say how many answers to "
+                     "score (evaluator.answers, refinery eval --answers N)",
+                     o->model_dir, o->data);
     rf_buf b = RF_BUF_INIT;
     double t0 = rf_now();
     if (!rc) rc = rf_buf_puts(&b, "{\"task\":\"causal_lm\",\"adapter\":");
