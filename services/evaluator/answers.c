@@ -15,6 +15,7 @@
 
 /* text trimmed of white space and with ASCII letters lowered, in place */
 static void normalize(rf_buf *b) {
+    if (!b->len) return; /* data may be NULL */
     size_t i = 0, n = b->len;
     while (i < n &&
            (b->data[i] == ' ' || b->data[i] == '\n' || b->data[i] == '\t' || b->data[i] == '\r'))
@@ -128,7 +129,7 @@ int rf_lm_answers(const rf_lm *lm, const char *prefix, int max_n, rf_buf *json, 
         rf_gen_result_free(&res);
         if (rc) break;
         out->n++;
-        bool ok = ref.len == ans.len && memcmp(ref.data, ans.data, ref.len) == 0;
+        bool ok = ref.len == ans.len && (!ref.len || memcmp(ref.data, ans.data, ref.len) == 0);
         out->correct += ok;
         rc = tally_add(&ta, ans.data ? ans.data : "", ans.len);
         if (!rc && examples < EXAMPLES) {

@@ -265,7 +265,7 @@ int rf_chat_encode(rf_tok_state *ts, const char *tmpl, const rf_chat_msg *msgs, 
         }
     }
     if (!rc && !(*mask = malloc(len ? len : 1))) rc = RF_ERR_NOMEM;
-    if (!rc) memcpy(*mask, c.mask.data, len);
+    if (!rc && len) memcpy(*mask, c.mask.data, len);
     rf_tok_encoding_free(&c.piece);
     rf_buf_free(&c.ids);
     rf_buf_free(&c.mask);
