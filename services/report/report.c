@@ -806,6 +806,34 @@ static void causal_samples(report *r, const rf_json *s) {
     put(r, "</table>\n");
 }
 
+/* Generated-answer accuracy (evaluator/answers.h), after and before
+ * fine-tuning, with the most frequent answers of each. */
+static void answers_table(report *r, const rf_json *ev) {
+    const rf_json *a = rf_json_get(ev, "answers"), *b = rf_json_get(ev, "answers_before");
+    if (!a) return;
+    putf(r, "<p>generated-answer accuracy <b>%.4f</b> (%.0f of %.0f held-out conversations)",
+         num(a, "accuracy", 0), num(a, "correct", 0), num(a, "n", 0));
+    if (b)
+        putf(r, " &middot; before fine-tuning <b>%.4f</b> (%.0f of %.0f)", num(b, "accuracy", 0),
+             num(b, "correct", 0), num(b, "n", 0));
+    put(r,
+        "</p>\n<table class=\"samples\"><tr><th>model</th><th>most frequent answers</th></tr>\n");
+    const rf_json *rows[2] = {a, b};
+    const char *names[2] = {"fine-tuned", "before"};
+    for (int k = 0; k < 2; k++) {
+        const rf_json *t = rows[k] ? rf_json_get(rows[k], "answers") : NULL;
+        if (!t || t->type != RF_JSON_OBJECT) continue;
+        putf(r, "<tr><td>%s</td><td class=\"ex\">", names[k]);
+        for (size_t i = 0; i < t->len; i++) {
+            put(r, i ? "; " : "");
+            put_esc(r, t->u.members[i].key, t->u.members[i].keylen);
+            putf(r, " &times; %.0f", t->u.members[i].value.num);
+        }
+        put(r, "</td></tr>\n");
+    }
+    put(r, "</table>\n");
+}
+
 static void section_eval(report *r) {
     put(r, "<section id=\"evaluation\"><h2>Evaluation</h2>\n");
     char p[4096];
@@ -823,7 +851,25 @@ static void section_eval(report *r) {
              "predicted tokens in %.0f rows of at most %.0f</p>\n",
              num(ev, "eval_loss", 0), num(ev, "perplexity", 0), num(ev, "tokens", 0),
              num(ev, "rows", 0), num(ev, "max_len", 0));
+        answers_table(r, ev);
         causal_samples(r, rf_json_get(ev, "samples"));
+        rf_json_doc_free(doc);
+        put(r, "</section>\n");
+        return;
+    }
+    if (rf_json_get(ev, "adapter")) { /* a LoRA run's adapter: evaluator/evaluate.h */
+        const rf_json *d = rf_json_get(ev, "documents"), *b = rf_json_get(ev, "documents_before");
+        put(r, "<p>LoRA adapter over <code>");
+        const rf_json *base = rf_json_get(ev, "base");
+        if (base && base->type == RF_JSON_STRING) put_esc(r, base->u.str, base->len);
+        put(r, "</code></p>\n");
+        if (d)
+            putf(r,
+                 "<p>held-out documents' perplexity <b>%.2f</b> &middot; before training "
+                 "<b>%.2f</b> &middot; %.0f tokens of %.0f documents</p>\n",
+                 num(d, "perplexity", 0), b ? num(b, "perplexity", 0) : 0, num(d, "tokens", 0),
+                 num(d, "documents", 0));
+        answers_table(r, ev);
         rf_json_doc_free(doc);
         put(r, "</section>\n");
         return;

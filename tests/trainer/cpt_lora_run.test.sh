@@ -6,7 +6,8 @@
 # without an answer mask by the perplexity of the held-out documents, each
 # its own sequence, under the base and under base + adapter. Checks: the
 # report has both, over the same documents and tokens; the stats carry them;
-# the adapter moved the perplexity; `documents` caps the count.
+# the adapter moved the perplexity; `documents` caps the count; report.html
+# shows both.
 set -euo pipefail
 : "${REFINERY_BIN:?}"
 [ -d "${SHARED:-}/models/tiny-gpt2" ] || { echo "SKIP: $SHARED/models/tiny-gpt2 is missing"; exit 77; }
@@ -60,4 +61,6 @@ assert abs(st["perplexity_before"] - b["perplexity"]) <= 1e-5 * b["perplexity"],
 print("cpt lora: perplexity %.2f -> %.2f on %d tokens of 5 held-out documents"
       % (b["perplexity"], a["perplexity"], a["tokens"]))
 PY
+grep -q "held-out documents' perplexity <b>" "$tmp/run/report.html" ||
+    { echo "report.html lacks the adapter's perplexity" >&2; exit 1; }
 echo "cpt_lora_run.test.sh: ok"

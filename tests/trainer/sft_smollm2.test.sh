@@ -94,4 +94,6 @@ for k in ("n", "correct", "answers", "examples"):
     assert cli[k] == stage[k], (k, cli[k], stage[k])
 print("refinery eval --task answers: the stage's answers")
 PY
+grep -q "generated-answer accuracy <b>" "$tmp/run/report.html" ||
+    { echo "report.html lacks the answer accuracy" >&2; exit 1; }
 echo "sft_smollm2.test.sh: ok"
