@@ -60,7 +60,7 @@ expect 2 "top-p" generate --model "$model" --prompt hi --temperature 1 --top-p 0
 expect 2 "usage" generate --model "$model"
 expect 1 "no such file" generate --model "$tmp/none" --prompt hi
 expect 1 "chat template" generate --model "$model" --prompt hi --chat
-expect 2 "expected classify or lm" eval --task mlm --model "$model" --data "$fx/ppl_text.txt"
+expect 2 "expected classify, lm or answers" eval --task mlm --model "$model" --data "$fx/ppl_text.txt"
 expect 2 "for --task lm" eval --model "$model" --data "$fx/ppl_text.txt" --stride 4
 expect 1 "1024 positions" eval --task lm --model "$model" --data "$fx/ppl_text.txt" --max-len 2048
 printf 'x' >"$tmp/one.txt"
