@@ -211,8 +211,9 @@ static int cmd_eval(int argc, char **argv) {
         return 2;
     }
     if (adapter) {
-        fprintf(stderr, "refinery eval: --adapter is for --task lm (a classifier's LoRA adapter "
-                        "is not supported)\n");
+        fprintf(stderr,
+                "refinery eval: --adapter is for --task lm or answers (a classifier's LoRA adapter "
+                "is not supported)\n");
         return 2;
     }
     if (!max_len) max_len = 128;
