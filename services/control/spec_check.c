@@ -11,10 +11,18 @@
 #include "pipeline/pipeline.h"
 #include "trainer/spec.h"
 
+/* Conversations (preset sft, `chat:`) are refused here: the services'
+ * Document and TokenSequence messages carry no chat messages or loss mask
+ * yet, so the run would silently train on the joined text. */
 static int check_ingest(const rf_cfg *section) {
     rf_ingest_opts o;
     rf_ingest_opts_default(&o);
     int rc = rf_ingest_opts_from_cfg(section, &o);
+    if (!rc && (o.conversations || o.chat_user))
+        rc = rf_fail(RF_ERR_INVALID,
+                     "%s: conversations (preset sft, chat:) run embedded only (refinery run): "
+                     "the services' messages carry no chat messages or loss mask yet",
+                     rf_cfg_path(section));
     rf_ingest_opts_free(&o);
     const char **inputs = NULL;
     size_t n;

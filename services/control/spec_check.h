@@ -7,7 +7,8 @@
  * effects are parsed with them: `ingest:` (rf_ingest_opts_from_cfg, presets
  * included) and `trainer:` (rf_trainer_spec_parse). The dedup, tokenizer and
  * evaluator stages parse their values while opening files, so only their key
- * names are checked here.
+ * names are checked here. SFT conversations (ingest preset sft or `chat:`)
+ * are refused: the services' messages do not carry them yet.
  *
  * Errors are RF_ERR_INVALID or RF_ERR_PARSE with rf_errmsg() naming the
  * source, line and dotted key, e.g. "spec:4: ingest.threads: expected an

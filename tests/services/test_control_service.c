@@ -224,6 +224,8 @@ static void test_bad_specs(void **state) {
     expect_invalid(f, "run:\n  threads: 0\n", id, "run.threads");
     expect_invalid(f, "ingest: [a, b]\n", id, "ingest: expected a mapping");
     expect_invalid(f, "ingest:\n  preset: [\n", id, "YAML error");
+    expect_invalid(f, "ingest:\n  preset: sft\n", id,
+                   "conversations (preset sft, chat:) run embedded only");
     expect_invalid(f, good_spec, "../etc", "run_id '../etc'");
     expect_invalid(f, good_spec, "a b", "run_id");
     /* Nothing was created by the failed submissions. */
