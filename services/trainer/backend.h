@@ -93,6 +93,51 @@ struct rf_backend {
     int (*softmax_argmax)(const rf_backend *be, int32_t *pred, float *probs, const float *logits,
                           int B, int K);
 
+    /* the causal language models, GPT-2 and Llama (semantics: ops_causal.h).
+     * ids, pos, labels, valid and seg are device memory. tokpos_bwd also takes
+     * V and P, the rows of wte and wpe (a device sums each row's gradient in
+     * a fixed order without atomics, as embed_bwd does; the CPU ignores
+     * them). causal_xent_fwd writes the mean loss and the counted rows to the
+     * host (*loss, *counted; counted may be NULL), like xent_fwd. */
+    int (*tokpos_fwd)(const rf_backend *be, float *out, const int32_t *ids, const int32_t *pos,
+                      const float *wte, const float *wpe, int B, int T, int C);
+    int (*tokpos_bwd)(const rf_backend *be, float *dwte, float *dwpe, const float *dout,
+                      const int32_t *ids, const int32_t *pos, int B, int T, int C, int V, int P);
+    int (*conv1d_fwd)(const rf_backend *be, float *out, const float *inp, const float *w,
+                      const float *b, int N, int IC, int OC);
+    int (*conv1d_bwd)(const rf_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                      const float *inp, const float *w, int N, int IC, int OC);
+    int (*rmsnorm_fwd)(const rf_backend *be, float *out, float *rstd, const float *inp,
+                       const float *w, int N, int C, float eps);
+    int (*rmsnorm_bwd)(const rf_backend *be, float *dinp, float *dw, const float *dout,
+                       const float *inp, const float *w, const float *rstd, int N, int C);
+    int (*rope_fwd)(const rf_backend *be, float *out, const float *inp, const int32_t *pos, int N,
+                    int T, int nh, int hs, int stride, float theta);
+    int (*rope_bwd)(const rf_backend *be, float *dinp, const float *dout, const int32_t *pos, int N,
+                    int T, int nh, int hs, int stride, float theta);
+    int (*swiglu_fwd)(const rf_backend *be, float *out, const float *gu, int N, int F);
+    int (*swiglu_bwd)(const rf_backend *be, float *dgu, const float *dout, const float *gu, int N,
+                      int F);
+    int (*gelu_tanh_fwd)(const rf_backend *be, float *out, const float *inp, size_t n);
+    int (*gelu_tanh_bwd)(const rf_backend *be, float *dinp, const float *inp, const float *dout,
+                         size_t n);
+    int (*causal_attention_fwd)(const rf_backend *be, float *out, float *att, const float *qkv,
+                                const uint8_t *valid, const int32_t *seg, int B, int T, int NH,
+                                int NKV, int hs);
+    int (*causal_attention_bwd)(const rf_backend *be, float *dqkv, float *scratch,
+                                const float *dout, const float *qkv, const float *att, int B, int T,
+                                int NH, int NKV, int hs);
+    int (*lm_head_fwd)(const rf_backend *be, float *logits, const float *h, const float *wte, int N,
+                       int C, int V);
+    int (*lm_head_bwd)(const rf_backend *be, float *dh, float *dwte, const float *dlogits,
+                       const float *h, const float *wte, int N, int C, int V);
+    int (*causal_xent_fwd)(const rf_backend *be, float *loss, int *counted, float *lse,
+                           float *losses, const float *logits, const int32_t *labels, int B, int T,
+                           int V);
+    int (*causal_xent_bwd)(const rf_backend *be, float *dlogits, const float *logits,
+                           const float *lse, const int32_t *labels, int B, int T, int V,
+                           float scale);
+
     /* the optimizer (semantics: rf_op_sumsq, rf_op_scale, rf_op_adamw in ops.h) */
     int (*sumsq)(const rf_backend *be, double *out, const float *x, size_t n); /* *out on host */
     int (*scale)(const rf_backend *be, float *x, size_t n, float s);
