@@ -82,6 +82,16 @@ static int parse_pos(const char *opt, const char *s, int *out) {
     return 0;
 }
 
+/* The end of every task: the JSON report on stdout, or the error; frees json. */
+static int eval_finish(int rc, rf_buf *json) {
+    if (rc)
+        fprintf(stderr, "refinery eval: %s\n", rf_errmsg());
+    else
+        fwrite(json->data, 1, json->len, stdout);
+    rf_buf_free(json);
+    return rc ? 1 : 0;
+}
+
 /* --task answers (evaluator/answers.h) */
 static int eval_answers(const char *model, const char *adapter, const char *data, int n,
                         const char *out) {
@@ -100,14 +110,7 @@ static int eval_answers(const char *model, const char *adapter, const char *data
     if (!rc) rc = rf_buf_puts(&json, "}\n");
     if (!rc && out) rc = rf_write_file_atomic(out, json.data, json.len);
     rf_lm_free(lm);
-    if (rc) {
-        fprintf(stderr, "refinery eval: %s\n", rf_errmsg());
-        rf_buf_free(&json);
-        return 1;
-    }
-    fwrite(json.data, 1, json.len, stdout);
-    rf_buf_free(&json);
-    return 0;
+    return eval_finish(rc, &json);
 }
 
 static int cmd_eval(int argc, char **argv) {
@@ -192,14 +195,7 @@ static int cmd_eval(int argc, char **argv) {
                           .adapter = adapter,
                           .progress = lm_progress,
                           .user = &tty};
-        if (rf_perplexity_run(model, data, &po, out, &json)) {
-            fprintf(stderr, "refinery eval: %s\n", rf_errmsg());
-            rf_buf_free(&json);
-            return 1;
-        }
-        fwrite(json.data, 1, json.len, stdout);
-        rf_buf_free(&json);
-        return 0;
+        return eval_finish(rf_perplexity_run(model, data, &po, out, &json), &json);
     }
     if (!strcmp(task, "answers")) return eval_answers(model, adapter, data, answers, out);
     if (strcmp(task, "classify")) {
@@ -225,15 +221,7 @@ static int cmd_eval(int argc, char **argv) {
                        .predictions_path = preds,
                        .samples = samples,
                        .answers = answers};
-    int rc = rf_evaluate_run(&eo, &json);
-    if (rc) {
-        fprintf(stderr, "refinery eval: %s\n", rf_errmsg());
-        rf_buf_free(&json);
-        return 1;
-    }
-    fwrite(json.data, 1, json.len, stdout);
-    rf_buf_free(&json);
-    return 0;
+    return eval_finish(rf_evaluate_run(&eo, &json), &json);
 }
 
 static const rf_command eval_cmd = {
