@@ -3,10 +3,12 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
+#include "common/lru.h"
 #include "evaluator/predict.h"
 #include "tokenizer/tokenizer.h"
 #include "trainer/model.h"
@@ -16,8 +18,7 @@ struct rf_classifier {
     rf_tokenizer *tok;
     pthread_mutex_t lock; /* forward passes take turns on model's buffers */
     char *dir;
-    int refs;      /* cache: holders, plus one while cached */
-    uint64_t used; /* cache: last use, for eviction */
+    rf_lru_entry lru; /* the cache's bookkeeping */
 };
 
 int rf_classifier_load(const char *dir, int max_len, rf_classifier **out) {
@@ -122,81 +123,62 @@ int rf_classifier_run(rf_classifier *c, const char *const *texts, size_t n, int 
 /* ---- cache ---- */
 
 struct rf_classifier_cache {
-    pthread_mutex_t lock;
-    int cap, max_len;
-    rf_classifier **slots; /* [cap], NULL when free */
-    uint64_t tick;
-    int64_t loads;
+    rf_lru *lru;
+    int max_len;
 };
 
+static rf_classifier *of(rf_lru_entry *e) {
+    return (rf_classifier *)((char *)e - offsetof(rf_classifier, lru));
+}
+
+static void free_entry(rf_lru_entry *e) {
+    rf_classifier_free(of(e));
+}
+
+struct load_arg {
+    const char *dir;
+    int max_len;
+};
+
+static int load_entry(void *arg, rf_lru_entry **out) {
+    const struct load_arg *a = arg;
+    rf_classifier *c;
+    int rc = rf_classifier_load(a->dir, a->max_len, &c);
+    if (!rc) *out = &c->lru;
+    return rc;
+}
+
 int rf_classifier_cache_new(int cap, int max_len, rf_classifier_cache **out) {
-    if (cap < 1) return rf_fail(RF_ERR_INVALID, "classifier cache: capacity %d", cap);
     rf_classifier_cache *cc = calloc(1, sizeof *cc);
-    if (!cc || !(cc->slots = calloc((size_t)cap, sizeof *cc->slots))) {
+    if (!cc) return RF_ERR_NOMEM;
+    int rc = rf_lru_new(cap, free_entry, &cc->lru);
+    if (rc) {
         free(cc);
-        return RF_ERR_NOMEM;
+        return rc == RF_ERR_INVALID ? rf_fail(rc, "classifier cache: capacity %d", cap) : rc;
     }
-    pthread_mutex_init(&cc->lock, NULL);
-    cc->cap = cap;
     cc->max_len = max_len;
     *out = cc;
     return RF_OK;
 }
 
-static void unref(rf_classifier *c) {
-    if (--c->refs == 0) rf_classifier_free(c);
-}
-
 void rf_classifier_cache_free(rf_classifier_cache *cc) {
     if (!cc) return;
-    for (int i = 0; i < cc->cap; i++)
-        if (cc->slots[i]) unref(cc->slots[i]);
-    pthread_mutex_destroy(&cc->lock);
-    free(cc->slots);
+    rf_lru_free(cc->lru);
     free(cc);
 }
 
 int rf_classifier_cache_get(rf_classifier_cache *cc, const char *dir, rf_classifier **out) {
-    pthread_mutex_lock(&cc->lock);
-    int rc = RF_OK, slot = 0;
-    rf_classifier *c = NULL;
-    for (int i = 0; i < cc->cap && !c; i++)
-        if (cc->slots[i] && !strcmp(cc->slots[i]->dir, dir)) c = cc->slots[i];
-    if (!c) {
-        /* Loaded under the lock: concurrent misses on one folder load it once. */
-        if (!(rc = rf_classifier_load(dir, cc->max_len, &c))) {
-            cc->loads++;
-            for (int i = 0; i < cc->cap; i++) {
-                if (!cc->slots[i]) {
-                    slot = i;
-                    break;
-                }
-                if (cc->slots[i]->used < cc->slots[slot]->used) slot = i;
-            }
-            if (cc->slots[slot]) unref(cc->slots[slot]);
-            cc->slots[slot] = c;
-            c->refs = 1;
-        }
-    }
-    if (c) {
-        c->refs++;
-        c->used = ++cc->tick;
-        *out = c;
-    }
-    pthread_mutex_unlock(&cc->lock);
+    struct load_arg a = {dir, cc->max_len};
+    rf_lru_entry *e;
+    int rc = rf_lru_get(cc->lru, dir, load_entry, &a, &e);
+    *out = rc ? NULL : of(e);
     return rc;
 }
 
 void rf_classifier_cache_release(rf_classifier_cache *cc, rf_classifier *c) {
-    if (!c) return;
-    pthread_mutex_lock(&cc->lock);
-    unref(c);
-    pthread_mutex_unlock(&cc->lock);
+    if (c) rf_lru_release(cc->lru, &c->lru);
 }
 
 int64_t rf_classifier_cache_loads(rf_classifier_cache *cc) {
-    pthread_mutex_lock(&cc->lock);
-    int64_t n = cc->loads;
-    pthread_mutex_unlock(&cc->lock);
-    return n;
+    return rf_lru_loads(cc->lru);
 }

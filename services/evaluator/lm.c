@@ -2,7 +2,7 @@
 #include "evaluator/lm.h"
 
 #include <dirent.h>
-#include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +23,6 @@ void rf_lm_free(rf_lm *lm) {
     rf_tokenizer_free(lm->tok);
     free(lm->chat_template);
     free(lm->path);
-    free(lm->key);
     free(lm);
 }
 
@@ -236,36 +235,44 @@ int rf_lm_load_adapter(const char *path, const char *adapter, rf_lm **out) {
 /* ---- cache ---- */
 
 struct rf_lm_cache {
-    pthread_mutex_t lock;
-    int cap;
-    rf_lm **slots; /* [cap], NULL when free */
-    uint64_t tick;
-    int64_t loads;
+    rf_lru *lru;
 };
 
+static rf_lm *of(rf_lru_entry *e) {
+    return (rf_lm *)((char *)e - offsetof(rf_lm, lru));
+}
+
+static void free_entry(rf_lru_entry *e) {
+    rf_lm_free(of(e));
+}
+
+struct load_arg {
+    const char *path, *adapter;
+};
+
+static int load_entry(void *arg, rf_lru_entry **out) {
+    const struct load_arg *a = arg;
+    rf_lm *lm;
+    int rc = rf_lm_load_adapter(a->path, a->adapter, &lm);
+    if (!rc) *out = &lm->lru;
+    return rc;
+}
+
 int rf_lm_cache_new(int cap, rf_lm_cache **out) {
-    if (cap < 1) return rf_fail(RF_ERR_INVALID, "LM cache: capacity %d", cap);
     rf_lm_cache *cc = calloc(1, sizeof *cc);
-    if (!cc || !(cc->slots = calloc((size_t)cap, sizeof *cc->slots))) {
+    if (!cc) return RF_ERR_NOMEM;
+    int rc = rf_lru_new(cap, free_entry, &cc->lru);
+    if (rc) {
         free(cc);
-        return RF_ERR_NOMEM;
+        return rc == RF_ERR_INVALID ? rf_fail(rc, "LM cache: capacity %d", cap) : rc;
     }
-    pthread_mutex_init(&cc->lock, NULL);
-    cc->cap = cap;
     *out = cc;
     return RF_OK;
 }
 
-static void unref(rf_lm *lm) {
-    if (--lm->refs == 0) rf_lm_free(lm);
-}
-
 void rf_lm_cache_free(rf_lm_cache *cc) {
     if (!cc) return;
-    for (int i = 0; i < cc->cap; i++)
-        if (cc->slots[i]) unref(cc->slots[i]);
-    pthread_mutex_destroy(&cc->lock);
-    free(cc->slots);
+    rf_lru_free(cc->lru);
     free(cc);
 }
 
@@ -276,53 +283,21 @@ int rf_lm_cache_get(rf_lm_cache *cc, const char *path, rf_lm **out) {
 int rf_lm_cache_get_adapter(rf_lm_cache *cc, const char *path, const char *adapter, rf_lm **out) {
     /* the key: the path, or the path and the adapter apart by a byte no path has */
     char *key = NULL;
+    *out = NULL;
     if (asprintf(&key, "%s%s%s", path, adapter ? "\n" : "", adapter ? adapter : "") < 0)
         return RF_ERR_NOMEM;
-    pthread_mutex_lock(&cc->lock);
-    int rc = RF_OK, slot = 0;
-    rf_lm *lm = NULL;
-    for (int i = 0; i < cc->cap && !lm; i++)
-        if (cc->slots[i] && !strcmp(cc->slots[i]->key, key)) lm = cc->slots[i];
-    if (!lm) {
-        /* loaded under the lock: concurrent misses on one key load it once */
-        if (!(rc = rf_lm_load_adapter(path, adapter, &lm))) {
-            lm->key = key;
-            key = NULL;
-        }
-        if (!rc) {
-            cc->loads++;
-            for (int i = 0; i < cc->cap; i++) {
-                if (!cc->slots[i]) {
-                    slot = i;
-                    break;
-                }
-                if (cc->slots[i]->used < cc->slots[slot]->used) slot = i;
-            }
-            if (cc->slots[slot]) unref(cc->slots[slot]);
-            cc->slots[slot] = lm;
-            lm->refs = 1;
-        }
-    }
-    if (lm) {
-        lm->refs++;
-        lm->used = ++cc->tick;
-        *out = lm;
-    }
-    pthread_mutex_unlock(&cc->lock);
+    struct load_arg a = {path, adapter};
+    rf_lru_entry *e;
+    int rc = rf_lru_get(cc->lru, key, load_entry, &a, &e);
     free(key);
+    if (!rc) *out = of(e);
     return rc;
 }
 
 void rf_lm_cache_release(rf_lm_cache *cc, rf_lm *lm) {
-    if (!lm) return;
-    pthread_mutex_lock(&cc->lock);
-    unref(lm);
-    pthread_mutex_unlock(&cc->lock);
+    if (lm) rf_lru_release(cc->lru, &lm->lru);
 }
 
 int64_t rf_lm_cache_loads(rf_lm_cache *cc) {
-    pthread_mutex_lock(&cc->lock);
-    int64_t n = cc->loads;
-    pthread_mutex_unlock(&cc->lock);
-    return n;
+    return rf_lru_loads(cc->lru);
 }

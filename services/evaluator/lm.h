@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/lru.h"
 #include "tokenizer/tokenizer.h"
 #include "trainer/causal_infer.h"
 
@@ -38,9 +39,7 @@ typedef struct rf_lm {
     char *chat_template; /* NULL: none */
     char *path;          /* what was loaded (the .gguf file for a GGUF folder) */
     const char *arch;    /* "gpt2" or "llama" */
-    char *key;           /* rf_lm_cache's bookkeeping: the path asked for, */
-    int refs;            /* holders (plus one while cached), */
-    uint64_t used;       /* last use */
+    rf_lru_entry lru;    /* rf_lm_cache's bookkeeping */
 } rf_lm;
 
 int rf_lm_load(const char *path, rf_lm **out);
