@@ -450,7 +450,7 @@ static rf_ckpt_piece *z3_pieces(rf_zero3 *z, float *params, float *zp, float *zm
 
 /* Host copies of what a staged zero-2/3 rank holds: its shard blocks (zp at
  * zero 3 only) and at zero 2 the full parameters; read from the backend with
- * `read`, else zeroed (for a checkpoint load). NULL on failure (rf_fail set). */
+ * `read`, else zeroed (for a checkpoint load). z3_host_free frees them. */
 typedef struct z3_host {
     float *params, *zp, *zm1, *zm2;
 } z3_host;
