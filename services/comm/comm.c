@@ -292,9 +292,11 @@ int rf_comm_dup_mem(rf_comm *c, rf_comm_mem mem, rf_comm **out) {
 #ifdef REFINERY_CUDA
     unsigned char id[RF_COMM_NCCL_ID_BYTES] = {0};
     /* rank 0's failure to make an id reaches the others as a zero flag */
-    unsigned char ok = c->rank != 0 || rf_comm_nccl_unique_id(id) == RF_OK;
+    int idrc = c->rank == 0 ? rf_comm_nccl_unique_id(id) : RF_OK;
+    unsigned char ok = idrc == RF_OK;
     int rc = rf_comm_broadcast(c, &ok, 1, RF_COMM_U8, 0);
-    if (!rc && !ok) rc = rf_fail(RF_ERR_IO, "comm: rank 0 could not make an NCCL id");
+    if (!rc && !ok)
+        rc = c->rank == 0 ? idrc : rf_fail(RF_ERR_IO, "comm: rank 0 could not make an NCCL id");
     if (!rc) rc = rf_comm_broadcast(c, id, sizeof id, RF_COMM_U8, 0);
     if (rc) return rf_fail_ctx(rc, "comm: passing the NCCL id");
     rf_comm_opts o = c->opts;

@@ -1,9 +1,8 @@
-/* trainer.device: cpu | cuda (and the test device cpu-staged). cpu (the default) gives the CPU backend; cuda is
- * refused before any work with a message saying why when the build has no
- * CUDA (make CUDA=1) or the machine no GPU, and gives the CUDA backend where
- * both exist; any other name is invalid. The evaluator follows the device.
- * These cases check the behaviour of whichever build and machine run them, so
- * they run (and can fail) everywhere. */
+/* trainer.device: cpu | cuda (and the test device cpu-staged). cpu (the default) gives the CPU
+ * backend; cuda is refused before any work with a message saying why when the build has no CUDA
+ * (make CUDA=1) or the machine no GPU, and gives the CUDA backend where both exist; any other name
+ * is invalid. The evaluator follows the device. These cases check the behaviour of whichever build
+ * and machine run them, so they run (and can fail) everywhere. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -152,12 +151,9 @@ static void test_evaluator_follows(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cpu_default),
-        cmocka_unit_test(test_unknown_device),
-        cmocka_unit_test(test_cuda),
-        cmocka_unit_test(test_cuda_dp),
-        cmocka_unit_test(test_cpu_staged),
-        cmocka_unit_test(test_evaluator_follows),
+        cmocka_unit_test(test_cpu_default), cmocka_unit_test(test_unknown_device),
+        cmocka_unit_test(test_cuda),        cmocka_unit_test(test_cuda_dp),
+        cmocka_unit_test(test_cpu_staged),  cmocka_unit_test(test_evaluator_follows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
