@@ -1,8 +1,10 @@
-/* trainer.device: cpu | cuda (and the test device cpu-staged). cpu (the default) gives the CPU
- * backend; cuda is refused before any work with a message saying why when the build has no CUDA
- * (make CUDA=1) or the machine no GPU, and gives the CUDA backend where both exist; any other name
- * is invalid. The evaluator follows the device. These cases check the behaviour of whichever build
- * and machine run them, so they run (and can fail) everywhere. */
+/* trainer.device: cpu | cuda (and the test device cpu-staged). cpu (the
+ * default) gives the CPU backend; cuda is refused before any work with a
+ * message saying why when the build has no CUDA (make CUDA=1) or the machine
+ * no GPU, and gives the CUDA backend where both exist; any other name is
+ * invalid. The evaluator follows the device. These cases check the behaviour
+ * of whichever build and machine run them, so they run (and can fail)
+ * everywhere. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
