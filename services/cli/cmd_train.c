@@ -8,8 +8,9 @@
  *
  * Data parallel: `scripts/mpirun.sh -np N build/refinery train SPEC.yaml` with
  * trainer.parallel.dp = N. The CLI owns the group (rf_comm_init_from_env: the
- * self backend when not under mpirun); every rank loads the data and trains,
- * rank 0 alone writes the checkpoint, the export and the evaluation. */
+ * self backend when not under mpirun; in pods, NCCL for a GPU run); every rank
+ * loads the data and trains, rank 0 alone writes the checkpoint, the export
+ * and the evaluation. */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -66,7 +67,15 @@ static int cmd_train(int argc, char **argv) {
     snprintf(report, sizeof report, "%s/eval.json", s.output);
     s.opts.out_dir = s.output;
     rf_comm *comm = NULL;
-    if ((rc = rf_comm_init_from_env(NULL, &comm)) || (rc = rf_trainer_check_group(&s, comm))) {
+    /* Pods (RANK/WORLD_SIZE) start only NCCL groups of more than one rank
+     * (comm.h), so a GPU run's group is made for device memory there; under
+     * mpirun the trainer makes the NCCL twin of the MPI group itself. */
+    rf_comm_opts co = rf_comm_opts_default();
+    rf_comm_env env;
+    if (rf_comm_env_read(&env) == RF_OK && env.launch == RF_COMM_LAUNCH_ENV && env.world > 1 &&
+        s.device && strncmp(s.device, "cuda", 4) == 0)
+        co.mem = RF_COMM_DEVICE;
+    if ((rc = rf_comm_init_from_env(&co, &comm)) || (rc = rf_trainer_check_group(&s, comm))) {
         fprintf(stderr, "refinery train: %s\n", rf_errmsg());
         rf_comm_destroy(comm);
         rf_cfg_free(root);

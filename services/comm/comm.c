@@ -279,6 +279,33 @@ const char *rf_comm_backend_name(const rf_comm *c) {
 int rf_comm_broken(const rf_comm *c) {
     return c->sh->broken;
 }
+rf_comm_mem rf_comm_mem_of(const rf_comm *c) {
+    return c->opts.mem;
+}
+
+int rf_comm_dup_mem(rf_comm *c, rf_comm_mem mem, rf_comm **out) {
+    *out = NULL;
+    if (c->opts.mem != RF_COMM_HOST || mem != RF_COMM_DEVICE)
+        return rf_fail(RF_ERR_UNSUPPORTED, "comm: no %s group from a %s group",
+                       mem == RF_COMM_DEVICE ? "device" : "host",
+                       c->opts.mem == RF_COMM_DEVICE ? "device" : "host");
+#ifdef REFINERY_CUDA
+    unsigned char id[RF_COMM_NCCL_ID_BYTES] = {0};
+    /* rank 0's failure to make an id reaches the others as a zero flag */
+    int idrc = c->rank == 0 ? rf_comm_nccl_unique_id(id) : RF_OK;
+    unsigned char ok = idrc == RF_OK;
+    int rc = rf_comm_broadcast(c, &ok, 1, RF_COMM_U8, 0);
+    if (!rc && !ok)
+        rc = c->rank == 0 ? idrc : rf_fail(RF_ERR_IO, "comm: rank 0 could not make an NCCL id");
+    if (!rc) rc = rf_comm_broadcast(c, id, sizeof id, RF_COMM_U8, 0);
+    if (rc) return rf_fail_ctx(rc, "comm: passing the NCCL id");
+    rf_comm_opts o = c->opts;
+    o.mem = RF_COMM_DEVICE;
+    return rf_comm_nccl_init(&o, id, c->rank, c->world, RF_COMM_NCCL_CURRENT_DEVICE, out);
+#else
+    return rf_fail(RF_ERR_UNSUPPORTED, "comm: device tensors need the CUDA=1 build (NCCL backend)");
+#endif
+}
 
 size_t rf_comm_dtype_size(rf_comm_dtype t) {
     switch (t) {

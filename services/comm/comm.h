@@ -152,6 +152,16 @@ int rf_comm_world(const rf_comm *c);
 const char *rf_comm_backend_name(const rf_comm *c); /* "self", "mpi", "nccl" */
 /* Non-zero after a timeout or transport error (see above). */
 int rf_comm_broken(const rf_comm *c);
+/* Where c's buffers live (the opts.mem it was made with). */
+rf_comm_mem rf_comm_mem_of(const rf_comm *c);
+/* A new group of the same ranks, in the same order, for buffers in `mem`,
+ * with c's timeouts; collective over c. From a host group (self or mpi) to
+ * RF_COMM_DEVICE: an NCCL group whose id rank 0 makes and c carries, on the
+ * calling thread's current CUDA device (the one the caller's kernels use).
+ * The new group owns its own transport state (its failures do not break c);
+ * destroy it before c. RF_ERR_UNSUPPORTED without CUDA=1 or for any other
+ * pair of memory kinds. */
+int rf_comm_dup_mem(rf_comm *c, rf_comm_mem mem, rf_comm **out);
 size_t rf_comm_dtype_size(rf_comm_dtype t);
 
 /* Blocking collectives. */

@@ -105,7 +105,9 @@ int rf_comm_mpi_init(const rf_comm_opts *opts, rf_comm **out);
 #define RF_COMM_NCCL_ID_BYTES 128
 int rf_comm_nccl_unique_id(unsigned char id[RF_COMM_NCCL_ID_BYTES]);
 /* Makes a world NCCL communicator from an id every rank holds. local_rank < 0:
- * the device is rank % device count. */
+ * the device is rank % device count; RF_COMM_NCCL_CURRENT_DEVICE: the calling
+ * thread's current CUDA device (rf_comm_dup_mem). */
+#define RF_COMM_NCCL_CURRENT_DEVICE (-2)
 int rf_comm_nccl_init(const rf_comm_opts *opts, const unsigned char id[RF_COMM_NCCL_ID_BYTES],
                       int rank, int world, int local_rank, rf_comm **out);
 /* Attaches a communicator (the MPI world used to broadcast the id) to be

@@ -326,6 +326,8 @@ int rf_comm_nccl_init(const rf_comm_opts *opts, const unsigned char id[RF_COMM_N
     if (ce != cudaSuccess) return cuda_fail(ce, "comm (nccl): cudaGetDeviceCount");
     if (ndev < 1) return rf_fail(RF_ERR_UNSUPPORTED, "comm (nccl): no CUDA device");
     int device = (local_rank >= 0 ? local_rank : rank) % ndev;
+    if (local_rank == RF_COMM_NCCL_CURRENT_DEVICE && (ce = cudaGetDevice(&device)) != cudaSuccess)
+        return cuda_fail(ce, "comm (nccl): cudaGetDevice");
     rf_comm *c;
     int rc = rf_comm_alloc(&rf_comm_nccl_backend, opts, NULL, &c);
     if (rc) return rc;

@@ -36,8 +36,12 @@ typedef struct rf_adamw_hp {
 } rf_adamw_hp;
 
 struct rf_backend {
-    const char *name; /* "cpu", "cuda" */
+    const char *name; /* "cpu", "cpu-staged", "cuda", "cuda-bf16" */
     void *ctx;        /* backend state; NULL for the CPU */
+    /* Where alloc's buffers live: true for GPU memory, which the collectives
+     * of data parallelism (comm.h) then take as RF_COMM_DEVICE (NCCL); false
+     * for host memory (RF_COMM_HOST: MPI). */
+    bool device_memory;
 
     /* memory */
     int (*alloc)(const rf_backend *be, void **out, size_t bytes); /* zeroed */
@@ -148,10 +152,18 @@ struct rf_backend {
 
 /* The CPU backend (host memory, ops.c); always available. */
 const rf_backend *rf_backend_cpu(void);
+/* A TEST device, "cpu-staged": the CPU backend's kernels and host memory
+ * under an identity of its own, so that every path written for a device
+ * backend (be != rf_backend_cpu(): buffers from be->alloc, host reads and
+ * writes through to_host/to_device) runs on a machine without a GPU, while
+ * device_memory stays false and MPI carries its collectives. Its results are
+ * the CPU's bit for bit; it exists to test the device paths, not to train. */
+const rf_backend *rf_backend_cpu_staged(void);
 /* Threads of the CPU backend's kernels (OpenMP and OpenBLAS); n < 1 is 1. */
 void rf_backend_cpu_set_threads(int n);
 
-/* The backend of a device name: NULL, "" or "cpu" is the CPU; "cuda" is the
+/* The backend of a device name: NULL, "" or "cpu" is the CPU, "cpu-staged"
+ * the test device above; "cuda" is the
  * first CUDA device in fp32, "cuda-bf16" the same with its matrix products on
  * bf16 tensor cores (fp32 accumulation and storage: see
  * cuda/backend_cuda.h), each created on first use and kept for the process.

@@ -201,6 +201,7 @@ static int adamw(const rf_backend *be, float *params, const float *grads, float 
 
 static const rf_backend cpu = {
     .name = "cpu",
+    .device_memory = false,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .zero = cpu_zero,

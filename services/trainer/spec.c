@@ -169,12 +169,14 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
     o->microbatches = par.microbatches;
     o->nstages = par.nstages;
     memcpy(o->stages, par.stages, sizeof o->stages);
-    if (par.dp * par.tp * par.pp > 1 && strcmp(s->device, "cpu") != 0)
+    /* data parallelism runs on any backend (NCCL on device memory); the
+     * tensor- and pipeline-parallel mesh (parallel.c) on host memory only */
+    if ((par.tp > 1 || par.pp > 1 || par.microbatches > 1) && strcmp(s->device, "cpu") != 0)
         return rf_fail(RF_ERR_UNSUPPORTED,
-                       "trainer.device: %s with parallel dp %d x tp %d x pp %d is not supported "
-                       "yet (the collectives and the pipeline run on host memory); use one rank "
-                       "or device: cpu",
-                       s->device, par.dp, par.tp, par.pp);
+                       "trainer.device: %s with parallel tp %d x pp %d is not supported (tensor "
+                       "and pipeline parallelism run on host memory only); use device: cpu, or "
+                       "data parallelism alone (parallel: {dp: N, zero: 0..3}) on the device",
+                       s->device, par.tp, par.pp);
 #undef STR
 #undef INT
 #undef REAL

@@ -210,9 +210,20 @@ static int write_summary(const char *dir, const rf_train_result *r, const rf_tra
  * comm_bytes counts what a ring implementation sends per rank for each call
  * (all-reduce 2(N-1)/N x bytes, reduce-scatter and all-gather (N-1)/N x the
  * full vector, broadcast the buffer once), so it compares with the ZeRO
- * paper's 2 psi / 3 psi; MPI may pick another algorithm. */
+ * paper's 2 psi / 3 psi; MPI may pick another algorithm.
+ *
+ * Memory: every buffer handed to the group is the model backend's (be->alloc;
+ * the scalars go through `scratch`), so a device backend's group is an NCCL
+ * one (rf_train_model makes it RF_COMM_DEVICE when be->device_memory); the
+ * host reads and writes model memory only through to_host/to_device
+ * (checkpoint pieces). Backend work may run asynchronously and the comm
+ * layer's stream is not ordered with it: dp_wait before each collective on a
+ * buffer the backend wrote. */
 typedef struct dp_group {
     rf_comm *c; /* NULL at world size 1: no collective is called */
+    const rf_backend *be;
+    bool staged;   /* be is not the CPU: host access through to_host/to_device */
+    void *scratch; /* staged: backend memory for the scalars' collectives */
     int world, rank, zero;
     size_t lo, hi, block; /* rank's shard of the nparams floats; block = ceil(n/world) */
     uint64_t bytes;       /* ring-model bytes sent so far */
@@ -241,16 +252,56 @@ static int dp_fail(int rc, const char *what) {
     return rf_fail_ctx(rc, "train: %s", what);
 }
 
+/* Waits for the work queued on the backend (to_host waits for it, backend.h). */
+static int dp_wait(dp_group *g) {
+    if (!g->staged) return RF_OK;
+    uint8_t x;
+    int rc = g->be->to_host(g->be, &x, g->scratch, 1);
+    return rc ? dp_fail(rc, "waiting for the device") : RF_OK;
+}
+
+/* In-place all-reduce of model memory. */
 static int dp_allreduce(dp_group *g, void *buf, size_t n, rf_comm_dtype t, rf_comm_op op) {
     g->bytes += 2 * (uint64_t)(g->world - 1) * n * rf_comm_dtype_size(t) / (uint64_t)g->world;
-    int rc = rf_comm_allreduce(g->c, buf, buf, n, t, op);
+    int rc = dp_wait(g);
+    if (!rc) rc = rf_comm_allreduce(g->c, buf, buf, n, t, op);
     return rc ? dp_fail(rc, "all-reduce") : RF_OK;
+}
+
+/* The scratch bytes for `world` ranks: dp_save's exchange is the largest. */
+static size_t scratch_bytes(int world) {
+    return 3 * sizeof(uint64_t) * (size_t)world + 64;
+}
+
+/* Collectives of a few host values (flags, sums, sizes): staged through the
+ * backend's scratch, so that a device group gets device memory. */
+static int dp_host_allreduce(dp_group *g, void *host, size_t n, rf_comm_dtype t, rf_comm_op op) {
+    if (!g->staged) return dp_allreduce(g, host, n, t, op);
+    size_t b = n * rf_comm_dtype_size(t);
+    g->bytes += 2 * (uint64_t)(g->world - 1) * b / (uint64_t)g->world;
+    int rc = g->be->to_device(g->be, g->scratch, host, b);
+    if (!rc) rc = rf_comm_allreduce(g->c, g->scratch, g->scratch, n, t, op);
+    if (!rc) rc = g->be->to_host(g->be, host, g->scratch, b);
+    return rc ? dp_fail(rc, "all-reduce") : RF_OK;
+}
+
+static int dp_host_allgather(dp_group *g, const void *mine, void *all, size_t n, rf_comm_dtype t) {
+    size_t b = n * rf_comm_dtype_size(t);
+    g->bytes += (uint64_t)(g->world - 1) * b;
+    if (!g->staged) return rf_comm_allgather(g->c, mine, all, n, t);
+    char *sc = g->scratch;
+    int rc = g->be->to_device(g->be, sc + (size_t)g->rank * b, mine, b);
+    if (!rc) rc = rf_comm_allgather(g->c, sc + (size_t)g->rank * b, sc, n, t);
+    if (!rc) rc = g->be->to_host(g->be, all, sc, b * (size_t)g->world);
+    return rc;
 }
 
 /* The parameters after each rank updated its shard: all-gather in place. */
 static int dp_gather_params(dp_group *g, const rf_model_blocks *m) {
     g->bytes += (uint64_t)(g->world - 1) * g->block * sizeof(float);
-    int rc = rf_comm_allgather(g->c, m->params + (size_t)g->rank * g->block, m->params, g->block,
+    int rc = dp_wait(g);
+    if (!rc)
+        rc = rf_comm_allgather(g->c, m->params + (size_t)g->rank * g->block, m->params, g->block,
                                RF_COMM_F32);
     return rc ? dp_fail(rc, "all-gather of the parameters") : RF_OK;
 }
@@ -278,8 +329,10 @@ static void bucket_start(dp_group *g, int u) {
     }
     g->bytes += 2 * (uint64_t)(g->world - 1) * (hi - lo) * sizeof(float) / (uint64_t)g->world;
     g->started[u] = true;
-    rc = rf_comm_iallreduce(g->c, mb.grads + lo, mb.grads + lo, hi - lo, RF_COMM_F32, RF_COMM_SUM,
-                            &g->bucket[u]);
+    rc = dp_wait(g); /* the unit's backward kernels have written its gradient */
+    if (!rc)
+        rc = rf_comm_iallreduce(g->c, mb.grads + lo, mb.grads + lo, hi - lo, RF_COMM_F32,
+                                RF_COMM_SUM, &g->bucket[u]);
     if (rc && !g->bucket_rc) g->bucket_rc = dp_fail(rc, "all-reduce of a gradient bucket");
 }
 
@@ -379,20 +432,80 @@ static int dp_step(dp_group *g, rf_model *model, const rf_adamw *opt, long step,
 }
 
 /* What a zero-2/3 rank holds, as checkpoint pieces (one per unit, plus an
- * empty last slot with `extra`; freed by the caller). At zero 2 the
- * parameters of a piece are in m->params. */
-static rf_ckpt_piece *z3_pieces(rf_zero3 *z, const rf_model_blocks *m, bool extra, size_t *npc) {
-    float *zp, *zm1, *zm2;
-    rf_zero3_shards(z, &zp, &zm1, &zm2);
+ * empty last slot with `extra`; freed by the caller) over the shard blocks
+ * zp (NULL at zero 2: the parameters of a piece are in params, the full
+ * block), zm1, zm2: the rank's own (rf_zero3_shards) or host copies of them. */
+static rf_ckpt_piece *z3_pieces(rf_zero3 *z, float *params, float *zp, float *zm1, float *zm2,
+                                bool extra, size_t *npc) {
     size_t units = (size_t)rf_zero3_units(z);
     *npc = units + extra;
     rf_ckpt_piece *pc = calloc(*npc, sizeof *pc);
     for (size_t u = 0; pc && u < units; u++) {
         size_t lo, hi, off;
         rf_zero3_piece(z, (int)u, &lo, &hi, &off);
-        pc[u] = (rf_ckpt_piece){lo, hi, zp ? zp + off : m->params + lo, zm1 + off, zm2 + off};
+        pc[u] = (rf_ckpt_piece){lo, hi, zp ? zp + off : params + lo, zm1 + off, zm2 + off};
     }
     return pc;
+}
+
+/* Host copies of what a staged zero-2/3 rank holds: its shard blocks (zp at
+ * zero 3 only) and at zero 2 the full parameters; read from the backend with
+ * `read`, else zeroed (for a checkpoint load). z3_host_free frees them. */
+typedef struct z3_host {
+    float *params, *zp, *zm1, *zm2;
+} z3_host;
+
+static void z3_host_free(z3_host *h) {
+    free(h->params);
+    free(h->zp);
+    free(h->zm1);
+    free(h->zm2);
+    *h = (z3_host){0};
+}
+
+static int z3_host_make(dp_group *g, const rf_model_blocks *m, bool read, z3_host *h) {
+    *h = (z3_host){0};
+    const rf_backend *be = g->be;
+    float *zp, *zm1, *zm2;
+    rf_zero3_shards(g->z3, &zp, &zm1, &zm2);
+    size_t S = rf_zero3_memory_of(g->z3).shard_floats, np = m->nparams;
+    h->zm1 = calloc(S ? S : 1, sizeof(float));
+    h->zm2 = calloc(S ? S : 1, sizeof(float));
+    if (zp)
+        h->zp = calloc(S ? S : 1, sizeof(float));
+    else
+        h->params = calloc(np ? np : 1, sizeof(float));
+    if (!h->zm1 || !h->zm2 || (zp ? !h->zp : !h->params)) {
+        z3_host_free(h);
+        return rf_fail(RF_ERR_NOMEM, "train: no memory to stage the shards");
+    }
+    int rc = RF_OK;
+    if (read) {
+        rc = be->to_host(be, h->zm1, zm1, S * sizeof(float));
+        if (!rc) rc = be->to_host(be, h->zm2, zm2, S * sizeof(float));
+        if (!rc)
+            rc = zp ? be->to_host(be, h->zp, zp, S * sizeof(float))
+                    : be->to_host(be, h->params, m->params, np * sizeof(float));
+    }
+    if (rc) {
+        z3_host_free(h);
+        return rf_fail_ctx(rc, "train: reading the shards");
+    }
+    return RF_OK;
+}
+
+/* Writes host copies back into the rank's shards (and zero 2's parameters). */
+static int z3_host_put(dp_group *g, const rf_model_blocks *m, const z3_host *h) {
+    const rf_backend *be = g->be;
+    float *zp, *zm1, *zm2;
+    rf_zero3_shards(g->z3, &zp, &zm1, &zm2);
+    size_t S = rf_zero3_memory_of(g->z3).shard_floats;
+    int rc = be->to_device(be, zm1, h->zm1, S * sizeof(float));
+    if (!rc) rc = be->to_device(be, zm2, h->zm2, S * sizeof(float));
+    if (!rc)
+        rc = zp ? be->to_device(be, zp, h->zp, S * sizeof(float))
+                : be->to_device(be, m->params, h->params, m->nparams * sizeof(float));
+    return rc ? rf_fail_ctx(rc, "train: writing the shards") : RF_OK;
 }
 
 /* Writes the sharded checkpoint of step st->step (see checkpoint.h): every
@@ -408,7 +521,8 @@ static int dp_save(dp_group *g, const char *out_dir, rf_model *model, const rf_t
     if (brc) return brc;
     rf_ckpt_piece one, *pc = &one;
     size_t npc = 1;
-    float *staged = NULL; /* device memory (one process only): the blocks copied to the host */
+    /* device memory: the blocks (or the rank's pieces) copied to the host */
+    float *staged = NULL, *staged2 = NULL, *staged3 = NULL;
     if (!g->c && m->be != rf_backend_cpu()) {
         size_t n = m->nparams;
         if (!(staged = malloc(3 * n * sizeof *staged)))
@@ -424,10 +538,41 @@ static int dp_save(dp_group *g, const char *out_dir, rf_model *model, const rf_t
     } else if (!g->c) {
         one = (rf_ckpt_piece){0, m->nparams, m->params, m->m, m->v};
     } else if (g->z3) {
-        if (!(pc = z3_pieces(g->z3, m, false, &npc))) return RF_ERR_NOMEM;
+        float *zp, *zm1, *zm2;
+        rf_zero3_shards(g->z3, &zp, &zm1, &zm2);
+        z3_host h = {0};
+        if (g->staged) { /* device memory: the shards copied to the host */
+            if ((brc = z3_host_make(g, m, true, &h))) return brc;
+            pc = z3_pieces(g->z3, h.params, h.zp, h.zm1, h.zm2, false, &npc);
+            staged = h.params ? h.params : h.zp; /* one of them; freed below */
+            staged2 = h.zm1;
+            staged3 = h.zm2;
+        } else {
+            pc = z3_pieces(g->z3, m->params, zp, zm1, zm2, false, &npc);
+        }
+        if (!pc) {
+            free(staged);
+            free(staged2);
+            free(staged3);
+            return RF_ERR_NOMEM;
+        }
     } else {
         size_t mo = g->zero ? 0 : g->lo; /* zero 1: the moments hold the shard only */
         one = (rf_ckpt_piece){g->lo, g->hi, m->params + g->lo, m->m + mo, m->v + mo};
+        if (g->staged) { /* device memory: the rank's range copied to the host */
+            size_t n = g->hi - g->lo;
+            if (!(staged = malloc((3 * n + 1) * sizeof *staged)))
+                return rf_fail(RF_ERR_NOMEM, "train: no memory to stage the checkpoint");
+            const rf_backend *be = g->be;
+            int src = be->to_host(be, staged, one.p, n * sizeof *staged);
+            if (!src) src = be->to_host(be, staged + n, one.m1, n * sizeof *staged);
+            if (!src) src = be->to_host(be, staged + 2 * n, one.m2, n * sizeof *staged);
+            if (src) {
+                free(staged);
+                return rf_fail_ctx(src, "train: reading the model for the checkpoint");
+            }
+            one = (rf_ckpt_piece){g->lo, g->hi, staged, staged + n, staged + 2 * n};
+        }
     }
     /* Rank 0 prunes the older step directories after its commit; no rank can
      * start writing the next checkpoint before then, because every step
@@ -436,12 +581,13 @@ static int dp_save(dp_group *g, const char *out_dir, rf_model *model, const rf_t
     int rc = rf_ckpt_write_shard(out_dir, m, st, g->rank, g->world, pc, npc, &mine[1], &mine[2]);
     if (pc != &one) free(pc);
     free(staged);
+    free(staged2);
+    free(staged3);
     if (!g->c) return rc ? rc : rf_ckpt_commit(out_dir, m->nparams, st, 1, 0, &mine[1], &mine[2]);
     mine[0] = rc != RF_OK;
     uint64_t *all = malloc(3 * (size_t)g->world * sizeof *all);
     if (!all) return RF_ERR_NOMEM;
-    g->bytes += (uint64_t)(g->world - 1) * sizeof mine;
-    int crc = rf_comm_allgather(g->c, mine, all, 3, RF_COMM_I64);
+    int crc = dp_host_allgather(g, mine, all, 3, RF_COMM_I64);
     if (crc) {
         free(all);
         return dp_fail(crc, "exchange of the checkpoint shards");
@@ -548,9 +694,42 @@ int rf_train(const rf_train_opts *o, const rf_dataset *data, rf_bert *b, rf_trai
     return rc;
 }
 
+static int train_dp(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
+                    rf_train_result *res, void *scratch);
+
+/* A device model's group: a host group (mpirun) gets an NCCL twin for the
+ * training's collectives (rf_comm_dup_mem), and a staged model (any backend
+ * but the CPU) a scratch buffer for the scalars; then train_dp. */
 int rf_train_model(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
                    rf_train_result *res) {
     memset(res, 0, sizeof *res);
+    rf_model_blocks mb;
+    int rc = rf_model_blocks_of(m, &mb);
+    if (rc) return rc;
+    bool mesh = o->tp > 1 || o->pp > 1 || o->microbatches > 1; /* parallel.c: host memory */
+    if (mesh || !o->comm || rf_comm_world(o->comm) < 2 || mb.be == rf_backend_cpu())
+        return train_dp(o, data, m, res, NULL);
+    int world = rf_comm_world(o->comm);
+    rf_train_opts od = *o;
+    rf_comm *dev = NULL;
+    if (mb.be->device_memory && rf_comm_mem_of(o->comm) == RF_COMM_HOST) {
+        if ((rc = rf_comm_dup_mem(o->comm, RF_COMM_DEVICE, &dev)))
+            return rf_fail_ctx(rc, "train: the device group for %s", mb.be->name);
+        od.comm = dev;
+        rf_info("trainer", "rank %d of %d: collectives on %s memory by %s", rf_comm_rank(dev),
+                world, mb.be->name, rf_comm_backend_name(dev));
+    }
+    void *scratch = NULL;
+    if ((rc = mb.be->alloc(mb.be, &scratch, scratch_bytes(world))))
+        rc = rf_fail_ctx(rc, "train: scratch memory on %s", mb.be->name);
+    if (!rc) rc = train_dp(&od, data, m, res, scratch);
+    (void)mb.be->free(mb.be, scratch);
+    int drc = rf_comm_destroy(dev);
+    return rc ? rc : drc;
+}
+
+static int train_dp(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
+                    rf_train_result *res, void *scratch) {
     if (data->n == 0) return rf_fail(RF_ERR_INVALID, "train: no training sequences");
     if (o->batch_size < 1 || o->grad_accum < 1 || o->epochs < 1)
         return rf_fail(RF_ERR_INVALID, "train: batch_size, grad_accum and epochs must be >= 1");
@@ -576,7 +755,12 @@ int rf_train_model(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
                        o->zero);
     if (o->tp > 1 || o->pp > 1 || o->microbatches > 1) /* a tp/pp mesh: parallel.c */
         return rf_train_mesh(o, data, m, res);
+    g.be = mb.be;
+    g.staged = mb.be != rf_backend_cpu() && scratch;
+    g.scratch = scratch;
     if (o->comm && rf_comm_world(o->comm) > 1) {
+        if (mb.be != rf_backend_cpu() && !scratch)
+            return rf_fail(RF_ERR_INTERNAL, "train: a staged group without scratch memory");
         g.c = o->comm;
         g.world = rf_comm_world(o->comm);
         g.rank = rf_comm_rank(o->comm);
@@ -618,7 +802,7 @@ int rf_train_model(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
     struct stat sb;
     if (g.c) { /* every rank starts from rank 0's weights */
         g.bytes += NP * sizeof(float);
-        if ((rc = rf_comm_broadcast(g.c, mb.params, NP, RF_COMM_F32, 0)))
+        if ((rc = dp_wait(&g)) || (rc = rf_comm_broadcast(g.c, mb.params, NP, RF_COMM_F32, 0)))
             return dp_fail(rc, "broadcast of the initial weights");
     }
     /* zero 2/3: from here on this rank holds its shards only (and at zero 2
@@ -631,14 +815,26 @@ int rf_train_model(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
         rc = rf_model_blocks_of(m, &mb);
         if (!rc && g.z3) {
             size_t npc;
-            rf_ckpt_piece *pc = z3_pieces(g.z3, &mb, g.zero == 2, &npc);
+            float *zp, *zm1, *zm2;
+            rf_zero3_shards(g.z3, &zp, &zm1, &zm2);
+            z3_host h = {0}; /* staged: read into zeroed host copies, then to the backend */
+            if (g.staged && (rc = z3_host_make(&g, &mb, false, &h))) {
+                rf_zero3_free(g.z3, false);
+                return rc;
+            }
+            float *full = g.staged ? h.params : mb.params;
+            rf_ckpt_piece *pc =
+                g.staged ? z3_pieces(g.z3, h.params, h.zp, h.zm1, h.zm2, g.zero == 2, &npc)
+                         : z3_pieces(g.z3, mb.params, zp, zm1, zm2, g.zero == 2, &npc);
             if (pc && g.zero == 2) { /* the last slot (left by z3_pieces) takes all params */
                 for (size_t i = 0; i + 1 < npc; i++)
                     pc[i].p = NULL;
-                pc[npc - 1] = (rf_ckpt_piece){0, NP, mb.params, NULL, NULL};
+                pc[npc - 1] = (rf_ckpt_piece){0, NP, full, NULL, NULL};
             }
             rc = pc ? rf_checkpoint_load_pieces(ckpt, NP, &st, pc, npc) : RF_ERR_NOMEM;
             free(pc);
+            if (!rc && g.staged) rc = z3_host_put(&g, &mb, &h);
+            z3_host_free(&h);
         } else if (!rc) {
             rc = flat ? rf_ckpt_load_range(ckpt, &mb, &st, g.lo, g.hi)
                       : rf_ckpt_load_range(ckpt, &mb, &st, 0, NP);
@@ -655,7 +851,7 @@ int rf_train_model(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
     if (g.c) { /* the ranks must resume from the same step (a shared output directory) */
         int64_t lohi[2] = {res->resumed ? (int64_t)st.step + 1 : 0, 0};
         lohi[1] = -lohi[0];
-        if ((rc = dp_allreduce(&g, lohi, 2, RF_COMM_I64, RF_COMM_MAX))) {
+        if ((rc = dp_host_allreduce(&g, lohi, 2, RF_COMM_I64, RF_COMM_MAX))) {
             rf_zero3_free(g.z3, false);
             return rc;
         }
@@ -720,7 +916,7 @@ int rf_train_model(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
     bool stop = false;
     rc = buckets_init(&g, m);
     uint8_t cb_any = has_checkpoint_cb(o); /* zero 3 gathers for it on every rank */
-    if (!rc && g.c) rc = dp_allreduce(&g, &cb_any, 1, RF_COMM_U8, RF_COMM_MAX);
+    if (!rc && g.c) rc = dp_host_allreduce(&g, &cb_any, 1, RF_COMM_U8, RF_COMM_MAX);
     uint64_t bytes_before = g.bytes;
     uint64_t max_epochs = o->max_steps > 0 ? UINT64_MAX : (uint64_t)o->epochs;
     while (!rc && !stop && (long)st.step < total && st.epoch < max_epochs) {
@@ -798,7 +994,7 @@ int rf_train_model(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
             }
             if (rc) break;
             if (g.bucket && (rc = buckets_finish(&g))) break;
-            if (g.c && (rc = dp_allreduce(&g, step_sums, 2, RF_COMM_F64, RF_COMM_SUM))) break;
+            if (g.c && (rc = dp_host_allreduce(&g, step_sums, 2, RF_COMM_F64, RF_COMM_SUM))) break;
             /* the step's loss: classifiers the mean of the micro-batches', a
              * causal LM the token mean over the step */
             double step_loss = causal ? step_sums[0] : step_sums[0] / (double)group;
@@ -825,7 +1021,7 @@ int rf_train_model(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
             bool cancel = o->cancel && *o->cancel;
             if (g.c) { /* a signal may reach the ranks at different steps: stop together */
                 uint8_t any = cancel;
-                if ((rc = dp_allreduce(&g, &any, 1, RF_COMM_U8, RF_COMM_MAX))) break;
+                if ((rc = dp_host_allreduce(&g, &any, 1, RF_COMM_U8, RF_COMM_MAX))) break;
                 cancel = any;
             }
             bool stop_now = (o->stop_after > 0 && done_this_run >= o->stop_after) || cancel;

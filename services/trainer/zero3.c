@@ -29,13 +29,15 @@ typedef struct gslot {
     uint64_t seq;
 } gslot;
 
-/* Arithmetic on the shards (zeroing, accumulating the reduced blocks, the
- * norm, clipping, AdamW) goes through the model's backend. The memcpy/memset
- * in gather/scatter and the buffers handed to rf_comm are transport staging:
- * the comm layer moves bytes, it does not compute on model memory. The shard
- * and working buffers are host allocations, so stages 2 and 3 run on host
- * backends (MPI); a device build would allocate them with be->alloc and hand
- * device pointers to NCCL. */
+/* Every buffer here is the model's backend memory (be->alloc): the shards,
+ * the unit working buffers, the gather buffers and the norm's scalar, so on a
+ * device backend NCCL gets device pointers (the group comes from train.c,
+ * RF_COMM_DEVICE when be->device_memory). Arithmetic (zeroing, accumulating
+ * the reduced blocks, the norm, clipping, AdamW) and copies go through the
+ * backend; the host touches shard memory only through to_host/to_device.
+ * Backend work may be queued asynchronously and the comm layer's stream is
+ * not ordered with it, so every collective on a buffer the backend wrote is
+ * preceded by be_wait. */
 struct rf_zero3 {
     rf_comm *c;
     rf_model *m;
@@ -47,6 +49,7 @@ struct rf_zero3 {
     float *p, *g, *m1, *m2; /* shards (p NULL at zero 2) */
     pslot ps[2];
     gslot gs[2];
+    double *scalar; /* backend memory: the norm's all-reduce */
     uint64_t seq;
     int rc; /* first error of a hook event */
     uint64_t bytes;
@@ -69,6 +72,20 @@ static void account(rf_zero3 *z, long dp, long dg) {
     }
 }
 
+/* Waits for the work queued on the backend (backend.h: to_host waits for
+ * it), so that a collective starts on finished buffers. Nothing to wait for
+ * on the CPU. */
+static int be_wait(rf_zero3 *z) {
+    if (z->be == rf_backend_cpu()) return RF_OK;
+    double x;
+    return z->be->to_host(z->be, &x, z->scalar, sizeof x);
+}
+
+static float *be_alloc(rf_zero3 *z, size_t n) {
+    void *p = NULL;
+    return z->be->alloc(z->be, &p, (n ? n : 1) * sizeof(float)) ? NULL : p;
+}
+
 static int fail(rf_zero3 *z, int rc, const char *what, int u) {
     rc = rf_fail_ctx(rc, "train: zero 3: %s of unit %d", what, u);
     if (!z->rc) z->rc = rc;
@@ -88,7 +105,7 @@ static int p_drop(rf_zero3 *z, int i) {
     if (s->unit < 0) return RF_OK;
     int rc = rf_comm_wait(s->req); /* a pending gather must end before its buffer goes */
     account(z, -(long)(z->u[s->unit].b * (size_t)z->world), 0);
-    free(s->buf);
+    (void)z->be->free(z->be, s->buf);
     *s = (pslot){.unit = -1};
     return rc;
 }
@@ -99,12 +116,13 @@ static int p_start(rf_zero3 *z, int u, int *slot) {
     if (z->ps[i].unit >= 0) return fail(z, RF_ERR_INVALID, "no free buffer for the all-gather", u);
     const unit *k = &z->u[u];
     size_t n = k->b * (size_t)z->world;
-    float *buf = malloc(n * sizeof *buf);
+    float *buf = be_alloc(z, n);
     if (!buf) return fail(z, RF_ERR_NOMEM, "no memory to gather the parameters", u);
     rf_comm_req *req;
-    int rc = rf_comm_iallgather(z->c, z->p + k->soff, buf, k->b, RF_COMM_F32, &req);
+    int rc = be_wait(z);
+    if (!rc) rc = rf_comm_iallgather(z->c, z->p + k->soff, buf, k->b, RF_COMM_F32, &req);
     if (rc) {
-        free(buf);
+        (void)z->be->free(z->be, buf);
         return fail(z, rc, "all-gather of the parameters", u);
     }
     z->bytes += (uint64_t)(z->world - 1) * k->b * sizeof(float);
@@ -154,7 +172,7 @@ static int g_finish(rf_zero3 *z, int i) {
         }
     }
     account(z, 0, -(long)(k->b * (size_t)z->world));
-    free(s->buf);
+    (void)z->be->free(z->be, s->buf);
     *s = (gslot){.unit = -1};
     return rc;
 }
@@ -164,7 +182,7 @@ static int g_begin(rf_zero3 *z, int u) {
     int rc = g_finish(z, i);
     if (rc) return rc;
     const unit *k = &z->u[u];
-    float *buf = calloc(k->b * (size_t)z->world, sizeof *buf);
+    float *buf = be_alloc(z, k->b * (size_t)z->world); /* zeroed */
     if (!buf) return fail(z, RF_ERR_NOMEM, "no memory for the gradient", u);
     z->gs[i] = (gslot){u, buf, NULL, ++z->seq};
     account(z, 0, (long)(k->b * (size_t)z->world));
@@ -177,7 +195,9 @@ static int g_done(rf_zero3 *z, int u) {
         gslot *s = &z->gs[i];
         if (s->unit != u || s->req) continue;
         const unit *k = &z->u[u];
-        int rc = rf_comm_ireduce_scatter(z->c, s->buf, s->buf + (size_t)z->rank * k->b, k->b,
+        int rc = be_wait(z); /* the unit's backward kernels have written s->buf */
+        if (!rc)
+            rc = rf_comm_ireduce_scatter(z->c, s->buf, s->buf + (size_t)z->rank * k->b, k->b,
                                          RF_COMM_F32, RF_COMM_SUM, &s->req);
         if (rc) return fail(z, rc, "reduce-scatter of the gradients", u);
         z->bytes += (uint64_t)(z->world - 1) * k->b * sizeof(float);
@@ -238,17 +258,19 @@ int rf_zero3_new(rf_comm *c, rf_model *m, bool shard_params, rf_zero3 **out) {
         k->soff = z->S;
         z->S += k->b;
     }
-    size_t n = z->S ? z->S : 1;
-    z->p = shard_params ? calloc(n, sizeof(float)) : NULL;
-    z->g = calloc(n, sizeof(float));
-    z->m1 = calloc(n, sizeof(float));
-    z->m2 = calloc(n, sizeof(float));
-    if ((shard_params && !z->p) || !z->g || !z->m1 || !z->m2) {
+    size_t n = z->S;
+    z->p = shard_params ? be_alloc(z, n) : NULL; /* zeroed: the moments start at 0 */
+    z->g = be_alloc(z, n);
+    z->m1 = be_alloc(z, n);
+    z->m2 = be_alloc(z, n);
+    void *sc = NULL;
+    if (!z->be->alloc(z->be, &sc, sizeof(double))) z->scalar = sc;
+    if ((shard_params && !z->p) || !z->g || !z->m1 || !z->m2 || !z->scalar) {
         rf_zero3_free(z, false);
         return rf_fail(RF_ERR_NOMEM, "train: zero 3: no memory for the shards");
     }
-    rf_zero3_scatter(z, mb.params, NULL, NULL); /* host backends; the moments start at 0 */
-    if ((rc = rf_model_release_blocks(m, shard_params)) || (rc = rf_model_set_hook(m, hook, z))) {
+    if ((rc = rf_zero3_scatter(z, mb.params, NULL, NULL)) ||
+        (rc = rf_model_release_blocks(m, shard_params)) || (rc = rf_model_set_hook(m, hook, z))) {
         rf_zero3_free(z, false);
         return rc;
     }
@@ -269,7 +291,7 @@ int rf_zero3_free(rf_zero3 *z, bool restore) {
     if (!z) return RF_OK;
     int rc = drain(z);
     rf_model *m = z->m;
-    if (restore && !rc && z->shard_params) {
+    if (restore && !rc && z->shard_params) { /* rf_model_adopt_params takes host memory */
         size_t n = z->u[z->nunits - 1].hi;
         float *full = malloc(n * sizeof(float));
         if (!full) rc = rf_fail(RF_ERR_NOMEM, "train: zero 3: no memory to gather the weights");
@@ -283,10 +305,12 @@ int rf_zero3_free(rf_zero3 *z, bool restore) {
         if (!rc) rc = r;
     }
     free(z->u);
-    free(z->p);
-    free(z->g);
-    free(z->m1);
-    free(z->m2);
+    const rf_backend *be = z->be; /* free(NULL) is a no-op on every backend */
+    (void)be->free(be, z->p);
+    (void)be->free(be, z->g);
+    (void)be->free(be, z->m1);
+    (void)be->free(be, z->m2);
+    (void)be->free(be, z->scalar);
     free(z);
     return rc;
 }
@@ -307,6 +331,8 @@ int rf_zero3_end_backward(rf_zero3 *z) {
     return z->rc ? z->rc : rc;
 }
 
+static int gather(rf_zero3 *z, int which, float *full, bool on_host);
+
 int rf_zero3_step(rf_zero3 *z, const rf_adamw *o, long step, float lr, float *norm) {
     if (z->rc) return z->rc;
     /* The norm and the clipping run on the backend, like rf_clip_grads_ex:
@@ -323,7 +349,9 @@ int rf_zero3_step(rf_zero3 *z, const rf_adamw *o, long step, float lr, float *no
         ss += part;
     }
     z->bytes += 2 * (uint64_t)(z->world - 1) * sizeof ss / (uint64_t)z->world;
-    int rc = rf_comm_allreduce(z->c, &ss, &ss, 1, RF_COMM_F64, RF_COMM_SUM);
+    int rc = be->to_device(be, z->scalar, &ss, sizeof ss);
+    if (!rc) rc = rf_comm_allreduce(z->c, z->scalar, z->scalar, 1, RF_COMM_F64, RF_COMM_SUM);
+    if (!rc) rc = be->to_host(be, &ss, z->scalar, sizeof ss);
     if (rc) return fail(z, rc, "all-reduce of the gradient norm", -1);
     *norm = (float)sqrt(ss);
     float coef = o->clip_norm / (*norm + 1e-6f); /* as rf_clip_grads */
@@ -340,60 +368,70 @@ int rf_zero3_step(rf_zero3 *z, const rf_adamw *o, long step, float lr, float *no
                    : RF_OK;
         if (rc) return rf_fail_ctx(rc, "train: AdamW on unit %d", i);
     }
-    return z->shard_params ? RF_OK : rf_zero3_gather(z, 0, mb.params);
+    return z->shard_params ? RF_OK : gather(z, 0, mb.params, false);
 }
 
-int rf_zero3_gather(rf_zero3 *z, int which, float *full) {
+/* The full block `which` (see rf_zero3_gather) into full: host memory with
+ * on_host, else backend memory (zero 2's step: m->params). The all-gathers
+ * run on a backend buffer of one unit. */
+static int gather(rf_zero3 *z, int which, float *full, bool on_host) {
+    const rf_backend *be = z->be;
     const float *src = which == 0 ? z->p : which == 1 ? z->m1 : z->m2;
-    if (which == 0 && !z->shard_params) { /* zero 2: every rank's updated pieces of m->params */
-        rf_model_blocks mb;
-        int rc = rf_model_blocks_of(z->m, &mb);
-        for (int i = 0; i < z->nunits && !rc; i++) {
-            const unit *k = &z->u[i];
-            size_t n = real_len(z, k), at = (size_t)z->rank * k->b, s = k->hi - k->lo;
-            float *tmp = calloc(k->b * (size_t)z->world, sizeof *tmp);
-            if (!tmp) return rf_fail(RF_ERR_NOMEM, "train: zero 2: no memory to gather");
-            memcpy(tmp + at, mb.params + k->lo + at, n * sizeof *tmp);
-            z->bytes += (uint64_t)(z->world - 1) * k->b * sizeof(float);
-            rc = rf_comm_allgather(z->c, tmp + at, tmp, k->b, RF_COMM_F32);
-            if (rc)
-                rc = rf_fail_ctx(rc, "train: zero 2: all-gather of unit %d", i);
-            else if (full)
-                memcpy(full + k->lo, tmp, s * sizeof *tmp);
-            free(tmp);
-        }
-        return rc;
-    }
+    bool z2 = which == 0 && !z->shard_params; /* zero 2: every rank's pieces of m->params */
+    rf_model_blocks mb = {0};
+    int rc = z2 ? rf_model_blocks_of(z->m, &mb) : RF_OK;
     size_t maxb = 0;
     for (int i = 0; i < z->nunits; i++)
         maxb = z->u[i].b > maxb ? z->u[i].b : maxb;
-    float *tmp = malloc((maxb ? maxb : 1) * (size_t)z->world * sizeof *tmp);
-    if (!tmp) return rf_fail(RF_ERR_NOMEM, "train: zero 3: no memory to gather");
-    int rc = RF_OK;
+    float *tmp = rc ? NULL : be_alloc(z, maxb * (size_t)z->world);
+    if (!rc && !tmp) rc = rf_fail(RF_ERR_NOMEM, "train: zero %d: no memory to gather", z2 ? 2 : 3);
+    if (!rc) rc = be_wait(z); /* AdamW has written the shards */
     for (int i = 0; i < z->nunits && !rc; i++) {
         const unit *k = &z->u[i];
+        size_t at = (size_t)z->rank * k->b, s = k->hi - k->lo;
+        const float *send = src ? src + k->soff : NULL;
+        if (z2) { /* this rank's piece, zero-padded to b, at its place in tmp */
+            size_t n = real_len(z, k);
+            if ((rc = be->zero(be, tmp + at, k->b * sizeof *tmp)) ||
+                (rc = be->copy(be, tmp + at, mb.params + k->lo + at, n * sizeof *tmp)) ||
+                (rc = be_wait(z)))
+                break;
+            send = tmp + at;
+        }
         z->bytes += (uint64_t)(z->world - 1) * k->b * sizeof(float);
-        if ((rc = rf_comm_allgather(z->c, src + k->soff, tmp, k->b, RF_COMM_F32)))
-            rc = rf_fail_ctx(rc, "train: zero 3: all-gather of unit %d", i);
-        else if (full)
-            memcpy(full + k->lo, tmp, (k->hi - k->lo) * sizeof *tmp);
+        if ((rc = rf_comm_allgather(z->c, send, tmp, k->b, RF_COMM_F32))) {
+            rc = rf_fail_ctx(rc, "train: zero %d: all-gather of unit %d", z2 ? 2 : 3, i);
+        } else if (full) {
+            rc = on_host ? be->to_host(be, full + k->lo, tmp, s * sizeof *tmp)
+                         : be->copy(be, full + k->lo, tmp, s * sizeof *tmp);
+            /* the next unit's all-gather overwrites tmp: the copy must be done */
+            if (!rc && !on_host) rc = be_wait(z);
+        }
     }
-    free(tmp);
+    (void)be->free(be, tmp);
     return rc;
 }
 
-void rf_zero3_scatter(rf_zero3 *z, const float *params, const float *mom1, const float *mom2) {
+int rf_zero3_gather(rf_zero3 *z, int which, float *full) {
+    return gather(z, which, full, true);
+}
+
+int rf_zero3_scatter(rf_zero3 *z, const float *params, const float *mom1, const float *mom2) {
+    const rf_backend *be = z->be;
     const float *src[3] = {params, mom1, mom2};
     float *dst[3] = {z->p, z->m1, z->m2};
-    for (int w = 0; w < 3; w++) {
+    int rc = RF_OK;
+    for (int w = 0; w < 3 && !rc; w++) {
         if (!src[w] || !dst[w]) continue;
-        for (int i = 0; i < z->nunits; i++) {
+        for (int i = 0; i < z->nunits && !rc; i++) {
             const unit *k = &z->u[i];
             size_t n = real_len(z, k);
-            memset(dst[w] + k->soff, 0, k->b * sizeof(float));
-            memcpy(dst[w] + k->soff, src[w] + k->lo + (size_t)z->rank * k->b, n * sizeof(float));
+            if (!(rc = be->zero(be, dst[w] + k->soff, k->b * sizeof(float))))
+                rc = be->copy(be, dst[w] + k->soff, src[w] + k->lo + (size_t)z->rank * k->b,
+                              n * sizeof(float));
         }
     }
+    return rc ? rf_fail_ctx(rc, "train: zero 3: copying into the shards") : RF_OK;
 }
 
 size_t rf_zero3_piece(const rf_zero3 *z, int u, size_t *lo, size_t *hi, size_t *shard_off) {

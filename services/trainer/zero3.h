@@ -75,21 +75,24 @@ int rf_zero3_end_backward(rf_zero3 *z);
 int rf_zero3_step(rf_zero3 *z, const rf_adamw *o, long step, float lr, float *norm);
 
 /* The full block of params (which 0), first moments (1) or second moments
- * (2), every rank's shards put together into full[nparams] (collective: all
- * ranks call it; full may be NULL on ranks that do not need it... it is
- * filled on every rank where it is not NULL). */
+ * (2), every rank's shards put together into full[nparams], HOST memory
+ * (collective: all ranks call it; full may be NULL on ranks that do not need
+ * it... it is filled on every rank where it is not NULL). */
 int rf_zero3_gather(rf_zero3 *z, int which, float *full);
 /* Copies the full blocks' (params, moments; NULL = leave) pieces that this
- * rank holds into its shards (after a checkpoint load). */
-void rf_zero3_scatter(rf_zero3 *z, const float *params, const float *mom1, const float *mom2);
+ * rank holds into its shards; the blocks are the backend's memory (like the
+ * model's). */
+int rf_zero3_scatter(rf_zero3 *z, const float *params, const float *mom1, const float *mom2);
 
 /* This rank's piece of unit u: global range [*lo, *hi) of the flat block
  * (possibly empty) and its offset in the shard block; returns the unit's
  * block size b. */
 size_t rf_zero3_piece(const rf_zero3 *z, int u, size_t *lo, size_t *hi, size_t *shard_off);
 int rf_zero3_units(const rf_zero3 *z);
-/* The shard blocks (params, first and second moments; see rf_zero3_piece).
- * *p is NULL at stage 2 (the rank's pieces are in m->params). */
+/* The shard blocks (params, first and second moments; see rf_zero3_piece),
+ * in the model's backend memory (read and write them through to_host and
+ * to_device on a device backend). *p is NULL at stage 2 (the rank's pieces
+ * are in m->params). */
 void rf_zero3_shards(rf_zero3 *z, float **p, float **m1, float **m2);
 rf_zero3_memory rf_zero3_memory_of(const rf_zero3 *z);
 /* Ring-model bytes this rank sent so far (all-gather and reduce-scatter:

@@ -345,6 +345,37 @@ static void test_device_memory_needs_cuda(void **state) {
 #endif
 }
 
+/* rf_comm_dup_mem: a host group's device twin (the trainer's data-parallel
+ * group on a GPU). On a world of one: NCCL with a GPU, else a clear error;
+ * host to host (or from a device group) is refused. */
+static void test_dup_to_device(void **state) {
+    (void)state;
+    rf_comm *c = NULL, *d = NULL;
+    assert_int_equal(rf_comm_init_from_env(NULL, &c), RF_OK);
+    assert_int_equal(rf_comm_mem_of(c), RF_COMM_HOST);
+    assert_int_equal(rf_comm_dup_mem(c, RF_COMM_HOST, &d), RF_ERR_UNSUPPORTED);
+    assert_null(d);
+    int rc = rf_comm_dup_mem(c, RF_COMM_DEVICE, &d);
+#ifndef REFINERY_CUDA
+    assert_int_equal(rc, RF_ERR_UNSUPPORTED);
+    assert_non_null(strstr(rf_errmsg(), "CUDA=1"));
+    assert_null(d);
+#else
+    if (rc == RF_OK) {
+        assert_string_equal(rf_comm_backend_name(d), "nccl");
+        assert_int_equal(rf_comm_mem_of(d), RF_COMM_DEVICE);
+        assert_int_equal(rf_comm_world(d), 1);
+        assert_int_equal(rf_comm_barrier(d), RF_OK);
+        assert_int_equal(rf_comm_destroy(d), RF_OK);
+    } else {
+        assert_null(d);
+        assert_non_null(strstr(rf_errmsg(), "comm (nccl)"));
+    }
+#endif
+    assert_int_equal(rf_comm_barrier(c), RF_OK); /* c is untouched */
+    assert_int_equal(rf_comm_destroy(c), RF_OK);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_reductions_are_identity, clear_env),
@@ -355,6 +386,7 @@ int main(void) {
         cmocka_unit_test(test_shard_ranges),
         cmocka_unit_test_setup(test_env_launch_paths, clear_env),
         cmocka_unit_test_setup(test_device_memory_needs_cuda, clear_env),
+        cmocka_unit_test_setup(test_dup_to_device, clear_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

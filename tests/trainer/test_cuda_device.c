@@ -1,9 +1,10 @@
-/* trainer.device: cpu | cuda. cpu (the default) gives the CPU backend; cuda is
- * refused before any work with a message saying why when the build has no
- * CUDA (make CUDA=1) or the machine no GPU, and gives the CUDA backend where
- * both exist; any other name is invalid. The evaluator follows the device.
- * These cases check the behaviour of whichever build and machine run them, so
- * they run (and can fail) everywhere. */
+/* trainer.device: cpu | cuda (and the test device cpu-staged). cpu (the
+ * default) gives the CPU backend; cuda is refused before any work with a
+ * message saying why when the build has no CUDA (make CUDA=1) or the machine
+ * no GPU, and gives the CUDA backend where both exist; any other name is
+ * invalid. The evaluator follows the device. These cases check the behaviour
+ * of whichever build and machine run them, so they run (and can fail)
+ * everywhere. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -97,13 +98,44 @@ static void test_cuda(void **state) {
     check_cuda("cuda-bf16");
 }
 
-/* Data parallelism on the device is not written: refused whatever the machine. */
+/* Data parallelism runs on the device (NCCL, issue 14): dp 2 with cuda is
+ * accepted where a GPU is; tensor and pipeline parallelism stay on the CPU and
+ * are refused with any device. */
 static void test_cuda_dp(void **state) {
     (void)state;
     char dev[32];
-    int rc = parse("  device: cuda\n  parallel: {dp: 2}\n", dev, sizeof dev);
+    int rc = parse("  device: cuda\n  parallel: {dp: 2, zero: 3}\n", dev, sizeof dev);
+    if (have_gpu()) {
+        assert_int_equal(rc, RF_OK);
+    } else {
+        assert_int_equal(rc, RF_ERR_UNSUPPORTED);
+        assert_non_null(strstr(rf_errmsg(), "cuda"));
+    }
+    rc = parse("  device: cuda\n  parallel: {dp: 2, tp: 2}\n", dev, sizeof dev);
     assert_int_equal(rc, RF_ERR_UNSUPPORTED);
-    assert_non_null(strstr(rf_errmsg(), have_gpu() ? "parallel.dp 2" : "cuda"));
+    if (have_gpu())
+        assert_non_null(strstr(rf_errmsg(), "pipeline parallelism run on host memory only"));
+}
+
+/* cpu-staged: the test device of backend.h (the CPU's kernels under their own
+ * identity, host memory), accepted with dp > 1 and refused with tp. */
+static void test_cpu_staged(void **state) {
+    (void)state;
+    char dev[32];
+    assert_int_equal(parse("  device: cpu-staged\n  parallel: {dp: 2, zero: 2}\n", dev, sizeof dev),
+                     RF_OK);
+    assert_string_equal(dev, "cpu-staged");
+    const rf_backend *be = NULL;
+    assert_int_equal(rf_backend_for(dev, &be), RF_OK);
+    assert_ptr_not_equal(be, rf_backend_cpu());
+    assert_ptr_equal(be, rf_backend_cpu_staged());
+    assert_string_equal(be->name, "cpu-staged");
+    assert_false(be->device_memory);
+    assert_false(rf_backend_cpu()->device_memory);
+    assert_ptr_equal(be->linear_fwd, rf_backend_cpu()->linear_fwd);
+    assert_int_equal(parse("  device: cpu-staged\n  parallel: {tp: 2}\n", dev, sizeof dev),
+                     RF_ERR_UNSUPPORTED);
+    assert_non_null(strstr(rf_errmsg(), "pipeline parallelism run on host memory only"));
 }
 
 /* The evaluator refuses cuda the same way before it reads the model or data. */
@@ -121,11 +153,9 @@ static void test_evaluator_follows(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cpu_default),
-        cmocka_unit_test(test_unknown_device),
-        cmocka_unit_test(test_cuda),
-        cmocka_unit_test(test_cuda_dp),
-        cmocka_unit_test(test_evaluator_follows),
+        cmocka_unit_test(test_cpu_default), cmocka_unit_test(test_unknown_device),
+        cmocka_unit_test(test_cuda),        cmocka_unit_test(test_cuda_dp),
+        cmocka_unit_test(test_cpu_staged),  cmocka_unit_test(test_evaluator_follows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -135,6 +135,7 @@ static void init(int k) {
     rf_backend b = {};
     b.name = k ? "cuda-bf16" : "cuda";
     b.ctx = &ctx_storage[k];
+    b.device_memory = true;
     b.alloc = cu_alloc;
     b.free = cu_free;
     b.zero = cu_zero;
