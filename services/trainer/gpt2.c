@@ -217,8 +217,8 @@ static void be_free(const rf_backend *be, void *p) {
 /* The paths that work on host memory (LoRA, tp, unit hooks) need the CPU. */
 static int need_cpu(const rf_gpt2 *m, const char *what) {
     if (m->be == rf_backend_cpu()) return RF_OK;
-    return rf_fail(RF_ERR_UNSUPPORTED, "gpt2: %s runs on the CPU backend only (trainer.device: cpu)",
-                   what);
+    return rf_fail(RF_ERR_UNSUPPORTED,
+                   "gpt2: %s runs on the CPU backend only (trainer.device: cpu)", what);
 }
 
 int rf_gpt2_new(const rf_gpt2_config *cfg, rf_gpt2 **out) {
@@ -530,7 +530,6 @@ static int event(rf_gpt2 *m, int u, rf_unit_event ev, int next) {
     return m->unit_hook ? m->unit_hook(m->unit_user, u, ev, next) : RF_OK;
 }
 
-
 static int check_range(const rf_gpt2 *m, int u0, int u1, const float *at_u0, const float *at_u1) {
     int n = rf_gpt2_units(m);
     if (u0 < 0 || u1 > n || u0 >= u1)
@@ -650,8 +649,8 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
                      N, Cl, C));
         if (tp) TRY(tp->sum(tp->c, y->res2, (size_t)N * C));
         TRY(be->residual_fwd(be, y->res2, y->res2, a->res[l], (size_t)N * C, 0.0f, 0));
-        TRY(be->layernorm_fwd(be, y->ln2, y->ln2_mean, y->ln2_rstd, y->res2, w->ln2_w, w->ln2_b,
-                              N, C, eps));
+        TRY(be->layernorm_fwd(be, y->ln2, y->ln2_mean, y->ln2_rstd, y->res2, w->ln2_w, w->ln2_b, N,
+                              C, eps));
         TRY(proj_fwd(m, l, RF_PROJ_UP, y->fch, y->ln2, w->fc_w, w->fc_b, N, C, Fl));
         TRY(be->gelu_tanh_fwd(be, y->fcg, y->fch, (size_t)N * Fl));
         TRY(proj_fwd(m, l, RF_PROJ_DOWN, a->res[l + 1], y->fcg, w->fcp_w,
@@ -749,8 +748,8 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
         TRY(proj_bwd(m, l, RF_PROJ_O, dy->atty, g->proj_w, g->proj_b, dy->res2, y->atty, w->proj_w,
                      N, Cl, C));
         /* the attention-probability slot of the gradient arena is the scratch */
-        TRY(be->causal_attention_bwd(be, dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NHl,
-                                     NHl, C / NH));
+        TRY(be->causal_attention_bwd(be, dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NHl, NHl,
+                                     C / NH));
         TRY(proj_bwd(m, l, RF_PROJ_QKV, dy->ln1, g->attn_w, g->attn_b, dy->qkv, y->ln1, w->attn_w,
                      N, C, 3 * Cl));
         if (tp) TRY(tp->sum(tp->c, dy->ln1, (size_t)N * C));

@@ -77,7 +77,7 @@ typedef struct rf_gpt2 {
     size_t nacts;
     rf_gpt2_acts a, da;
 
-    int B, T; /* the last forward's batch, kept for backward */
+    int B, T;                          /* the last forward's batch, kept for backward */
     int32_t *ids, *labels, *pos, *seg; /* host copies (checks, tp) */
     uint8_t *valid;
     int32_t *ids_dev, *labels_dev, *pos_dev, *seg_dev; /* backend copies (the slots) */

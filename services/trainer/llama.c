@@ -554,7 +554,6 @@ static int event(rf_llama *m, int u, rf_unit_event ev, int next) {
     return m->unit_hook ? m->unit_hook(m->unit_user, u, ev, next) : RF_OK;
 }
 
-
 static int check_range(const rf_llama *m, int u0, int u1, const float *at_u0, const float *at_u1) {
     int n = rf_llama_units(m);
     if (u0 < 0 || u1 > n || u0 >= u1)
@@ -745,8 +744,8 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
             TRY(event(m, 0, RF_UNIT_BWD_PART, -1));
             TRY(event(m, L + 1, RF_UNIT_BWD, rf_cu_bwd_next(L + 1, false, u0, u1)));
         }
-        TRY(be->rmsnorm_bwd(be, d->res[L], m->g.norm_w, d->lnf, a->res[L], m->p.norm_w,
-                            a->lnf_rstd, N, C));
+        TRY(be->rmsnorm_bwd(be, d->res[L], m->g.norm_w, d->lnf, a->res[L], m->p.norm_w, a->lnf_rstd,
+                            N, C));
         TRY(event(m, L + 1, RF_UNIT_BWD_DONE, -1));
     } else { /* the gradient of boundary u1 from the stage after */
         TRY(be->copy(be, d->res[u1 - 1], dout, (size_t)N * C * sizeof(float)));
@@ -762,8 +761,7 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
         TRY(be->swiglu_bwd(be, dy->gu, dy->act, y->gu, N, F));
         TRY(proj_bwd(m, l, RF_PROJ_UP, dy->ln2, g->gu_w, dy->gu, y->ln2, w->gu_w, N, C, 2 * F));
         if (tp) TRY(tp->sum(tp->c, dy->ln2, (size_t)N * C)); /* column-parallel: f */
-        TRY(be->rmsnorm_bwd(be, dy->res2, g->ln2_w, dy->ln2, y->res2, w->ln2_w, y->ln2_rstd, N,
-                            C));
+        TRY(be->rmsnorm_bwd(be, dy->res2, g->ln2_w, dy->ln2, y->res2, w->ln2_w, y->ln2_rstd, N, C));
         TRY(be->residual_bwd(be, dy->res2, NULL, dout_l, (size_t)N * C, 0.0f, 0));
         TRY(proj_bwd(m, l, RF_PROJ_O, dy->atty, g->o_w, dy->res2, y->atty, w->o_w, N, A, C));
         TRY(be->causal_attention_bwd(be, dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NH, NKV,

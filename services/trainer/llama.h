@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "trainer/backend.h" /* rf_backend */
+#include "trainer/backend.h"     /* rf_backend */
 #include "trainer/model.h"       /* rf_tensor_info */
 #include "trainer/model_iface.h" /* rf_model_hook */
 #include "trainer/ops_causal.h"  /* rf_causal_batch */

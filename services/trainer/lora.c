@@ -414,8 +414,8 @@ int rf_lora_attach_gpt2(rf_lora *lo, rf_gpt2 *m) {
         return rf_fail(RF_ERR_INVALID, "lora: the adapter set was not made for this GPT-2");
     if (m->be != rf_backend_cpu())
         return rf_fail(RF_ERR_UNSUPPORTED,
-                       "%s: LoRA runs on the CPU backend only (trainer.device: cpu), not %s", "gpt2",
-                       m->be->name);
+                       "%s: LoRA runs on the CPU backend only (trainer.device: cpu), not %s",
+                       "gpt2", m->be->name);
     float **w = malloc(sizeof(float *) * lo->nlayers * RF_NPROJ);
     if (!w) return RF_ERR_NOMEM;
     for (int l = 0; l < lo->nlayers; l++) {
@@ -435,8 +435,8 @@ int rf_lora_attach_llama(rf_lora *lo, rf_llama *m, bool allow_requant) {
         return rf_fail(RF_ERR_INVALID, "lora: the adapter set was not made for this Llama");
     if (m->be != rf_backend_cpu())
         return rf_fail(RF_ERR_UNSUPPORTED,
-                       "%s: LoRA runs on the CPU backend only (trainer.device: cpu), not %s", "llama",
-                       m->be->name);
+                       "%s: LoRA runs on the CPU backend only (trainer.device: cpu), not %s",
+                       "llama", m->be->name);
     for (int i = 0; lo->cfg.base == RF_QT_Q4_1 && !allow_requant && i < lo->nlayers * RF_NPROJ; i++)
         for (int j = 0; j < lo->proj[i].nparts; j++)
             if (lo->proj[i].part[j].q.type != RF_QT_Q4_1)
@@ -912,8 +912,8 @@ int rf_lora_merge_gpt2(const rf_lora *lo, rf_gpt2 *m) {
         return rf_fail(RF_ERR_INVALID, "lora: the adapter set was not made for this GPT-2");
     if (m->be != rf_backend_cpu())
         return rf_fail(RF_ERR_UNSUPPORTED,
-                       "%s: LoRA runs on the CPU backend only (trainer.device: cpu), not %s", "gpt2",
-                       m->be->name);
+                       "%s: LoRA runs on the CPU backend only (trainer.device: cpu), not %s",
+                       "gpt2", m->be->name);
     int rc = check_merge(lo, m->lora);
     if (rc) return rc;
     float **w = malloc(sizeof(float *) * lo->nlayers * RF_NPROJ);
@@ -934,8 +934,8 @@ int rf_lora_merge_llama(const rf_lora *lo, rf_llama *m) {
         return rf_fail(RF_ERR_INVALID, "lora: the adapter set was not made for this Llama");
     if (m->be != rf_backend_cpu())
         return rf_fail(RF_ERR_UNSUPPORTED,
-                       "%s: LoRA runs on the CPU backend only (trainer.device: cpu), not %s", "llama",
-                       m->be->name);
+                       "%s: LoRA runs on the CPU backend only (trainer.device: cpu), not %s",
+                       "llama", m->be->name);
     int rc = check_merge(lo, m->lora);
     if (rc) return rc;
     float **w = malloc(sizeof(float *) * lo->nlayers * RF_NPROJ);

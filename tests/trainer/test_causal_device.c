@@ -147,7 +147,8 @@ static int hook(void *user, int u, rf_unit_event ev, int next) {
 /* What stays on the CPU refuses the device, each with its reason. */
 static void test_refusals(void **state) {
     (void)state;
-    rf_model *g = load("../causal/tiny-gpt2-rand", &fake), *l = load("../causal/tiny-llama-rand", &fake);
+    rf_model *g = load("../causal/tiny-gpt2-rand", &fake),
+             *l = load("../causal/tiny-llama-rand", &fake);
     rf_gpt2 *gm = g->impl;
     rf_llama *lm = l->impl;
     rf_lora_config lc = rf_lora_defaults();
@@ -163,7 +164,8 @@ static void test_refusals(void **state) {
     assert_null(lm->lora);
     rf_lora_free(lo);
     expect_refusal(rf_gpt2_tp_split(gm, NULL), "gpt2: tensor parallelism runs on the CPU backend");
-    expect_refusal(rf_llama_tp_split(lm, NULL), "llama: tensor parallelism runs on the CPU backend");
+    expect_refusal(rf_llama_tp_split(lm, NULL),
+                   "llama: tensor parallelism runs on the CPU backend");
     expect_refusal(rf_model_set_hook(g, hook, NULL), "run on the CPU backend only");
     expect_refusal(rf_model_set_hook(l, hook, NULL), "run on the CPU backend only");
     rf_infer *s;

@@ -256,8 +256,7 @@ static void compare_blocks(const char *what, const rf_model_blocks *ga, const fl
         if (e > worst) worst = e;
         if (e > tol) fail_msg("%s %s: rel err %.3e above %.0e", what, ti->name, e, tol);
     }
-    print_message("  %-8s worst tensor rel err %.3e over %zu tensors\n", what, worst,
-                  ga->ntensors);
+    print_message("  %-8s worst tensor rel err %.3e over %zu tensors\n", what, worst, ga->ntensors);
     free(x), free(y);
 }
 
