@@ -221,15 +221,42 @@ static int need_cpu(const rf_gpt2 *m, const char *what) {
                    "gpt2: %s runs on the CPU backend only (trainer.device: cpu)", what);
 }
 
+/* Whether be fills every slot the model calls (a backend built before its
+ * causal-LM kernels has NULL there): RF_ERR_UNSUPPORTED naming the first
+ * missing one otherwise. */
+static int check_slots(const rf_backend *be) {
+#define SLOT(x)                                                                                    \
+    { #x, be->x == NULL }
+    const struct {
+        const char *name;
+        bool missing;
+    } s[] = {SLOT(tokpos_fwd),           SLOT(tokpos_bwd),           SLOT(layernorm_fwd),
+             SLOT(layernorm_bwd),        SLOT(conv1d_fwd),           SLOT(conv1d_bwd),
+             SLOT(causal_attention_fwd), SLOT(causal_attention_bwd), SLOT(residual_fwd),
+             SLOT(residual_bwd),         SLOT(gelu_tanh_fwd),        SLOT(gelu_tanh_bwd),
+             SLOT(lm_head_fwd),          SLOT(lm_head_bwd),          SLOT(causal_xent_fwd),
+             SLOT(causal_xent_bwd)};
+#undef SLOT
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+        if (s[i].missing)
+            return rf_fail(RF_ERR_UNSUPPORTED,
+                           "gpt2: the %s backend has no '%s' kernel (trainer.device: cpu runs it)",
+                           be->name, s[i].name);
+    return RF_OK;
+}
+
 int rf_gpt2_new(const rf_gpt2_config *cfg, rf_gpt2 **out) {
     return rf_gpt2_new_on(cfg, NULL, out);
 }
 
 int rf_gpt2_new_on(const rf_gpt2_config *cfg, const rf_backend *be, rf_gpt2 **out) {
     *out = NULL;
+    if (!be) be = rf_backend_cpu();
+    int rc = check_slots(be);
+    if (rc) return rc;
     rf_gpt2 *m = calloc(1, sizeof *m);
     if (!m) return RF_ERR_NOMEM;
-    m->be = be ? be : rf_backend_cpu();
+    m->be = be;
     m->cfg = *cfg;
     int L = cfg->n_layer;
     m->tensors = calloc((size_t)12 * L + 4, sizeof *m->tensors);

@@ -248,15 +248,54 @@ static int need_cpu(const rf_llama *m, const char *what) {
                    "llama: %s runs on the CPU backend only (trainer.device: cpu)", what);
 }
 
+/* Whether be fills every slot the model calls (a backend built before its
+ * causal-LM kernels has NULL there): RF_ERR_UNSUPPORTED naming the first
+ * missing one otherwise. */
+static int check_slots(const rf_backend *be) {
+#define SLOT(x)                                                                                    \
+    { #x, be->x == NULL }
+    const struct {
+        const char *name;
+        bool missing;
+    } s[] = {SLOT(tokpos_fwd),
+             SLOT(tokpos_bwd),
+             SLOT(rmsnorm_fwd),
+             SLOT(rmsnorm_bwd),
+             SLOT(linear_fwd),
+             SLOT(linear_bwd),
+             SLOT(rope_fwd),
+             SLOT(rope_bwd),
+             SLOT(causal_attention_fwd),
+             SLOT(causal_attention_bwd),
+             SLOT(residual_fwd),
+             SLOT(residual_bwd),
+             SLOT(swiglu_fwd),
+             SLOT(swiglu_bwd),
+             SLOT(lm_head_fwd),
+             SLOT(lm_head_bwd),
+             SLOT(causal_xent_fwd),
+             SLOT(causal_xent_bwd)};
+#undef SLOT
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+        if (s[i].missing)
+            return rf_fail(RF_ERR_UNSUPPORTED,
+                           "llama: the %s backend has no '%s' kernel (trainer.device: cpu runs it)",
+                           be->name, s[i].name);
+    return RF_OK;
+}
+
 int rf_llama_new(const rf_llama_config *cfg, rf_llama **out) {
     return rf_llama_new_on(cfg, NULL, out);
 }
 
 int rf_llama_new_on(const rf_llama_config *cfg, const rf_backend *be, rf_llama **out) {
     *out = NULL;
+    if (!be) be = rf_backend_cpu();
+    int rc = check_slots(be);
+    if (rc) return rc;
     rf_llama *m = calloc(1, sizeof *m);
     if (!m) return RF_ERR_NOMEM;
-    m->be = be ? be : rf_backend_cpu();
+    m->be = be;
     m->cfg = *cfg;
     int L = cfg->num_hidden_layers;
     m->tensors = calloc((size_t)PER_LAYER * L + 3, sizeof *m->tensors);

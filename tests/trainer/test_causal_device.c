@@ -6,7 +6,8 @@
  * Since its kernels are the CPU's, two full fine-tuning steps on it must
  * equal the CPU backend's bit for bit; and LoRA, tensor parallelism, the unit
  * hooks and generation must refuse it with RF_ERR_UNSUPPORTED and a message
- * naming the CPU backend. (The CUDA backend's numbers: test_cuda_step.c.) */
+ * naming the CPU backend; a backend that lacks a causal kernel is refused at
+ * load. (The CUDA backend's numbers: test_cuda_step.c.) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -183,11 +184,30 @@ static void test_refusals(void **state) {
     rf_model_free(l);
 }
 
+/* A backend without the causal kernels (a device built before them) is
+ * refused at load with the missing slot's name, never called. */
+static void test_missing_kernels(void **state) {
+    (void)state;
+    rf_backend bare = fake;
+    bare.name = "bare-device";
+    bare.rope_bwd = NULL;
+    char *dir = fixture_path("../causal/tiny-llama-rand");
+    rf_model *m = NULL;
+    expect_refusal(rf_model_load(dir, NULL, &bare, &m), "has no 'rope_bwd' kernel");
+    assert_null(m);
+    free(dir);
+    bare.conv1d_fwd = NULL;
+    dir = fixture_path("../causal/tiny-gpt2-rand");
+    expect_refusal(rf_model_load(dir, NULL, &bare, &m), "has no 'conv1d_fwd' kernel");
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt2_steps),
         cmocka_unit_test(test_llama_steps),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_missing_kernels),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
