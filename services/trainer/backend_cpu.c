@@ -1,5 +1,5 @@
 /* The CPU backend: host memory (64-byte aligned) and the kernels of ops.c.
- * Each slot wraps its ops.c twin; none can fail once memory is allocated. */
+ * Each slot wraps its ops.c / ops_causal.c twin; none can fail once memory is allocated. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "trainer/backend.h"
 #include "trainer/ops.h"
+#include "trainer/ops_causal.h"
 
 void rf_backend_cpu_set_threads(int n) {
     if (n < 1) n = 1;
@@ -179,6 +180,136 @@ static int softmax_argmax(const rf_backend *be, int32_t *pred, float *probs, con
     return RF_OK;
 }
 
+/* ---- the causal language models (ops_causal.h) ---- */
+
+static int tokpos_fwd(const rf_backend *be, float *out, const int32_t *ids, const int32_t *pos,
+                      const float *wte, const float *wpe, int B, int T, int C) {
+    (void)be;
+    rf_op_tokpos_fwd(out, ids, pos, wte, wpe, B, T, C);
+    return RF_OK;
+}
+
+static int tokpos_bwd(const rf_backend *be, float *dwte, float *dwpe, const float *dout,
+                      const int32_t *ids, const int32_t *pos, int B, int T, int C, int V, int P) {
+    (void)be, (void)V, (void)P;
+    rf_op_tokpos_bwd(dwte, dwpe, dout, ids, pos, B, T, C);
+    return RF_OK;
+}
+
+static int conv1d_fwd(const rf_backend *be, float *out, const float *inp, const float *w,
+                      const float *b, int N, int IC, int OC) {
+    (void)be;
+    rf_op_conv1d_fwd(out, inp, w, b, N, IC, OC);
+    return RF_OK;
+}
+
+static int conv1d_bwd(const rf_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                      const float *inp, const float *w, int N, int IC, int OC) {
+    (void)be;
+    rf_op_conv1d_bwd(dinp, dw, db, dout, inp, w, N, IC, OC);
+    return RF_OK;
+}
+
+static int rmsnorm_fwd(const rf_backend *be, float *out, float *rstd, const float *inp,
+                       const float *w, int N, int C, float eps) {
+    (void)be;
+    rf_op_rmsnorm_fwd(out, rstd, inp, w, N, C, eps);
+    return RF_OK;
+}
+
+static int rmsnorm_bwd(const rf_backend *be, float *dinp, float *dw, const float *dout,
+                       const float *inp, const float *w, const float *rstd, int N, int C) {
+    (void)be;
+    rf_op_rmsnorm_bwd(dinp, dw, dout, inp, w, rstd, N, C);
+    return RF_OK;
+}
+
+static int rope_fwd(const rf_backend *be, float *out, const float *inp, const int32_t *pos, int N,
+                    int T, int nh, int hs, int stride, float theta) {
+    (void)be;
+    rf_op_rope_fwd(out, inp, pos, N, T, nh, hs, stride, theta);
+    return RF_OK;
+}
+
+static int rope_bwd(const rf_backend *be, float *dinp, const float *dout, const int32_t *pos, int N,
+                    int T, int nh, int hs, int stride, float theta) {
+    (void)be;
+    rf_op_rope_bwd(dinp, dout, pos, N, T, nh, hs, stride, theta);
+    return RF_OK;
+}
+
+static int swiglu_fwd(const rf_backend *be, float *out, const float *gu, int N, int F) {
+    (void)be;
+    rf_op_swiglu_fwd(out, gu, N, F);
+    return RF_OK;
+}
+
+static int swiglu_bwd(const rf_backend *be, float *dgu, const float *dout, const float *gu, int N,
+                      int F) {
+    (void)be;
+    rf_op_swiglu_bwd(dgu, dout, gu, N, F);
+    return RF_OK;
+}
+
+static int gelu_tanh_fwd(const rf_backend *be, float *out, const float *inp, size_t n) {
+    (void)be;
+    rf_op_gelu_tanh_fwd(out, inp, n);
+    return RF_OK;
+}
+
+static int gelu_tanh_bwd(const rf_backend *be, float *dinp, const float *inp, const float *dout,
+                         size_t n) {
+    (void)be;
+    rf_op_gelu_tanh_bwd(dinp, inp, dout, n);
+    return RF_OK;
+}
+
+static int causal_attention_fwd(const rf_backend *be, float *out, float *att, const float *qkv,
+                                const uint8_t *valid, const int32_t *seg, int B, int T, int NH,
+                                int NKV, int hs) {
+    (void)be;
+    rf_op_causal_attention_fwd(out, att, qkv, valid, seg, B, T, NH, NKV, hs);
+    return RF_OK;
+}
+
+static int causal_attention_bwd(const rf_backend *be, float *dqkv, float *scratch,
+                                const float *dout, const float *qkv, const float *att, int B, int T,
+                                int NH, int NKV, int hs) {
+    (void)be;
+    rf_op_causal_attention_bwd(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs);
+    return RF_OK;
+}
+
+static int lm_head_fwd(const rf_backend *be, float *logits, const float *h, const float *wte, int N,
+                       int C, int V) {
+    (void)be;
+    rf_op_lm_head_fwd(logits, h, wte, N, C, V);
+    return RF_OK;
+}
+
+static int lm_head_bwd(const rf_backend *be, float *dh, float *dwte, const float *dlogits,
+                       const float *h, const float *wte, int N, int C, int V) {
+    (void)be;
+    rf_op_lm_head_bwd(dh, dwte, dlogits, h, wte, N, C, V);
+    return RF_OK;
+}
+
+static int causal_xent_fwd(const rf_backend *be, float *loss, int *counted, float *lse,
+                           float *losses, const float *logits, const int32_t *labels, int B, int T,
+                           int V) {
+    (void)be;
+    *loss = rf_op_causal_xent_fwd(lse, losses, counted, logits, labels, B, T, V);
+    return RF_OK;
+}
+
+static int causal_xent_bwd(const rf_backend *be, float *dlogits, const float *logits,
+                           const float *lse, const int32_t *labels, int B, int T, int V,
+                           float scale) {
+    (void)be;
+    rf_op_causal_xent_bwd(dlogits, logits, lse, labels, B, T, V, scale);
+    return RF_OK;
+}
+
 static int sumsq(const rf_backend *be, double *out, const float *x, size_t n) {
     (void)be;
     *out = rf_op_sumsq(x, n);
@@ -227,6 +358,24 @@ static const rf_backend cpu = {
     .xent_fwd = xent_fwd,
     .xent_bwd = xent_bwd,
     .softmax_argmax = softmax_argmax,
+    .tokpos_fwd = tokpos_fwd,
+    .tokpos_bwd = tokpos_bwd,
+    .conv1d_fwd = conv1d_fwd,
+    .conv1d_bwd = conv1d_bwd,
+    .rmsnorm_fwd = rmsnorm_fwd,
+    .rmsnorm_bwd = rmsnorm_bwd,
+    .rope_fwd = rope_fwd,
+    .rope_bwd = rope_bwd,
+    .swiglu_fwd = swiglu_fwd,
+    .swiglu_bwd = swiglu_bwd,
+    .gelu_tanh_fwd = gelu_tanh_fwd,
+    .gelu_tanh_bwd = gelu_tanh_bwd,
+    .causal_attention_fwd = causal_attention_fwd,
+    .causal_attention_bwd = causal_attention_bwd,
+    .lm_head_fwd = lm_head_fwd,
+    .lm_head_bwd = lm_head_bwd,
+    .causal_xent_fwd = causal_xent_fwd,
+    .causal_xent_bwd = causal_xent_bwd,
     .sumsq = sumsq,
     .scale = scale,
     .adamw = adamw,

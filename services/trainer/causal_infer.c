@@ -71,6 +71,12 @@ int rf_infer_new(const rf_causal_model *m, int cap, int chunk, rf_infer **out) {
     rf_causal_dims d;
     int rc = rf_causal_dims_of(m, &d);
     if (rc) return rc;
+    const rf_backend *be = m->gpt2 ? m->gpt2->be : m->llama->be;
+    if (be != rf_backend_cpu()) /* it reads the parameters as host memory */
+        return rf_fail(RF_ERR_UNSUPPORTED,
+                       "inference: generation and perplexity run on the CPU backend only "
+                       "(the model is on %s)",
+                       be->name);
     if (cap < 1 || cap > d.max_pos)
         return rf_fail(RF_ERR_RANGE, "inference: %d positions asked, the model has %d", cap,
                        d.max_pos);

@@ -14,6 +14,12 @@
 #include "trainer/ops_causal.h"
 #include "trainer/safetensors.h"
 
+#define TRY(call)                                                                                  \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_) return rc_;                                                                       \
+    } while (0)
+
 /* ---- config ---- */
 
 static int get_int(const rf_json *root, const char *key, int def, int min, int max, int *out) {
@@ -198,10 +204,59 @@ void rf_gpt2_bind_all(rf_gpt2 *m) {
     if (m->grads) bind(m, &m->g, m->grads);
 }
 
+/* Backend memory (zeroed); NULL with rf_fail detail. */
+static void *be_alloc(const rf_backend *be, size_t bytes) {
+    void *p = NULL;
+    return be->alloc(be, &p, bytes) ? NULL : p;
+}
+
+static void be_free(const rf_backend *be, void *p) {
+    if (p) (void)be->free(be, p);
+}
+
+/* The paths that work on host memory (LoRA, tp, unit hooks) need the CPU. */
+static int need_cpu(const rf_gpt2 *m, const char *what) {
+    if (m->be == rf_backend_cpu()) return RF_OK;
+    return rf_fail(RF_ERR_UNSUPPORTED,
+                   "gpt2: %s runs on the CPU backend only (trainer.device: cpu)", what);
+}
+
+/* Whether be fills every slot the model calls (a backend built before its
+ * causal-LM kernels has NULL there): RF_ERR_UNSUPPORTED naming the first
+ * missing one otherwise. */
+static int check_slots(const rf_backend *be) {
+#define SLOT(x)                                                                                    \
+    { #x, be->x == NULL }
+    const struct {
+        const char *name;
+        bool missing;
+    } s[] = {SLOT(tokpos_fwd),           SLOT(tokpos_bwd),           SLOT(layernorm_fwd),
+             SLOT(layernorm_bwd),        SLOT(conv1d_fwd),           SLOT(conv1d_bwd),
+             SLOT(causal_attention_fwd), SLOT(causal_attention_bwd), SLOT(residual_fwd),
+             SLOT(residual_bwd),         SLOT(gelu_tanh_fwd),        SLOT(gelu_tanh_bwd),
+             SLOT(lm_head_fwd),          SLOT(lm_head_bwd),          SLOT(causal_xent_fwd),
+             SLOT(causal_xent_bwd)};
+#undef SLOT
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+        if (s[i].missing)
+            return rf_fail(RF_ERR_UNSUPPORTED,
+                           "gpt2: the %s backend has no '%s' kernel (trainer.device: cpu runs it)",
+                           be->name, s[i].name);
+    return RF_OK;
+}
+
 int rf_gpt2_new(const rf_gpt2_config *cfg, rf_gpt2 **out) {
+    return rf_gpt2_new_on(cfg, NULL, out);
+}
+
+int rf_gpt2_new_on(const rf_gpt2_config *cfg, const rf_backend *be, rf_gpt2 **out) {
     *out = NULL;
+    if (!be) be = rf_backend_cpu();
+    int rc = check_slots(be);
+    if (rc) return rc;
     rf_gpt2 *m = calloc(1, sizeof *m);
     if (!m) return RF_ERR_NOMEM;
+    m->be = be;
     m->cfg = *cfg;
     int L = cfg->n_layer;
     m->tensors = calloc((size_t)12 * L + 4, sizeof *m->tensors);
@@ -217,7 +272,7 @@ int rf_gpt2_new(const rf_gpt2_config *cfg, rf_gpt2 **out) {
         return RF_ERR_NOMEM;
     }
     build_table(m);
-    if (!(m->params = calloc(m->nparams, sizeof(float)))) {
+    if (!(m->params = be_alloc(m->be, m->nparams * sizeof(float)))) {
         rf_gpt2_free(m);
         return RF_ERR_NOMEM;
     }
@@ -229,19 +284,25 @@ int rf_gpt2_new(const rf_gpt2_config *cfg, rf_gpt2 **out) {
 
 void rf_gpt2_free(rf_gpt2 *m) {
     if (!m) return;
+    const rf_backend *be = m->be;
     free(m->tensors);
-    free(m->params);
-    free(m->grads);
-    free(m->mom1);
-    free(m->mom2);
+    be_free(be, m->params);
+    be_free(be, m->grads);
+    be_free(be, m->mom1);
+    be_free(be, m->mom2);
     free(m->p.layers);
     free(m->g.layers);
     free(m->a.layers);
     free(m->da.layers);
     free(m->a.res);
     free(m->da.res);
-    free(m->acts);
-    free(m->dacts);
+    be_free(be, m->acts);
+    be_free(be, m->dacts);
+    be_free(be, m->ids_dev);
+    be_free(be, m->labels_dev);
+    be_free(be, m->pos_dev);
+    be_free(be, m->seg_dev);
+    be_free(be, m->valid_dev);
     free(m->ids);
     free(m->labels);
     free(m->pos);
@@ -265,6 +326,22 @@ const rf_tensor_info *rf_gpt2_find(const rf_gpt2 *m, const char *name) {
 }
 
 int rf_gpt2_load(const char *dir, rf_gpt2 **out) {
+    return rf_gpt2_load_on(dir, NULL, out);
+}
+
+/* Tensor t of st into m's parameters: directly on the CPU, else through a
+ * host buffer and to_device. */
+static int read_tensor(const rf_backend *be, const rf_st_tensor *s, float *dst, size_t numel) {
+    if (be == rf_backend_cpu()) return rf_st_to_f32(s, dst);
+    float *h = malloc(numel * sizeof(float) + 4);
+    if (!h) return rf_fail(RF_ERR_NOMEM, "no host memory for tensor '%s'", s->name);
+    int rc = rf_st_to_f32(s, h);
+    if (!rc) rc = be->to_device(be, dst, h, numel * sizeof(float));
+    free(h);
+    return rc;
+}
+
+int rf_gpt2_load_on(const char *dir, const rf_backend *be, rf_gpt2 **out) {
     char path[4096];
     *out = NULL;
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -280,7 +357,7 @@ int rf_gpt2_load(const char *dir, rf_gpt2 **out) {
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if ((rc = rf_st_open(path, &st))) return rc;
     rf_gpt2 *m;
-    if ((rc = rf_gpt2_new(&cfg, &m))) {
+    if ((rc = rf_gpt2_new_on(&cfg, be, &m))) {
         rf_st_free(st);
         return rc;
     }
@@ -298,7 +375,8 @@ int rf_gpt2_load(const char *dir, rf_gpt2 **out) {
                          path, s->name, t->shape[0], t->shape[1]);
             break;
         }
-        if ((rc = rf_st_to_f32(s, m->params + t->offset))) rc = rf_fail_ctx(rc, "%s", path);
+        if ((rc = read_tensor(m->be, s, m->params + t->offset, t->numel)))
+            rc = rf_fail_ctx(rc, "%s", path);
     }
     rf_st_free(st);
     if (rc) {
@@ -314,43 +392,50 @@ int rf_gpt2_enable_training(rf_gpt2 *m) {
 }
 
 int rf_gpt2_enable_training_sharded(rf_gpt2 *m, size_t padded, size_t moments) {
+    const rf_backend *be = m->be;
     if (m->lora) { /* LoRA: the base is frozen, no gradient block or moments (g views NULL) */
+        TRY(need_cpu(m, "LoRA"));
         m->training = true;
-        if (m->acts && !m->dacts && !(m->dacts = calloc(m->nacts, sizeof(float))))
+        if (m->acts && !m->dacts && !(m->dacts = be_alloc(be, m->nacts * sizeof(float))))
             return RF_ERR_NOMEM;
         return RF_OK;
     }
     if (m->grads) return RF_OK;
     if (padded < m->nparams) padded = m->nparams;
     if (padded > m->npadded) { /* room for the collectives' padding: params move */
-        float *p = calloc(padded, sizeof(float));
+        float *p = be_alloc(be, padded * sizeof(float));
         if (!p) return RF_ERR_NOMEM;
-        memcpy(p, m->params, m->nparams * sizeof(float));
-        free(m->params);
+        int rc = be->copy(be, p, m->params, m->nparams * sizeof(float));
+        if (rc) {
+            be_free(be, p);
+            return rc;
+        }
+        be_free(be, m->params);
         m->params = p;
         bind(m, &m->p, m->params);
     }
     m->npadded = padded;
     m->nmoments = moments;
-    m->grads = calloc(padded, sizeof(float));
-    m->mom1 = calloc(moments ? moments : 1, sizeof(float));
-    m->mom2 = calloc(moments ? moments : 1, sizeof(float));
+    m->grads = be_alloc(be, padded * sizeof(float));
+    m->mom1 = be_alloc(be, (moments ? moments : 1) * sizeof(float));
+    m->mom2 = be_alloc(be, (moments ? moments : 1) * sizeof(float));
     if (!m->grads || !m->mom1 || !m->mom2)
         return rf_fail(RF_ERR_NOMEM, "gpt2: no memory for the training blocks");
     bind(m, &m->g, m->grads);
     m->training = true;
-    if (m->acts && !m->dacts && !(m->dacts = calloc(m->nacts, sizeof(float)))) return RF_ERR_NOMEM;
+    if (m->acts && !m->dacts && !(m->dacts = be_alloc(be, m->nacts * sizeof(float))))
+        return RF_ERR_NOMEM;
     return RF_OK;
 }
 
 void rf_gpt2_release_blocks(rf_gpt2 *m, bool params) {
     if (params) {
-        free(m->params);
+        be_free(m->be, m->params);
         m->params = NULL;
     }
-    free(m->grads);
-    free(m->mom1);
-    free(m->mom2);
+    be_free(m->be, m->grads);
+    be_free(m->be, m->mom1);
+    be_free(m->be, m->mom2);
     m->grads = m->mom1 = m->mom2 = NULL;
     m->npadded = m->params ? m->npadded : 0;
     m->nmoments = 0;
@@ -358,34 +443,32 @@ void rf_gpt2_release_blocks(rf_gpt2 *m, bool params) {
 
 int rf_gpt2_adopt_params(rf_gpt2 *m, const float *host) {
     if (!m->params) {
-        if (!(m->params = calloc(m->nparams, sizeof(float))))
-            return rf_fail(RF_ERR_NOMEM, "gpt2: no memory for %zu parameters", m->nparams);
+        if (!(m->params = be_alloc(m->be, m->nparams * sizeof(float))))
+            return rf_fail_ctx(RF_ERR_NOMEM, "gpt2: no memory for %zu parameters", m->nparams);
         m->npadded = m->nparams;
     }
-    memcpy(m->params, host, m->nparams * sizeof(float));
+    int rc = m->be->to_device(m->be, m->params, host, m->nparams * sizeof(float));
+    if (rc) return rc;
     rf_gpt2_bind_all(m);
     return RF_OK;
 }
 
 int rf_gpt2_zero_grad(rf_gpt2 *m) {
     if (!m->grads && !m->unit_hook) return rf_fail(RF_ERR_INVALID, "gpt2: training is not enabled");
-    if (m->grads) memset(m->grads, 0, m->npadded * sizeof(float));
-    return RF_OK;
+    return m->grads ? m->be->zero(m->be, m->grads, m->npadded * sizeof(float)) : RF_OK;
 }
 
 /* The Conv1D projections: through the LoRA adapters when attached. */
 static int proj_fwd(rf_gpt2 *m, int l, int slot, float *out, const float *x, const float *w,
                     const float *b, int N, int IC, int OC) {
     if (m->lora) return rf_lora_fwd(m->lora, l, slot, out, x, w, b, N, IC, OC);
-    rf_op_conv1d_fwd(out, x, w, b, N, IC, OC);
-    return RF_OK;
+    return m->be->conv1d_fwd(m->be, out, x, w, b, N, IC, OC);
 }
 
 static int proj_bwd(rf_gpt2 *m, int l, int slot, float *dx, float *dw, float *db, const float *dout,
                     const float *x, const float *w, int N, int IC, int OC) {
     if (m->lora) return rf_lora_bwd(m->lora, l, slot, dx, dw, db, dout, x, w, N, IC, OC);
-    rf_op_conv1d_bwd(dx, dw, db, dout, x, w, N, IC, OC);
-    return RF_OK;
+    return m->be->conv1d_bwd(m->be, dx, dw, db, dout, x, w, N, IC, OC);
 }
 
 /* ---- activations ---- */
@@ -438,24 +521,33 @@ int rf_gpt2_reserve(rf_gpt2 *m, int B, int T) {
     int nB = B > m->capB ? B : m->capB;
     T = T > m->capT ? T : m->capT;
     size_t n = layout(m, &m->a, NULL, nB, T);
-    float *a = calloc(n, sizeof(float)),
-          *d = m->training || m->dacts ? calloc(n, sizeof(float)) : NULL;
-    size_t nt = (size_t)nB * T;
-    int32_t *ids = malloc(sizeof(int32_t) * nt), *lab = malloc(sizeof(int32_t) * nt),
-            *pos = malloc(sizeof(int32_t) * nt), *seg = malloc(sizeof(int32_t) * nt);
+    const rf_backend *be = m->be;
+    bool train = m->training || m->dacts;
+    float *a = be_alloc(be, n * sizeof(float)), *d = train ? be_alloc(be, n * sizeof(float)) : NULL;
+    size_t nt = (size_t)nB * T, ni = sizeof(int32_t) * nt;
+    int32_t *ids = malloc(ni), *lab = malloc(ni), *pos = malloc(ni), *seg = malloc(ni);
     uint8_t *valid = malloc(nt);
-    int32_t *tgt = malloc(sizeof(int32_t) * nt);
+    int32_t *ids_d = be_alloc(be, ni), *lab_d = be_alloc(be, ni), *pos_d = be_alloc(be, ni),
+            *seg_d = be_alloc(be, ni);
+    uint8_t *valid_d = be_alloc(be, nt);
+    int32_t *tgt = malloc(ni);
     double *se = malloc(sizeof(double) * nt);
-    if (!a || ((m->training || m->dacts) && !d) || !ids || !lab || !pos || !seg || !valid || !tgt ||
-        !se) {
-        free(a), free(d), free(ids), free(lab), free(pos), free(seg), free(valid);
-        free(tgt), free(se);
+    if (!a || (train && !d) || !ids || !lab || !pos || !seg || !valid || !tgt || !se || !ids_d ||
+        !lab_d || !pos_d || !seg_d || !valid_d) {
+        be_free(be, a), be_free(be, d), be_free(be, ids_d), be_free(be, lab_d);
+        be_free(be, pos_d), be_free(be, seg_d), be_free(be, valid_d);
+        free(ids), free(lab), free(pos), free(seg), free(valid), free(tgt), free(se);
         return RF_ERR_NOMEM;
     }
-    free(m->acts), free(m->dacts), free(m->ids), free(m->labels), free(m->valid);
+    be_free(be, m->acts), be_free(be, m->dacts), be_free(be, m->ids_dev);
+    be_free(be, m->labels_dev), be_free(be, m->pos_dev), be_free(be, m->seg_dev);
+    be_free(be, m->valid_dev);
+    free(m->ids), free(m->labels), free(m->valid);
     free(m->pos), free(m->seg), free(m->tgt), free(m->se);
     m->acts = a, m->dacts = d, m->ids = ids, m->labels = lab, m->valid = valid;
     m->pos = pos, m->seg = seg, m->tgt = tgt, m->se = se;
+    m->ids_dev = ids_d, m->labels_dev = lab_d, m->pos_dev = pos_d, m->seg_dev = seg_d;
+    m->valid_dev = valid_d;
     m->nacts = n, m->capB = nB, m->capT = T;
     return RF_OK;
 }
@@ -464,12 +556,6 @@ int rf_gpt2_reserve(rf_gpt2 *m, int B, int T) {
 static int event(rf_gpt2 *m, int u, rf_unit_event ev, int next) {
     return m->unit_hook ? m->unit_hook(m->unit_user, u, ev, next) : RF_OK;
 }
-
-#define TRY(call)                                                                                  \
-    do {                                                                                           \
-        int rc_ = (call);                                                                          \
-        if (rc_) return rc_;                                                                       \
-    } while (0)
 
 static int check_range(const rf_gpt2 *m, int u0, int u1, const float *at_u0, const float *at_u1) {
     int n = rf_gpt2_units(m);
@@ -508,7 +594,11 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
     int B = bt->B, T = bt->T;
     const int32_t *ids = bt->ids, *labels = bt->labels;
     const rf_gpt2_config *c = &m->cfg;
+    const rf_backend *be = m->be;
     int rc = check_range(m, u0, u1, in, out);
+    if (!rc && m->lora) rc = need_cpu(m, "LoRA");
+    if (!rc && m->tp) rc = need_cpu(m, "tensor parallelism");
+    if (!rc && m->unit_hook) rc = need_cpu(m, "a unit hook (ZeRO-3, pipeline, mesh)");
     if (!rc) rc = rf_gpt2_reserve(m, B, T);
     if (!rc && m->lora) rc = rf_lora_reserve(m->lora, B * T);
     if (rc) return rc;
@@ -539,6 +629,12 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
         m->seg[n] = bt->seg ? bt->seg[n] : 0;
     }
     m->B = B, m->T = T, m->has_labels = labels != NULL, m->packed = bt->seg != NULL;
+    size_t ni = sizeof(int32_t) * (size_t)N; /* the batch on the backend, once per forward */
+    TRY(be->to_device(be, m->ids_dev, m->ids, ni));
+    TRY(be->to_device(be, m->labels_dev, m->labels, ni));
+    TRY(be->to_device(be, m->pos_dev, m->pos, ni));
+    TRY(be->to_device(be, m->seg_dev, m->seg, ni));
+    TRY(be->to_device(be, m->valid_dev, m->valid, (size_t)N));
     /* the views for this B x T (the arena holds capB x capT) */
     layout(m, &m->a, m->acts, B, T);
     rf_gpt2_acts *a = &m->a;
@@ -547,7 +643,7 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
     m->loss = 0;
     m->counted = 0;
     if (u0 > 0) /* boundary u0 is the residual stream res[u0 - 1] */
-        memcpy(a->res[u0 - 1], in, (size_t)N * C * sizeof(float));
+        TRY(be->copy(be, a->res[u0 - 1], in, (size_t)N * C * sizeof(float)));
 
     if (u0 == 0) {
         TRY(event(m, 0, RF_UNIT_FWD, rf_cu_fwd_next(0, false, u1, n_units, true)));
@@ -561,7 +657,7 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
                     o[i] = o[i] + p[i];
             }
         } else {
-            rf_op_tokpos_fwd(a->res[0], m->ids, m->pos, m->p.wte, m->p.wpe, B, T, C);
+            TRY(be->tokpos_fwd(be, a->res[0], m->ids_dev, m->pos_dev, m->p.wte, m->p.wpe, B, T, C));
         }
     }
     for (int l = 0; l < c->n_layer; l++) {
@@ -569,33 +665,32 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
         TRY(event(m, l + 1, RF_UNIT_FWD, rf_cu_fwd_next(l + 1, false, u1, n_units, true)));
         const rf_gpt2_layer *w = &m->p.layers[l];
         rf_gpt2_acts_layer *y = &a->layers[l];
-        rf_op_layernorm_fwd(y->ln1, y->ln1_mean, y->ln1_rstd, a->res[l], w->ln1_w, w->ln1_b, N, C,
-                            eps);
+        TRY(be->layernorm_fwd(be, y->ln1, y->ln1_mean, y->ln1_rstd, a->res[l], w->ln1_w, w->ln1_b,
+                              N, C, eps));
         /* tp: q_l | k_l | v_l of the local heads (column-parallel), the output
          * projection row-parallel: its bias added once, then the sum */
         TRY(proj_fwd(m, l, RF_PROJ_QKV, y->qkv, y->ln1, w->attn_w, w->attn_b, N, C, 3 * Cl));
-        rf_op_causal_attention_fwd(y->atty, y->att, y->qkv, m->valid, m->packed ? m->seg : NULL, B,
-                                   T, NHl, NHl, C / NH);
+        TRY(be->causal_attention_fwd(be, y->atty, y->att, y->qkv, m->valid_dev,
+                                     m->packed ? m->seg_dev : NULL, B, T, NHl, NHl, C / NH));
         TRY(proj_fwd(m, l, RF_PROJ_O, y->res2, y->atty, w->proj_w, !tp || !tp->r ? w->proj_b : NULL,
                      N, Cl, C));
         if (tp) TRY(tp->sum(tp->c, y->res2, (size_t)N * C));
-        rf_op_residual_fwd(y->res2, y->res2, a->res[l], (size_t)N * C, 0.0f, 0);
-        rf_op_layernorm_fwd(y->ln2, y->ln2_mean, y->ln2_rstd, y->res2, w->ln2_w, w->ln2_b, N, C,
-                            eps);
+        TRY(be->residual_fwd(be, y->res2, y->res2, a->res[l], (size_t)N * C, 0.0f, 0));
+        TRY(be->layernorm_fwd(be, y->ln2, y->ln2_mean, y->ln2_rstd, y->res2, w->ln2_w, w->ln2_b, N,
+                              C, eps));
         TRY(proj_fwd(m, l, RF_PROJ_UP, y->fch, y->ln2, w->fc_w, w->fc_b, N, C, Fl));
-        rf_op_gelu_tanh_fwd(y->fcg, y->fch, (size_t)N * Fl);
+        TRY(be->gelu_tanh_fwd(be, y->fcg, y->fch, (size_t)N * Fl));
         TRY(proj_fwd(m, l, RF_PROJ_DOWN, a->res[l + 1], y->fcg, w->fcp_w,
                      !tp || !tp->r ? w->fcp_b : NULL, N, Fl, C));
         if (tp) TRY(tp->sum(tp->c, a->res[l + 1], (size_t)N * C));
-        rf_op_residual_fwd(a->res[l + 1], a->res[l + 1], y->res2, (size_t)N * C, 0.0f, 0);
+        TRY(be->residual_fwd(be, a->res[l + 1], a->res[l + 1], y->res2, (size_t)N * C, 0.0f, 0));
     }
     if (u1 < n_units) { /* boundary u1 for the stage after */
-        memcpy(out, a->res[u1 - 1], (size_t)N * C * sizeof(float));
-        return RF_OK;
+        return be->copy(be, out, a->res[u1 - 1], (size_t)N * C * sizeof(float));
     }
     TRY(event(m, L + 1, RF_UNIT_FWD, rf_cu_fwd_next(L + 1, false, u1, n_units, true)));
-    rf_op_layernorm_fwd(a->lnf, a->lnf_mean, a->lnf_rstd, a->res[c->n_layer], m->p.lnf_w,
-                        m->p.lnf_b, N, C, eps);
+    TRY(be->layernorm_fwd(be, a->lnf, a->lnf_mean, a->lnf_rstd, a->res[c->n_layer], m->p.lnf_w,
+                          m->p.lnf_b, N, C, eps));
     TRY(event(m, 0, RF_UNIT_FWD, rf_cu_fwd_next(0, true, u1, n_units, true))); /* tied head */
     if (tp) { /* the rank's vocabulary columns, the loss over the group */
         TRY(tp->colpar_fwd(a->logits, Vl, a->lnf, m->p.wte, C, NULL, N, C, Vl));
@@ -606,10 +701,10 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
         }
         return RF_OK;
     }
-    rf_op_lm_head_fwd(a->logits, a->lnf, m->p.wte, N, C, V);
+    TRY(be->lm_head_fwd(be, a->logits, a->lnf, m->p.wte, N, C, V));
     if (labels)
-        m->loss =
-            rf_op_causal_xent_fwd(a->lse, a->losses, &m->counted, a->logits, m->labels, B, T, V);
+        TRY(be->causal_xent_fwd(be, &m->loss, &m->counted, a->lse, a->losses, a->logits,
+                                m->labels_dev, B, T, V));
     return RF_OK;
 }
 
@@ -622,9 +717,13 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
     const rf_gpt2_config *c = &m->cfg;
     if (!m->grads && !m->unit_hook && !m->lora) /* (a hook binds the gradient views: ZeRO-2/3) */
         return rf_fail(RF_ERR_INVALID, "gpt2: training is not enabled");
-    if (!m->dacts && !(m->dacts = calloc(m->nacts, sizeof(float)))) return RF_ERR_NOMEM;
+    const rf_backend *be = m->be;
     int n_units = rf_gpt2_units(m), rc = check_range(m, u0, u1, din, dout);
+    if (!rc && m->lora) rc = need_cpu(m, "LoRA");
+    if (!rc && m->tp) rc = need_cpu(m, "tensor parallelism");
+    if (!rc && m->unit_hook) rc = need_cpu(m, "a unit hook (ZeRO-3, pipeline, mesh)");
     if (rc) return rc;
+    if (!m->dacts && !(m->dacts = be_alloc(be, m->nacts * sizeof(float)))) return RF_ERR_NOMEM;
     if (u1 == n_units && !m->has_labels)
         return rf_fail(RF_ERR_INVALID, "gpt2: backward needs a forward with labels");
     int B = m->B, T = m->T, N = B * T, C = c->n_embd, F = c->n_inner, NH = c->n_head,
@@ -633,7 +732,7 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
     int NHl = tp ? tp->NHl : NH, Cl = tp ? tp->Cl : C, Fl = tp ? tp->Il : F;
     int Vl = tp ? tp->vocab.block : V;
     size_t used = layout(m, &m->da, m->dacts, B, T);
-    memset(m->dacts, 0, used * sizeof(float));
+    TRY(be->zero(be, m->dacts, used * sizeof(float)));
     rf_gpt2_acts *a = &m->a, *d = &m->da;
 
     if (u1 == n_units) {
@@ -641,20 +740,21 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
             tp->xent_bwd(d->logits, Vl, a->logits, Vl, a->lse, m->se, m->tgt, &tp->vocab, N,
                          loss_scale);
         else
-            rf_op_causal_xent_bwd(d->logits, a->logits, a->lse, m->labels, B, T, V, loss_scale);
+            TRY(be->causal_xent_bwd(be, d->logits, a->logits, a->lse, m->labels_dev, B, T, V,
+                                    loss_scale));
         TRY(event(m, 0, RF_UNIT_BWD, rf_cu_bwd_next(0, true, u0, u1))); /* tied head */
         if (tp)
             TRY(tp->colpar_bwd(tp->c, d->lnf, m->g.wte, NULL, C, d->logits, Vl, a->lnf, m->p.wte, N,
                                C, Vl));
         else
-            rf_op_lm_head_bwd(d->lnf, m->g.wte, d->logits, a->lnf, m->p.wte, N, C, V);
+            TRY(be->lm_head_bwd(be, d->lnf, m->g.wte, d->logits, a->lnf, m->p.wte, N, C, V));
         TRY(event(m, 0, RF_UNIT_BWD_PART, -1));
         TRY(event(m, L + 1, RF_UNIT_BWD, rf_cu_bwd_next(L + 1, false, u0, u1)));
-        rf_op_layernorm_bwd(d->res[c->n_layer], m->g.lnf_w, m->g.lnf_b, d->lnf, a->res[c->n_layer],
-                            m->p.lnf_w, a->lnf_mean, a->lnf_rstd, N, C);
+        TRY(be->layernorm_bwd(be, d->res[c->n_layer], m->g.lnf_w, m->g.lnf_b, d->lnf,
+                              a->res[c->n_layer], m->p.lnf_w, a->lnf_mean, a->lnf_rstd, N, C));
         TRY(event(m, L + 1, RF_UNIT_BWD_DONE, -1));
     } else { /* the gradient of boundary u1 from the stage after */
-        memcpy(d->res[u1 - 1], dout, (size_t)N * C * sizeof(float));
+        TRY(be->copy(be, d->res[u1 - 1], dout, (size_t)N * C * sizeof(float)));
     }
     for (int l = c->n_layer - 1; l >= 0; l--) {
         if (l + 1 < u0 || l + 1 >= u1) continue;
@@ -665,36 +765,36 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
         float *dout_l = d->res[l + 1];
         TRY(proj_bwd(m, l, RF_PROJ_DOWN, dy->fcg, g->fcp_w, g->fcp_b, dout_l, y->fcg, w->fcp_w, N,
                      Fl, C));
-        rf_op_gelu_tanh_bwd(dy->fch, y->fch, dy->fcg, (size_t)N * Fl);
+        TRY(be->gelu_tanh_bwd(be, dy->fch, y->fch, dy->fcg, (size_t)N * Fl));
         TRY(proj_bwd(m, l, RF_PROJ_UP, dy->ln2, g->fc_w, g->fc_b, dy->fch, y->ln2, w->fc_w, N, C,
                      Fl));
         if (tp) TRY(tp->sum(tp->c, dy->ln2, (size_t)N * C)); /* column-parallel: f */
-        rf_op_layernorm_bwd(dy->res2, g->ln2_w, g->ln2_b, dy->ln2, y->res2, w->ln2_w, y->ln2_mean,
-                            y->ln2_rstd, N, C);
-        rf_op_residual_bwd(dy->res2, NULL, dout_l, (size_t)N * C, 0.0f, 0);
+        TRY(be->layernorm_bwd(be, dy->res2, g->ln2_w, g->ln2_b, dy->ln2, y->res2, w->ln2_w,
+                              y->ln2_mean, y->ln2_rstd, N, C));
+        TRY(be->residual_bwd(be, dy->res2, NULL, dout_l, (size_t)N * C, 0.0f, 0));
         TRY(proj_bwd(m, l, RF_PROJ_O, dy->atty, g->proj_w, g->proj_b, dy->res2, y->atty, w->proj_w,
                      N, Cl, C));
         /* the attention-probability slot of the gradient arena is the scratch */
-        rf_op_causal_attention_bwd(dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NHl, NHl,
-                                   C / NH);
+        TRY(be->causal_attention_bwd(be, dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NHl, NHl,
+                                     C / NH));
         TRY(proj_bwd(m, l, RF_PROJ_QKV, dy->ln1, g->attn_w, g->attn_b, dy->qkv, y->ln1, w->attn_w,
                      N, C, 3 * Cl));
         if (tp) TRY(tp->sum(tp->c, dy->ln1, (size_t)N * C));
-        rf_op_layernorm_bwd(d->res[l], g->ln1_w, g->ln1_b, dy->ln1, a->res[l], w->ln1_w,
-                            y->ln1_mean, y->ln1_rstd, N, C);
-        rf_op_residual_bwd(d->res[l], NULL, dy->res2, (size_t)N * C, 0.0f, 0);
+        TRY(be->layernorm_bwd(be, d->res[l], g->ln1_w, g->ln1_b, dy->ln1, a->res[l], w->ln1_w,
+                              y->ln1_mean, y->ln1_rstd, N, C));
+        TRY(be->residual_bwd(be, d->res[l], NULL, dy->res2, (size_t)N * C, 0.0f, 0));
         TRY(event(m, l + 1, RF_UNIT_BWD_DONE, -1));
     }
     if (u0 > 0) { /* the gradient of boundary u0 for the stage before */
-        memcpy(din, d->res[u0 - 1], (size_t)N * C * sizeof(float));
-        return RF_OK;
+        return be->copy(be, din, d->res[u0 - 1], (size_t)N * C * sizeof(float));
     }
     TRY(event(m, 0, RF_UNIT_BWD, rf_cu_bwd_next(0, false, u0, u1)));
     if (tp) {
         tp->embed_bwd(m->g.wte, NULL, NULL, d->res[0], m->ids, NULL, &tp->vocab, B, T, C);
         rf_op_tokpos_bwd(NULL, m->g.wpe, d->res[0], m->ids, m->pos, B, T, C);
     } else if (m->g.wte) { /* NULL: a frozen embedding (LoRA) */
-        rf_op_tokpos_bwd(m->g.wte, m->g.wpe, d->res[0], m->ids, m->pos, B, T, C);
+        TRY(be->tokpos_bwd(be, m->g.wte, m->g.wpe, d->res[0], m->ids_dev, m->pos_dev, B, T, C, V,
+                           c->n_positions));
     }
     TRY(event(m, 0, RF_UNIT_BWD_DONE, -1));
     return RF_OK;

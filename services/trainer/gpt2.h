@@ -1,4 +1,4 @@
-/* GPT2LMHeadModel (Hugging Face) on contiguous host buffers, CPU only.
+/* GPT2LMHeadModel (Hugging Face) on contiguous buffers of a backend.
  *
  * Learned positions, pre-LayerNorm blocks, tanh GELU ("gelu_new"), Conv1D
  * weights kept in their [in, out] layout (rf_op_conv1d_*), and the LM head
@@ -9,10 +9,15 @@
  * code that works on flat blocks applies unchanged. Activations for a batch
  * capacity B x T are one arena, their gradients a second of the same layout.
  *
- * Trained through the model interface (model_iface.h: model_causal.c);
- * forward and backward call ops.h / ops_causal.h directly on host memory (the
- * CPU backend only). No dropout (fine-tuning runs and the parity fixtures
- * use none). */
+ * Trained through the model interface (model_iface.h: model_causal.c).
+ * Parameters, gradients, moments, activations and the batch's device copies
+ * live in the memory of m->be (backend.h; the CPU when none is given) and
+ * forward and backward call its slots, so the CPU backend runs ops.h /
+ * ops_causal.h as before, bit for bit, and trainer.device: cuda runs the
+ * same graph on the GPU. LoRA adapters, tensor parallelism and the unit hooks
+ * (ZeRO-3, pipeline stages) work on host memory and run on the CPU backend
+ * only: they are refused (RF_ERR_UNSUPPORTED) on any other. No dropout
+ * (fine-tuning runs and the parity fixtures use none). */
 #ifndef RF_TR_GPT2_H
 #define RF_TR_GPT2_H
 
@@ -20,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "trainer/backend.h"     /* rf_backend */
 #include "trainer/model.h"       /* rf_tensor_info */
 #include "trainer/model_iface.h" /* rf_model_hook */
 #include "trainer/ops_causal.h"  /* rf_causal_batch */
@@ -60,6 +66,7 @@ typedef struct rf_gpt2_acts {
 
 typedef struct rf_gpt2 {
     rf_gpt2_config cfg;
+    const rf_backend *be; /* owns params, grads, moments, acts, dacts, *_dev */
     rf_tensor_info *tensors;
     size_t ntensors, nparams;
     float *params, *grads; /* grads: NULL until rf_gpt2_enable_training */
@@ -70,12 +77,14 @@ typedef struct rf_gpt2 {
     size_t nacts;
     rf_gpt2_acts a, da;
 
-    int B, T; /* the last forward's batch, kept for backward */
-    int32_t *ids, *labels, *pos, *seg;
+    int B, T;                          /* the last forward's batch, kept for backward */
+    int32_t *ids, *labels, *pos, *seg; /* host copies (checks, tp) */
     uint8_t *valid;
+    int32_t *ids_dev, *labels_dev, *pos_dev, *seg_dev; /* backend copies (the slots) */
+    uint8_t *valid_dev;
     bool packed; /* the last batch had seg */
     bool has_labels;
-    float *logits; /* view into acts: [B*T, vocab_size] of the last forward */
+    float *logits; /* view into acts (backend memory): [B*T, vocab_size] of the last forward */
     float loss;    /* mean causal-LM loss of the last forward (0 without labels) */
     int counted;   /* tokens the loss counted */
 
@@ -99,15 +108,19 @@ typedef struct rf_gpt2 {
     double *se;
 } rf_gpt2;
 
-/* A model for cfg with every parameter zero. */
+/* A model for cfg with every parameter zero, on the CPU backend; _on: on
+ * backend be (NULL: the CPU). */
 int rf_gpt2_new(const rf_gpt2_config *cfg, rf_gpt2 **out);
+int rf_gpt2_new_on(const rf_gpt2_config *cfg, const rf_backend *be, rf_gpt2 **out);
 void rf_gpt2_free(rf_gpt2 *m);
 const rf_tensor_info *rf_gpt2_find(const rf_gpt2 *m, const char *name);
 /* Loads an HF folder (config.json + model.safetensors). Names with or without
  * the "transformer." prefix are accepted; lm_head.weight, when present, is
  * the tied embedding and is not read. A missing tensor, shape mismatch or
- * non-float dtype is an error. */
+ * non-float dtype is an error. _on: onto backend be (NULL: the CPU), each
+ * tensor read into host memory then copied with to_device. */
 int rf_gpt2_load(const char *dir, rf_gpt2 **out);
+int rf_gpt2_load_on(const char *dir, const rf_backend *be, rf_gpt2 **out);
 
 /* Allocates the gradient block and arena (zeroed). */
 int rf_gpt2_enable_training(rf_gpt2 *m);

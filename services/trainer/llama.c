@@ -14,6 +14,12 @@
 #include "trainer/ops_causal.h"
 #include "trainer/safetensors.h"
 
+#define TRY(call)                                                                                  \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_) return rc_;                                                                       \
+    } while (0)
+
 /* ---- config ---- */
 
 static int get_int(const rf_json *root, const char *key, int def, int min, int max, int *out) {
@@ -225,10 +231,71 @@ void rf_llama_bind_all(rf_llama *m) {
     if (m->grads) bind(m, &m->g, m->grads);
 }
 
+/* Backend memory (zeroed); NULL with rf_fail detail. */
+static void *be_alloc(const rf_backend *be, size_t bytes) {
+    void *p = NULL;
+    return be->alloc(be, &p, bytes) ? NULL : p;
+}
+
+static void be_free(const rf_backend *be, void *p) {
+    if (p) (void)be->free(be, p);
+}
+
+/* The paths that work on host memory (LoRA, tp, unit hooks) need the CPU. */
+static int need_cpu(const rf_llama *m, const char *what) {
+    if (m->be == rf_backend_cpu()) return RF_OK;
+    return rf_fail(RF_ERR_UNSUPPORTED,
+                   "llama: %s runs on the CPU backend only (trainer.device: cpu)", what);
+}
+
+/* Whether be fills every slot the model calls (a backend built before its
+ * causal-LM kernels has NULL there): RF_ERR_UNSUPPORTED naming the first
+ * missing one otherwise. */
+static int check_slots(const rf_backend *be) {
+#define SLOT(x)                                                                                    \
+    { #x, be->x == NULL }
+    const struct {
+        const char *name;
+        bool missing;
+    } s[] = {SLOT(tokpos_fwd),
+             SLOT(tokpos_bwd),
+             SLOT(rmsnorm_fwd),
+             SLOT(rmsnorm_bwd),
+             SLOT(linear_fwd),
+             SLOT(linear_bwd),
+             SLOT(rope_fwd),
+             SLOT(rope_bwd),
+             SLOT(causal_attention_fwd),
+             SLOT(causal_attention_bwd),
+             SLOT(residual_fwd),
+             SLOT(residual_bwd),
+             SLOT(swiglu_fwd),
+             SLOT(swiglu_bwd),
+             SLOT(lm_head_fwd),
+             SLOT(lm_head_bwd),
+             SLOT(causal_xent_fwd),
+             SLOT(causal_xent_bwd)};
+#undef SLOT
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+        if (s[i].missing)
+            return rf_fail(RF_ERR_UNSUPPORTED,
+                           "llama: the %s backend has no '%s' kernel (trainer.device: cpu runs it)",
+                           be->name, s[i].name);
+    return RF_OK;
+}
+
 int rf_llama_new(const rf_llama_config *cfg, rf_llama **out) {
+    return rf_llama_new_on(cfg, NULL, out);
+}
+
+int rf_llama_new_on(const rf_llama_config *cfg, const rf_backend *be, rf_llama **out) {
     *out = NULL;
+    if (!be) be = rf_backend_cpu();
+    int rc = check_slots(be);
+    if (rc) return rc;
     rf_llama *m = calloc(1, sizeof *m);
     if (!m) return RF_ERR_NOMEM;
+    m->be = be;
     m->cfg = *cfg;
     int L = cfg->num_hidden_layers;
     m->tensors = calloc((size_t)PER_LAYER * L + 3, sizeof *m->tensors);
@@ -244,7 +311,7 @@ int rf_llama_new(const rf_llama_config *cfg, rf_llama **out) {
         return RF_ERR_NOMEM;
     }
     build_table(m);
-    if (!(m->params = calloc(m->nparams, sizeof(float)))) {
+    if (!(m->params = be_alloc(m->be, m->nparams * sizeof(float)))) {
         rf_llama_free(m);
         return RF_ERR_NOMEM;
     }
@@ -256,19 +323,25 @@ int rf_llama_new(const rf_llama_config *cfg, rf_llama **out) {
 
 void rf_llama_free(rf_llama *m) {
     if (!m) return;
+    const rf_backend *be = m->be;
     free(m->tensors);
-    free(m->params);
-    free(m->grads);
-    free(m->mom1);
-    free(m->mom2);
+    be_free(be, m->params);
+    be_free(be, m->grads);
+    be_free(be, m->mom1);
+    be_free(be, m->mom2);
     free(m->p.layers);
     free(m->g.layers);
     free(m->a.layers);
     free(m->da.layers);
     free(m->a.res);
     free(m->da.res);
-    free(m->acts);
-    free(m->dacts);
+    be_free(be, m->acts);
+    be_free(be, m->dacts);
+    be_free(be, m->ids_dev);
+    be_free(be, m->labels_dev);
+    be_free(be, m->pos_dev);
+    be_free(be, m->seg_dev);
+    be_free(be, m->valid_dev);
     free(m->ids);
     free(m->labels);
     free(m->pos);
@@ -292,6 +365,22 @@ const rf_tensor_info *rf_llama_find(const rf_llama *m, const char *name) {
 }
 
 int rf_llama_load(const char *dir, rf_llama **out) {
+    return rf_llama_load_on(dir, NULL, out);
+}
+
+/* Tensor s into m's parameters: directly on the CPU, else through a host
+ * buffer and to_device. */
+static int read_tensor(const rf_backend *be, const rf_st_tensor *s, float *dst, size_t numel) {
+    if (be == rf_backend_cpu()) return rf_st_to_f32(s, dst);
+    float *h = malloc(numel * sizeof(float) + 4);
+    if (!h) return rf_fail(RF_ERR_NOMEM, "no host memory for tensor '%s'", s->name);
+    int rc = rf_st_to_f32(s, h);
+    if (!rc) rc = be->to_device(be, dst, h, numel * sizeof(float));
+    free(h);
+    return rc;
+}
+
+int rf_llama_load_on(const char *dir, const rf_backend *be, rf_llama **out) {
     char path[4096];
     *out = NULL;
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -307,7 +396,7 @@ int rf_llama_load(const char *dir, rf_llama **out) {
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if ((rc = rf_st_open(path, &st))) return rc;
     rf_llama *m;
-    if ((rc = rf_llama_new(&cfg, &m))) {
+    if ((rc = rf_llama_new_on(&cfg, be, &m))) {
         rf_st_free(st);
         return rc;
     }
@@ -324,7 +413,8 @@ int rf_llama_load(const char *dir, rf_llama **out) {
                          path, s->name, t->shape[0], t->shape[1]);
             break;
         }
-        if ((rc = rf_st_to_f32(s, m->params + t->offset))) rc = rf_fail_ctx(rc, "%s", path);
+        if ((rc = read_tensor(m->be, s, m->params + t->offset, t->numel)))
+            rc = rf_fail_ctx(rc, "%s", path);
     }
     rf_st_free(st);
     if (rc) {
@@ -340,43 +430,50 @@ int rf_llama_enable_training(rf_llama *m) {
 }
 
 int rf_llama_enable_training_sharded(rf_llama *m, size_t padded, size_t moments) {
+    const rf_backend *be = m->be;
     if (m->lora) { /* LoRA: the base is frozen, no gradient block or moments (g views NULL) */
+        TRY(need_cpu(m, "LoRA"));
         m->training = true;
-        if (m->acts && !m->dacts && !(m->dacts = calloc(m->nacts, sizeof(float))))
+        if (m->acts && !m->dacts && !(m->dacts = be_alloc(be, m->nacts * sizeof(float))))
             return RF_ERR_NOMEM;
         return RF_OK;
     }
     if (m->grads) return RF_OK;
     if (padded < m->nparams) padded = m->nparams;
     if (padded > m->npadded) { /* room for the collectives' padding: params move */
-        float *p = calloc(padded, sizeof(float));
+        float *p = be_alloc(be, padded * sizeof(float));
         if (!p) return RF_ERR_NOMEM;
-        memcpy(p, m->params, m->nparams * sizeof(float));
-        free(m->params);
+        int rc = be->copy(be, p, m->params, m->nparams * sizeof(float));
+        if (rc) {
+            be_free(be, p);
+            return rc;
+        }
+        be_free(be, m->params);
         m->params = p;
         bind(m, &m->p, m->params);
     }
     m->npadded = padded;
     m->nmoments = moments;
-    m->grads = calloc(padded, sizeof(float));
-    m->mom1 = calloc(moments ? moments : 1, sizeof(float));
-    m->mom2 = calloc(moments ? moments : 1, sizeof(float));
+    m->grads = be_alloc(be, padded * sizeof(float));
+    m->mom1 = be_alloc(be, (moments ? moments : 1) * sizeof(float));
+    m->mom2 = be_alloc(be, (moments ? moments : 1) * sizeof(float));
     if (!m->grads || !m->mom1 || !m->mom2)
         return rf_fail(RF_ERR_NOMEM, "llama: no memory for the training blocks");
     bind(m, &m->g, m->grads);
     m->training = true;
-    if (m->acts && !m->dacts && !(m->dacts = calloc(m->nacts, sizeof(float)))) return RF_ERR_NOMEM;
+    if (m->acts && !m->dacts && !(m->dacts = be_alloc(be, m->nacts * sizeof(float))))
+        return RF_ERR_NOMEM;
     return RF_OK;
 }
 
 void rf_llama_release_blocks(rf_llama *m, bool params) {
     if (params) {
-        free(m->params);
+        be_free(m->be, m->params);
         m->params = NULL;
     }
-    free(m->grads);
-    free(m->mom1);
-    free(m->mom2);
+    be_free(m->be, m->grads);
+    be_free(m->be, m->mom1);
+    be_free(m->be, m->mom2);
     m->grads = m->mom1 = m->mom2 = NULL;
     m->npadded = m->params ? m->npadded : 0;
     m->nmoments = 0;
@@ -384,11 +481,11 @@ void rf_llama_release_blocks(rf_llama *m, bool params) {
 
 int rf_llama_adopt_params(rf_llama *m, const float *host) {
     if (!m->params) {
-        if (!(m->params = calloc(m->nparams, sizeof(float))))
-            return rf_fail(RF_ERR_NOMEM, "llama: no memory for %zu parameters", m->nparams);
+        if (!(m->params = be_alloc(m->be, m->nparams * sizeof(float))))
+            return rf_fail_ctx(RF_ERR_NOMEM, "llama: no memory for %zu parameters", m->nparams);
         m->npadded = m->nparams;
     }
-    memcpy(m->params, host, m->nparams * sizeof(float));
+    TRY(m->be->to_device(m->be, m->params, host, m->nparams * sizeof(float)));
     rf_llama_bind_all(m);
     return RF_OK;
 }
@@ -396,23 +493,20 @@ int rf_llama_adopt_params(rf_llama *m, const float *host) {
 int rf_llama_zero_grad(rf_llama *m) {
     if (!m->grads && !m->unit_hook)
         return rf_fail(RF_ERR_INVALID, "llama: training is not enabled");
-    if (m->grads) memset(m->grads, 0, m->npadded * sizeof(float));
-    return RF_OK;
+    return m->grads ? m->be->zero(m->be, m->grads, m->npadded * sizeof(float)) : RF_OK;
 }
 
 /* The linear projections: through the LoRA adapters when attached. */
 static int proj_fwd(rf_llama *m, int l, int slot, float *out, const float *x, const float *w, int N,
                     int IC, int OC) {
     if (m->lora) return rf_lora_fwd(m->lora, l, slot, out, x, w, NULL, N, IC, OC);
-    rf_op_linear_fwd(out, x, w, NULL, N, IC, OC);
-    return RF_OK;
+    return m->be->linear_fwd(m->be, out, x, w, NULL, N, IC, OC);
 }
 
 static int proj_bwd(rf_llama *m, int l, int slot, float *dx, float *dw, const float *dout,
                     const float *x, const float *w, int N, int IC, int OC) {
     if (m->lora) return rf_lora_bwd(m->lora, l, slot, dx, dw, NULL, dout, x, w, N, IC, OC);
-    rf_op_linear_bwd(dx, dw, NULL, dout, x, w, N, IC, OC);
-    return RF_OK;
+    return m->be->linear_bwd(m->be, dx, dw, NULL, dout, x, w, N, IC, OC);
 }
 
 /* ---- activations ---- */
@@ -464,24 +558,33 @@ int rf_llama_reserve(rf_llama *m, int B, int T) {
     int nB = B > m->capB ? B : m->capB;
     T = T > m->capT ? T : m->capT;
     size_t n = layout(m, &m->a, NULL, nB, T);
-    float *a = calloc(n, sizeof(float)),
-          *d = m->training || m->dacts ? calloc(n, sizeof(float)) : NULL;
-    size_t nt = (size_t)nB * T;
-    int32_t *ids = malloc(sizeof(int32_t) * nt), *lab = malloc(sizeof(int32_t) * nt),
-            *pos = malloc(sizeof(int32_t) * nt), *seg = malloc(sizeof(int32_t) * nt);
+    const rf_backend *be = m->be;
+    bool train = m->training || m->dacts;
+    float *a = be_alloc(be, n * sizeof(float)), *d = train ? be_alloc(be, n * sizeof(float)) : NULL;
+    size_t nt = (size_t)nB * T, ni = sizeof(int32_t) * nt;
+    int32_t *ids = malloc(ni), *lab = malloc(ni), *pos = malloc(ni), *seg = malloc(ni);
     uint8_t *valid = malloc(nt);
-    int32_t *tgt = malloc(sizeof(int32_t) * nt);
+    int32_t *ids_d = be_alloc(be, ni), *lab_d = be_alloc(be, ni), *pos_d = be_alloc(be, ni),
+            *seg_d = be_alloc(be, ni);
+    uint8_t *valid_d = be_alloc(be, nt);
+    int32_t *tgt = malloc(ni);
     double *se = malloc(sizeof(double) * nt);
-    if (!a || ((m->training || m->dacts) && !d) || !ids || !lab || !pos || !seg || !valid || !tgt ||
-        !se) {
-        free(a), free(d), free(ids), free(lab), free(pos), free(seg), free(valid);
-        free(tgt), free(se);
+    if (!a || (train && !d) || !ids || !lab || !pos || !seg || !valid || !tgt || !se || !ids_d ||
+        !lab_d || !pos_d || !seg_d || !valid_d) {
+        be_free(be, a), be_free(be, d), be_free(be, ids_d), be_free(be, lab_d);
+        be_free(be, pos_d), be_free(be, seg_d), be_free(be, valid_d);
+        free(ids), free(lab), free(pos), free(seg), free(valid), free(tgt), free(se);
         return RF_ERR_NOMEM;
     }
-    free(m->acts), free(m->dacts), free(m->ids), free(m->labels), free(m->valid);
+    be_free(be, m->acts), be_free(be, m->dacts), be_free(be, m->ids_dev);
+    be_free(be, m->labels_dev), be_free(be, m->pos_dev), be_free(be, m->seg_dev);
+    be_free(be, m->valid_dev);
+    free(m->ids), free(m->labels), free(m->valid);
     free(m->pos), free(m->seg), free(m->tgt), free(m->se);
     m->acts = a, m->dacts = d, m->ids = ids, m->labels = lab, m->valid = valid;
     m->pos = pos, m->seg = seg, m->tgt = tgt, m->se = se;
+    m->ids_dev = ids_d, m->labels_dev = lab_d, m->pos_dev = pos_d, m->seg_dev = seg_d;
+    m->valid_dev = valid_d;
     m->nacts = n, m->capB = nB, m->capT = T;
     return RF_OK;
 }
@@ -489,12 +592,6 @@ int rf_llama_reserve(rf_llama *m, int B, int T) {
 static int event(rf_llama *m, int u, rf_unit_event ev, int next) {
     return m->unit_hook ? m->unit_hook(m->unit_user, u, ev, next) : RF_OK;
 }
-
-#define TRY(call)                                                                                  \
-    do {                                                                                           \
-        int rc_ = (call);                                                                          \
-        if (rc_) return rc_;                                                                       \
-    } while (0)
 
 static int check_range(const rf_llama *m, int u0, int u1, const float *at_u0, const float *at_u1) {
     int n = rf_llama_units(m);
@@ -533,7 +630,11 @@ int rf_llama_forward_range(rf_llama *m, const rf_causal_batch *bt, int u0, int u
     int B = bt->B, T = bt->T;
     const int32_t *ids = bt->ids, *labels = bt->labels;
     const rf_llama_config *c = &m->cfg;
+    const rf_backend *be = m->be;
     int rc = check_range(m, u0, u1, in, out);
+    if (!rc && m->lora) rc = need_cpu(m, "LoRA");
+    if (!rc && m->tp) rc = need_cpu(m, "tensor parallelism");
+    if (!rc && m->unit_hook) rc = need_cpu(m, "a unit hook (ZeRO-3, pipeline, mesh)");
     if (!rc) rc = rf_llama_reserve(m, B, T);
     if (!rc && m->lora) rc = rf_lora_reserve(m->lora, B * T);
     if (rc) return rc;
@@ -565,6 +666,12 @@ int rf_llama_forward_range(rf_llama *m, const rf_causal_batch *bt, int u0, int u
         m->seg[n] = bt->seg ? bt->seg[n] : 0;
     }
     m->B = B, m->T = T, m->has_labels = labels != NULL, m->packed = bt->seg != NULL;
+    size_t ni = sizeof(int32_t) * (size_t)N; /* the batch on the backend, once per forward */
+    TRY(be->to_device(be, m->ids_dev, m->ids, ni));
+    TRY(be->to_device(be, m->labels_dev, m->labels, ni));
+    TRY(be->to_device(be, m->pos_dev, m->pos, ni));
+    TRY(be->to_device(be, m->seg_dev, m->seg, ni));
+    TRY(be->to_device(be, m->valid_dev, m->valid, (size_t)N));
     layout(m, &m->a, m->acts, B, T);
     rf_llama_acts *a = &m->a;
     int L = c->num_hidden_layers, n_units = L + 2;
@@ -573,7 +680,7 @@ int rf_llama_forward_range(rf_llama *m, const rf_causal_batch *bt, int u0, int u
     m->loss = 0;
     m->counted = 0;
     if (u0 > 0) /* boundary u0 is the residual stream res[u0 - 1] */
-        memcpy(a->res[u0 - 1], in, (size_t)N * C * sizeof(float));
+        TRY(be->copy(be, a->res[u0 - 1], in, (size_t)N * C * sizeof(float)));
 
     if (u0 == 0) {
         TRY(event(m, 0, RF_UNIT_FWD, rf_cu_fwd_next(0, false, u1, n_units, tied)));
@@ -581,35 +688,35 @@ int rf_llama_forward_range(rf_llama *m, const rf_causal_batch *bt, int u0, int u
             TRY(tp->embed_fwd(tp->c, a->res[0], m->ids, NULL, m->p.wte, &tp->vocab, NULL, NULL, B,
                               T, C));
         else
-            rf_op_tokpos_fwd(a->res[0], m->ids, m->pos, m->p.wte, NULL, B, T, C);
+            TRY(be->tokpos_fwd(be, a->res[0], m->ids_dev, m->pos_dev, m->p.wte, NULL, B, T, C));
     }
     for (int l = 0; l < c->num_hidden_layers; l++) {
         if (l + 1 < u0 || l + 1 >= u1) continue;
         TRY(event(m, l + 1, RF_UNIT_FWD, rf_cu_fwd_next(l + 1, false, u1, n_units, tied)));
         const rf_llama_layer *w = &m->p.layers[l];
         rf_llama_acts_layer *y = &a->layers[l];
-        rf_op_rmsnorm_fwd(y->ln1, y->ln1_rstd, a->res[l], w->ln1_w, N, C, eps);
+        TRY(be->rmsnorm_fwd(be, y->ln1, y->ln1_rstd, a->res[l], w->ln1_w, N, C, eps));
         TRY(proj_fwd(m, l, RF_PROJ_QKV, y->qkv, y->ln1, w->qkv_w, N, C, W));
-        rf_op_rope_fwd(y->qkv, y->qkv, m->pos, N, T, NH, hd, W, c->rope_theta);
-        rf_op_rope_fwd(y->qkv + A, y->qkv + A, m->pos, N, T, NKV, hd, W, c->rope_theta);
-        rf_op_causal_attention_fwd(y->atty, y->att, y->qkv, m->valid, m->packed ? m->seg : NULL, B,
-                                   T, NH, NKV, hd);
+        TRY(be->rope_fwd(be, y->qkv, y->qkv, m->pos_dev, N, T, NH, hd, W, c->rope_theta));
+        TRY(be->rope_fwd(be, y->qkv + A, y->qkv + A, m->pos_dev, N, T, NKV, hd, W, c->rope_theta));
+        TRY(be->causal_attention_fwd(be, y->atty, y->att, y->qkv, m->valid_dev,
+                                     m->packed ? m->seg_dev : NULL, B, T, NH, NKV, hd));
         TRY(proj_fwd(m, l, RF_PROJ_O, y->res2, y->atty, w->o_w, N, A, C));
         if (tp) TRY(tp->sum(tp->c, y->res2, (size_t)N * C)); /* row-parallel: g */
-        rf_op_residual_fwd(y->res2, y->res2, a->res[l], (size_t)N * C, 0.0f, 0);
-        rf_op_rmsnorm_fwd(y->ln2, y->ln2_rstd, y->res2, w->ln2_w, N, C, eps);
+        TRY(be->residual_fwd(be, y->res2, y->res2, a->res[l], (size_t)N * C, 0.0f, 0));
+        TRY(be->rmsnorm_fwd(be, y->ln2, y->ln2_rstd, y->res2, w->ln2_w, N, C, eps));
         TRY(proj_fwd(m, l, RF_PROJ_UP, y->gu, y->ln2, w->gu_w, N, C, 2 * F));
-        rf_op_swiglu_fwd(y->act, y->gu, N, F);
+        TRY(be->swiglu_fwd(be, y->act, y->gu, N, F));
         TRY(proj_fwd(m, l, RF_PROJ_DOWN, a->res[l + 1], y->act, w->down_w, N, F, C));
         if (tp) TRY(tp->sum(tp->c, a->res[l + 1], (size_t)N * C));
-        rf_op_residual_fwd(a->res[l + 1], a->res[l + 1], y->res2, (size_t)N * C, 0.0f, 0);
+        TRY(be->residual_fwd(be, a->res[l + 1], a->res[l + 1], y->res2, (size_t)N * C, 0.0f, 0));
     }
     if (u1 < n_units) { /* boundary u1 for the stage after */
-        memcpy(out, a->res[u1 - 1], (size_t)N * C * sizeof(float));
-        return RF_OK;
+        return be->copy(be, out, a->res[u1 - 1], (size_t)N * C * sizeof(float));
     }
     TRY(event(m, L + 1, RF_UNIT_FWD, rf_cu_fwd_next(L + 1, false, u1, n_units, tied)));
-    rf_op_rmsnorm_fwd(a->lnf, a->lnf_rstd, a->res[c->num_hidden_layers], m->p.norm_w, N, C, eps);
+    TRY(be->rmsnorm_fwd(be, a->lnf, a->lnf_rstd, a->res[c->num_hidden_layers], m->p.norm_w, N, C,
+                        eps));
     if (tied) TRY(event(m, 0, RF_UNIT_FWD, rf_cu_fwd_next(0, true, u1, n_units, tied)));
     if (tp) { /* the rank's vocabulary columns, the loss over the group */
         TRY(tp->colpar_fwd(a->logits, Vl, a->lnf, m->p.head_w, C, NULL, N, C, Vl));
@@ -620,10 +727,10 @@ int rf_llama_forward_range(rf_llama *m, const rf_causal_batch *bt, int u0, int u
         }
         return RF_OK;
     }
-    rf_op_lm_head_fwd(a->logits, a->lnf, m->p.head_w, N, C, V);
+    TRY(be->lm_head_fwd(be, a->logits, a->lnf, m->p.head_w, N, C, V));
     if (labels)
-        m->loss =
-            rf_op_causal_xent_fwd(a->lse, a->losses, &m->counted, a->logits, m->labels, B, T, V);
+        TRY(be->causal_xent_fwd(be, &m->loss, &m->counted, a->lse, a->losses, a->logits,
+                                m->labels_dev, B, T, V));
     return RF_OK;
 }
 
@@ -636,9 +743,13 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
     const rf_llama_config *c = &m->cfg;
     if (!m->grads && !m->unit_hook && !m->lora) /* (a hook binds the gradient views: ZeRO-2/3) */
         return rf_fail(RF_ERR_INVALID, "llama: training is not enabled");
-    if (!m->dacts && !(m->dacts = calloc(m->nacts, sizeof(float)))) return RF_ERR_NOMEM;
+    const rf_backend *be = m->be;
     int n_units = rf_llama_units(m), rc = check_range(m, u0, u1, din, dout);
+    if (!rc && m->lora) rc = need_cpu(m, "LoRA");
+    if (!rc && m->tp) rc = need_cpu(m, "tensor parallelism");
+    if (!rc && m->unit_hook) rc = need_cpu(m, "a unit hook (ZeRO-3, pipeline, mesh)");
     if (rc) return rc;
+    if (!m->dacts && !(m->dacts = be_alloc(be, m->nacts * sizeof(float)))) return RF_ERR_NOMEM;
     if (u1 == n_units && !m->has_labels)
         return rf_fail(RF_ERR_INVALID, "llama: backward needs a forward with labels");
     struct rf_bert_tp *tp = m->tp;
@@ -649,7 +760,7 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
     int A = NH * hd, W = (NH + 2 * NKV) * hd, Vl = tp ? tp->vocab.block : V;
     bool tied = c->tie_word_embeddings;
     size_t used = layout(m, &m->da, m->dacts, B, T);
-    memset(m->dacts, 0, used * sizeof(float));
+    TRY(be->zero(be, m->dacts, used * sizeof(float)));
     rf_llama_acts *a = &m->a, *d = &m->da;
 
     if (u1 == n_units) {
@@ -657,7 +768,8 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
             tp->xent_bwd(d->logits, Vl, a->logits, Vl, a->lse, m->se, m->tgt, &tp->vocab, N,
                          loss_scale);
         else
-            rf_op_causal_xent_bwd(d->logits, a->logits, a->lse, m->labels, B, T, V, loss_scale);
+            TRY(be->causal_xent_bwd(be, d->logits, a->logits, a->lse, m->labels_dev, B, T, V,
+                                    loss_scale));
         if (tied)
             TRY(event(m, 0, RF_UNIT_BWD, rf_cu_bwd_next(0, true, u0, u1)));
         else
@@ -666,16 +778,16 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
             TRY(tp->colpar_bwd(tp->c, d->lnf, m->g.head_w, NULL, C, d->logits, Vl, a->lnf,
                                m->p.head_w, N, C, Vl));
         else
-            rf_op_lm_head_bwd(d->lnf, m->g.head_w, d->logits, a->lnf, m->p.head_w, N, C, V);
+            TRY(be->lm_head_bwd(be, d->lnf, m->g.head_w, d->logits, a->lnf, m->p.head_w, N, C, V));
         if (tied) {
             TRY(event(m, 0, RF_UNIT_BWD_PART, -1));
             TRY(event(m, L + 1, RF_UNIT_BWD, rf_cu_bwd_next(L + 1, false, u0, u1)));
         }
-        rf_op_rmsnorm_bwd(d->res[L], m->g.norm_w, d->lnf, a->res[L], m->p.norm_w, a->lnf_rstd, N,
-                          C);
+        TRY(be->rmsnorm_bwd(be, d->res[L], m->g.norm_w, d->lnf, a->res[L], m->p.norm_w, a->lnf_rstd,
+                            N, C));
         TRY(event(m, L + 1, RF_UNIT_BWD_DONE, -1));
     } else { /* the gradient of boundary u1 from the stage after */
-        memcpy(d->res[u1 - 1], dout, (size_t)N * C * sizeof(float));
+        TRY(be->copy(be, d->res[u1 - 1], dout, (size_t)N * C * sizeof(float)));
     }
     for (int l = L - 1; l >= 0; l--) {
         if (l + 1 < u0 || l + 1 >= u1) continue;
@@ -685,34 +797,37 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
         rf_llama_acts_layer *y = &a->layers[l], *dy = &d->layers[l];
         float *dout_l = d->res[l + 1];
         TRY(proj_bwd(m, l, RF_PROJ_DOWN, dy->act, g->down_w, dout_l, y->act, w->down_w, N, F, C));
-        rf_op_swiglu_bwd(dy->gu, dy->act, y->gu, N, F);
+        TRY(be->swiglu_bwd(be, dy->gu, dy->act, y->gu, N, F));
         TRY(proj_bwd(m, l, RF_PROJ_UP, dy->ln2, g->gu_w, dy->gu, y->ln2, w->gu_w, N, C, 2 * F));
         if (tp) TRY(tp->sum(tp->c, dy->ln2, (size_t)N * C)); /* column-parallel: f */
-        rf_op_rmsnorm_bwd(dy->res2, g->ln2_w, dy->ln2, y->res2, w->ln2_w, y->ln2_rstd, N, C);
-        rf_op_residual_bwd(dy->res2, NULL, dout_l, (size_t)N * C, 0.0f, 0);
+        TRY(be->rmsnorm_bwd(be, dy->res2, g->ln2_w, dy->ln2, y->res2, w->ln2_w, y->ln2_rstd, N, C));
+        TRY(be->residual_bwd(be, dy->res2, NULL, dout_l, (size_t)N * C, 0.0f, 0));
         TRY(proj_bwd(m, l, RF_PROJ_O, dy->atty, g->o_w, dy->res2, y->atty, w->o_w, N, A, C));
-        rf_op_causal_attention_bwd(dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NH, NKV, hd);
-        /* back through RoPE on q and k; v passes unchanged */
-        rf_op_rope_bwd(dy->qkvr, dy->qkv, m->pos, N, T, NH, hd, W, c->rope_theta);
-        rf_op_rope_bwd(dy->qkvr + A, dy->qkv + A, m->pos, N, T, NKV, hd, W, c->rope_theta);
+        TRY(be->causal_attention_bwd(be, dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NH, NKV,
+                                     hd));
+        /* back through RoPE on q and k; v passes unchanged (one copy per row:
+         * the table has no strided copy) */
+        TRY(be->rope_bwd(be, dy->qkvr, dy->qkv, m->pos_dev, N, T, NH, hd, W, c->rope_theta));
+        TRY(be->rope_bwd(be, dy->qkvr + A, dy->qkv + A, m->pos_dev, N, T, NKV, hd, W,
+                         c->rope_theta));
         for (int n = 0; n < N; n++)
-            memcpy(dy->qkvr + (size_t)n * W + A + NKV * hd, dy->qkv + (size_t)n * W + A + NKV * hd,
-                   sizeof(float) * NKV * hd);
+            TRY(be->copy(be, dy->qkvr + (size_t)n * W + A + NKV * hd,
+                         dy->qkv + (size_t)n * W + A + NKV * hd, sizeof(float) * NKV * hd));
         TRY(proj_bwd(m, l, RF_PROJ_QKV, dy->ln1, g->qkv_w, dy->qkvr, y->ln1, w->qkv_w, N, C, W));
         if (tp) TRY(tp->sum(tp->c, dy->ln1, (size_t)N * C));
-        rf_op_rmsnorm_bwd(d->res[l], g->ln1_w, dy->ln1, a->res[l], w->ln1_w, y->ln1_rstd, N, C);
-        rf_op_residual_bwd(d->res[l], NULL, dy->res2, (size_t)N * C, 0.0f, 0);
+        TRY(be->rmsnorm_bwd(be, d->res[l], g->ln1_w, dy->ln1, a->res[l], w->ln1_w, y->ln1_rstd, N,
+                            C));
+        TRY(be->residual_bwd(be, d->res[l], NULL, dy->res2, (size_t)N * C, 0.0f, 0));
         TRY(event(m, l + 1, RF_UNIT_BWD_DONE, -1));
     }
     if (u0 > 0) { /* the gradient of boundary u0 for the stage before */
-        memcpy(din, d->res[u0 - 1], (size_t)N * C * sizeof(float));
-        return RF_OK;
+        return be->copy(be, din, d->res[u0 - 1], (size_t)N * C * sizeof(float));
     }
     TRY(event(m, 0, RF_UNIT_BWD, rf_cu_bwd_next(0, false, u0, u1)));
     if (tp)
         tp->embed_bwd(m->g.wte, NULL, NULL, d->res[0], m->ids, NULL, &tp->vocab, B, T, C);
     else if (m->g.wte) /* NULL: a frozen embedding (LoRA) */
-        rf_op_tokpos_bwd(m->g.wte, NULL, d->res[0], m->ids, m->pos, B, T, C);
+        TRY(be->tokpos_bwd(be, m->g.wte, NULL, d->res[0], m->ids_dev, m->pos_dev, B, T, C, V, 0));
     TRY(event(m, 0, RF_UNIT_BWD_DONE, -1));
     return RF_OK;
 }

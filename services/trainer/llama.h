@@ -1,4 +1,4 @@
-/* LlamaForCausalLM (Hugging Face) on contiguous host buffers, CPU only.
+/* LlamaForCausalLM (Hugging Face) on contiguous buffers of a backend.
  *
  * RMSNorm, rotary positions (rotate_half convention, theta from the config),
  * SwiGLU MLP, grouped-query attention (num_key_value_heads dividing
@@ -10,7 +10,7 @@
  * [2F, C] projection (their HF names still map to the sub-ranges).
  *
  * Trained through the model interface (model_iface.h: model_causal.c), on
- * host memory (the CPU backend only); no dropout;
+ * the memory and slots of m->be as gpt2.h describes; no dropout;
  * rope scaling variants (rope_type other than "default") and attention/MLP
  * biases are refused. */
 #ifndef RF_TR_LLAMA_H
@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "trainer/backend.h"     /* rf_backend */
 #include "trainer/model.h"       /* rf_tensor_info */
 #include "trainer/model_iface.h" /* rf_model_hook */
 #include "trainer/ops_causal.h"  /* rf_causal_batch */
@@ -57,6 +58,7 @@ typedef struct rf_llama_acts {
 
 typedef struct rf_llama {
     rf_llama_config cfg;
+    const rf_backend *be; /* owns params, grads, moments, acts, dacts, *_dev (as in gpt2.h) */
     rf_tensor_info *tensors;
     size_t ntensors, nparams;
     float *params, *grads;
@@ -66,8 +68,10 @@ typedef struct rf_llama {
     size_t nacts;
     rf_llama_acts a, da;
     int B, T;
-    int32_t *ids, *labels, *pos, *seg;
+    int32_t *ids, *labels, *pos, *seg; /* host copies (checks, tp) */
     uint8_t *valid;
+    int32_t *ids_dev, *labels_dev, *pos_dev, *seg_dev; /* backend copies (the slots) */
+    uint8_t *valid_dev;
     bool packed; /* the last batch had seg */
     bool has_labels;
     float *logits, loss;
@@ -92,11 +96,16 @@ typedef struct rf_llama {
     double *se;
 } rf_llama;
 
+/* As rf_gpt2_new / rf_gpt2_new_on, rf_gpt2_load / rf_gpt2_load_on: the
+ * model on the CPU, or on backend be (NULL: the CPU). LoRA, tensor
+ * parallelism and the unit hooks run on the CPU backend only. */
 int rf_llama_new(const rf_llama_config *cfg, rf_llama **out);
+int rf_llama_new_on(const rf_llama_config *cfg, const rf_backend *be, rf_llama **out);
 void rf_llama_free(rf_llama *m);
 const rf_tensor_info *rf_llama_find(const rf_llama *m, const char *name);
 /* config.json + model.safetensors; lm_head.weight is read unless tied. */
 int rf_llama_load(const char *dir, rf_llama **out);
+int rf_llama_load_on(const char *dir, const rf_backend *be, rf_llama **out);
 int rf_llama_enable_training(rf_llama *m);
 int rf_llama_zero_grad(rf_llama *m);
 int rf_llama_reserve(rf_llama *m, int B, int T);

@@ -412,6 +412,10 @@ static int quantize_base(rf_lora *lo, float **w, bool conv) {
 int rf_lora_attach_gpt2(rf_lora *lo, rf_gpt2 *m) {
     if (lo->arch != RF_LORA_GPT2 || lo->nlayers != m->cfg.n_layer)
         return rf_fail(RF_ERR_INVALID, "lora: the adapter set was not made for this GPT-2");
+    if (m->be != rf_backend_cpu())
+        return rf_fail(RF_ERR_UNSUPPORTED,
+                       "%s: LoRA runs on the CPU backend only (trainer.device: cpu), not %s",
+                       "gpt2", m->be->name);
     float **w = malloc(sizeof(float *) * lo->nlayers * RF_NPROJ);
     if (!w) return RF_ERR_NOMEM;
     for (int l = 0; l < lo->nlayers; l++) {
@@ -429,6 +433,10 @@ int rf_lora_attach_gpt2(rf_lora *lo, rf_gpt2 *m) {
 int rf_lora_attach_llama(rf_lora *lo, rf_llama *m, bool allow_requant) {
     if (lo->arch != RF_LORA_LLAMA || lo->nlayers != m->cfg.num_hidden_layers)
         return rf_fail(RF_ERR_INVALID, "lora: the adapter set was not made for this Llama");
+    if (m->be != rf_backend_cpu())
+        return rf_fail(RF_ERR_UNSUPPORTED,
+                       "%s: LoRA runs on the CPU backend only (trainer.device: cpu), not %s",
+                       "llama", m->be->name);
     for (int i = 0; lo->cfg.base == RF_QT_Q4_1 && !allow_requant && i < lo->nlayers * RF_NPROJ; i++)
         for (int j = 0; j < lo->proj[i].nparts; j++)
             if (lo->proj[i].part[j].q.type != RF_QT_Q4_1)
@@ -902,6 +910,10 @@ static int check_merge(const rf_lora *lo, const void *attached) {
 int rf_lora_merge_gpt2(const rf_lora *lo, rf_gpt2 *m) {
     if (lo->arch != RF_LORA_GPT2 || lo->nlayers != m->cfg.n_layer)
         return rf_fail(RF_ERR_INVALID, "lora: the adapter set was not made for this GPT-2");
+    if (m->be != rf_backend_cpu())
+        return rf_fail(RF_ERR_UNSUPPORTED,
+                       "%s: LoRA runs on the CPU backend only (trainer.device: cpu), not %s",
+                       "gpt2", m->be->name);
     int rc = check_merge(lo, m->lora);
     if (rc) return rc;
     float **w = malloc(sizeof(float *) * lo->nlayers * RF_NPROJ);
@@ -920,6 +932,10 @@ int rf_lora_merge_gpt2(const rf_lora *lo, rf_gpt2 *m) {
 int rf_lora_merge_llama(const rf_lora *lo, rf_llama *m) {
     if (lo->arch != RF_LORA_LLAMA || lo->nlayers != m->cfg.num_hidden_layers)
         return rf_fail(RF_ERR_INVALID, "lora: the adapter set was not made for this Llama");
+    if (m->be != rf_backend_cpu())
+        return rf_fail(RF_ERR_UNSUPPORTED,
+                       "%s: LoRA runs on the CPU backend only (trainer.device: cpu), not %s",
+                       "llama", m->be->name);
     int rc = check_merge(lo, m->lora);
     if (rc) return rc;
     float **w = malloc(sizeof(float *) * lo->nlayers * RF_NPROJ);

@@ -2,7 +2,9 @@
  * tables differ only in the functions they call, so one macro writes both;
  * the export's config.json is the loaded one with its dtype set to float32
  * (the weights are written in F32), or, for a model built in memory, the
- * architecture's essential keys. */
+ * architecture's essential keys. The model lives on the backend it was
+ * loaded on (full fine-tuning on one process runs on a device); its LoRA,
+ * tensor-parallel and unit-hook paths refuse any backend but the CPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,22 +130,37 @@ static int config_eos(const char *text) {
 }
 
 /* config.json and model.safetensors of a causal LM into dir. */
-static int save_causal(const rf_model *m, const char *dir, const rf_tensor_info *t, size_t nt,
-                       const float *params, rf_buf *cfg) {
+static int save_causal(const rf_model *m, const char *dir, const rf_backend *be,
+                       const rf_tensor_info *t, size_t nt, const float *params, rf_buf *cfg) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     int rc = rf_write_file_atomic(path, cfg->data, cfg->len);
     if (rc) return rf_fail_ctx(rc, "export: cannot write %s", path);
     if (!params)
         return rf_fail(RF_ERR_INVALID, "export: the %s model holds no parameters", m->ops->name);
+    /* a device's parameters come to the host first (the tensors tile the block) */
+    float *host = NULL;
+    if (be != rf_backend_cpu()) {
+        size_t n = nt ? t[nt - 1].offset + t[nt - 1].numel : 0;
+        if (!(host = malloc(n * sizeof(float) + 4))) return RF_ERR_NOMEM;
+        if ((rc = be->to_host(be, host, params, n * sizeof(float)))) {
+            free(host);
+            return rc;
+        }
+        params = host;
+    }
     rf_st_out *o = calloc(nt, sizeof *o);
-    if (!o) return RF_ERR_NOMEM;
+    if (!o) {
+        free(host);
+        return RF_ERR_NOMEM;
+    }
     for (size_t i = 0; i < nt; i++)
         o[i] =
             (rf_st_out){t[i].name, t[i].ndim, {t[i].shape[0], t[i].shape[1]}, params + t[i].offset};
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     rc = rf_st_write(path, o, nt);
     free(o);
+    free(host);
     return rc;
 }
 
@@ -171,8 +188,8 @@ static int save_causal(const rf_model *m, const char *dir, const rf_tensor_info 
     }                                                                                              \
     static int P##_blocks(const rf_model *m, rf_model_blocks *o) {                                 \
         const TYPE *x = m->impl;                                                                   \
-        *o = (rf_model_blocks){rf_backend_cpu(), x->tensors, x->ntensors, x->nparams, x->npadded,  \
-                               x->nmoments,      x->params,  x->grads,    x->mom1,    x->mom2};    \
+        *o = (rf_model_blocks){x->be,       x->tensors, x->ntensors, x->nparams, x->npadded,       \
+                               x->nmoments, x->params,  x->grads,    x->mom1,    x->mom2};         \
         return RF_OK;                                                                              \
     }                                                                                              \
     static int P##_unit_range(const rf_model *m, int u, size_t *lo, size_t *hi) {                  \
@@ -201,6 +218,13 @@ static int save_causal(const rf_model *m, const char *dir, const rf_tensor_info 
     }                                                                                              \
     static int P##_set_hook(rf_model *m) {                                                         \
         TYPE *x = m->impl;                                                                         \
+        if (m->hook && x->be != rf_backend_cpu()) {                                                \
+            m->hook = NULL, m->hook_user = NULL;                                                   \
+            return rf_fail(RF_ERR_UNSUPPORTED,                                                     \
+                           "%s: unit hooks (ZeRO-3, pipeline stages, mesh) run on the CPU "        \
+                           "backend only (trainer.device: cpu)",                                   \
+                           ARCH);                                                                  \
+        }                                                                                          \
         x->unit_hook = m->hook;                                                                    \
         x->unit_user = m->hook_user;                                                               \
         return RF_OK;                                                                              \
@@ -244,7 +268,7 @@ static int save_causal(const rf_model *m, const char *dir, const rf_tensor_info 
         rf_buf cfg = RF_BUF_INIT;                                                                  \
         int rc = m->src_config ? config_from_source(m->src_config, &cfg)                           \
                                : P##_config_json(&x->cfg, &cfg);                                   \
-        if (!rc) rc = save_causal(m, dir, x->tensors, x->ntensors, x->params, &cfg);               \
+        if (!rc) rc = save_causal(m, dir, x->be, x->tensors, x->ntensors, x->params, &cfg);        \
         rf_buf_free(&cfg);                                                                         \
         return rc;                                                                                 \
     }                                                                                              \
@@ -256,7 +280,7 @@ static int save_causal(const rf_model *m, const char *dir, const rf_tensor_info 
     static int P##_sibling(const rf_model *m, rf_model **out) {                                    \
         TYPE *x;                                                                                   \
         const TYPE *src = m->impl;                                                                 \
-        int rc = rf_##P##_new(&src->cfg, &x);                                                      \
+        int rc = rf_##P##_new_on(&src->cfg, src->be, &x);                                          \
         if (!rc && src->tp && (rc = rf_##P##_tp_split(x, src->tp->c))) rf_##P##_free(x);           \
         if (rc) return rc;                                                                         \
         rf_model *o = malloc(sizeof *o);                                                           \
@@ -303,19 +327,15 @@ CAUSAL_OPS(llama, rf_llama, "llama", num_hidden_layers, hidden_size, vocab_size,
            max_position_embeddings, x->cfg.tie_word_embeddings)
 
 int rf_model_load_causal(const char *dir, const char *arch, const rf_backend *be, rf_model *m) {
-    if (be && be != rf_backend_cpu())
-        return rf_fail(RF_ERR_UNSUPPORTED,
-                       "%s: %s models run on the CPU backend only (trainer.device: cpu)", dir,
-                       arch);
     char *src = m->src_config; /* rf_model_init_* clears m */
     int rc;
     if (strcmp(arch, "gpt2") == 0) {
         rf_gpt2 *g;
-        if ((rc = rf_gpt2_load(dir, &g))) return rc;
+        if ((rc = rf_gpt2_load_on(dir, be, &g))) return rc;
         rf_model_init_gpt2(m, g);
     } else {
         rf_llama *l;
-        if ((rc = rf_llama_load(dir, &l))) return rc;
+        if ((rc = rf_llama_load_on(dir, be, &l))) return rc;
         rf_model_init_llama(m, l);
     }
     m->src_config = src;

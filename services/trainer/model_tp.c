@@ -417,6 +417,10 @@ static int causal_precheck(const void *tp, const float *grads, const char *arch)
 }
 
 int rf_gpt2_tp_split(rf_gpt2 *m, rf_comm *c) {
+    if (m->be != rf_backend_cpu())
+        return rf_fail(
+            RF_ERR_UNSUPPORTED,
+            "gpt2: tensor parallelism runs on the CPU backend only (trainer.device: cpu)");
     int n = rf_comm_world(c), rc = causal_precheck(m->tp, m->grads, "gpt2");
     if (!rc) rc = gpt2_check(m, n);
     if (rc) return rc;
@@ -437,6 +441,10 @@ int rf_gpt2_tp_split(rf_gpt2 *m, rf_comm *c) {
 }
 
 int rf_llama_tp_split(rf_llama *m, rf_comm *c) {
+    if (m->be != rf_backend_cpu())
+        return rf_fail(
+            RF_ERR_UNSUPPORTED,
+            "llama: tensor parallelism runs on the CPU backend only (trainer.device: cpu)");
     int n = rf_comm_world(c), rc = causal_precheck(m->tp, m->grads, "llama");
     if (!rc) rc = llama_check(m, n);
     if (rc) return rc;

@@ -1,0 +1,213 @@
+/* The causal LMs (GPT-2, Llama) on a backend that is not the CPU (issue 14),
+ * checked on any machine: "test-device" is a copy of the CPU backend's table
+ * at another address, so the models take their device paths (weights read
+ * into host memory then to_device, the batch uploaded, the export through
+ * to_host, every op through the slots) and the CPU-only paths refuse it.
+ * Since its kernels are the CPU's, two full fine-tuning steps on it must
+ * equal the CPU backend's bit for bit; and LoRA, tensor parallelism, the unit
+ * hooks and generation must refuse it with RF_ERR_UNSUPPORTED and a message
+ * naming the CPU backend; a backend that lacks a causal kernel is refused at
+ * load. (The CUDA backend's numbers: test_cuda_step.c.) */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/error.h"
+#include "parity_util.h"
+#include "trainer/causal_infer.h"
+#include "trainer/gpt2.h"
+#include "trainer/llama.h"
+#include "trainer/lora.h"
+#include "trainer/model_iface.h"
+#include "trainer/optim.h"
+
+static rf_backend fake;
+
+static int setup(void **state) {
+    (void)state;
+    fake = *rf_backend_cpu();
+    fake.name = "test-device";
+    return 0;
+}
+
+static rf_model *load(const char *model, const rf_backend *be) {
+    char *dir = fixture_path(model);
+    rf_model *m;
+    if (rf_model_load(dir, NULL, be, &m)) fail_msg("load %s on %s: %s", dir, be->name, rf_errmsg());
+    free(dir);
+    return m;
+}
+
+/* Two steps (forward, backward, clip, AdamW) on the CPU and on test-device:
+ * logits, loss, gradients, parameters and moments bit for bit equal; then the
+ * device model's export (to_host) loads back on the CPU with its parameters. */
+static void steps_equal(const char *model, const char *reffile) {
+    char *refp = fixture_path(reffile);
+    rf_st_file *ref;
+    if (rf_st_open(refp, &ref)) fail_msg("%s", rf_errmsg());
+    size_t n;
+    int32_t *ids = fx_ints(ref, "in.ids", &n), *mask = fx_ints(ref, "in.mask", NULL),
+            *labels = fx_ints(ref, "in.labels", NULL);
+    uint8_t *valid = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        valid[i] = (uint8_t)mask[i];
+    rf_model_batch b = {.B = 3, .T = (int)(n / 3), .ids = ids, .valid = valid, .labels = labels};
+    rf_model *c = load(model, rf_backend_cpu()), *d = load(model, &fake);
+    rf_model_blocks cb, db;
+    assert_int_equal(rf_model_blocks_of(c, &cb), 0);
+    assert_int_equal(rf_model_enable_training(c, cb.nparams, cb.nparams), 0);
+    assert_int_equal(rf_model_enable_training(d, cb.nparams, cb.nparams), 0);
+    assert_int_equal(rf_model_blocks_of(c, &cb), 0);
+    assert_int_equal(rf_model_blocks_of(d, &db), 0);
+    assert_ptr_equal(db.be, &fake);
+    assert_int_equal(cb.nparams, db.nparams);
+    size_t bytes = cb.nparams * sizeof(float);
+    assert_memory_equal(cb.params, db.params, bytes);
+    for (long k = 0; k < 2; k++) {
+        for (int i = 0; i < 2; i++) {
+            rf_model *m = i ? d : c;
+            assert_int_equal(rf_model_zero_grad(m), 0);
+            assert_int_equal(rf_model_forward(m, &b, true, 0), 0);
+            assert_int_equal(rf_model_backward(m, 1.0f), 0);
+        }
+        const float *lc, *ld;
+        size_t row;
+        float losc, losd;
+        long kc, kd;
+        assert_int_equal(rf_model_logits(c, &lc, &row), 0);
+        assert_int_equal(rf_model_logits(d, &ld, &row), 0);
+        assert_memory_equal(lc, ld, n * row * sizeof(float));
+        assert_int_equal(rf_model_loss(c, &losc, &kc), 0);
+        assert_int_equal(rf_model_loss(d, &losd, &kd), 0);
+        assert_true(kc > 0);
+        assert_int_equal(kc, kd);
+        assert_memory_equal(&losc, &losd, sizeof losc);
+        assert_memory_equal(cb.grads, db.grads, bytes);
+        rf_adamw o = rf_adamw_defaults();
+        o.lr = 1e-3f, o.weight_decay = 0.01f, o.clip_norm = 0.5f;
+        float nc, nd;
+        assert_int_equal(rf_optim_clip(&cb, o.clip_norm, &nc), 0);
+        assert_int_equal(rf_optim_clip(&db, o.clip_norm, &nd), 0);
+        assert_memory_equal(&nc, &nd, sizeof nc);
+        assert_int_equal(rf_optim_adamw(&cb, &o, k, o.lr, 0, cb.nparams, cb.m, cb.v), 0);
+        assert_int_equal(rf_optim_adamw(&db, &o, k, o.lr, 0, db.nparams, db.m, db.v), 0);
+        assert_memory_equal(cb.params, db.params, bytes);
+        assert_memory_equal(cb.m, db.m, bytes);
+        assert_memory_equal(cb.v, db.v, bytes);
+    }
+    /* the device's export, read back on the CPU */
+    char dir[] = "/tmp/rf_causal_dev_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    if (rf_model_save(d, dir)) fail_msg("save: %s", rf_errmsg());
+    rf_model *back;
+    if (rf_model_load(dir, NULL, rf_backend_cpu(), &back)) fail_msg("reload: %s", rf_errmsg());
+    rf_model_blocks bb;
+    assert_int_equal(rf_model_blocks_of(back, &bb), 0);
+    assert_int_equal(bb.nparams, db.nparams);
+    assert_memory_equal(bb.params, db.params, bytes);
+    rf_model_free(back);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/config.json", dir), unlink(p);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir), unlink(p);
+    rmdir(dir);
+    rf_model_free(c);
+    rf_model_free(d);
+    rf_st_free(ref);
+    free(ids), free(mask), free(labels), free(valid), free(refp);
+}
+
+static void test_gpt2_steps(void **state) {
+    (void)state;
+    steps_equal("../causal/tiny-gpt2-rand", "../causal/gpt2_rand_ref.safetensors");
+}
+
+static void test_llama_steps(void **state) {
+    (void)state;
+    steps_equal("../causal/tiny-llama-rand", "../causal/llama_rand_ref.safetensors");
+    steps_equal("../causal/tiny-llama-tied", "../causal/llama_tied_ref.safetensors");
+}
+
+static void expect_refusal(int rc, const char *needle) {
+    assert_int_equal(rc, RF_ERR_UNSUPPORTED);
+    const char *msg = rf_errmsg();
+    print_message("  refused: %s\n", msg);
+    if (!strstr(msg, needle)) fail_msg("'%s' does not say '%s'", msg, needle);
+}
+
+static int hook(void *user, int u, rf_unit_event ev, int next) {
+    (void)user, (void)u, (void)ev, (void)next;
+    return RF_OK;
+}
+
+/* What stays on the CPU refuses the device, each with its reason. */
+static void test_refusals(void **state) {
+    (void)state;
+    rf_model *g = load("../causal/tiny-gpt2-rand", &fake),
+             *l = load("../causal/tiny-llama-rand", &fake);
+    rf_gpt2 *gm = g->impl;
+    rf_llama *lm = l->impl;
+    rf_lora_config lc = rf_lora_defaults();
+    lc.rank = 2, lc.alpha = 4;
+    lc.targets = RF_LORA_Q | RF_LORA_K | RF_LORA_V | RF_LORA_O | RF_LORA_UP | RF_LORA_DOWN;
+    rf_lora *lo;
+    assert_int_equal(rf_lora_new_gpt2(gm, &lc, 1, &lo), 0);
+    expect_refusal(rf_lora_attach_gpt2(lo, gm), "gpt2: LoRA runs on the CPU backend only");
+    assert_null(gm->lora);
+    rf_lora_free(lo);
+    assert_int_equal(rf_lora_new_llama(lm, &lc, 1, &lo), 0);
+    expect_refusal(rf_lora_attach_llama(lo, lm, false), "llama: LoRA runs on the CPU backend only");
+    assert_null(lm->lora);
+    rf_lora_free(lo);
+    expect_refusal(rf_gpt2_tp_split(gm, NULL), "gpt2: tensor parallelism runs on the CPU backend");
+    expect_refusal(rf_llama_tp_split(lm, NULL),
+                   "llama: tensor parallelism runs on the CPU backend");
+    expect_refusal(rf_model_set_hook(g, hook, NULL), "run on the CPU backend only");
+    expect_refusal(rf_model_set_hook(l, hook, NULL), "run on the CPU backend only");
+    rf_infer *s;
+    expect_refusal(rf_infer_new(&(rf_causal_model){.gpt2 = gm}, 8, 8, &s),
+                   "generation and perplexity run on the CPU backend only");
+    expect_refusal(rf_infer_new(&(rf_causal_model){.llama = lm}, 8, 8, &s),
+                   "generation and perplexity run on the CPU backend only");
+    /* on the CPU backend the same calls are accepted */
+    rf_model *gc = load("../causal/tiny-gpt2-rand", rf_backend_cpu());
+    assert_int_equal(rf_model_set_hook(gc, hook, NULL), 0);
+    assert_int_equal(rf_infer_new(&(rf_causal_model){.gpt2 = gc->impl}, 8, 8, &s), 0);
+    rf_infer_free(s);
+    rf_model_free(gc);
+    rf_model_free(g);
+    rf_model_free(l);
+}
+
+/* A backend without the causal kernels (a device built before them) is
+ * refused at load with the missing slot's name, never called. */
+static void test_missing_kernels(void **state) {
+    (void)state;
+    rf_backend bare = fake;
+    bare.name = "bare-device";
+    bare.rope_bwd = NULL;
+    char *dir = fixture_path("../causal/tiny-llama-rand");
+    rf_model *m = NULL;
+    expect_refusal(rf_model_load(dir, NULL, &bare, &m), "has no 'rope_bwd' kernel");
+    assert_null(m);
+    free(dir);
+    bare.conv1d_fwd = NULL;
+    dir = fixture_path("../causal/tiny-gpt2-rand");
+    expect_refusal(rf_model_load(dir, NULL, &bare, &m), "has no 'conv1d_fwd' kernel");
+    free(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpt2_steps),
+        cmocka_unit_test(test_llama_steps),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_missing_kernels),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
