@@ -20,6 +20,7 @@
 #include "common/rng.h"
 #include "parity_util.h"
 #include "trainer/backend.h"
+#include "trainer/ops_causal.h"
 
 #define TOL 1e-5
 
@@ -376,12 +377,346 @@ static void test_optimizer(void **state) {
     }
 }
 
+static void gfree_all(void **gs, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        gfree(gs[i]);
+}
+
+static void test_tokpos(void **state) {
+    (void)state;
+    need_gpu();
+    /* B, T, C, V, packed pos, wpe, dwte */
+    static const int shapes[][7] = {{1, 1, 1, 3, 0, 1, 1},
+                                    {2, 7, 37, 11, 1, 1, 1},
+                                    {3, 64, 100, 50, 0, 0, 1},
+                                    {2, 33, 64, 20, 1, 1, 0},
+                                    {4, 128, 384, 1000, 1, 1, 1}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2], V = shapes[s][3],
+            packed = shapes[s][4], hw = shapes[s][5], hd = shapes[s][6], P = T;
+        size_t N = (size_t)B * T;
+        int32_t *ids = malloc(N * 4), *pos = malloc(N * 4);
+        for (size_t i = 0, p = 0; i < N; i++, p++) { /* few distinct ids: rows accumulate */
+            ids[i] = (int32_t)rf_rng_below(&rng, (uint64_t)(V < 5 ? V : 5));
+            if (i % T == 0 || rf_rng_below(&rng, 9) == 0) p = 0; /* a document starts */
+            pos[i] = (int32_t)p;
+        }
+        float *wte = rnd((size_t)V * C, -1, 1), *wpe = rnd((size_t)P * C, -1, 1),
+              *out = rnd(N * C, 0, 0), *dout = rnd(N * C, -1, 1), *dwte = rnd((size_t)V * C, -1, 1),
+              *dwpe = rnd((size_t)P * C, -1, 1);
+        void *g_ids = up(ids, N * 4), *g_pos = up(pos, N * 4), *g_wte = up(wte, (size_t)V * C * 4),
+             *g_wpe = up(wpe, (size_t)P * C * 4), *g_out = up(NULL, N * C * 4),
+             *g_dout = up(dout, N * C * 4), *g_dwte = up(dwte, (size_t)V * C * 4),
+             *g_dwpe = up(dwpe, (size_t)P * C * 4);
+        print_message("tokpos B=%d T=%d C=%d V=%d packed=%d wpe=%d dwte=%d\n", B, T, C, V, packed,
+                      hw, hd);
+        const int32_t *cp = packed ? pos : NULL, *gp = packed ? g_pos : NULL;
+        rf_op_tokpos_fwd(out, ids, cp, wte, hw ? wpe : NULL, B, T, C);
+        assert_int_equal(gpu->tokpos_fwd(gpu, g_out, g_ids, gp, g_wte, hw ? g_wpe : NULL, B, T, C),
+                         0);
+        check_exact("tokpos_fwd", g_out, out, N * C);
+        rf_op_tokpos_bwd(hd ? dwte : NULL, hw ? dwpe : NULL, dout, ids, cp, B, T, C);
+        assert_int_equal(gpu->tokpos_bwd(gpu, hd ? g_dwte : NULL, hw ? g_dwpe : NULL, g_dout, g_ids,
+                                         gp, B, T, C, V, P),
+                         0);
+        check_exact("tokpos_bwd dwte (row order)", g_dwte, dwte, (size_t)V * C);
+        check_exact("tokpos_bwd dwpe (row order)", g_dwpe, dwpe, (size_t)P * C);
+        void *gs[] = {g_ids, g_pos, g_wte, g_wpe, g_out, g_dout, g_dwte, g_dwpe};
+        gfree_all(gs, sizeof gs / sizeof gs[0]);
+        free(ids), free(pos), free(wte), free(wpe), free(out), free(dout), free(dwte), free(dwpe);
+    }
+}
+
+/* Conv1D and the LM head on gpu (the fp32 backend, or cuda-bf16) within tol. */
+static void conv1d_lm_head_cases(double tol) {
+    /* N, IC, OC, bias, dinp, dw */
+    static const int shapes[][6] = {
+        {1, 3, 5, 1, 1, 1}, {13, 37, 29, 1, 0, 1}, {33, 64, 2, 0, 1, 0}, {256, 384, 1152, 1, 1, 1}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int N = shapes[s][0], IC = shapes[s][1], OC = shapes[s][2], hb = shapes[s][3],
+            hd = shapes[s][4], hw = shapes[s][5];
+        size_t ni = (size_t)N * IC, no = (size_t)N * OC, nw = (size_t)OC * IC;
+        float *x = rnd(ni, -1, 1), *w = rnd(nw, -0.1f, 0.1f), *b = rnd(OC, -1, 1),
+              *out = rnd(no, 0, 0), *dout = rnd(no, -1, 1), *dx = rnd(ni, -1, 1),
+              *dw = rnd(nw, -1, 1), *db = rnd(OC, -1, 1);
+        void *g_x = up(x, ni * 4), *g_w = up(w, nw * 4), *g_b = up(b, OC * 4),
+             *g_out = up(NULL, no * 4), *g_dout = up(dout, no * 4), *g_dx = up(dx, ni * 4),
+             *g_dw = up(dw, nw * 4), *g_db = up(db, OC * 4);
+        print_message("conv1d N=%d IC=%d OC=%d bias=%d dinp=%d dw=%d\n", N, IC, OC, hb, hd, hw);
+        rf_op_conv1d_fwd(out, x, w, hb ? b : NULL, N, IC, OC);
+        assert_int_equal(gpu->conv1d_fwd(gpu, g_out, g_x, g_w, hb ? g_b : NULL, N, IC, OC), 0);
+        check("conv1d_fwd", g_out, out, no, tol);
+        rf_op_conv1d_bwd(hd ? dx : NULL, hw ? dw : NULL, hb ? db : NULL, dout, x, w, N, IC, OC);
+        assert_int_equal(gpu->conv1d_bwd(gpu, hd ? g_dx : NULL, hw ? g_dw : NULL, hb ? g_db : NULL,
+                                         g_dout, g_x, g_w, N, IC, OC),
+                         0);
+        check("conv1d_bwd dinp", g_dx, dx, ni, tol);
+        check("conv1d_bwd dw", g_dw, dw, nw, tol);
+        check("conv1d_bwd db", g_db, db, OC, TOL); /* fp32 in both modes */
+        void *gs[] = {g_x, g_w, g_b, g_out, g_dout, g_dx, g_dw, g_db};
+        gfree_all(gs, sizeof gs / sizeof gs[0]);
+        free(x), free(w), free(b), free(out), free(dout), free(dx), free(dw), free(db);
+    }
+    /* the LM head: N, C, V, dh, dwte (GPT-2's vocabulary last) */
+    static const int heads[][5] = {
+        {1, 3, 5, 1, 1}, {13, 37, 29, 0, 1}, {33, 64, 1000, 1, 0}, {8, 64, 50257, 1, 1}};
+    for (size_t s = 0; s < sizeof heads / sizeof heads[0]; s++) {
+        int N = heads[s][0], C = heads[s][1], V = heads[s][2], hh = heads[s][3], hw = heads[s][4];
+        size_t nh = (size_t)N * C, nl = (size_t)N * V, nw = (size_t)V * C;
+        float *h = rnd(nh, -1, 1), *w = rnd(nw, -0.1f, 0.1f), *lg = rnd(nl, 0, 0),
+              *dl = rnd(nl, -1, 1), *dh = rnd(nh, -1, 1), *dw = rnd(nw, -1, 1);
+        void *g_h = up(h, nh * 4), *g_w = up(w, nw * 4), *g_lg = up(NULL, nl * 4),
+             *g_dl = up(dl, nl * 4), *g_dh = up(dh, nh * 4), *g_dw = up(dw, nw * 4);
+        print_message("lm_head N=%d C=%d V=%d dh=%d dwte=%d\n", N, C, V, hh, hw);
+        rf_op_lm_head_fwd(lg, h, w, N, C, V);
+        assert_int_equal(gpu->lm_head_fwd(gpu, g_lg, g_h, g_w, N, C, V), 0);
+        check("lm_head_fwd", g_lg, lg, nl, tol);
+        rf_op_lm_head_bwd(hh ? dh : NULL, hw ? dw : NULL, dl, h, w, N, C, V);
+        assert_int_equal(
+            gpu->lm_head_bwd(gpu, hh ? g_dh : NULL, hw ? g_dw : NULL, g_dl, g_h, g_w, N, C, V), 0);
+        check("lm_head_bwd dh", g_dh, dh, nh, tol);
+        check("lm_head_bwd dwte", g_dw, dw, nw, tol);
+        void *gs[] = {g_h, g_w, g_lg, g_dl, g_dh, g_dw};
+        gfree_all(gs, sizeof gs / sizeof gs[0]);
+        free(h), free(w), free(lg), free(dl), free(dh), free(dw);
+    }
+}
+
+static void test_conv1d_lm_head(void **state) {
+    (void)state;
+    need_gpu();
+    conv1d_lm_head_cases(TOL);
+}
+
+/* cuda-bf16: the same stated 1e-2 as its linear layer. */
+static void test_conv1d_lm_head_bf16(void **state) {
+    (void)state;
+    need_gpu();
+    if (rf_backend_for("cuda-bf16", &gpu)) RF_SKIP("%s", rf_errmsg());
+    conv1d_lm_head_cases(1e-2);
+}
+
+static void test_rmsnorm(void **state) {
+    (void)state;
+    need_gpu();
+    /* N, C, dw */
+    static const int shapes[][3] = {{1, 5, 1}, {7, 37, 0}, {300, 384, 1}, {64, 576, 1}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int N = shapes[s][0], C = shapes[s][1], hw = shapes[s][2];
+        size_t n = (size_t)N * C;
+        float *x = rnd(n, -3, 3), *w = rnd(C, 0.5f, 1.5f), *out = rnd(n, 0, 0),
+              *rstd = rnd(N, 0, 0), *dout = rnd(n, -1, 1), *dx = rnd(n, -1, 1), *dw = rnd(C, -1, 1);
+        void *g_x = up(x, n * 4), *g_w = up(w, C * 4), *g_out = up(NULL, n * 4),
+             *g_rstd = up(NULL, N * 4), *g_dout = up(dout, n * 4), *g_dx = up(dx, n * 4),
+             *g_dw = up(dw, C * 4);
+        print_message("rmsnorm N=%d C=%d dw=%d\n", N, C, hw);
+        rf_op_rmsnorm_fwd(out, rstd, x, w, N, C, 1e-5f);
+        assert_int_equal(gpu->rmsnorm_fwd(gpu, g_out, g_rstd, g_x, g_w, N, C, 1e-5f), 0);
+        check("rmsnorm_fwd out", g_out, out, n, TOL);
+        check("rmsnorm_fwd rstd", g_rstd, rstd, N, TOL);
+        rf_op_rmsnorm_bwd(dx, hw ? dw : NULL, dout, x, w, rstd, N, C);
+        assert_int_equal(
+            gpu->rmsnorm_bwd(gpu, g_dx, hw ? g_dw : NULL, g_dout, g_x, g_w, g_rstd, N, C), 0);
+        check("rmsnorm_bwd dinp", g_dx, dx, n, TOL);
+        check("rmsnorm_bwd dw", g_dw, dw, C, TOL);
+        void *gs[] = {g_x, g_w, g_out, g_rstd, g_dout, g_dx, g_dw};
+        gfree_all(gs, sizeof gs / sizeof gs[0]);
+        free(x), free(w), free(out), free(rstd), free(dout), free(dx), free(dw);
+    }
+}
+
+/* RoPE as Llama uses it: q and k of a fused qkv buffer rotated in place
+ * (out == inp, rows `stride` apart), backward into a non-zero dqkv. */
+static void test_rope(void **state) {
+    (void)state;
+    need_gpu();
+    /* B, T, NH, NKV, hs, packed pos, theta */
+    static const int shapes[][7] = {{1, 1, 1, 1, 2, 0, 10000},
+                                    {2, 7, 6, 2, 64, 1, 10000},
+                                    {3, 33, 3, 1, 10, 0, 100000},
+                                    {2, 128, 9, 3, 64, 1, 10000}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int B = shapes[s][0], T = shapes[s][1], NH = shapes[s][2], NKV = shapes[s][3],
+            hs = shapes[s][4], packed = shapes[s][5], N = B * T, W = (NH + 2 * NKV) * hs;
+        float theta = (float)shapes[s][6];
+        size_t n = (size_t)N * W;
+        int32_t *pos = malloc((size_t)N * 4);
+        for (int i = 0, p = 0; i < N; i++, p++) {
+            if (i % T == 0 || rf_rng_below(&rng, 9) == 0) p = 0;
+            pos[i] = p;
+        }
+        float *qkv = rnd(n, -2, 2), *dout = rnd(n, -1, 1), *dqkv = rnd(n, -1, 1);
+        void *g_pos = up(pos, (size_t)N * 4), *g_qkv = up(qkv, n * 4), *g_dout = up(dout, n * 4),
+             *g_dqkv = up(dqkv, n * 4);
+        const int32_t *cp = packed ? pos : NULL, *gp = packed ? g_pos : NULL;
+        float *gq = g_qkv, *gk = (float *)g_qkv + (size_t)NH * hs;
+        print_message("rope B=%d T=%d NH=%d NKV=%d hs=%d packed=%d theta=%g\n", B, T, NH, NKV, hs,
+                      packed, theta);
+        rf_op_rope_fwd(qkv, qkv, cp, N, T, NH, hs, W, theta);
+        rf_op_rope_fwd(qkv + (size_t)NH * hs, qkv + (size_t)NH * hs, cp, N, T, NKV, hs, W, theta);
+        assert_int_equal(gpu->rope_fwd(gpu, gq, gq, gp, N, T, NH, hs, W, theta), 0);
+        assert_int_equal(gpu->rope_fwd(gpu, gk, gk, gp, N, T, NKV, hs, W, theta), 0);
+        check("rope_fwd (q and k in place)", g_qkv, qkv, n, TOL);
+        rf_op_rope_bwd(dqkv, dout, cp, N, T, NH, hs, W, theta);
+        rf_op_rope_bwd(dqkv + (size_t)NH * hs, dout + (size_t)NH * hs, cp, N, T, NKV, hs, W, theta);
+        assert_int_equal(gpu->rope_bwd(gpu, g_dqkv, g_dout, gp, N, T, NH, hs, W, theta), 0);
+        assert_int_equal(gpu->rope_bwd(gpu, (float *)g_dqkv + (size_t)NH * hs,
+                                       (float *)g_dout + (size_t)NH * hs, gp, N, T, NKV, hs, W,
+                                       theta),
+                         0);
+        check("rope_bwd", g_dqkv, dqkv, n, TOL);
+        void *gs[] = {g_pos, g_qkv, g_dout, g_dqkv};
+        gfree_all(gs, sizeof gs / sizeof gs[0]);
+        free(pos), free(qkv), free(dout), free(dqkv);
+    }
+}
+
+static void test_swiglu_gelu_tanh(void **state) {
+    (void)state;
+    need_gpu();
+    static const int shapes[][2] = {{1, 1}, {7, 37}, {64, 1536}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int N = shapes[s][0], F = shapes[s][1];
+        size_t n = (size_t)N * F;
+        float *gu = rnd(2 * n, -5, 5), *out = rnd(n, 0, 0), *dout = rnd(n, -1, 1),
+              *dgu = rnd(2 * n, -1, 1);
+        void *g_gu = up(gu, 2 * n * 4), *g_out = up(NULL, n * 4), *g_dout = up(dout, n * 4),
+             *g_dgu = up(dgu, 2 * n * 4);
+        print_message("swiglu N=%d F=%d\n", N, F);
+        rf_op_swiglu_fwd(out, gu, N, F);
+        assert_int_equal(gpu->swiglu_fwd(gpu, g_out, g_gu, N, F), 0);
+        check("swiglu_fwd", g_out, out, n, TOL);
+        rf_op_swiglu_bwd(dgu, dout, gu, N, F);
+        assert_int_equal(gpu->swiglu_bwd(gpu, g_dgu, g_dout, g_gu, N, F), 0);
+        check("swiglu_bwd", g_dgu, dgu, 2 * n, TOL);
+        /* gelu_tanh on the same n elements */
+        float *dx = rnd(n, -1, 1);
+        void *g_dx = up(dx, n * 4);
+        print_message("gelu_tanh n=%zu\n", n);
+        rf_op_gelu_tanh_fwd(out, gu, n);
+        assert_int_equal(gpu->gelu_tanh_fwd(gpu, g_out, g_gu, n), 0);
+        check("gelu_tanh_fwd", g_out, out, n, TOL);
+        rf_op_gelu_tanh_bwd(dx, gu, dout, n);
+        assert_int_equal(gpu->gelu_tanh_bwd(gpu, g_dx, g_gu, g_dout, n), 0);
+        check("gelu_tanh_bwd", g_dx, dx, n, TOL);
+        void *gs[] = {g_gu, g_out, g_dout, g_dgu, g_dx};
+        gfree_all(gs, sizeof gs / sizeof gs[0]);
+        free(gu), free(out), free(dout), free(dgu), free(dx);
+    }
+}
+
+static void test_causal_attention(void **state) {
+    (void)state;
+    need_gpu();
+    /* B, T, NH, NKV, hs, padded valid, packed seg */
+    static const int shapes[][7] = {{1, 1, 1, 1, 32, 0, 0},     {2, 13, 6, 2, 20, 1, 0},
+                                    {3, 37, 6, 2, 64, 1, 1},    {2, 64, 4, 4, 96, 0, 1},
+                                    {2, 128, 12, 12, 64, 1, 1}, {1, 16, 2, 1, 256, 1, 0},
+                                    {1, 1024, 2, 1, 64, 0, 0}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int B = shapes[s][0], T = shapes[s][1], NH = shapes[s][2], NKV = shapes[s][3],
+            hs = shapes[s][4], hv = shapes[s][5], hg = shapes[s][6], W = (NH + 2 * NKV) * hs;
+        size_t N = (size_t)B * T, nqkv = N * W, nout = N * NH * hs, natt = (size_t)B * NH * T * T;
+        uint8_t *valid = malloc(N);
+        int32_t *seg = malloc(N * 4);
+        for (int b = 0; b < B; b++)
+            for (int t = 0, d = 0; t < T; t++) {
+                /* sequence b keeps T - 3b keys (at least 1); the last one
+                 * also loses its first key, so its query 0 sees no key */
+                valid[b * T + t] = t < (T - 3 * b > 1 ? T - 3 * b : 1) && !(b && b == B - 1 && !t);
+                if (t && rf_rng_below(&rng, 7) == 0) d++; /* a document starts */
+                seg[b * T + t] = d;
+            }
+        float *qkv = rnd(nqkv, -1, 1), *out = rnd(nout, 0, 0), *att = rnd(natt, 0, 0),
+              *scr = rnd((size_t)B * NH * T, 0, 0), *dout = rnd(nout, -1, 1),
+              *dqkv = rnd(nqkv, -1, 1);
+        void *g_valid = up(valid, N), *g_seg = up(seg, N * 4), *g_qkv = up(qkv, nqkv * 4),
+             *g_out = up(NULL, nout * 4), *g_att = up(NULL, natt * 4),
+             *g_scr = up(NULL, (size_t)B * NH * T * 4), *g_dout = up(dout, nout * 4),
+             *g_dqkv = up(dqkv, nqkv * 4);
+        print_message("causal_attention B=%d T=%d NH=%d NKV=%d hs=%d valid=%d seg=%d\n", B, T, NH,
+                      NKV, hs, hv, hg);
+        rf_op_causal_attention_fwd(out, att, qkv, hv ? valid : NULL, hg ? seg : NULL, B, T, NH, NKV,
+                                   hs);
+        assert_int_equal(gpu->causal_attention_fwd(gpu, g_out, g_att, g_qkv, hv ? g_valid : NULL,
+                                                   hg ? g_seg : NULL, B, T, NH, NKV, hs),
+                         0);
+        check("causal_attention_fwd out", g_out, out, nout, TOL);
+        check("causal_attention_fwd att", g_att, att, natt, TOL);
+        rf_op_causal_attention_bwd(dqkv, scr, dout, qkv, att, B, T, NH, NKV, hs);
+        assert_int_equal(
+            gpu->causal_attention_bwd(gpu, g_dqkv, g_scr, g_dout, g_qkv, g_att, B, T, NH, NKV, hs),
+            0);
+        check("causal_attention_bwd dqkv", g_dqkv, dqkv, nqkv, TOL);
+        void *gs[] = {g_valid, g_seg, g_qkv, g_out, g_att, g_scr, g_dout, g_dqkv};
+        gfree_all(gs, sizeof gs / sizeof gs[0]);
+        free(valid), free(seg), free(qkv), free(out), free(att), free(scr), free(dout), free(dqkv);
+    }
+}
+
+static void test_causal_xent(void **state) {
+    (void)state;
+    need_gpu();
+    /* B, T, V */
+    static const int shapes[][3] = {{1, 1, 2}, {2, 7, 11}, {3, 17, 50257}, {2, 33, 49152}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int B = shapes[s][0], T = shapes[s][1], V = shapes[s][2], N = B * T;
+        size_t n = (size_t)N * V;
+        int32_t *labels = malloc((size_t)N * 4);
+        for (int i = 0; i < N; i++) /* every fifth label ignored (-100), as padding or packing */
+            labels[i] = i % 5 == 2 ? -100 : (int32_t)rf_rng_below(&rng, (uint64_t)V);
+        float *z = rnd(n, -6, 6), *lse = rnd(N, 0, 0), *losses = rnd(N, 0, 0), *dz = rnd(n, 0, 0),
+              gloss = -1;
+        void *g_labels = up(labels, (size_t)N * 4), *g_z = up(z, n * 4),
+             *g_lse = up(NULL, (size_t)N * 4), *g_losses = up(NULL, (size_t)N * 4),
+             *g_dz = up(dz, n * 4);
+        int counted = -1, gcounted = -2;
+        print_message("causal_xent B=%d T=%d V=%d\n", B, T, V);
+        float loss = rf_op_causal_xent_fwd(lse, losses, &counted, z, labels, B, T, V);
+        assert_int_equal(
+            gpu->causal_xent_fwd(gpu, &gloss, &gcounted, g_lse, g_losses, g_z, g_labels, B, T, V),
+            0);
+        check("causal_xent_fwd lse", g_lse, lse, N, TOL);
+        check("causal_xent_fwd losses", g_losses, losses, N, TOL);
+        print_message("  causal_xent_fwd loss cpu %.9g gpu %.9g, counted cpu %d gpu %d\n", loss,
+                      gloss, counted, gcounted);
+        assert_int_equal(gcounted, counted);
+        assert_true(fabs((double)gloss - loss) <= TOL * fabs((double)loss) + 1e-12);
+        /* counted may be NULL */
+        assert_int_equal(
+            gpu->causal_xent_fwd(gpu, &gloss, NULL, g_lse, g_losses, g_z, g_labels, B, T, V), 0);
+        /* from zero gradients (a non-zero start of [-1, 1] would dwarf the
+         * scale / counted terms), then once more onto that non-zero result */
+        for (int pass = 0; pass < 2; pass++) {
+            rf_op_causal_xent_bwd(dz, z, lse, labels, B, T, V, 0.5f);
+            assert_int_equal(gpu->causal_xent_bwd(gpu, g_dz, g_z, g_lse, g_labels, B, T, V, 0.5f),
+                             0);
+            check(pass ? "causal_xent_bwd (accumulated)" : "causal_xent_bwd", g_dz, dz, n, TOL);
+        }
+        void *gs[] = {g_labels, g_z, g_lse, g_losses, g_dz};
+        gfree_all(gs, sizeof gs / sizeof gs[0]);
+        free(labels), free(z), free(lse), free(losses), free(dz);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_embedding),   cmocka_unit_test(test_layernorm),
-        cmocka_unit_test(test_linear),      cmocka_unit_test(test_linear_bf16),
-        cmocka_unit_test(test_attention),   cmocka_unit_test(test_pointwise),
-        cmocka_unit_test(test_xent_argmax), cmocka_unit_test(test_optimizer),
+        cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_layernorm),
+        cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_linear_bf16),
+        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_pointwise),
+        cmocka_unit_test(test_xent_argmax),
+        cmocka_unit_test(test_optimizer),
+        cmocka_unit_test(test_tokpos),
+        cmocka_unit_test(test_conv1d_lm_head),
+        cmocka_unit_test(test_conv1d_lm_head_bf16),
+        cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_swiglu_gelu_tanh),
+        cmocka_unit_test(test_causal_attention),
+        cmocka_unit_test(test_causal_xent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

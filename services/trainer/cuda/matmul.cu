@@ -63,3 +63,66 @@ int rf_cu_linear_bwd(const rf_backend *be, float *dinp, float *dw, float *db, co
         cublasSgemv(c->blas, CUBLAS_OP_N, OC, N, &one, dout, OC, c->ones, 1, &one, db, 1),
         "linear_bwd (bias)");
 }
+
+// Hugging Face's Conv1D (GPT-2), twin of rf_op_conv1d_fwd/bwd: the weight is
+// stored [IC, OC], which column-major reads as w^T (OC x IC, ld OC).
+int rf_cu_conv1d_fwd(const rf_backend *be, float *out, const float *inp, const float *w,
+                     const float *b, int N, int IC, int OC) {
+    rf_cuda_ctx *c = cu_ctx(be);
+    if (N <= 0 || OC <= 0) return RF_OK;
+    float beta = 0.0f;
+    if (b) { // out = b, then out += inp w, as the CPU twin
+        size_t total = (size_t)N * OC;
+        bias_rows_kernel<<<cu_blocks(total, 256), 256, 0, c->stream>>>(out, b, OC, total);
+        int rc = cu_launched("conv1d_fwd (bias)");
+        if (rc) return rc;
+        beta = 1.0f;
+    }
+    // out^T (OC x N) = w^T (OC x IC, ld OC) * inp^T (IC x N, ld IC)
+    return gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, IC, w, OC, inp, IC, beta, out, OC,
+                "conv1d_fwd");
+}
+
+int rf_cu_conv1d_bwd(const rf_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                     const float *inp, const float *w, int N, int IC, int OC) {
+    rf_cuda_ctx *c = cu_ctx(be);
+    if (N <= 0) return RF_OK;
+    float one = 1.0f;
+    int rc;
+    // dinp[N, IC] += dout[N, OC] w^T: dinp^T (IC x N) = (w^T)^T (IC x OC) * dout^T (OC x N)
+    if (dinp && (rc = gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, IC, N, OC, w, OC, dout, OC, 1.0f, dinp, IC,
+                           "conv1d_bwd (input)")))
+        return rc;
+    // dw[IC, OC] += inp^T dout: dw^T (OC x IC, ld OC) = dout^T (OC x N) * inp (N x IC)
+    if (dw && (rc = gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, OC, IC, N, dout, OC, inp, IC, 1.0f, dw, OC,
+                         "conv1d_bwd (weights)")))
+        return rc;
+    if (!db) return RF_OK;
+    if ((rc = rf_cuda_ones(c, (size_t)N))) return rc;
+    return rf_cublas_check(
+        cublasSgemv(c->blas, CUBLAS_OP_N, OC, N, &one, dout, OC, c->ones, 1, &one, db, 1),
+        "conv1d_bwd (bias)");
+}
+
+// The tied LM head, twin of rf_op_lm_head_fwd/bwd: the linear layer without a
+// bias on wte[V, C]; dh and dwte may each be NULL.
+int rf_cu_lm_head_fwd(const rf_backend *be, float *logits, const float *h, const float *wte, int N,
+                      int C, int V) {
+    return rf_cu_linear_fwd(be, logits, h, wte, NULL, N, C, V);
+}
+
+int rf_cu_lm_head_bwd(const rf_backend *be, float *dh, float *dwte, const float *dlogits,
+                      const float *h, const float *wte, int N, int C, int V) {
+    rf_cuda_ctx *c = cu_ctx(be);
+    if (N <= 0) return RF_OK;
+    int rc;
+    // dh^T (C x N) += wte^T-view (C x V, ld C) * dlogits^T (V x N, ld V)
+    if (dh && (rc = gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, C, N, V, wte, C, dlogits, V, 1.0f, dh, C,
+                         "lm_head_bwd (input)")))
+        return rc;
+    // dwte^T (C x V) += h^T (C x N, ld C) * dlogits (N x V)
+    if (dwte && (rc = gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, C, V, N, h, C, dlogits, V, 1.0f, dwte, C,
+                           "lm_head_bwd (weights)")))
+        return rc;
+    return RF_OK;
+}

@@ -50,6 +50,53 @@ int rf_cu_xent_bwd(const rf_backend *be, float *dlogits, const float *probs, con
                    const float *weights, int B, int K, float scale);
 int rf_cu_softmax_argmax(const rf_backend *be, int32_t *pred, float *probs, const float *logits,
                          int B, int K);
+// The causal language models (GPT-2, Llama; semantics: ops_causal.h).
+// tokpos.cu
+int rf_cu_tokpos_fwd(const rf_backend *be, float *out, const int32_t *ids, const int32_t *pos,
+                     const float *wte, const float *wpe, int B, int T, int C);
+int rf_cu_tokpos_bwd(const rf_backend *be, float *dwte, float *dwpe, const float *dout,
+                     const int32_t *ids, const int32_t *pos, int B, int T, int C, int V, int P);
+// matmul.cu (Conv1D and the LM head through cuBLAS)
+int rf_cu_conv1d_fwd(const rf_backend *be, float *out, const float *inp, const float *w,
+                     const float *b, int N, int IC, int OC);
+int rf_cu_conv1d_bwd(const rf_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                     const float *inp, const float *w, int N, int IC, int OC);
+int rf_cu_lm_head_fwd(const rf_backend *be, float *logits, const float *h, const float *wte, int N,
+                      int C, int V);
+int rf_cu_lm_head_bwd(const rf_backend *be, float *dh, float *dwte, const float *dlogits,
+                      const float *h, const float *wte, int N, int C, int V);
+// rmsnorm.cu
+int rf_cu_rmsnorm_fwd(const rf_backend *be, float *out, float *rstd, const float *inp,
+                      const float *w, int N, int C, float eps);
+int rf_cu_rmsnorm_bwd(const rf_backend *be, float *dinp, float *dw, const float *dout,
+                      const float *inp, const float *w, const float *rstd, int N, int C);
+// rope.cu
+int rf_cu_rope_fwd(const rf_backend *be, float *out, const float *inp, const int32_t *pos, int N,
+                   int T, int nh, int hs, int stride, float theta);
+int rf_cu_rope_bwd(const rf_backend *be, float *dinp, const float *dout, const int32_t *pos, int N,
+                   int T, int nh, int hs, int stride, float theta);
+// swiglu.cu
+int rf_cu_swiglu_fwd(const rf_backend *be, float *out, const float *gu, int N, int F);
+int rf_cu_swiglu_bwd(const rf_backend *be, float *dgu, const float *dout, const float *gu, int N,
+                     int F);
+// gelu.cu (the tanh approximation)
+int rf_cu_gelu_tanh_fwd(const rf_backend *be, float *out, const float *inp, size_t n);
+int rf_cu_gelu_tanh_bwd(const rf_backend *be, float *dinp, const float *inp, const float *dout,
+                        size_t n);
+// causal_attention.cu
+int rf_cu_causal_attention_fwd(const rf_backend *be, float *out, float *att, const float *qkv,
+                               const uint8_t *valid, const int32_t *seg, int B, int T, int NH,
+                               int NKV, int hs);
+int rf_cu_causal_attention_bwd(const rf_backend *be, float *dqkv, float *scratch,
+                               const float *dout, const float *qkv, const float *att, int B, int T,
+                               int NH, int NKV, int hs);
+// causal_xent.cu
+int rf_cu_causal_xent_fwd(const rf_backend *be, float *loss, int *counted, float *lse,
+                          float *losses, const float *logits, const int32_t *labels, int B, int T,
+                          int V);
+int rf_cu_causal_xent_bwd(const rf_backend *be, float *dlogits, const float *logits,
+                          const float *lse, const int32_t *labels, int B, int T, int V,
+                          float scale);
 // norm.cu
 int rf_cu_sumsq(const rf_backend *be, double *out, const float *x, size_t n);
 int rf_cu_scale(const rf_backend *be, float *x, size_t n, float s);

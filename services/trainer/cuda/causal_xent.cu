@@ -1,0 +1,125 @@
+// Causal-LM cross-entropy with Hugging Face's shift; twin of
+// rf_op_causal_xent_fwd/bwd (ops_causal.c): row (b, t) predicts
+// labels[b, t+1]; the last position of each sequence and negative labels
+// (-100) are not counted. Rows are vocabulary-wide (50257 for GPT-2, 49152
+// for SmolLM), so a block per row: the row maximum and the sum of exponentials
+// (in double, as the CPU) reduced by a fixed tree in shared memory; the mean
+// over counted rows is summed by one thread in row order, the CPU's order, so
+// the loss is deterministic and, given the same per-row losses, the CPU's.
+#include "trainer/cuda/ops_cuda.cuh"
+
+#define XE_THREADS 256
+
+__device__ __forceinline__ static int xe_target(const int32_t *labels, int T, int n) {
+    return n % T == T - 1 ? -1 : labels[n + 1];
+}
+
+__global__ static void causal_xent_rows_kernel(float *lse, float *losses, const float *logits,
+                                               const int32_t *labels, int T, int V) {
+    __shared__ double sd[XE_THREADS];
+    __shared__ float sf[XE_THREADS];
+    int n = blockIdx.x, tid = threadIdx.x;
+    const float *z = logits + (size_t)n * V;
+    float mx = -INFINITY;
+    for (int k = tid; k < V; k += XE_THREADS)
+        mx = fmaxf(mx, z[k]);
+    sf[tid] = mx;
+    __syncthreads();
+    for (int w = XE_THREADS / 2; w > 0; w >>= 1) {
+        if (tid < w) sf[tid] = fmaxf(sf[tid], sf[tid + w]);
+        __syncthreads();
+    }
+    mx = sf[0];
+    double s = 0;
+    for (int k = tid; k < V; k += XE_THREADS)
+        s += exp((double)z[k] - mx);
+    sd[tid] = s;
+    __syncthreads();
+    for (int w = XE_THREADS / 2; w > 0; w >>= 1) {
+        if (tid < w) sd[tid] += sd[tid + w];
+        __syncthreads();
+    }
+    if (tid) return;
+    double l = log(sd[0]) + mx;
+    lse[n] = (float)l;
+    int y = xe_target(labels, T, n);
+    losses[n] = y >= 0 && y < V ? (float)(l - z[y]) : 0.0f;
+}
+
+// red[0] = the mean over counted rows (0 when none), red[1] = their number.
+__global__ static void causal_xent_mean_kernel(double *red, const float *losses,
+                                               const int32_t *labels, int N, int T, int V) {
+    double total = 0;
+    int c = 0;
+    for (int n = 0; n < N; n++) {
+        int y = xe_target(labels, T, n);
+        if (y < 0 || y >= V) continue;
+        total += losses[n];
+        c++;
+    }
+    red[0] = c ? (double)(float)(total / c) : 0.0;
+    red[1] = c;
+}
+
+int rf_cu_causal_xent_fwd(const rf_backend *be, float *loss, int *counted, float *lse,
+                          float *losses, const float *logits, const int32_t *labels, int B, int T,
+                          int V) {
+    rf_cuda_ctx *c = cu_ctx(be);
+    *loss = 0;
+    if (counted) *counted = 0;
+    if (B <= 0 || T <= 0) return RF_OK;
+    if (V <= 0) return rf_fail(RF_ERR_INVALID, "cuda causal_xent_fwd: vocabulary of %d", V);
+    int N = B * T;
+    causal_xent_rows_kernel<<<N, XE_THREADS, 0, c->stream>>>(lse, losses, logits, labels, T, V);
+    int rc = cu_launched("causal_xent_fwd");
+    if (rc) return rc;
+    causal_xent_mean_kernel<<<1, 1, 0, c->stream>>>(c->red, losses, labels, N, T, V);
+    if ((rc = cu_launched("causal_xent_fwd (mean)")) ||
+        (rc = rf_cuda_check(cudaMemcpyAsync(c->red_host, c->red, 2 * sizeof(double),
+                                            cudaMemcpyDeviceToHost, c->stream),
+                            "causal_xent_fwd (loss)")) ||
+        (rc = rf_cuda_check(cudaStreamSynchronize(c->stream), "causal_xent_fwd")))
+        return rc;
+    *loss = (float)c->red_host[0];
+    if (counted) *counted = (int)c->red_host[1];
+    return RF_OK;
+}
+
+// red[1] = the counted rows, as the mean kernel.
+__global__ static void causal_xent_count_kernel(double *red, const int32_t *labels, int N, int T,
+                                                int V) {
+    int c = 0;
+    for (int n = 0; n < N; n++) {
+        int y = xe_target(labels, T, n);
+        c += y >= 0 && y < V;
+    }
+    red[1] = c;
+}
+
+// A block per row; uncounted rows return at once (the whole block alike).
+__global__ static void causal_xent_bwd_kernel(float *dlogits, const float *logits, const float *lse,
+                                              const int32_t *labels, const double *red, int T,
+                                              int V, float scale) {
+    int n = blockIdx.x, y = xe_target(labels, T, n), c = (int)red[1];
+    if (y < 0 || y >= V || c == 0) return;
+    float s = scale / (float)c; // the CPU twin's float arithmetic
+    const float *z = logits + (size_t)n * V;
+    float *d = dlogits + (size_t)n * V;
+    double l = lse[n];
+    for (int k = threadIdx.x; k < V; k += blockDim.x)
+        d[k] += s * ((float)exp((double)z[k] - l) - (k == y));
+}
+
+int rf_cu_causal_xent_bwd(const rf_backend *be, float *dlogits, const float *logits,
+                          const float *lse, const int32_t *labels, int B, int T, int V,
+                          float scale) {
+    rf_cuda_ctx *c = cu_ctx(be);
+    if (B <= 0 || T <= 0 || V <= 0) return RF_OK;
+    int N = B * T;
+    causal_xent_count_kernel<<<1, 1, 0, c->stream>>>(c->red, labels, N, T, V);
+    int rc = cu_launched("causal_xent_bwd (count)");
+    if (rc) return rc;
+    causal_xent_bwd_kernel<<<N, XE_THREADS, 0, c->stream>>>(dlogits, logits, lse, labels, c->red, T,
+                                                            V, scale);
+    return cu_launched("causal_xent_bwd");
+}
