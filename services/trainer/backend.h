@@ -163,8 +163,8 @@ const rf_backend *rf_backend_cpu_staged(void);
 void rf_backend_cpu_set_threads(int n);
 
 /* The backend of a device name: NULL, "" or "cpu" is the CPU, "cpu-staged"
- * the test device above; "cuda" is the
- * first CUDA device in fp32, "cuda-bf16" the same with its matrix products on
+ * the test device above; "cuda" is the process's CUDA device (the local
+ * rank's: cuda/backend_cuda.h) in fp32, "cuda-bf16" the same with its matrix products on
  * bf16 tensor cores (fp32 accumulation and storage: see
  * cuda/backend_cuda.h), each created on first use and kept for the process.
  * They fail with RF_ERR_UNSUPPORTED and a message saying why when this build

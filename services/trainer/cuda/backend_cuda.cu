@@ -103,12 +103,41 @@ static int init_rc[2];
 static char init_msg[2][512];
 static pthread_once_t once[2] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
 
+// The GPU of this process: REFINERY_CUDA_DEVICE if set, else the local rank
+// (mpirun's OMPI_COMM_WORLD_LOCAL_RANK, torchrun's LOCAL_RANK, Slurm's
+// SLURM_LOCALID) modulo the visible devices, so the ranks of a group on one
+// node take one GPU each (NCCL refuses two ranks on one GPU); 0 otherwise
+// (one GPU per pod).
+static int pick_device(int *out) {
+    int n = 0;
+    int rc = rf_cuda_check(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
+    if (rc) return rc;
+    static const char *const names[] = {"REFINERY_CUDA_DEVICE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                        "LOCAL_RANK", "SLURM_LOCALID"};
+    const char *v = NULL, *from = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !v; i++) {
+        const char *e = getenv(names[i]);
+        if (e && *e) v = e, from = names[i];
+    }
+    *out = 0;
+    if (!v) return RF_OK;
+    char *end;
+    long d = strtol(v, &end, 10);
+    if (*end || end == v || d < 0 || d > 1 << 20)
+        return rf_fail(RF_ERR_INVALID, "cuda: %s '%s': expected a device number", from, v);
+    if (from == names[0] && d >= n)
+        return rf_fail(RF_ERR_INVALID, "cuda: REFINERY_CUDA_DEVICE %ld, but %d device(s) visible",
+                       d, n);
+    *out = (int)(d % n);
+    return RF_OK;
+}
+
 static int make_ctx(rf_cuda_ctx *c, bool bf16) {
     int rc = rf_cuda_device_check();
+    if (!rc) rc = pick_device(&c->device);
     if (rc) return rc;
-    c->device = 0;
     c->bf16 = bf16;
-    if ((rc = rf_cuda_check(cudaSetDevice(0), "cudaSetDevice")) ||
+    if ((rc = rf_cuda_check(cudaSetDevice(c->device), "cudaSetDevice")) ||
         (rc = rf_cuda_check(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
                             "stream")) ||
         (rc = rf_cublas_check(cublasCreate(&c->blas), "cublasCreate")) ||

@@ -26,8 +26,15 @@ struct rf_cuda_ctx {
 };
 #define RF_CUDA_RED 128
 
+// Every slot starts here. The current device is per host thread: a slot
+// called from a thread other than the one that made the context (device
+// picked by local rank, backend_cuda.cu) switches to the context's GPU first.
 static inline rf_cuda_ctx *cu_ctx(const rf_backend *be) {
-    return (rf_cuda_ctx *)be->ctx;
+    rf_cuda_ctx *c = (rf_cuda_ctx *)be->ctx;
+    int cur = 0;
+    if (c->device && (cudaGetDevice(&cur) != cudaSuccess || cur != c->device))
+        (void)cudaSetDevice(c->device); // a failure shows at the launch that follows
+    return c;
 }
 
 // RF_OK, or RF_ERR_INTERNAL with the CUDA error named.
