@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "comm/comm.h"
 #include "trainer/cuda/backend_cuda.h"
 #include "trainer/cuda/ops_cuda.cuh"
 
@@ -103,32 +104,20 @@ static int init_rc[2];
 static char init_msg[2][512];
 static pthread_once_t once[2] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
 
-// The GPU of this process: REFINERY_CUDA_DEVICE if set, else the local rank
-// (mpirun's OMPI_COMM_WORLD_LOCAL_RANK, torchrun's LOCAL_RANK, Slurm's
-// SLURM_LOCALID) modulo the visible devices, so the ranks of a group on one
-// node take one GPU each (NCCL refuses two ranks on one GPU); 0 otherwise
-// (one GPU per pod).
+// The GPU of this process, by the comm layer's rule (comm_nccl.c), so that a
+// rank's backend and its NCCL communicator sit on the same GPU and the ranks
+// of a group on one node take one GPU each (NCCL refuses two ranks on one):
+// the local rank (OMPI_COMM_WORLD_LOCAL_RANK, LOCAL_RANK), else the rank,
+// modulo the visible devices; device 0 for a single process.
 static int pick_device(int *out) {
+    *out = 0;
     int n = 0;
     int rc = rf_cuda_check(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
     if (rc) return rc;
-    static const char *const names[] = {"REFINERY_CUDA_DEVICE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                                        "LOCAL_RANK", "SLURM_LOCALID"};
-    const char *v = NULL, *from = NULL;
-    for (size_t i = 0; i < sizeof names / sizeof names[0] && !v; i++) {
-        const char *e = getenv(names[i]);
-        if (e && *e) v = e, from = names[i];
-    }
-    *out = 0;
-    if (!v) return RF_OK;
-    char *end;
-    long d = strtol(v, &end, 10);
-    if (*end || end == v || d < 0 || d > 1 << 20)
-        return rf_fail(RF_ERR_INVALID, "cuda: %s '%s': expected a device number", from, v);
-    if (from == names[0] && d >= n)
-        return rf_fail(RF_ERR_INVALID, "cuda: REFINERY_CUDA_DEVICE %ld, but %d device(s) visible",
-                       d, n);
-    *out = (int)(d % n);
+    rf_comm_env e;
+    if ((rc = rf_comm_env_read(&e))) return rf_fail_ctx(rc, "cuda: choosing the GPU");
+    if (e.launch != RF_COMM_LAUNCH_SINGLE && n > 0)
+        *out = (e.local_rank >= 0 ? e.local_rank : e.rank) % n;
     return RF_OK;
 }
 

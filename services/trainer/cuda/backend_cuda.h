@@ -12,9 +12,10 @@ extern "C" {
 /* RF_OK when a CUDA device can be used, else RF_ERR_UNSUPPORTED saying why
  * (no driver, no device). Creates nothing. */
 int rf_cuda_device_check(void);
-/* The backend ("cuda") on the process's GPU: REFINERY_CUDA_DEVICE if set,
- * else the local rank (OMPI_COMM_WORLD_LOCAL_RANK, LOCAL_RANK, SLURM_LOCALID)
- * modulo the visible devices, else device 0; or with bf16 the one whose matrix
+/* The backend ("cuda") on the process's GPU: the local rank
+ * (OMPI_COMM_WORLD_LOCAL_RANK, LOCAL_RANK), else the rank, modulo the visible
+ * devices, as the comm layer's NCCL groups choose; device 0 for a single
+ * process. Or with bf16 the one whose matrix
  * products run on bf16 tensor cores ("cuda-bf16": cuBLAS compute type
  * 32F_FAST_16BF: inputs rounded to bf16, products accumulated in fp32;
  * weights, master weights, activations, moments and every other op stay
