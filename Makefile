@@ -226,9 +226,10 @@ bench: deps
 	@SHARED=$(SHARED) BUILD=$(BUILD) scripts/bench/run-all.sh
 
 # The CUDA kernels against their CPU twins on a GPU machine: the CUDA=1 build
-# in build-cuda/, then tests/trainer/test_cuda_*. There every case must run:
+# in build-cuda/, then tests/trainer/test_cuda_* and the NCCL backend at world
+# size 1 (tests/comm/test_comm_nccl). There every case must run:
 # a skip (no GPU, no CUDA) fails the target instead of passing quietly.
-GPU_TESTS := $(patsubst tests/%.c,build-cuda/tests/%,$(wildcard tests/trainer/test_cuda_*.c))
+GPU_TESTS := $(patsubst tests/%.c,build-cuda/tests/%,$(wildcard tests/trainer/test_cuda_*.c) tests/comm/test_comm_nccl.c)
 .PHONY: test-gpu
 test-gpu:
 	@$(MAKE) --no-print-directory CUDA=1 BUILD=build-cuda $(GPU_TESTS)
