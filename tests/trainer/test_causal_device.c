@@ -1,11 +1,10 @@
 /* The causal LMs (GPT-2, Llama) on a backend that is not the CPU (issue 14),
- * checked on any machine: "test-device" is a copy of the CPU backend's table
- * at another address, so the models take their device paths (weights read
- * into host memory then to_device, the batch uploaded, the export through
- * to_host, every op through the slots) and the CPU-only paths refuse it.
- * Since its kernels are the CPU's, two full fine-tuning steps on it must
- * equal the CPU backend's bit for bit; and LoRA, tensor parallelism, the unit
- * hooks and generation must refuse it with RF_ERR_UNSUPPORTED and a message
+ * checked on any machine: the test device "cpu-staged" (backend.h) has the
+ * CPU backend's kernels under an identity of its own, so the models take their device paths
+ * (weights read into host memory then to_device, the batch uploaded, the export through to_host,
+ * every op through the slots) and the CPU-only paths refuse it. Since its kernels are the CPU's,
+ * two full fine-tuning steps on it must equal the CPU backend's bit for bit; and LoRA, tensor
+ * parallelism, the unit hooks and generation must refuse it with RF_ERR_UNSUPPORTED and a message
  * naming the CPU backend; a backend that lacks a causal kernel is refused at
  * load. (The CUDA backend's numbers: test_cuda_step.c.) */
 #include <setjmp.h>
@@ -27,12 +26,11 @@
 #include "trainer/model_iface.h"
 #include "trainer/optim.h"
 
-static rf_backend fake;
+static const rf_backend *staged; /* the test device cpu-staged */
 
 static int setup(void **state) {
     (void)state;
-    fake = *rf_backend_cpu();
-    fake.name = "test-device";
+    staged = rf_backend_cpu_staged();
     return 0;
 }
 
@@ -58,14 +56,14 @@ static void steps_equal(const char *model, const char *reffile) {
     for (size_t i = 0; i < n; i++)
         valid[i] = (uint8_t)mask[i];
     rf_model_batch b = {.B = 3, .T = (int)(n / 3), .ids = ids, .valid = valid, .labels = labels};
-    rf_model *c = load(model, rf_backend_cpu()), *d = load(model, &fake);
+    rf_model *c = load(model, rf_backend_cpu()), *d = load(model, staged);
     rf_model_blocks cb, db;
     assert_int_equal(rf_model_blocks_of(c, &cb), 0);
     assert_int_equal(rf_model_enable_training(c, cb.nparams, cb.nparams), 0);
     assert_int_equal(rf_model_enable_training(d, cb.nparams, cb.nparams), 0);
     assert_int_equal(rf_model_blocks_of(c, &cb), 0);
     assert_int_equal(rf_model_blocks_of(d, &db), 0);
-    assert_ptr_equal(db.be, &fake);
+    assert_ptr_equal(db.be, staged);
     assert_int_equal(cb.nparams, db.nparams);
     size_t bytes = cb.nparams * sizeof(float);
     assert_memory_equal(cb.params, db.params, bytes);
@@ -148,8 +146,8 @@ static int hook(void *user, int u, rf_unit_event ev, int next) {
 /* What stays on the CPU refuses the device, each with its reason. */
 static void test_refusals(void **state) {
     (void)state;
-    rf_model *g = load("../causal/tiny-gpt2-rand", &fake),
-             *l = load("../causal/tiny-llama-rand", &fake);
+    rf_model *g = load("../causal/tiny-gpt2-rand", staged),
+             *l = load("../causal/tiny-llama-rand", staged);
     rf_gpt2 *gm = g->impl;
     rf_llama *lm = l->impl;
     rf_lora_config lc = rf_lora_defaults();
@@ -188,7 +186,7 @@ static void test_refusals(void **state) {
  * refused at load with the missing slot's name, never called. */
 static void test_missing_kernels(void **state) {
     (void)state;
-    rf_backend bare = fake;
+    rf_backend bare = *staged;
     bare.name = "bare-device";
     bare.rope_bwd = NULL;
     char *dir = fixture_path("../causal/tiny-llama-rand");
