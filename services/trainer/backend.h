@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 typedef struct rf_backend rf_backend;
+struct rf_qweight; /* quant.h */
 
 /* One tensor's part of the parameter block, for AdamW's weight-decay flag. */
 typedef struct rf_param_span {
@@ -141,6 +142,26 @@ struct rf_backend {
     int (*causal_xent_bwd)(const rf_backend *be, float *dlogits, const float *logits,
                            const float *lse, const int32_t *labels, int B, int T, int V,
                            float scale);
+
+    /* LoRA and its frozen bases (lora.h, quant.h). lora_fwd / lora_bwd: one
+     * adapter, semantics rf_op_lora_fwd / rf_op_lora_bwd (dropout masks as
+     * dropout_fwd's; u, du, xd are scratch of the backend's memory, xd may be
+     * NULL when p == 0). qlinear_fwd / qlinear_bwd: a quantized frozen
+     * weight, semantics rf_op_qlinear_fwd / rf_op_qlinear_bwd; w is a host
+     * descriptor whose arrays (q, scale, qabsmax) are the backend's memory
+     * (to_device'd once at attach: lora.c). NULL slots: the backend cannot
+     * train adapters (refused at attach, naming the slot). */
+    int (*lora_fwd)(const rf_backend *be, float *out, int ldo, float *u, float *xd, const float *x,
+                    const float *A, const float *B, int N, int IC, int OC, int r, float scale,
+                    float p, uint64_t seed);
+    int (*lora_bwd)(const rf_backend *be, float *dx, float *dA, float *dB, float *du, float *xd,
+                    const float *dout, int ldo, const float *x, const float *u, const float *A,
+                    const float *B, int N, int IC, int OC, int r, float scale, float p,
+                    uint64_t seed);
+    int (*qlinear_fwd)(const rf_backend *be, float *out, int ldo, const float *inp,
+                       const struct rf_qweight *w, const float *b, int N);
+    int (*qlinear_bwd)(const rf_backend *be, float *dinp, const float *dout, int ldo,
+                       const struct rf_qweight *w, int N);
 
     /* the optimizer (semantics: rf_op_sumsq, rf_op_scale, rf_op_adamw in ops.h) */
     int (*sumsq)(const rf_backend *be, double *out, const float *x, size_t n); /* *out on host */

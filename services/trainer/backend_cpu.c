@@ -1,5 +1,6 @@
 /* The CPU backend: host memory (64-byte aligned) and the kernels of ops.c.
- * Each slot wraps its ops.c / ops_causal.c twin; none can fail once memory is allocated. */
+ * Each slot wraps its ops.c / ops_causal.c twin (LoRA's: lora.c, quant.c); none can fail once
+ * memory is allocated, but for qlinear's tile buffers. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -7,6 +8,8 @@
 
 #include "common/error.h"
 #include "trainer/backend.h"
+#include "trainer/lora.h"
+#include "trainer/quant.h"
 #include "trainer/ops.h"
 #include "trainer/ops_causal.h"
 
@@ -330,6 +333,36 @@ static int adamw(const rf_backend *be, float *params, const float *grads, float 
     return RF_OK;
 }
 
+static int lora_fwd(const rf_backend *be, float *out, int ldo, float *u, float *xd, const float *x,
+                    const float *A, const float *B, int N, int IC, int OC, int r, float scale,
+                    float p, uint64_t seed) {
+    (void)be;
+    rf_op_lora_fwd(out, ldo, u, xd, x, A, B, N, IC, OC, r, scale, p, seed);
+    return RF_OK;
+}
+
+static int lora_bwd(const rf_backend *be, float *dx, float *dA, float *dB, float *du, float *xd,
+                    const float *dout, int ldo, const float *x, const float *u, const float *A,
+                    const float *B, int N, int IC, int OC, int r, float scale, float p,
+                    uint64_t seed) {
+    (void)be;
+    rf_op_lora_bwd(dx, dA, dB, du, xd, dout, ldo, x, u, A, B, N, IC, OC, r, scale, p, seed);
+    return RF_OK;
+}
+
+/* (these two can fail: a tile buffer that cannot be allocated) */
+static int qlinear_fwd(const rf_backend *be, float *out, int ldo, const float *inp,
+                       const rf_qweight *w, const float *b, int N) {
+    (void)be;
+    return rf_op_qlinear_fwd(out, ldo, inp, w, b, N);
+}
+
+static int qlinear_bwd(const rf_backend *be, float *dinp, const float *dout, int ldo,
+                       const rf_qweight *w, int N) {
+    (void)be;
+    return rf_op_qlinear_bwd(dinp, dout, ldo, w, N);
+}
+
 static const rf_backend cpu = {
     .name = "cpu",
     .device_memory = false,
@@ -376,6 +409,10 @@ static const rf_backend cpu = {
     .lm_head_bwd = lm_head_bwd,
     .causal_xent_fwd = causal_xent_fwd,
     .causal_xent_bwd = causal_xent_bwd,
+    .lora_fwd = lora_fwd,
+    .lora_bwd = lora_bwd,
+    .qlinear_fwd = qlinear_fwd,
+    .qlinear_bwd = qlinear_bwd,
     .sumsq = sumsq,
     .scale = scale,
     .adamw = adamw,

@@ -131,7 +131,7 @@ int rf_trainer_drive(const rf_trainer_spec *s, const rf_dataset *data,
     if ((rc = rf_backend_for(s->device, &be))) return rc;
     rf_model_load_opts lo = {.num_labels = k, .seed = s->opts.seed};
     if (s->lora) { /* the adapter over the frozen model (lora.h) */
-        if ((rc = rf_model_load_lora(s->model, &s->lora_cfg, s->opts.seed, &m))) return rc;
+        if ((rc = rf_model_load_lora(s->model, &s->lora_cfg, be, s->opts.seed, &m))) return rc;
         rf_model_blocks bl;
         if (!rf_model_blocks_of(m, &bl))
             rf_info("trainer", "LoRA: rank %d, alpha %g, %zu adapter parameters, %s base",

@@ -394,7 +394,6 @@ int rf_gpt2_enable_training(rf_gpt2 *m) {
 int rf_gpt2_enable_training_sharded(rf_gpt2 *m, size_t padded, size_t moments) {
     const rf_backend *be = m->be;
     if (m->lora) { /* LoRA: the base is frozen, no gradient block or moments (g views NULL) */
-        TRY(need_cpu(m, "LoRA"));
         m->training = true;
         if (m->acts && !m->dacts && !(m->dacts = be_alloc(be, m->nacts * sizeof(float))))
             return RF_ERR_NOMEM;
@@ -596,7 +595,6 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
     const rf_gpt2_config *c = &m->cfg;
     const rf_backend *be = m->be;
     int rc = check_range(m, u0, u1, in, out);
-    if (!rc && m->lora) rc = need_cpu(m, "LoRA");
     if (!rc && m->tp) rc = need_cpu(m, "tensor parallelism");
     if (!rc && m->unit_hook) rc = need_cpu(m, "a unit hook (ZeRO-3, pipeline, mesh)");
     if (!rc) rc = rf_gpt2_reserve(m, B, T);
@@ -719,7 +717,6 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
         return rf_fail(RF_ERR_INVALID, "gpt2: training is not enabled");
     const rf_backend *be = m->be;
     int n_units = rf_gpt2_units(m), rc = check_range(m, u0, u1, din, dout);
-    if (!rc && m->lora) rc = need_cpu(m, "LoRA");
     if (!rc && m->tp) rc = need_cpu(m, "tensor parallelism");
     if (!rc && m->unit_hook) rc = need_cpu(m, "a unit hook (ZeRO-3, pipeline, mesh)");
     if (rc) return rc;

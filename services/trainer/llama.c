@@ -432,7 +432,6 @@ int rf_llama_enable_training(rf_llama *m) {
 int rf_llama_enable_training_sharded(rf_llama *m, size_t padded, size_t moments) {
     const rf_backend *be = m->be;
     if (m->lora) { /* LoRA: the base is frozen, no gradient block or moments (g views NULL) */
-        TRY(need_cpu(m, "LoRA"));
         m->training = true;
         if (m->acts && !m->dacts && !(m->dacts = be_alloc(be, m->nacts * sizeof(float))))
             return RF_ERR_NOMEM;
@@ -632,7 +631,6 @@ int rf_llama_forward_range(rf_llama *m, const rf_causal_batch *bt, int u0, int u
     const rf_llama_config *c = &m->cfg;
     const rf_backend *be = m->be;
     int rc = check_range(m, u0, u1, in, out);
-    if (!rc && m->lora) rc = need_cpu(m, "LoRA");
     if (!rc && m->tp) rc = need_cpu(m, "tensor parallelism");
     if (!rc && m->unit_hook) rc = need_cpu(m, "a unit hook (ZeRO-3, pipeline, mesh)");
     if (!rc) rc = rf_llama_reserve(m, B, T);
@@ -745,7 +743,6 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
         return rf_fail(RF_ERR_INVALID, "llama: training is not enabled");
     const rf_backend *be = m->be;
     int n_units = rf_llama_units(m), rc = check_range(m, u0, u1, din, dout);
-    if (!rc && m->lora) rc = need_cpu(m, "LoRA");
     if (!rc && m->tp) rc = need_cpu(m, "tensor parallelism");
     if (!rc && m->unit_hook) rc = need_cpu(m, "a unit hook (ZeRO-3, pipeline, mesh)");
     if (rc) return rc;

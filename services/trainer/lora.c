@@ -15,6 +15,7 @@
 #include "common/json.h"
 #include "common/rng.h"
 #include "common/sys.h"
+#include "trainer/backend.h"
 #include "trainer/gpt2.h"
 #include "trainer/llama.h"
 #include "trainer/ops.h"
@@ -104,6 +105,60 @@ void rf_op_lora_bwd(float *dx, float *dA, float *dB, float *du, float *xd, const
                     du + (size_t)r0 * r, r, A, IC, 0.0f, xd + (size_t)r0 * IC, IC);
     }
     rf_op_dropout_bwd(dx, xd, (size_t)N * IC, p, seed);
+}
+
+/* ---- memory on the adapter set's backend ---- */
+
+static bool on_cpu(const rf_lora *lo) {
+    return lo->be == rf_backend_cpu();
+}
+
+static float *lalloc(const rf_lora *lo, size_t nfloats) {
+    void *p = NULL;
+    return lo->be->alloc(lo->be, &p, nfloats * sizeof(float)) ? NULL : p;
+}
+
+static void lfree(const rf_lora *lo, void *p) {
+    if (p) lo->be->free(lo->be, p);
+}
+
+/* The sizes of a quantized weight's three arrays (quant.c's allocations). */
+static void qsizes(const rf_qweight *q, size_t *nq, size_t *nscale, size_t *nabs) {
+    size_t n = (size_t)q->rows * q->cols;
+    *nq = *nscale = *nabs = 0;
+    if (q->type == RF_QT_INT8)
+        *nq = n, *nscale = (size_t)q->rows * sizeof(float);
+    else if (q->type == RF_QT_NF4)
+        *nq = (n + 1) / 2, *nscale = q->ngroups * sizeof(float), *nabs = q->nblocks;
+    else if (q->type == RF_QT_Q4_1)
+        *nq = n / RF_Q4_1_BLOCK * RF_Q4_1_BYTES;
+}
+
+static int upload_bytes(const rf_backend *be, void **dst, const void *src, size_t n) {
+    *dst = NULL;
+    if (!src || !n) return RF_OK;
+    int rc = be->alloc(be, dst, n);
+    if (!rc) rc = be->to_device(be, *dst, src, n);
+    return rc;
+}
+
+/* Moves part p's quantized arrays into the backend's memory (all or none). */
+static int upload_part(const rf_lora *lo, rf_lora_part *p) {
+    const rf_backend *be = lo->be;
+    size_t nq, ns, na;
+    qsizes(&p->q, &nq, &ns, &na);
+    void *dq = NULL, *ds = NULL, *da = NULL;
+    int rc = upload_bytes(be, &dq, p->q.q, nq);
+    if (!rc) rc = upload_bytes(be, &ds, p->q.scale, ns);
+    if (!rc) rc = upload_bytes(be, &da, p->q.qabsmax, na);
+    if (rc) {
+        lfree(lo, dq), lfree(lo, ds), lfree(lo, da);
+        return rf_fail_ctx(rc, "lora: moving the base of %s to %s", p->module, be->name);
+    }
+    free(p->q.q), free(p->q.scale), free(p->q.qabsmax);
+    p->q.q = dq, p->q.scale = ds, p->q.qabsmax = da;
+    p->qdev = true;
+    return RF_OK;
 }
 
 /* ---- options ---- */
@@ -229,7 +284,11 @@ static int finish(rf_lora *lo, uint64_t seed) {
     lo->nu = k * (size_t)r;
     if (!lo->ntensors)
         return rf_fail(RF_ERR_INVALID, "lora: the targets select no module of this model");
-    if (!(lo->params = calloc(lo->nparams, sizeof(float)))) return RF_ERR_NOMEM;
+    float *host = calloc(lo->nparams, sizeof(float)); /* initialised here, then to_device */
+    if (!host || !(lo->params = lalloc(lo, lo->nparams))) {
+        free(host);
+        return rf_fail(RF_ERR_NOMEM, "lora: no memory for %zu adapter parameters", lo->nparams);
+    }
     lo->npadded = lo->nmoments = lo->nparams;
     rf_rng rng;
     rf_rng_seed(&rng, seed);
@@ -237,12 +296,15 @@ static int finish(rf_lora *lo, uint64_t seed) {
         const rf_tensor_info *a = &lo->tensors[t];
         float bound = (float)(1.0 / sqrt((double)a->shape[1]));
         for (size_t i = 0; i < a->numel; i++)
-            lo->params[a->offset + i] = (float)((rf_rng_double(&rng) * 2 - 1) * bound);
+            host[a->offset + i] = (float)((rf_rng_double(&rng) * 2 - 1) * bound);
     }
-    return RF_OK;
+    int rc = lo->be->to_device(lo->be, lo->params, host, lo->nparams * sizeof(float));
+    free(host);
+    return rc;
 }
 
-static int alloc_set(const rf_lora_config *cfg, rf_lora_arch arch, int L, rf_lora **out) {
+static int alloc_set(const rf_lora_config *cfg, rf_lora_arch arch, int L, const rf_backend *be,
+                     rf_lora **out) {
     *out = NULL;
     int rc = check_config(cfg);
     if (rc) return rc;
@@ -252,6 +314,7 @@ static int alloc_set(const rf_lora_config *cfg, rf_lora_arch arch, int L, rf_lor
         return RF_ERR_NOMEM;
     }
     lo->cfg = *cfg, lo->arch = arch, lo->nlayers = L;
+    lo->be = be ? be : rf_backend_cpu();
     lo->scale = cfg->alpha / (float)cfg->rank;
     *out = lo;
     return RF_OK;
@@ -272,7 +335,7 @@ int rf_lora_new_gpt2(const rf_gpt2 *m, const rf_lora_config *cfg, uint64_t init_
                        "lora: a q4_1 base comes from a GGUF file (Llama); GPT-2 is loaded from "
                        "safetensors");
     rf_lora *lo;
-    int rc = alloc_set(cfg, RF_LORA_GPT2, c->n_layer, &lo);
+    int rc = alloc_set(cfg, RF_LORA_GPT2, c->n_layer, m->be, &lo);
     if (rc) return rc;
     int C = c->n_embd, F = c->n_inner;
     for (int l = 0; l < c->n_layer; l++) {
@@ -298,7 +361,7 @@ int rf_lora_new_llama(const rf_llama *m, const rf_lora_config *cfg, uint64_t ini
                       rf_lora **out) {
     const rf_llama_config *c = &m->cfg;
     rf_lora *lo;
-    int rc = alloc_set(cfg, RF_LORA_LLAMA, c->num_hidden_layers, &lo);
+    int rc = alloc_set(cfg, RF_LORA_LLAMA, c->num_hidden_layers, m->be, &lo);
     if (rc) return rc;
     int C = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
     int A = c->num_attention_heads * hd, KV = c->num_key_value_heads * hd;
@@ -327,11 +390,18 @@ int rf_lora_new_llama(const rf_llama *m, const rf_lora_config *cfg, uint64_t ini
 void rf_lora_free(rf_lora *lo) {
     if (!lo) return;
     for (int i = 0; lo->proj && i < lo->nlayers * RF_NPROJ; i++)
-        for (int j = 0; j < lo->proj[i].nparts; j++)
-            rf_qweight_free(&lo->proj[i].part[j].q);
+        for (int j = 0; j < lo->proj[i].nparts; j++) {
+            rf_lora_part *p = &lo->proj[i].part[j];
+            if (p->qdev) {
+                lfree(lo, p->q.q), lfree(lo, p->q.scale), lfree(lo, p->q.qabsmax);
+                memset(&p->q, 0, sizeof p->q);
+            } else {
+                rf_qweight_free(&p->q);
+            }
+        }
     free(lo->proj), free(lo->tensors);
-    free(lo->params), free(lo->grads), free(lo->m), free(lo->v);
-    free(lo->u), free(lo->du), free(lo->xd);
+    lfree(lo, lo->params), lfree(lo, lo->grads), lfree(lo, lo->m), lfree(lo, lo->v);
+    lfree(lo, lo->u), lfree(lo, lo->du), lfree(lo, lo->xd);
     free(lo);
 }
 
@@ -361,7 +431,7 @@ static void release(float *x, size_t n) {
 
 /* Quantizes part p of a projection whose fp32 weight (nn.Linear layout, or
  * Conv1D [in, out] when conv) starts at w. */
-static int quantize_part(rf_lora *lo, rf_lora_proj *pj, rf_lora_part *p, const float *w,
+static int quantize_part(rf_lora *lo, const rf_lora_proj *pj, rf_lora_part *p, const float *w,
                          bool conv) {
     int rc = conv ? rf_qweight_quantize_t(&p->q, lo->cfg.base, w, pj->out, pj->in)
                   : rf_qweight_quantize(&p->q, lo->cfg.base, w + (size_t)p->off * pj->in, p->len,
@@ -378,6 +448,9 @@ int rf_lora_set_base(rf_lora *lo, int layer, int slot, int part, rf_qweight *q) 
     if (part < 0 || part >= pj->nparts)
         return rf_fail(RF_ERR_RANGE, "lora: no part %d of projection %d", part, slot);
     rf_lora_part *p = &pj->part[part];
+    if (p->qdev)
+        return rf_fail(RF_ERR_INVALID, "lora: %s: the set is attached; set bases before",
+                       p->module);
     if (q->type != lo->cfg.base || q->type == RF_QT_F32 || q->rows != p->len || q->cols != pj->in)
         return rf_fail(RF_ERR_INVALID,
                        "lora: base weight of %s: %s [%d, %d], the adapter set needs %s [%d, %d]",
@@ -396,26 +469,66 @@ int rf_lora_set_base(rf_lora *lo, int layer, int slot, int part, rf_qweight *q) 
  * releases those fp32 weights. */
 static int quantize_base(rf_lora *lo, float **w, bool conv) {
     if (lo->cfg.base == RF_QT_F32) return RF_OK;
-    for (int i = 0; i < lo->nlayers * RF_NPROJ; i++) {
+    const rf_backend *be = lo->be;
+    bool dev = !on_cpu(lo);
+    float *host = NULL; /* a device weight's host copy */
+    size_t cap = 0;
+    int rc = RF_OK;
+    for (int i = 0; !rc && i < lo->nlayers * RF_NPROJ; i++) {
         rf_lora_proj *pj = &lo->proj[i];
-        for (int j = 0; j < pj->nparts; j++) {
-            if (pj->part[j].q.type != RF_QT_F32) continue; /* set by rf_lora_set_base */
-            int rc = quantize_part(lo, pj, &pj->part[j], w[i], conv);
-            if (rc) return rc;
+        size_t nw = (size_t)pj->in * pj->out;
+        const float *src = w[i];
+        bool todo = false;
+        for (int j = 0; j < pj->nparts; j++)
+            todo |= pj->part[j].q.type == RF_QT_F32; /* the others were set by rf_lora_set_base */
+        if (!todo) continue;
+        if (dev && nw > cap) {
+            free(host);
+            if (!(host = malloc(nw * sizeof(float)))) rc = RF_ERR_NOMEM;
+            cap = rc ? 0 : nw;
         }
+        if (!rc && dev) rc = be->to_host(be, host, w[i], nw * sizeof(float));
+        if (dev) src = host;
+        for (int j = 0; !rc && j < pj->nparts; j++)
+            if (pj->part[j].q.type == RF_QT_F32)
+                rc = quantize_part(lo, pj, &pj->part[j], src, conv);
     }
-    for (int i = 0; i < lo->nlayers * RF_NPROJ; i++)
-        release(w[i], (size_t)lo->proj[i].in * lo->proj[i].out);
+    free(host);
+    if (rc) return rc;
+    /* the model's fp32 copies: pages given back on the host, zeroed on a device */
+    for (int i = 0; i < lo->nlayers * RF_NPROJ && !rc; i++) {
+        size_t nw = (size_t)lo->proj[i].in * lo->proj[i].out;
+        if (dev)
+            rc = be->zero(be, w[i], nw * sizeof(float));
+        else
+            release(w[i], nw);
+    }
+    for (int i = 0; dev && i < lo->nlayers * RF_NPROJ && !rc; i++)
+        for (int j = 0; j < lo->proj[i].nparts && !rc; j++)
+            rc = upload_part(lo, &lo->proj[i].part[j]);
+    return rc;
+}
+
+/* The backend must have the slots the adapter set runs on. */
+static int check_slots(const rf_lora *lo, const char *arch) {
+    const rf_backend *be = lo->be;
+    const char *missing = !be->lora_fwd                                   ? "lora_fwd"
+                          : !be->lora_bwd                                 ? "lora_bwd"
+                          : lo->cfg.base != RF_QT_F32 && !be->qlinear_fwd ? "qlinear_fwd"
+                          : lo->cfg.base != RF_QT_F32 && !be->qlinear_bwd ? "qlinear_bwd"
+                                                                          : NULL;
+    if (missing)
+        return rf_fail(RF_ERR_UNSUPPORTED,
+                       "%s: LoRA on backend %s: it has no '%s' kernel (use trainer.device: cpu)",
+                       arch, be->name, missing);
     return RF_OK;
 }
 
 int rf_lora_attach_gpt2(rf_lora *lo, rf_gpt2 *m) {
-    if (lo->arch != RF_LORA_GPT2 || lo->nlayers != m->cfg.n_layer)
+    if (lo->arch != RF_LORA_GPT2 || lo->nlayers != m->cfg.n_layer || lo->be != m->be)
         return rf_fail(RF_ERR_INVALID, "lora: the adapter set was not made for this GPT-2");
-    if (m->be != rf_backend_cpu())
-        return rf_fail(RF_ERR_UNSUPPORTED,
-                       "%s: LoRA runs on the CPU backend only (trainer.device: cpu), not %s",
-                       "gpt2", m->be->name);
+    int rc = check_slots(lo, "gpt2");
+    if (rc) return rc;
     float **w = malloc(sizeof(float *) * lo->nlayers * RF_NPROJ);
     if (!w) return RF_ERR_NOMEM;
     for (int l = 0; l < lo->nlayers; l++) {
@@ -424,19 +537,17 @@ int rf_lora_attach_gpt2(rf_lora *lo, rf_gpt2 *m) {
         v[RF_PROJ_QKV] = y->attn_w, v[RF_PROJ_O] = y->proj_w;
         v[RF_PROJ_UP] = y->fc_w, v[RF_PROJ_DOWN] = y->fcp_w;
     }
-    int rc = quantize_base(lo, w, true);
+    rc = quantize_base(lo, w, true);
     free(w);
     if (!rc) m->lora = lo;
     return rc;
 }
 
 int rf_lora_attach_llama(rf_lora *lo, rf_llama *m, bool allow_requant) {
-    if (lo->arch != RF_LORA_LLAMA || lo->nlayers != m->cfg.num_hidden_layers)
+    if (lo->arch != RF_LORA_LLAMA || lo->nlayers != m->cfg.num_hidden_layers || lo->be != m->be)
         return rf_fail(RF_ERR_INVALID, "lora: the adapter set was not made for this Llama");
-    if (m->be != rf_backend_cpu())
-        return rf_fail(RF_ERR_UNSUPPORTED,
-                       "%s: LoRA runs on the CPU backend only (trainer.device: cpu), not %s",
-                       "llama", m->be->name);
+    int rc = check_slots(lo, "llama");
+    if (rc) return rc;
     for (int i = 0; lo->cfg.base == RF_QT_Q4_1 && !allow_requant && i < lo->nlayers * RF_NPROJ; i++)
         for (int j = 0; j < lo->proj[i].nparts; j++)
             if (lo->proj[i].part[j].q.type != RF_QT_Q4_1)
@@ -452,7 +563,7 @@ int rf_lora_attach_llama(rf_lora *lo, rf_llama *m, bool allow_requant) {
         v[RF_PROJ_QKV] = y->qkv_w, v[RF_PROJ_O] = y->o_w;
         v[RF_PROJ_UP] = y->gu_w, v[RF_PROJ_DOWN] = y->down_w;
     }
-    int rc = quantize_base(lo, w, false);
+    rc = quantize_base(lo, w, false);
     free(w);
     if (!rc) m->lora = lo;
     return rc;
@@ -468,18 +579,22 @@ int rf_lora_enable_training_sharded(rf_lora *lo, size_t padded, size_t moments) 
     if (lo->grads) return RF_OK;
     if (padded < lo->nparams) padded = lo->nparams;
     if (padded > lo->npadded) { /* room for the collectives' padding: params move */
-        float *p = calloc(padded, sizeof(float));
+        float *p = lalloc(lo, padded);
         if (!p) return RF_ERR_NOMEM;
-        memcpy(p, lo->params, lo->nparams * sizeof(float));
-        free(lo->params);
+        int rc = lo->be->copy(lo->be, p, lo->params, lo->nparams * sizeof(float));
+        if (rc) {
+            lfree(lo, p);
+            return rc;
+        }
+        lfree(lo, lo->params);
         lo->params = p;
         lo->npadded = padded;
     }
-    lo->grads = calloc(padded, sizeof(float));
-    lo->m = calloc(moments ? moments : 1, sizeof(float));
-    lo->v = calloc(moments ? moments : 1, sizeof(float));
+    lo->grads = lalloc(lo, padded);
+    lo->m = lalloc(lo, moments ? moments : 1);
+    lo->v = lalloc(lo, moments ? moments : 1);
     if (!lo->grads || !lo->m || !lo->v) {
-        free(lo->grads), free(lo->m), free(lo->v);
+        lfree(lo, lo->grads), lfree(lo, lo->m), lfree(lo, lo->v);
         lo->grads = lo->m = lo->v = NULL;
         return RF_ERR_NOMEM;
     }
@@ -487,22 +602,21 @@ int rf_lora_enable_training_sharded(rf_lora *lo, size_t padded, size_t moments) 
     return RF_OK;
 }
 
-void rf_lora_zero_grad(rf_lora *lo) {
-    if (lo->grads) memset(lo->grads, 0, lo->npadded * sizeof(float));
+int rf_lora_zero_grad(rf_lora *lo) {
+    return lo->grads ? lo->be->zero(lo->be, lo->grads, lo->npadded * sizeof(float)) : RF_OK;
 }
 
 int rf_lora_reserve(rf_lora *lo, int N) {
     lo->last_train = lo->train, lo->last_seed = lo->seed;
     if (N <= lo->capN) return RF_OK;
     size_t n = (size_t)N;
-    float *u = malloc(sizeof(float) * (lo->nu * n + 1)),
-          *du = malloc(sizeof(float) * ((size_t)lo->cfg.rank * n + 1)),
-          *xd = lo->cfg.dropout > 0 ? malloc(sizeof(float) * (lo->maxin * n + 1)) : NULL;
+    float *u = lalloc(lo, lo->nu * n + 1), *du = lalloc(lo, (size_t)lo->cfg.rank * n + 1),
+          *xd = lo->cfg.dropout > 0 ? lalloc(lo, lo->maxin * n + 1) : NULL;
     if (!u || !du || (lo->cfg.dropout > 0 && !xd)) {
-        free(u), free(du), free(xd);
+        lfree(lo, u), lfree(lo, du), lfree(lo, xd);
         return RF_ERR_NOMEM;
     }
-    free(lo->u), free(lo->du), free(lo->xd);
+    lfree(lo, lo->u), lfree(lo, lo->du), lfree(lo, lo->xd);
     lo->u = u, lo->du = du, lo->xd = xd, lo->capN = N;
     return RF_OK;
 }
@@ -527,29 +641,28 @@ int rf_lora_fwd(rf_lora *lo, int layer, int slot, float *out, const float *inp, 
                 const float *b, int N, int IC, int OC) {
     int rc = check_call(lo, layer, slot, N, IC, OC);
     if (rc) return rc;
+    const rf_backend *be = lo->be;
     rf_lora_proj *pj = &lo->proj[layer * RF_NPROJ + slot];
     if (pj->part[0].q.type == RF_QT_F32) {
-        if (lo->arch == RF_LORA_GPT2)
-            rf_op_conv1d_fwd(out, inp, w, b, N, IC, OC);
-        else
-            rf_op_linear_fwd(out, inp, w, b, N, IC, OC);
+        rc = lo->arch == RF_LORA_GPT2 ? be->conv1d_fwd(be, out, inp, w, b, N, IC, OC)
+                                      : be->linear_fwd(be, out, inp, w, b, N, IC, OC);
     } else {
-        for (int j = 0; j < pj->nparts; j++) {
+        for (int j = 0; !rc && j < pj->nparts; j++) {
             const rf_lora_part *p = &pj->part[j];
-            if ((rc = rf_op_qlinear_fwd(out + p->off, OC, inp, &p->q, b ? b + p->off : NULL, N)))
-                return rc;
+            rc = be->qlinear_fwd(be, out + p->off, OC, inp, &p->q, b ? b + p->off : NULL, N);
         }
     }
     float pd = lo->last_train ? lo->cfg.dropout : 0.0f;
-    for (int j = 0; j < pj->nparts; j++) {
+    for (int j = 0; !rc && j < pj->nparts; j++) {
         const rf_lora_part *p = &pj->part[j];
         if (p->a < 0) continue;
-        rf_op_lora_fwd(out + p->off, OC, lo->u + p->uoff * N, lo->xd, inp,
-                       lo->params + lo->tensors[p->a].offset, lo->params + lo->tensors[p->b].offset,
-                       N, IC, p->len, lo->cfg.rank, lo->scale, pd,
-                       site_seed(lo->last_seed, (uint64_t)(layer * RF_NPROJ + slot) * 4 + j));
+        rc = be->lora_fwd(be, out + p->off, OC, lo->u + p->uoff * N, lo->xd, inp,
+                          lo->params + lo->tensors[p->a].offset,
+                          lo->params + lo->tensors[p->b].offset, N, IC, p->len, lo->cfg.rank,
+                          lo->scale, pd,
+                          site_seed(lo->last_seed, (uint64_t)(layer * RF_NPROJ + slot) * 4 + j));
     }
-    return RF_OK;
+    return rc;
 }
 
 int rf_lora_bwd(rf_lora *lo, int layer, int slot, float *dinp, float *dw, float *db,
@@ -557,29 +670,28 @@ int rf_lora_bwd(rf_lora *lo, int layer, int slot, float *dinp, float *dw, float 
     int rc = check_call(lo, layer, slot, N, IC, OC);
     if (rc) return rc;
     if (!lo->grads) return rf_fail(RF_ERR_INVALID, "lora: training is not enabled");
+    const rf_backend *be = lo->be;
     rf_lora_proj *pj = &lo->proj[layer * RF_NPROJ + slot];
     if (pj->part[0].q.type == RF_QT_F32) {
-        if (lo->arch == RF_LORA_GPT2)
-            rf_op_conv1d_bwd(dinp, dw, db, dout, inp, w, N, IC, OC);
-        else
-            rf_op_linear_bwd(dinp, dw, db, dout, inp, w, N, IC, OC);
+        rc = lo->arch == RF_LORA_GPT2 ? be->conv1d_bwd(be, dinp, dw, db, dout, inp, w, N, IC, OC)
+                                      : be->linear_bwd(be, dinp, dw, db, dout, inp, w, N, IC, OC);
     } else {
-        for (int j = 0; dinp && j < pj->nparts; j++) {
+        for (int j = 0; !rc && dinp && j < pj->nparts; j++) {
             const rf_lora_part *p = &pj->part[j];
-            if ((rc = rf_op_qlinear_bwd(dinp, dout + p->off, OC, &p->q, N))) return rc;
+            rc = be->qlinear_bwd(be, dinp, dout + p->off, OC, &p->q, N);
         }
     }
     float pd = lo->last_train ? lo->cfg.dropout : 0.0f;
-    for (int j = 0; j < pj->nparts; j++) {
+    for (int j = 0; !rc && j < pj->nparts; j++) {
         const rf_lora_part *p = &pj->part[j];
         if (p->a < 0) continue;
         const rf_tensor_info *ta = &lo->tensors[p->a], *tb = &lo->tensors[p->b];
-        rf_op_lora_bwd(dinp, lo->grads + ta->offset, lo->grads + tb->offset, lo->du, lo->xd,
-                       dout + p->off, OC, inp, lo->u + p->uoff * N, lo->params + ta->offset,
-                       lo->params + tb->offset, N, IC, p->len, lo->cfg.rank, lo->scale, pd,
-                       site_seed(lo->last_seed, (uint64_t)(layer * RF_NPROJ + slot) * 4 + j));
+        rc = be->lora_bwd(be, dinp, lo->grads + ta->offset, lo->grads + tb->offset, lo->du, lo->xd,
+                          dout + p->off, OC, inp, lo->u + p->uoff * N, lo->params + ta->offset,
+                          lo->params + tb->offset, N, IC, p->len, lo->cfg.rank, lo->scale, pd,
+                          site_seed(lo->last_seed, (uint64_t)(layer * RF_NPROJ + slot) * 4 + j));
     }
-    return RF_OK;
+    return rc;
 }
 
 /* ---- optimizer ---- */
@@ -589,10 +701,13 @@ float rf_lora_adamw_step(rf_lora *lo, const rf_adamw *o, long step) {
         rf_fail(RF_ERR_INVALID, "lora: training is not enabled with whole moments");
         return NAN;
     }
-    float norm = (float)sqrt(rf_op_sumsq(lo->grads, lo->nparams));
+    const rf_backend *be = lo->be;
+    double ss;
+    if (be->sumsq(be, &ss, lo->grads, lo->nparams)) return NAN;
+    float norm = (float)sqrt(ss);
     if (o->clip_norm > 0) {
         float coef = o->clip_norm / (norm + 1e-6f); /* torch's clip_grad_norm_ */
-        if (coef < 1.0f) rf_op_scale(lo->grads, lo->nparams, coef);
+        if (coef < 1.0f && be->scale(be, lo->grads, lo->nparams, coef)) return NAN;
     }
     rf_param_span *spans = malloc(lo->ntensors * sizeof *spans);
     if (!spans) return NAN;
@@ -600,9 +715,10 @@ float rf_lora_adamw_step(rf_lora *lo, const rf_adamw *o, long step) {
         spans[i] =
             (rf_param_span){lo->tensors[i].offset, lo->tensors[i].numel, lo->tensors[i].decay};
     rf_adamw_hp hp = {rf_adamw_lr(o, step), o->beta1, o->beta2, o->eps, o->weight_decay, step};
-    rf_op_adamw(lo->params, lo->grads, lo->m, lo->v, 0, lo->nparams, spans, lo->ntensors, &hp);
+    int rc = be->adamw(be, lo->params, lo->grads, lo->m, lo->v, 0, lo->nparams, spans, lo->ntensors,
+                       &hp);
     free(spans);
-    return norm;
+    return rc ? NAN : norm;
 }
 
 /* ---- PEFT adapter files ---- */
@@ -660,18 +776,27 @@ int rf_lora_save_peft(const rf_lora *lo, const char *dir, const char *base_name)
 
     rf_st_out *t = calloc(lo->ntensors, sizeof *t);
     char(*names)[sizeof PEFT_PREFIX + 96] = calloc(lo->ntensors, sizeof *names);
-    if (!t || !names) {
-        free(t), free(names);
+    float *host = NULL; /* the block's host copy, off the CPU backend */
+    const float *params = lo->params;
+    if (!t || !names || (!on_cpu(lo) && !(host = malloc(lo->nparams * sizeof(float))))) {
+        free(t), free(names), free(host);
         return RF_ERR_NOMEM;
+    }
+    if (host) {
+        if ((rc = lo->be->to_host(lo->be, host, lo->params, lo->nparams * sizeof(float)))) {
+            free(t), free(names), free(host);
+            return rf_fail_ctx(rc, "lora: reading the adapter from %s", lo->be->name);
+        }
+        params = host;
     }
     for (size_t i = 0; i < lo->ntensors; i++) {
         const rf_tensor_info *ti = &lo->tensors[i];
         snprintf(names[i], sizeof names[i], PEFT_PREFIX "%s", ti->name);
-        t[i] = (rf_st_out){names[i], 2, {ti->shape[0], ti->shape[1]}, lo->params + ti->offset};
+        t[i] = (rf_st_out){names[i], 2, {ti->shape[0], ti->shape[1]}, params + ti->offset};
     }
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
     rc = rf_st_write(path, t, lo->ntensors);
-    free(t), free(names);
+    free(t), free(names), free(host);
     return rc ? rf_fail_ctx(rc, "lora: writing %s", path) : RF_OK;
 }
 
@@ -820,12 +945,18 @@ static int read_weights(rf_lora *lo, const char *path, const rf_st_file *st) {
             rc = rf_fail(RF_ERR_UNSUPPORTED, "%s: tensor '%s' is %s, not a float type", path, name,
                          rf_st_dtype_name(s->dtype));
     }
+    /* off the CPU backend: converted on the host, then to_device */
+    float *host = !rc && !on_cpu(lo) ? malloc(lo->nparams * sizeof(float)) : NULL;
+    float *dst = on_cpu(lo) ? lo->params : host;
+    if (!rc && !dst) rc = RF_ERR_NOMEM;
     for (size_t i = 0; i < lo->ntensors && !rc; i++) {
         const rf_tensor_info *t = &lo->tensors[i];
         snprintf(name, sizeof name, PEFT_PREFIX "%s", t->name);
-        if ((rc = rf_st_to_f32(rf_st_find(st, name), lo->params + t->offset)))
+        if ((rc = rf_st_to_f32(rf_st_find(st, name), dst + t->offset)))
             rc = rf_fail_ctx(rc, "%s", path);
     }
+    if (!rc && host) rc = lo->be->to_device(lo->be, lo->params, host, lo->nparams * sizeof(float));
+    free(host);
     return rc;
 }
 
@@ -910,10 +1041,11 @@ static int check_merge(const rf_lora *lo, const void *attached) {
 int rf_lora_merge_gpt2(const rf_lora *lo, rf_gpt2 *m) {
     if (lo->arch != RF_LORA_GPT2 || lo->nlayers != m->cfg.n_layer)
         return rf_fail(RF_ERR_INVALID, "lora: the adapter set was not made for this GPT-2");
-    if (m->be != rf_backend_cpu())
-        return rf_fail(RF_ERR_UNSUPPORTED,
-                       "%s: LoRA runs on the CPU backend only (trainer.device: cpu), not %s",
-                       "gpt2", m->be->name);
+    if (m->be != rf_backend_cpu() || lo->be != rf_backend_cpu())
+        return rf_fail(
+            RF_ERR_UNSUPPORTED,
+            "%s: LoRA merging runs on the CPU backend only (trainer.device: cpu), not %s", "gpt2",
+            m->be != rf_backend_cpu() ? m->be->name : lo->be->name);
     int rc = check_merge(lo, m->lora);
     if (rc) return rc;
     float **w = malloc(sizeof(float *) * lo->nlayers * RF_NPROJ);
@@ -932,10 +1064,11 @@ int rf_lora_merge_gpt2(const rf_lora *lo, rf_gpt2 *m) {
 int rf_lora_merge_llama(const rf_lora *lo, rf_llama *m) {
     if (lo->arch != RF_LORA_LLAMA || lo->nlayers != m->cfg.num_hidden_layers)
         return rf_fail(RF_ERR_INVALID, "lora: the adapter set was not made for this Llama");
-    if (m->be != rf_backend_cpu())
-        return rf_fail(RF_ERR_UNSUPPORTED,
-                       "%s: LoRA runs on the CPU backend only (trainer.device: cpu), not %s",
-                       "llama", m->be->name);
+    if (m->be != rf_backend_cpu() || lo->be != rf_backend_cpu())
+        return rf_fail(
+            RF_ERR_UNSUPPORTED,
+            "%s: LoRA merging runs on the CPU backend only (trainer.device: cpu), not %s", "llama",
+            m->be != rf_backend_cpu() ? m->be->name : lo->be->name);
     int rc = check_merge(lo, m->lora);
     if (rc) return rc;
     float **w = malloc(sizeof(float *) * lo->nlayers * RF_NPROJ);

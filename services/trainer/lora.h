@@ -117,6 +117,7 @@ typedef struct rf_lora_part {
     unsigned bit;    /* RF_LORA_* of the module */
     int off, len;    /* output columns [off, off + len) of the projection */
     rf_qweight q;    /* base, when cfg.base is not RF_QT_F32 */
+    bool qdev;       /* q's arrays are the backend's memory (moved there at attach) */
     long a, b;       /* tensor indices of lora_A / lora_B; -1: not targeted */
     size_t uoff;     /* its u [N, r] in the activation arena (per N) */
 } rf_lora_part;
@@ -129,6 +130,12 @@ typedef struct rf_lora_proj {
 typedef struct rf_lora {
     rf_lora_config cfg;
     rf_lora_arch arch;
+    /* The model's backend (backend.h): params, grads, m, v, the activations
+     * (u, du, xd) and, once attached, the quantized bases' arrays (part.qdev)
+     * are its memory; every product runs on its slots (conv1d / linear,
+     * qlinear, lora). Host code reads and writes the block through
+     * to_host / to_device (init, PEFT files). */
+    const struct rf_backend *be;
     int nlayers;
     float scale;             /* alpha / rank */
     rf_lora_proj *proj;      /* [nlayers * RF_NPROJ] */
@@ -150,9 +157,10 @@ typedef struct rf_lora {
     uint64_t last_seed;
 } rf_lora;
 
-/* An adapter set for a model's configuration: A initialised as peft does
- * (kaiming_uniform(a=sqrt(5)): U(-1/sqrt(in), 1/sqrt(in))) from init_seed, B
- * zero. Errors name the bad option (RF_ERR_INVALID / RF_ERR_UNSUPPORTED). */
+/* An adapter set for a model's configuration, on the model's backend (m->be):
+ * A initialised as peft does (kaiming_uniform(a=sqrt(5)):
+ * U(-1/sqrt(in), 1/sqrt(in))) from init_seed, B zero. Errors name the bad option (RF_ERR_INVALID /
+ * RF_ERR_UNSUPPORTED). */
 int rf_lora_new_gpt2(const struct rf_gpt2 *m, const rf_lora_config *cfg, uint64_t init_seed,
                      rf_lora **out);
 int rf_lora_new_llama(const struct rf_llama *m, const rf_lora_config *cfg, uint64_t init_seed,
@@ -161,8 +169,12 @@ void rf_lora_free(rf_lora *lo);
 /* Attaches lo to the model: quantizes the model's projection weights into lo
  * when the base is quantized (the parts not set by rf_lora_set_base), then
  * releases the model's fp32 copies of them, and sets
- * m->lora. The model must be the one lo was made for; it keeps no gradient
- * block of its own (the base is frozen): call the model's enable_training
+ * m->lora. On a backend other than the CPU the weights are read with to_host,
+ * quantized on the host and the quantized arrays moved into the backend's
+ * memory; the fp32 copies are zeroed there (not returned: they are part of
+ * the model's one parameter block). A backend without the lora / qlinear
+ * slots is refused (RF_ERR_UNSUPPORTED naming the slot). The model must be the one lo was made for;
+ * it keeps no gradient block of its own (the base is frozen): call the model's enable_training
  * after attaching. A Q4_1 base cannot be made from fp32 weights here (it
  * comes as loaded from GGUF: rf_lora_load_llama_gguf), except for tests with
  * allow_requant. */
@@ -182,7 +194,7 @@ int rf_lora_enable_training(rf_lora *lo);
 /* The same for a data-parallel rank: params and grads get `padded` floats
  * (>= nparams, zero tail; params move), m and v `moments` floats. */
 int rf_lora_enable_training_sharded(rf_lora *lo, size_t padded, size_t moments);
-void rf_lora_zero_grad(rf_lora *lo);
+int rf_lora_zero_grad(rf_lora *lo);
 /* Ensures activation capacity for N = B * T rows (the models call it). */
 int rf_lora_reserve(rf_lora *lo, int N);
 
@@ -207,8 +219,9 @@ int rf_lora_load_llama_gguf(const char *path, const rf_lora_config *lcfg, uint64
                             struct rf_llama **m, rf_lora **lo);
 
 /* Global-norm clipping and one AdamW step on the adapter block (decay on A
- * and B: they are matrices), as rf_adamw_step does for a model; step is
- * 0-based. Returns the norm before clipping. */
+ * and B: they are matrices), as rf_adamw_step does for a model, on lo's
+ * backend's slots; step is 0-based. Returns the norm before clipping (NaN on
+ * error). */
 float rf_lora_adamw_step(rf_lora *lo, const rf_adamw *o, long step);
 
 /* PEFT adapter files: DIR/adapter_config.json (LoRA, CAUSAL_LM, r,
@@ -266,7 +279,10 @@ int rf_lora_merge_peft(struct rf_gpt2 *gpt2, struct rf_llama *llama, const char 
  * adapter files. One parameter unit (the adapter block); ZeRO-2/3 and
  * pipeline ranges are refused. */
 struct rf_model;
-int rf_model_load_lora(const char *dir, const rf_lora_config *cfg, uint64_t init_seed,
-                       struct rf_model **out);
+struct rf_backend;
+/* be: the backend of the base and the adapter (NULL: the CPU); a GGUF base
+ * loads on the CPU backend only (RF_ERR_UNSUPPORTED otherwise). */
+int rf_model_load_lora(const char *dir, const rf_lora_config *cfg, const struct rf_backend *be,
+                       uint64_t init_seed, struct rf_model **out);
 
 #endif

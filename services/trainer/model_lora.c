@@ -48,8 +48,8 @@ static int lm_info(const rf_model *m, rf_model_info *o) {
 
 static int lm_blocks(const rf_model *m, rf_model_blocks *o) {
     const rf_lora *lo = LM(m)->lo;
-    *o = (rf_model_blocks){rf_backend_cpu(), lo->tensors, lo->ntensors, lo->nparams, lo->npadded,
-                           lo->nmoments,     lo->params,  lo->grads,    lo->m,       lo->v};
+    *o = (rf_model_blocks){lo->be,       lo->tensors, lo->ntensors, lo->nparams, lo->npadded,
+                           lo->nmoments, lo->params,  lo->grads,    lo->m,       lo->v};
     return RF_OK;
 }
 
@@ -70,7 +70,10 @@ static int lm_bind_unit(rf_model *m, int u, float *p, float *g) {
 static int lm_release(rf_model *m, bool params) {
     rf_lora *lo = LM(m)->lo;
     if (params) return rf_fail(RF_ERR_UNSUPPORTED, "lora: the adapter's parameters stay in place");
-    free(lo->grads), free(lo->m), free(lo->v);
+    const rf_backend *be = lo->be;
+    if (lo->grads) be->free(be, lo->grads);
+    if (lo->m) be->free(be, lo->m);
+    if (lo->v) be->free(be, lo->v);
     lo->grads = lo->m = lo->v = NULL;
     lo->nmoments = 0;
     return RF_OK;
@@ -78,8 +81,7 @@ static int lm_release(rf_model *m, bool params) {
 
 static int lm_adopt(rf_model *m, const float *host) {
     rf_lora *lo = LM(m)->lo;
-    memcpy(lo->params, host, lo->nparams * sizeof(float));
-    return RF_OK;
+    return lo->be->to_device(lo->be, lo->params, host, lo->nparams * sizeof(float));
 }
 
 static int lm_enable(rf_model *m, size_t padded, size_t moments) {
@@ -90,8 +92,7 @@ static int lm_enable(rf_model *m, size_t padded, size_t moments) {
 }
 
 static int lm_zero_grad(rf_model *m) {
-    rf_lora_zero_grad(LM(m)->lo);
-    return RF_OK;
+    return rf_lora_zero_grad(LM(m)->lo);
 }
 
 static int lm_class_weights(rf_model *m, const float *w) {
@@ -194,14 +195,23 @@ static int load_gguf(const char *path, const rf_lora_config *cfg, uint64_t init_
     return RF_OK;
 }
 
-int rf_model_load_lora(const char *dir, const rf_lora_config *cfg, uint64_t init_seed,
-                       rf_model **out) {
+int rf_model_load_lora(const char *dir, const rf_lora_config *cfg, const rf_backend *be,
+                       uint64_t init_seed, rf_model **out) {
     *out = NULL;
+    if (!be) be = rf_backend_cpu();
     rf_model *base = NULL;
     rf_lora *lo = NULL;
     char *gguf;
     int rc = rf_llama_gguf_path(dir, &gguf);
     if (rc) return rc;
+    if (gguf && be != rf_backend_cpu()) {
+        rc = rf_fail(RF_ERR_UNSUPPORTED,
+                     "lora: a GGUF base (%s) loads on the CPU backend only (trainer.device: cpu), "
+                     "not %s",
+                     gguf, be->name);
+        free(gguf);
+        return rc;
+    }
     if (gguf) {
         rc = load_gguf(gguf, cfg, init_seed, &base, &lo);
         free(gguf);
@@ -211,7 +221,7 @@ int rf_model_load_lora(const char *dir, const rf_lora_config *cfg, uint64_t init
                        "Face folder (use fp32, int8 or nf4)",
                        dir);
     } else {
-        rc = rf_model_load(dir, NULL, rf_backend_cpu(), &base);
+        rc = rf_model_load(dir, NULL, be, &base);
         if (rc) return rc;
         rf_model_info info = rf_model_info_of(base);
         bool llama = info.arch && strcmp(info.arch, "llama") == 0;

@@ -225,10 +225,18 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
                            "trainer.lora: parallel tp %d x pp %d (the adapter trains with data "
                            "parallelism only; use dp)",
                            o->tp, o->pp);
-        if (strcmp(s->device, "cpu") != 0)
+        /* one process on a device runs the adapter through the backend
+         * (lora.h); the data-parallel adapter and a GGUF base stay on the CPU */
+        if (strcmp(s->device, "cpu") != 0 && s->dp > 1)
             return rf_fail(RF_ERR_UNSUPPORTED,
-                           "trainer.lora: device %s (the LoRA ops are CPU only for now)",
-                           s->device);
+                           "trainer.lora: device %s with parallel.dp %d (a LoRA run on a device "
+                           "is one process for now; use dp 1, or device: cpu)",
+                           s->device, s->dp);
+        if (strcmp(s->device, "cpu") != 0 && gguf)
+            return rf_fail(RF_ERR_UNSUPPORTED,
+                           "trainer.lora: device %s with a GGUF base (%s loads on the CPU backend "
+                           "only; use device: cpu, or the model's Hugging Face folder)",
+                           s->device, s->model);
         if (s->eval)
             return rf_fail(RF_ERR_UNSUPPORTED, "trainer.eval: the export of a LoRA run is a PEFT "
                                                "adapter, which the evaluator does not load yet");

@@ -3,10 +3,10 @@
  * CPU backend's kernels under an identity of its own, so the models take their device paths
  * (weights read into host memory then to_device, the batch uploaded, the export through to_host,
  * every op through the slots) and the CPU-only paths refuse it. Since its kernels are the CPU's,
- * two full fine-tuning steps on it must equal the CPU backend's bit for bit; and LoRA, tensor
- * parallelism, the unit hooks and generation must refuse it with RF_ERR_UNSUPPORTED and a message
- * naming the CPU backend; a backend that lacks a causal kernel is refused at
- * load. (The CUDA backend's numbers: test_cuda_step.c.) */
+ * two full fine-tuning steps on it must equal the CPU backend's bit for bit; and LoRA merging,
+ * tensor parallelism, the unit hooks and generation must refuse it with RF_ERR_UNSUPPORTED and a
+ * message naming the CPU backend; a backend that lacks a causal kernel is refused at load. (The
+ * CUDA backend's numbers: test_cuda_step.c.) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -154,13 +154,12 @@ static void test_refusals(void **state) {
     lc.rank = 2, lc.alpha = 4;
     lc.targets = RF_LORA_Q | RF_LORA_K | RF_LORA_V | RF_LORA_O | RF_LORA_UP | RF_LORA_DOWN;
     rf_lora *lo;
+    /* LoRA trains on the device (test_lora_device.c); merging stays on the CPU */
     assert_int_equal(rf_lora_new_gpt2(gm, &lc, 1, &lo), 0);
-    expect_refusal(rf_lora_attach_gpt2(lo, gm), "gpt2: LoRA runs on the CPU backend only");
-    assert_null(gm->lora);
+    expect_refusal(rf_lora_merge_gpt2(lo, gm), "gpt2: LoRA merging runs on the CPU backend only");
     rf_lora_free(lo);
     assert_int_equal(rf_lora_new_llama(lm, &lc, 1, &lo), 0);
-    expect_refusal(rf_lora_attach_llama(lo, lm, false), "llama: LoRA runs on the CPU backend only");
-    assert_null(lm->lora);
+    expect_refusal(rf_lora_merge_llama(lo, lm), "llama: LoRA merging runs on the CPU backend only");
     rf_lora_free(lo);
     expect_refusal(rf_gpt2_tp_split(gm, NULL), "gpt2: tensor parallelism runs on the CPU backend");
     expect_refusal(rf_llama_tp_split(lm, NULL),
@@ -188,6 +187,23 @@ static void test_missing_kernels(void **state) {
     (void)state;
     rf_backend bare = *staged;
     bare.name = "bare-device";
+    /* a quantized LoRA base needs qlinear: refused at attach, the model untouched */
+    bare.qlinear_bwd = NULL;
+    rf_model *g = load("../causal/tiny-gpt2-rand", &bare);
+    rf_lora_config lc = rf_lora_defaults();
+    lc.rank = 2, lc.alpha = 4, lc.base = RF_QT_INT8;
+    lc.targets = RF_LORA_Q | RF_LORA_K | RF_LORA_V;
+    rf_lora *lo;
+    assert_int_equal(rf_lora_new_gpt2(g->impl, &lc, 1, &lo), 0);
+    expect_refusal(rf_lora_attach_gpt2(lo, g->impl), "has no 'qlinear_bwd' kernel");
+    assert_null(((rf_gpt2 *)g->impl)->lora);
+    rf_lora_free(lo);
+    bare.lora_fwd = NULL; /* any LoRA needs lora_fwd */
+    lc.base = RF_QT_F32;
+    assert_int_equal(rf_lora_new_gpt2(g->impl, &lc, 1, &lo), 0);
+    expect_refusal(rf_lora_attach_gpt2(lo, g->impl), "has no 'lora_fwd' kernel");
+    rf_lora_free(lo);
+    rf_model_free(g);
     bare.rope_bwd = NULL;
     char *dir = fixture_path("../causal/tiny-llama-rand");
     rf_model *m = NULL;

@@ -84,7 +84,7 @@ static void refused(const char *yaml, int code, const char *text) {
     int rc = parse(yaml, &root, &s);
     if (!rc) {
         rf_model *m = NULL; /* what parsing lets through, the load refuses */
-        rc = rf_model_load_lora(s.model, &s.lora_cfg, 1, &m);
+        rc = rf_model_load_lora(s.model, &s.lora_cfg, NULL, 1, &m);
         rf_model_free(m);
     }
     rf_cfg_free(root);
@@ -104,7 +104,7 @@ static void test_refusals(void **state) {
     rf_lora_config c = rf_lora_defaults();
     c.base = RF_QT_Q4_1;
     rf_model *m = NULL;
-    assert_int_equal(rf_model_load_lora(hf, &c, 1, &m), RF_ERR_UNSUPPORTED);
+    assert_int_equal(rf_model_load_lora(hf, &c, NULL, 1, &m), RF_ERR_UNSUPPORTED);
     assert_null(m);
     assert_non_null(strstr(rf_errmsg(), "is a Hugging Face folder"));
     snprintf(y, sizeof y, "trainer:\n  task: causal_lm\n  model: %s\n", gguf);
