@@ -5,6 +5,8 @@
  * bit for bit (the same hash on both devices). Backward kernels start from
  * non-zero gradients, so accumulation (+=) is checked too. The cuda-bf16
  * backend's linear layer (bf16 tensor-core products) within a stated 1e-2.
+ * LoRA's slots (lora, qlinear) likewise; the quantized weights' dequantization
+ * (int8, nf4, q4_1) bit for bit.
  *
  * Without a CUDA build or a GPU every case is skipped and says why (`make
  * test-gpu` runs them on a GPU machine); they never pass without running. */
@@ -21,6 +23,7 @@
 #include "parity_util.h"
 #include "trainer/backend.h"
 #include "trainer/ops_causal.h"
+#include "trainer/quant.h"
 
 #define TOL 1e-5
 
@@ -699,6 +702,123 @@ static void test_causal_xent(void **state) {
     }
 }
 
+/* One LoRA adapter (lora.h: u = drop(x) A^T, out += s u B^T, and its
+ * backward) against the CPU twin: outputs and gradients accumulate into
+ * random values, rows of out / dout are ldo apart (a part of a fused
+ * projection), with and without dropout (the same masks on both devices). */
+static void test_lora(void **state) {
+    (void)state;
+    need_gpu();
+    /* N, IC, OC, r, ldo - OC, dropout in percent, with dx */
+    static const int shapes[][7] = {{1, 3, 5, 1, 0, 0, 1},
+                                    {13, 37, 29, 4, 7, 10, 1},
+                                    {64, 96, 80, 8, 0, 0, 0},
+                                    {33, 64, 48, 2, 3, 20, 1}};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+        int N = shapes[sh][0], IC = shapes[sh][1], OC = shapes[sh][2], r = shapes[sh][3],
+            ldo = OC + shapes[sh][4], hx = shapes[sh][6];
+        float p = (float)shapes[sh][5] / 100.0f, sc = 2.0f;
+        uint64_t seed = 1234 + sh;
+        size_t ni = (size_t)N * IC, no = (size_t)N * ldo, nu = (size_t)N * r;
+        float *x = rnd(ni, -1, 1), *A = rnd((size_t)r * IC, -0.3f, 0.3f),
+              *B = rnd((size_t)OC * r, -0.3f, 0.3f), *out = rnd(no, -1, 1), *u = rnd(nu, 0, 0),
+              *xd = rnd(ni, 0, 0), *du = rnd(nu, 0, 0), *dout = rnd(no, -1, 1),
+              *dx = rnd(ni, -1, 1), *dA = rnd((size_t)r * IC, -1, 1),
+              *dB = rnd((size_t)OC * r, -1, 1);
+        void *g_x = up(x, ni * 4), *g_A = up(A, (size_t)r * IC * 4),
+             *g_B = up(B, (size_t)OC * r * 4), *g_out = up(out, no * 4), *g_u = up(NULL, nu * 4),
+             *g_xd = up(NULL, ni * 4), *g_du = up(NULL, nu * 4), *g_dout = up(dout, no * 4),
+             *g_dx = up(dx, ni * 4), *g_dA = up(dA, (size_t)r * IC * 4),
+             *g_dB = up(dB, (size_t)OC * r * 4);
+        print_message("lora N=%d IC=%d OC=%d r=%d ldo=%d p=%.2f dx=%d\n", N, IC, OC, r, ldo,
+                      (double)p, hx);
+        assert_int_equal(cpu->lora_fwd(cpu, out, ldo, u, xd, x, A, B, N, IC, OC, r, sc, p, seed),
+                         0);
+        assert_int_equal(
+            gpu->lora_fwd(gpu, g_out, ldo, g_u, g_xd, g_x, g_A, g_B, N, IC, OC, r, sc, p, seed), 0);
+        check("lora_fwd out", g_out, out, no, TOL);
+        check("lora_fwd u", g_u, u, nu, TOL);
+        assert_int_equal(cpu->lora_bwd(cpu, hx ? dx : NULL, dA, dB, du, xd, dout, ldo, x, u, A, B,
+                                       N, IC, OC, r, sc, p, seed),
+                         0);
+        assert_int_equal(gpu->lora_bwd(gpu, hx ? g_dx : NULL, g_dA, g_dB, g_du, g_xd, g_dout, ldo,
+                                       g_x, g_u, g_A, g_B, N, IC, OC, r, sc, p, seed),
+                         0);
+        check("lora_bwd dx", g_dx, dx, ni, TOL);
+        check("lora_bwd dA", g_dA, dA, (size_t)r * IC, TOL);
+        check("lora_bwd dB", g_dB, dB, (size_t)OC * r, TOL);
+        void *gs[] = {g_x, g_A, g_B, g_out, g_u, g_xd, g_du, g_dout, g_dx, g_dA, g_dB};
+        gfree_all(gs, sizeof gs / sizeof gs[0]);
+        free(x), free(A), free(B), free(out), free(u), free(xd), free(du), free(dout), free(dx);
+        free(dA), free(dB);
+    }
+}
+
+/* q's arrays copied to the device, in a descriptor of their own. */
+static rf_qweight q_up(const rf_qweight *q) {
+    size_t n = (size_t)q->rows * q->cols, nq = 0, ns = 0, na = 0;
+    if (q->type == RF_QT_INT8) nq = n, ns = (size_t)q->rows * 4;
+    if (q->type == RF_QT_NF4) nq = (n + 1) / 2, ns = q->ngroups * 4, na = q->nblocks;
+    if (q->type == RF_QT_Q4_1) nq = n / RF_Q4_1_BLOCK * RF_Q4_1_BYTES;
+    rf_qweight d = *q;
+    d.q = up(q->q, nq);
+    d.scale = ns ? up(q->scale, ns) : NULL;
+    d.qabsmax = na ? up(q->qabsmax, na) : NULL;
+    return d;
+}
+
+/* The quantized base's matmuls (quant.h) for int8, nf4 and q4_1 against the
+ * CPU twin. The dequantization itself bit for bit: with an identity input
+ * the product is the dequantized weight (transposed) exactly. */
+static void test_qlinear(void **state) {
+    (void)state;
+    need_gpu();
+    static const rf_qtype types[] = {RF_QT_INT8, RF_QT_NF4, RF_QT_Q4_1};
+    static const char *names[] = {"int8", "nf4", "q4_1"};
+    /* rows, cols, N */
+    static const int shapes[][3] = {{5, 32, 1}, {29, 64, 13}, {130, 96, 33}, {3, 37, 4}};
+    for (size_t t = 0; t < 3; t++)
+        for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+            int R = shapes[sh][0], K = shapes[sh][1], N = shapes[sh][2], ldo = R + 3;
+            if (types[t] == RF_QT_Q4_1 && K % RF_Q4_1_BLOCK) continue; /* Q4_1 rows: 32s */
+            print_message("qlinear %s rows=%d cols=%d N=%d\n", names[t], R, K, N);
+            float *w = rnd((size_t)R * K, -0.5f, 0.5f);
+            rf_qweight q;
+            assert_int_equal(rf_qweight_quantize(&q, types[t], w, R, K), 0);
+            rf_qweight dq = q_up(&q);
+            /* identity input: out[n, j] = W'[j, n] */
+            float *eye = rnd((size_t)K * K, 0, 0), *deq = malloc((size_t)R * K * 4),
+                  *wt = malloc((size_t)K * R * 4);
+            for (int k = 0; k < K; k++)
+                eye[(size_t)k * K + k] = 1.0f;
+            rf_qweight_dequant(&q, deq);
+            for (int j = 0; j < R; j++)
+                for (int k = 0; k < K; k++)
+                    wt[(size_t)k * R + j] = deq[(size_t)j * K + k];
+            void *g_eye = up(eye, (size_t)K * K * 4), *g_wt = up(NULL, (size_t)K * R * 4);
+            assert_int_equal(gpu->qlinear_fwd(gpu, g_wt, R, g_eye, &dq, NULL, K), 0);
+            check_exact("qlinear dequantized", g_wt, wt, (size_t)K * R);
+            /* the products, with a bias and rows ldo apart; backward accumulates */
+            size_t ni = (size_t)N * K, no = (size_t)N * ldo;
+            float *x = rnd(ni, -1, 1), *b = rnd(R, -1, 1), *out = rnd(no, -1, 1),
+                  *dout = rnd(no, -1, 1), *dx = rnd(ni, -1, 1);
+            void *g_x = up(x, ni * 4), *g_b = up(b, R * 4), *g_out = up(out, no * 4),
+                 *g_dout = up(dout, no * 4), *g_dx = up(dx, ni * 4);
+            assert_int_equal(cpu->qlinear_fwd(cpu, out, ldo, x, &q, b, N), 0);
+            assert_int_equal(gpu->qlinear_fwd(gpu, g_out, ldo, g_x, &dq, g_b, N), 0);
+            check("qlinear_fwd", g_out, out, no, TOL);
+            assert_int_equal(cpu->qlinear_bwd(cpu, dx, dout, ldo, &q, N), 0);
+            assert_int_equal(gpu->qlinear_bwd(gpu, g_dx, g_dout, ldo, &dq, N), 0);
+            check("qlinear_bwd", g_dx, dx, ni, TOL);
+            void *gs[] = {g_eye, g_wt, g_x, g_b, g_out, g_dout, g_dx, dq.q, dq.scale, dq.qabsmax};
+            for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
+                gfree(gs[i]);
+            rf_qweight_free(&q);
+            free(w), free(eye), free(deq), free(wt), free(x), free(b), free(out), free(dout);
+            free(dx);
+        }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embedding),
@@ -717,6 +837,8 @@ int main(void) {
         cmocka_unit_test(test_swiglu_gelu_tanh),
         cmocka_unit_test(test_causal_attention),
         cmocka_unit_test(test_causal_xent),
+        cmocka_unit_test(test_lora),
+        cmocka_unit_test(test_qlinear),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

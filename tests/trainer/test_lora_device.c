@@ -40,7 +40,8 @@ static int setup(void **state) {
 enum { BB = 2, TT = 12 };
 static int32_t ids[BB * TT], labels[BB * TT];
 static uint8_t valid[BB * TT];
-static const rf_model_batch batch = {.B = BB, .T = TT, .ids = ids, .valid = valid, .labels = labels};
+static const rf_model_batch batch = {
+    .B = BB, .T = TT, .ids = ids, .valid = valid, .labels = labels};
 
 static void make_batch(void) {
     for (int i = 0; i < BB * TT; i++) {

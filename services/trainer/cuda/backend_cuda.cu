@@ -197,6 +197,10 @@ static void init(int k) {
     b.lm_head_bwd = rf_cu_lm_head_bwd;
     b.causal_xent_fwd = rf_cu_causal_xent_fwd;
     b.causal_xent_bwd = rf_cu_causal_xent_bwd;
+    b.lora_fwd = rf_cu_lora_fwd;
+    b.lora_bwd = rf_cu_lora_bwd;
+    b.qlinear_fwd = rf_cu_qlinear_fwd;
+    b.qlinear_bwd = rf_cu_qlinear_bwd;
     b.sumsq = rf_cu_sumsq;
     b.scale = rf_cu_scale;
     b.adamw = rf_cu_adamw;

@@ -23,6 +23,9 @@ struct rf_cuda_ctx {
     size_t ones_n;
     float *part;          // part_n floats: per-chunk partial sums of column reductions
     size_t part_n;
+    float *deq;           // deq_n floats: a quantized weight dequantized (qlinear.cu)
+    size_t deq_n;
+    float *codes;         // NF4's 16 values then the 256 of the dynamic map (qlinear.cu)
 };
 #define RF_CUDA_RED 128
 
@@ -44,6 +47,8 @@ int rf_cublas_check(cublasStatus_t s, const char *what);
 // on demand; cudaFree of the old buffer waits for the kernels using it).
 int rf_cuda_ones(rf_cuda_ctx *c, size_t n);
 int rf_cuda_part(rf_cuda_ctx *c, size_t n);
+// ctx->deq with at least n floats, and ctx->codes filled (once); qlinear.cu.
+int rf_cuda_deq(rf_cuda_ctx *c, size_t n);
 // The launch just queued: its configuration error, if any.
 static inline int cu_launched(const char *what) {
     return rf_cuda_check(cudaGetLastError(), what);

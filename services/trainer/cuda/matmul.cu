@@ -9,15 +9,20 @@
 // C = op(A) op(B) + beta C in column-major terms, fp32 storage; the compute
 // type is the context's: pedantic fp32, or bf16 tensor cores with fp32
 // accumulation (cuda-bf16).
-static int gemm(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
-                const char *what) {
-    float one = 1.0f;
+int rf_cu_gemm(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+               float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C,
+               int ldc, const char *what) {
     cublasComputeType_t ct = c->bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F_PEDANTIC;
-    return rf_cublas_check(cublasGemmEx(c->blas, ta, tb, m, n, k, &one, A, CUDA_R_32F, lda, B,
+    return rf_cublas_check(cublasGemmEx(c->blas, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, B,
                                         CUDA_R_32F, ldb, &beta, C, CUDA_R_32F, ldc, ct,
                                         CUBLAS_GEMM_DEFAULT),
                            what);
+}
+
+static int gemm(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
+                const char *what) {
+    return rf_cu_gemm(c, ta, tb, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc, what);
 }
 
 __global__ static void bias_rows_kernel(float *out, const float *b, int OC, size_t total) {

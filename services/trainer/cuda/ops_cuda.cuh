@@ -16,7 +16,11 @@ int rf_cu_layernorm_fwd(const rf_backend *be, float *out, float *mean, float *rs
 int rf_cu_layernorm_bwd(const rf_backend *be, float *dinp, float *dw, float *db, const float *dout,
                         const float *inp, const float *w, const float *mean, const float *rstd,
                         int N, int C);
-// matmul.cu
+// matmul.cu: C = alpha op(A) op(B) + beta C, column-major, fp32 storage, the
+// context's compute type (pedantic fp32, or bf16 tensor cores for cuda-bf16)
+int rf_cu_gemm(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+               float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C,
+               int ldc, const char *what);
 int rf_cu_linear_fwd(const rf_backend *be, float *out, const float *inp, const float *w,
                      const float *b, int N, int IC, int OC);
 int rf_cu_linear_bwd(const rf_backend *be, float *dinp, float *dw, float *db, const float *dout,
@@ -97,6 +101,19 @@ int rf_cu_causal_xent_fwd(const rf_backend *be, float *loss, int *counted, float
 int rf_cu_causal_xent_bwd(const rf_backend *be, float *dlogits, const float *logits,
                           const float *lse, const int32_t *labels, int B, int T, int V,
                           float scale);
+// LoRA (semantics: rf_op_lora_fwd/bwd in lora.h). lora.cu
+int rf_cu_lora_fwd(const rf_backend *be, float *out, int ldo, float *u, float *xd, const float *x,
+                   const float *A, const float *B, int N, int IC, int OC, int r, float scale,
+                   float p, uint64_t seed);
+int rf_cu_lora_bwd(const rf_backend *be, float *dx, float *dA, float *dB, float *du, float *xd,
+                   const float *dout, int ldo, const float *x, const float *u, const float *A,
+                   const float *B, int N, int IC, int OC, int r, float scale, float p,
+                   uint64_t seed);
+// qlinear.cu (semantics: rf_op_qlinear_fwd/bwd in quant.h; w's arrays on the device)
+int rf_cu_qlinear_fwd(const rf_backend *be, float *out, int ldo, const float *inp,
+                      const struct rf_qweight *w, const float *b, int N);
+int rf_cu_qlinear_bwd(const rf_backend *be, float *dinp, const float *dout, int ldo,
+                      const struct rf_qweight *w, int N);
 // norm.cu
 int rf_cu_sumsq(const rf_backend *be, double *out, const float *x, size_t n);
 int rf_cu_scale(const rf_backend *be, float *x, size_t n, float s);
