@@ -138,6 +138,20 @@ static void test_cpu_staged(void **state) {
     assert_non_null(strstr(rf_errmsg(), "pipeline parallelism run on host memory only"));
 }
 
+/* LoRA on a device: one process accepted (the adapter runs through the
+ * backend, lora.h), data parallelism refused with its reason. */
+static void test_lora_device(void **state) {
+    (void)state;
+    char dev[32];
+    const char *lora = "  task: causal_lm\n  device: cpu-staged\n  lora: {rank: 4, base: nf4}\n";
+    assert_int_equal(parse(lora, dev, sizeof dev), RF_OK);
+    assert_string_equal(dev, "cpu-staged");
+    char yaml[256];
+    snprintf(yaml, sizeof yaml, "%s  parallel: {dp: 2}\n", lora);
+    assert_int_equal(parse(yaml, dev, sizeof dev), RF_ERR_UNSUPPORTED);
+    assert_non_null(strstr(rf_errmsg(), "a LoRA run on a device is one process"));
+}
+
 /* The evaluator refuses cuda the same way before it reads the model or data. */
 static void test_evaluator_follows(void **state) {
     (void)state;
@@ -153,9 +167,13 @@ static void test_evaluator_follows(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cpu_default), cmocka_unit_test(test_unknown_device),
-        cmocka_unit_test(test_cuda),        cmocka_unit_test(test_cuda_dp),
-        cmocka_unit_test(test_cpu_staged),  cmocka_unit_test(test_evaluator_follows),
+        cmocka_unit_test(test_cpu_default),
+        cmocka_unit_test(test_unknown_device),
+        cmocka_unit_test(test_cuda),
+        cmocka_unit_test(test_cuda_dp),
+        cmocka_unit_test(test_cpu_staged),
+        cmocka_unit_test(test_lora_device),
+        cmocka_unit_test(test_evaluator_follows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

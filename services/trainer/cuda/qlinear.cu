@@ -74,7 +74,8 @@ __global__ static void deq_q4_1_kernel(float *w, const uint8_t *q, size_t n) {
     if (i >= n) return;
     const uint8_t *p = q + i / RF_Q4_1_BLOCK * RF_Q4_1_BYTES;
     int j = (int)(i % RF_Q4_1_BLOCK);
-    float d = f16_to_f32((uint16_t)(p[0] | p[1] << 8)), m = f16_to_f32((uint16_t)(p[2] | p[3] << 8));
+    float d = f16_to_f32((uint16_t)(p[0] | p[1] << 8)),
+          m = f16_to_f32((uint16_t)(p[2] | p[3] << 8));
     uint8_t byte = p[4 + (j & 15)];
     w[i] = __fadd_rn(__fmul_rn((float)(j < 16 ? byte & 15 : byte >> 4), d), m);
 }
