@@ -9,7 +9,7 @@
  * The causal LMs likewise (issue 14): the tiny random GPT-2 (tied head) and
  * Llamas (GQA, untied and tied heads) of the causal parity fixtures, two
  * full fine-tuning steps through the model interface on each device, with
- * the tolerances stated at causal_steps.
+ * the tolerances stated at causal_steps; LoRA / QLoRA on them (lora_steps).
  *
  * Without a CUDA build or a GPU every case is skipped and says why (`make
  * test-gpu` runs them on a GPU machine). */
@@ -25,6 +25,7 @@
 #include "common/error.h"
 #include "parity_util.h"
 #include "trainer/checkpoint.h"
+#include "trainer/lora.h"
 #include "trainer/model.h"
 #include "trainer/model_iface.h"
 #include "trainer/optim.h"
@@ -343,6 +344,80 @@ static void test_causal_llama(void **state) {
     causal_steps("../causal/tiny-llama-tied", "../causal/llama_tied_ref.safetensors");
 }
 
+/* LoRA / QLoRA (lora.h) through rf_model_load_lora on each device: two
+ * steps of the adapter over the frozen base (fp32, int8, nf4; dropout on in
+ * one case, the same masks on both devices) with causal_steps' tolerances:
+ * loss 1e-5 relative, every adapter tensor's gradient 1e-4 norm-wise, the
+ * norm 1e-4, the adapter after clipping and AdamW 1e-5. The quantized bases
+ * are dequantized bit for bit alike (test_cuda_ops), so only the products'
+ * order differs. */
+static void lora_steps(const char *model, const char *reffile, rf_qtype base, float dropout) {
+    char *dir = fixture_path(model), *refp = fixture_path(reffile);
+    rf_st_file *ref;
+    if (rf_st_open(refp, &ref)) fail_msg("%s", rf_errmsg());
+    size_t n;
+    int32_t *ids = fx_ints(ref, "in.ids", &n), *mask = fx_ints(ref, "in.mask", NULL),
+            *labels = fx_ints(ref, "in.labels", NULL);
+    uint8_t *valid = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        valid[i] = (uint8_t)mask[i];
+    rf_model_batch b = {.B = 3, .T = (int)(n / 3), .ids = ids, .valid = valid, .labels = labels};
+    rf_lora_config lc = rf_lora_defaults();
+    lc.rank = 4, lc.alpha = 8, lc.dropout = dropout, lc.base = base;
+    lc.targets = RF_LORA_Q | RF_LORA_K | RF_LORA_V | RF_LORA_O | RF_LORA_UP | RF_LORA_DOWN;
+    rf_model *m[2];
+    rf_model_blocks bl[2];
+    const rf_backend *bes[2] = {rf_backend_cpu(), gpu};
+    for (int i = 0; i < 2; i++) {
+        if (rf_model_load_lora(dir, &lc, bes[i], 3, &m[i]))
+            fail_msg("LoRA on %s: %s", bes[i]->name, rf_errmsg());
+        assert_int_equal(rf_model_blocks_of(m[i], &bl[i]), 0);
+        assert_int_equal(rf_model_enable_training(m[i], bl[i].nparams, bl[i].nparams), 0);
+        assert_int_equal(rf_model_blocks_of(m[i], &bl[i]), 0);
+        assert_ptr_equal(bl[i].be, bes[i]);
+    }
+    compare_blocks("adapter", &bl[1], bl[1].params, &bl[0], bl[0].params, 0);
+    for (long k = 0; k < 2; k++) {
+        print_message("%s LoRA %s base, dropout %g, step %ld\n", model, rf_lora_base_name(base),
+                      (double)dropout, k);
+        float loss[2], norm[2];
+        long cnt[2];
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(rf_model_zero_grad(m[i]), 0);
+            assert_int_equal(rf_model_forward(m[i], &b, true, 11 + (uint64_t)k), 0);
+            assert_int_equal(rf_model_backward(m[i], 1.0f), 0);
+            assert_int_equal(rf_model_loss(m[i], &loss[i], &cnt[i]), 0);
+        }
+        print_message("  loss cpu %.9g gpu %.9g\n", loss[0], loss[1]);
+        assert_int_equal(cnt[0], cnt[1]);
+        assert_true(fabs((double)loss[1] - loss[0]) <= 1e-5 * fabs((double)loss[0]));
+        compare_blocks("grads", &bl[1], bl[1].grads, &bl[0], bl[0].grads, 1e-4);
+        rf_adamw o = rf_adamw_defaults();
+        o.lr = 1e-2f, o.weight_decay = 0.01f, o.clip_norm = 0.5f;
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(rf_optim_clip(&bl[i], o.clip_norm, &norm[i]), 0);
+            assert_int_equal(
+                rf_optim_adamw(&bl[i], &o, k, o.lr, 0, bl[i].nparams, bl[i].m, bl[i].v), 0);
+        }
+        assert_true(fabs((double)norm[1] - norm[0]) <= 1e-4 * norm[0]);
+        compare_blocks("adapter", &bl[1], bl[1].params, &bl[0], bl[0].params, 1e-5);
+    }
+    rf_model_free(m[0]), rf_model_free(m[1]);
+    rf_st_free(ref);
+    free(ids), free(mask), free(labels), free(valid), free(dir), free(refp);
+}
+
+static void test_lora(void **state) {
+    (void)state;
+    need_gpu();
+    const char *g = "../causal/tiny-gpt2-rand", *gr = "../causal/gpt2_rand_ref.safetensors";
+    const char *l = "../causal/tiny-llama-rand", *lr = "../causal/llama_rand_ref.safetensors";
+    lora_steps(g, gr, RF_QT_F32, 0.1f);
+    lora_steps(g, gr, RF_QT_INT8, 0);
+    lora_steps(l, lr, RF_QT_F32, 0);
+    lora_steps(l, lr, RF_QT_NF4, 0.1f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_step),
@@ -351,6 +426,7 @@ int main(void) {
         cmocka_unit_test(test_resume_cpu_to_gpu),
         cmocka_unit_test(test_causal_gpt2),
         cmocka_unit_test(test_causal_llama),
+        cmocka_unit_test(test_lora),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
