@@ -217,6 +217,13 @@ int rf_lora_bwd(rf_lora *lo, int layer, int slot, float *dinp, float *dw, float 
  * other tensors (embedding, norms, an untied head) are dequantized. */
 int rf_lora_load_llama_gguf(const char *path, const rf_lora_config *lcfg, uint64_t init_seed,
                             struct rf_llama **m, rf_lora **lo);
+/* The same on a backend (NULL: the CPU): the model and the adapter set are
+ * be's; the dequantized tensors go through a host copy and to_device, the
+ * quantized bases are moved at attach (rf_lora_attach_llama). */
+struct rf_backend;
+int rf_lora_load_llama_gguf_on(const char *path, const rf_lora_config *lcfg,
+                               const struct rf_backend *be, uint64_t init_seed, struct rf_llama **m,
+                               rf_lora **lo);
 
 /* Global-norm clipping and one AdamW step on the adapter block (decay on A
  * and B: they are matrices), as rf_adamw_step does for a model, on lo's
@@ -279,9 +286,7 @@ int rf_lora_merge_peft(struct rf_gpt2 *gpt2, struct rf_llama *llama, const char 
  * adapter files. One parameter unit (the adapter block); ZeRO-2/3 and
  * pipeline ranges are refused. */
 struct rf_model;
-struct rf_backend;
-/* be: the backend of the base and the adapter (NULL: the CPU); a GGUF base
- * loads on the CPU backend only (RF_ERR_UNSUPPORTED otherwise). */
+/* be: the backend of the base and the adapter (NULL: the CPU). */
 int rf_model_load_lora(const char *dir, const rf_lora_config *cfg, const struct rf_backend *be,
                        uint64_t init_seed, struct rf_model **out);
 

@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/gguf.h"
+#include "trainer/backend.h"
 #include "trainer/llama.h"
 #include "trainer/llama_gguf.h"
 #include "trainer/lora.h"
@@ -26,9 +27,29 @@ static int tensor(const rf_gguf_file *f, const char *name, int rows, int cols,
     return RF_OK;
 }
 
+/* On a device, a tensor's host copy before to_device: *buf grown to n floats. */
+static float *staging(float **buf, size_t *cap, size_t n) {
+    if (n > *cap) {
+        free(*buf);
+        *cap = 0;
+        if (!(*buf = malloc(n * sizeof(float)))) return NULL;
+        *cap = n;
+    }
+    return *buf;
+}
+
 int rf_lora_load_llama_gguf(const char *path, const rf_lora_config *lcfg, uint64_t seed,
                             rf_llama **out, rf_lora **lo_out) {
+    return rf_lora_load_llama_gguf_on(path, lcfg, NULL, seed, out, lo_out);
+}
+
+int rf_lora_load_llama_gguf_on(const char *path, const rf_lora_config *lcfg, const rf_backend *be,
+                               uint64_t seed, rf_llama **out, rf_lora **lo_out) {
     *out = NULL;
+    if (!be) be = rf_backend_cpu();
+    bool dev = be != rf_backend_cpu(); /* the model's block is written with to_device */
+    float *stage = NULL;
+    size_t stage_n = 0;
     if (lo_out) *lo_out = NULL;
     rf_gguf_file *f;
     int rc = rf_gguf_open(path, &f);
@@ -38,7 +59,7 @@ int rf_lora_load_llama_gguf(const char *path, const rf_lora_config *lcfg, uint64
     rf_lora *lo = NULL;
     float *tmp = NULL;
     int32_t *map = NULL;
-    if ((rc = rf_llama_config_from_gguf(f, &c)) || (rc = rf_llama_new(&c, &m))) goto out;
+    if ((rc = rf_llama_config_from_gguf(f, &c)) || (rc = rf_llama_new_on(&c, be, &m))) goto out;
     if (lcfg && (rc = rf_lora_new_llama(m, lcfg, seed, &lo))) goto out;
     rf_qtype base = lo ? lo->cfg.base : RF_QT_F32;
     int C = c.hidden_size, F = c.intermediate_size, hd = c.head_dim, NH = c.num_attention_heads,
@@ -59,9 +80,13 @@ int rf_lora_load_llama_gguf(const char *path, const rf_lora_config *lcfg, uint64
     for (int i = 0; i < 3 && !rc; i++) {
         const rf_tensor_info *ti = rf_llama_find(m, plain[i].hf);
         if (!ti) continue; /* tied head */
-        if (!(rc = tensor(f, plain[i].gguf, ti->ndim == 2 ? ti->shape[0] : 0,
-                          ti->ndim == 2 ? ti->shape[1] : ti->shape[0], &t)))
-            rc = rf_gguf_dequant(t, m->params + ti->offset);
+        float *dst = dev ? staging(&stage, &stage_n, ti->numel) : m->params + ti->offset;
+        if (!dst) rc = RF_ERR_NOMEM;
+        if (!rc && !(rc = tensor(f, plain[i].gguf, ti->ndim == 2 ? ti->shape[0] : 0,
+                                 ti->ndim == 2 ? ti->shape[1] : ti->shape[0], &t)))
+            rc = rf_gguf_dequant(t, dst);
+        if (!rc && dev)
+            rc = be->to_device(be, m->params + ti->offset, dst, ti->numel * sizeof(float));
     }
     static const struct {
         const char *gguf, *hf;
@@ -91,11 +116,17 @@ int rf_lora_load_llama_gguf(const char *path, const rf_lora_config *lcfg, uint64
                 rm = map;
             }
             if (per[i].slot < 0 || base == RF_QT_F32) { /* into the fp32 block */
-                float *dst = m->params + ti->offset;
+                float *dst = dev ? staging(&stage, &stage_n, ti->numel) : m->params + ti->offset;
+                if (!dst) {
+                    rc = RF_ERR_NOMEM;
+                    break;
+                }
                 if ((rc = rf_gguf_dequant(t, rm ? tmp : dst))) break;
                 for (int r = 0; rm && r < rows; r++)
                     memcpy(dst + (size_t)r * cols, tmp + (size_t)rm[r] * cols,
                            sizeof(float) * cols);
+                if (dev)
+                    rc = be->to_device(be, m->params + ti->offset, dst, ti->numel * sizeof(float));
                 continue;
             }
             rf_qweight q;
@@ -131,7 +162,7 @@ int rf_lora_load_llama_gguf(const char *path, const rf_lora_config *lcfg, uint64
     if (!rc && lo) rc = rf_lora_attach_llama(lo, m, false);
 out:
     if (rc) rc = rf_fail_ctx(rc, "%s", path);
-    free(tmp), free(map);
+    free(tmp), free(map), free(stage);
     rf_gguf_free(f);
     if (rc) {
         rf_lora_free(lo);

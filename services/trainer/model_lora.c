@@ -169,8 +169,8 @@ static const rf_model_ops lora_ops = {
 
 /* The base from a GGUF file (lora_gguf.c: quantized projections straight
  * from its blocks) as an rf_model around the rf_llama, with its eos. */
-static int load_gguf(const char *path, const rf_lora_config *cfg, uint64_t init_seed,
-                     rf_model **base, rf_lora **lo) {
+static int load_gguf(const char *path, const rf_lora_config *cfg, const rf_backend *be,
+                     uint64_t init_seed, rf_model **base, rf_lora **lo) {
     rf_llama_config c;
     rf_ggml_type proj;
     int eos;
@@ -181,7 +181,7 @@ static int load_gguf(const char *path, const rf_lora_config *cfg, uint64_t init_
                        "trainer.lora.base: q4_1 keeps the GGUF's Q4_1 blocks, but the projections "
                        "of %s are %s: use base nf4, int8 or fp32",
                        path, rf_ggml_type_name(proj));
-    if (!rc) rc = rf_lora_load_llama_gguf(path, cfg, init_seed, &l, lo);
+    if (!rc) rc = rf_lora_load_llama_gguf_on(path, cfg, be, init_seed, &l, lo);
     if (!rc && !(*base = calloc(1, sizeof **base))) rc = RF_ERR_NOMEM;
     if (rc) {
         rf_lora_free(*lo);
@@ -204,16 +204,8 @@ int rf_model_load_lora(const char *dir, const rf_lora_config *cfg, const rf_back
     char *gguf;
     int rc = rf_llama_gguf_path(dir, &gguf);
     if (rc) return rc;
-    if (gguf && be != rf_backend_cpu()) {
-        rc = rf_fail(RF_ERR_UNSUPPORTED,
-                     "lora: a GGUF base (%s) loads on the CPU backend only (trainer.device: cpu), "
-                     "not %s",
-                     gguf, be->name);
-        free(gguf);
-        return rc;
-    }
     if (gguf) {
-        rc = load_gguf(gguf, cfg, init_seed, &base, &lo);
+        rc = load_gguf(gguf, cfg, be, init_seed, &base, &lo);
         free(gguf);
     } else if (cfg->base == RF_QT_Q4_1) {
         return rf_fail(RF_ERR_UNSUPPORTED,

@@ -218,40 +218,53 @@ static void test_llama(void **state) {
     lora_steps(q4_llama(rf_backend_cpu()), q4_llama(staged), true, RF_QT_Q4_1, 0.1f);
 }
 
-/* The model interface the driver uses (rf_model_load_lora with a backend):
- * its blocks are the device's, one step through rf_optim equals the CPU's,
- * and the export is the same PEFT adapter. */
-static void test_model_iface(void **state) {
-    (void)state;
-    char *dir = fixture_path("../causal/tiny-llama-rand");
+/* The model interface the driver uses (rf_model_load_lora with a backend),
+ * from a Hugging Face folder or a GGUF file (lora_gguf.c: the model's
+ * tensors dequantized on the host then to_device, the bases moved at
+ * attach): its blocks are the device's, two steps through rf_optim equal
+ * the CPU's, and the export is the same PEFT adapter. */
+static void iface_steps(const char *model, rf_qtype base, float dropout) {
+    char *dir = fixture_path(model);
     rf_lora_config lc = rf_lora_defaults();
-    lc.rank = 2, lc.alpha = 4, lc.base = RF_QT_NF4;
+    lc.rank = 2, lc.alpha = 4, lc.base = base, lc.dropout = dropout;
+    lc.targets = RF_LORA_Q | RF_LORA_V | RF_LORA_GATE | RF_LORA_DOWN;
     rf_model *m[2];
     const rf_backend *bes[2] = {rf_backend_cpu(), staged};
     rf_model_blocks bl[2];
     for (int i = 0; i < 2; i++) {
         if (rf_model_load_lora(dir, &lc, bes[i], 3, &m[i]))
-            fail_msg("rf_model_load_lora on %s: %s", bes[i]->name, rf_errmsg());
+            fail_msg("rf_model_load_lora %s on %s: %s", dir, bes[i]->name, rf_errmsg());
         assert_int_equal(rf_model_blocks_of(m[i], &bl[i]), 0);
         assert_int_equal(rf_model_enable_training(m[i], bl[i].nparams, bl[i].nparams), 0);
         assert_int_equal(rf_model_blocks_of(m[i], &bl[i]), 0);
         assert_ptr_equal(bl[i].be, bes[i]);
-        assert_int_equal(rf_model_zero_grad(m[i]), 0);
-        assert_int_equal(rf_model_forward(m[i], &batch, true, 5), 0);
-        assert_int_equal(rf_model_backward(m[i], 1.0f), 0);
     }
     size_t bytes = bl[0].nparams * sizeof(float);
-    assert_memory_equal(bl[0].grads, bl[1].grads, bytes);
     rf_adamw o = rf_adamw_defaults();
     o.lr = 1e-2f, o.clip_norm = 0.1f;
-    float n[2];
-    for (int i = 0; i < 2; i++) {
-        assert_int_equal(rf_optim_clip(&bl[i], o.clip_norm, &n[i]), 0);
-        assert_int_equal(rf_optim_adamw(&bl[i], &o, 0, o.lr, 0, bl[i].nparams, bl[i].m, bl[i].v),
-                         0);
+    for (long k = 0; k < 2; k++) {
+        float n[2], loss[2];
+        long cnt[2];
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(rf_model_zero_grad(m[i]), 0);
+            assert_int_equal(rf_model_forward(m[i], &batch, true, 5 + (uint64_t)k), 0);
+            assert_int_equal(rf_model_backward(m[i], 1.0f), 0);
+            assert_int_equal(rf_model_loss(m[i], &loss[i], &cnt[i]), 0);
+        }
+        assert_int_equal(cnt[0], cnt[1]);
+        assert_memory_equal(&loss[0], &loss[1], sizeof(float));
+        assert_memory_equal(bl[0].grads, bl[1].grads, bytes);
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(rf_optim_clip(&bl[i], o.clip_norm, &n[i]), 0);
+            assert_int_equal(
+                rf_optim_adamw(&bl[i], &o, k, o.lr, 0, bl[i].nparams, bl[i].m, bl[i].v), 0);
+        }
+        assert_true(n[0] > 0);
+        assert_memory_equal(&n[0], &n[1], sizeof(float));
+        assert_memory_equal(bl[0].params, bl[1].params, bytes);
+        print_message("  %s %s%s step %ld: loss %.6f (equal)\n", model, rf_lora_base_name(base),
+                      dropout > 0 ? " dropout" : "", k, (double)loss[0]);
     }
-    assert_memory_equal(&n[0], &n[1], sizeof(float));
-    assert_memory_equal(bl[0].params, bl[1].params, bytes);
     char d0[] = "/tmp/rf_lora_dev_c_XXXXXX", d1[] = "/tmp/rf_lora_dev_d_XXXXXX";
     assert_non_null(mkdtemp(d0));
     assert_non_null(mkdtemp(d1));
@@ -261,6 +274,15 @@ static void test_model_iface(void **state) {
     rm_peft(d0), rm_peft(d1);
     rf_model_free(m[0]), rf_model_free(m[1]);
     free(dir);
+}
+
+static void test_model_iface(void **state) {
+    (void)state;
+    iface_steps("../causal/tiny-llama-rand", RF_QT_NF4, 0.1f);
+    const char *gguf = "../lm/tiny-llama-tied.gguf"; /* F32 tensors: fp32, int8, nf4 bases */
+    iface_steps(gguf, RF_QT_F32, 0);
+    iface_steps(gguf, RF_QT_INT8, 0.1f);
+    iface_steps(gguf, RF_QT_NF4, 0);
 }
 
 int main(void) {
