@@ -34,8 +34,11 @@ if a.model == "bert-base":
     cfg = BertConfig(num_labels=2)  # the defaults are bert-base-uncased's shape
     model = BertForSequenceClassification(cfg)
 else:
-    model = BertForSequenceClassification.from_pretrained(a.model, num_labels=2)
+    # fp32 whatever the files hold (transformers 5 would keep an F16 file's dtype)
+    model = BertForSequenceClassification.from_pretrained(a.model, num_labels=2,
+                                                          dtype=torch.float32)
     cfg = model.config
+assert all(p.dtype == torch.float32 for p in model.parameters())
 model = model.cuda().train()
 opt = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.0)
 step_model = torch.compile(model) if a.mode == "compile" else model

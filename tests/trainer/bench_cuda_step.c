@@ -140,7 +140,7 @@ int main(int argc, char **argv) {
     double mem_gib = -1;
 #ifdef REFINERY_CUDA
     size_t fr = 0, tot = 0;
-    if (!strcmp(be->name, "cuda") && cudaMemGetInfo(&fr, &tot) == cudaSuccess)
+    if (be->device_memory && cudaMemGetInfo(&fr, &tot) == cudaSuccess)
         mem_gib = (double)(tot - fr) / (1024.0 * 1024 * 1024);
 #endif
     printf("{\"impl\":\"refinery\",\"device\":\"%s\",\"precision\":\"%s\",\"model\":\"%s\","

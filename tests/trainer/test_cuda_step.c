@@ -261,11 +261,59 @@ static void compare_blocks(const char *what, const rf_model_blocks *ga, const fl
     free(x), free(y);
 }
 
+/* Parameters after clipping and AdamW, block a (device ga) against b (cb),
+ * with the two gradients ag and bg that the step used. AdamW moves an element
+ * by about lr * sign(g) on a first step whatever |g| is (m / sqrt(v) is g's
+ * sign), so where the two devices' gradients do not agree to within half the
+ * gradient itself (an exact zero computed as rounding noise, such as the
+ * gradient of GPT-2's key biases; or a sum that cancels to rounding level),
+ * the two steps may go opposite ways. Such elements are flagged in und (kept
+ * across steps: the difference stays) and held to 2 lr per step taken,
+ * absolute; the rest of each tensor to tol, norm-wise relative to the whole
+ * tensor. */
+static void compare_params(const rf_model_blocks *ga, const float *a, const float *ag,
+                           const rf_model_blocks *cb, const float *b, const float *bg, uint8_t *und,
+                           double lr, long steps, double tol) {
+    size_t n = ga->nparams;
+    float *x = host_of(ga->be, a, n), *y = host_of(cb->be, b, n), *gx = host_of(ga->be, ag, n),
+          *gy = host_of(cb->be, bg, n);
+    double worst = 0;
+    size_t nund = 0;
+    for (size_t t = 0; t < ga->ntensors; t++) {
+        const rf_tensor_info *ti = &ga->tensors[t];
+        double d = 0, r = 0;
+        for (size_t i = ti->offset; i < ti->offset + ti->numel; i++) {
+            double e = (double)x[i] - y[i];
+            r += (double)y[i] * y[i];
+            if (fabs((double)gx[i] - gy[i]) > 0.5 * fabs((double)gy[i])) und[i] = 1;
+            if (und[i]) {
+                nund++;
+                if (fabs(e) > 2 * lr * steps)
+                    fail_msg("params %s[%zu]: %.3e apart, above 2 lr x %ld steps (its gradient "
+                             "undetermined: cpu %.3e gpu %.3e)",
+                             ti->name, i - ti->offset, e, steps, gy[i], gx[i]);
+            } else {
+                d += e * e;
+            }
+        }
+        double rel = sqrt(d) / fmax(sqrt(r), 1e-6);
+        if (rel > worst) worst = rel;
+        if (rel > tol) fail_msg("params %s: rel err %.3e above %.0e", ti->name, rel, tol);
+    }
+    print_message("  params   worst tensor rel err %.3e over %zu tensors (%zu of %zu elements with "
+                  "an undetermined gradient, within 2 lr x %ld)\n",
+                  worst, ga->ntensors, nund, n, steps);
+    free(x), free(y), free(gx), free(gy);
+}
+
 /* Two full fine-tuning steps of the model in dir (padded batch of its
  * parity fixture ref) on the GPU against the CPU: logits within 1e-5, loss
  * 1e-5 relative, every tensor's gradient 1e-4 (norm-wise), the gradient norm
- * 1e-4, every parameter after clipping and AdamW 1e-5, the first moment 1e-4:
- * the BERT case's tolerances. */
+ * 1e-4, every parameter after clipping and AdamW 1e-4 (compare_params; the
+ * gradients' tolerance: AdamW's step m / sqrt(v) carries each element's
+ * relative gradient error, and a bias that starts at 0 is all step; seen on
+ * an H100: 1.08e-5 for GPT-2's c_attn.bias and tied Llama's up_proj), the
+ * first moment 1e-4. */
 static void causal_steps(const char *model, const char *reffile) {
     char *dir = fixture_path(model), *refp = fixture_path(reffile);
     rf_st_file *ref;
@@ -284,6 +332,7 @@ static void causal_steps(const char *model, const char *reffile) {
     assert_ptr_equal(gb.be, gpu);
     compare_blocks("params", &gb, gb.params, &cb, cb.params, 0); /* loaded alike: equal */
     rf_model_info info = rf_model_info_of(c);
+    uint8_t *und = calloc(cb.nparams, 1);
     for (long k = 0; k < 2; k++) {
         print_message("%s step %ld\n", model, k);
         for (int i = 0; i < 2; i++) {
@@ -322,13 +371,13 @@ static void causal_steps(const char *model, const char *reffile) {
         assert_true(fabs((double)ng - nc) <= 1e-4 * nc);
         assert_int_equal(rf_optim_adamw(&cb, &o, k, o.lr, 0, cb.nparams, cb.m, cb.v), 0);
         assert_int_equal(rf_optim_adamw(&gb, &o, k, o.lr, 0, gb.nparams, gb.m, gb.v), 0);
-        compare_blocks("params", &gb, gb.params, &cb, cb.params, 1e-5);
+        compare_params(&gb, gb.params, gb.grads, &cb, cb.params, cb.grads, und, o.lr, k + 1, 1e-4);
         compare_blocks("m", &gb, gb.m, &cb, cb.m, 1e-4);
     }
     rf_model_free(c);
     rf_model_free(g);
     rf_st_free(ref);
-    free(ids), free(mask), free(labels), free(valid), free(dir), free(refp);
+    free(und), free(ids), free(mask), free(labels), free(valid), free(dir), free(refp);
 }
 
 static void test_causal_gpt2(void **state) {
@@ -348,7 +397,7 @@ static void test_causal_llama(void **state) {
  * steps of the adapter over the frozen base (fp32, int8, nf4; dropout on in
  * one case, the same masks on both devices) with causal_steps' tolerances:
  * loss 1e-5 relative, every adapter tensor's gradient 1e-4 norm-wise, the
- * norm 1e-4, the adapter after clipping and AdamW 1e-5. The quantized bases
+ * norm 1e-4, the adapter after clipping and AdamW 1e-4 (compare_params). The quantized bases
  * are dequantized bit for bit alike (test_cuda_ops), so only the products'
  * order differs. */
 static void lora_steps(const char *model, const char *reffile, rf_qtype base, float dropout) {
@@ -377,6 +426,7 @@ static void lora_steps(const char *model, const char *reffile, rf_qtype base, fl
         assert_ptr_equal(bl[i].be, bes[i]);
     }
     compare_blocks("adapter", &bl[1], bl[1].params, &bl[0], bl[0].params, 0);
+    uint8_t *und = calloc(bl[0].nparams, 1);
     for (long k = 0; k < 2; k++) {
         print_message("%s LoRA %s base, dropout %g, step %ld\n", model, rf_lora_base_name(base),
                       (double)dropout, k);
@@ -400,11 +450,12 @@ static void lora_steps(const char *model, const char *reffile, rf_qtype base, fl
                 rf_optim_adamw(&bl[i], &o, k, o.lr, 0, bl[i].nparams, bl[i].m, bl[i].v), 0);
         }
         assert_true(fabs((double)norm[1] - norm[0]) <= 1e-4 * norm[0]);
-        compare_blocks("adapter", &bl[1], bl[1].params, &bl[0], bl[0].params, 1e-5);
+        compare_params(&bl[1], bl[1].params, bl[1].grads, &bl[0], bl[0].params, bl[0].grads, und,
+                       o.lr, k + 1, 1e-4);
     }
     rf_model_free(m[0]), rf_model_free(m[1]);
     rf_st_free(ref);
-    free(ids), free(mask), free(labels), free(valid), free(dir), free(refp);
+    free(und), free(ids), free(mask), free(labels), free(valid), free(dir), free(refp);
 }
 
 static void test_lora(void **state) {

@@ -1,6 +1,9 @@
 // Seeded dropout and BERT's residual adds; twins of rf_op_dropout_* and
 // rf_op_residual_*. The mask of element i is rf_keep(seed, i, p), the hash of
 // ops.c, so both devices drop exactly the same elements (no cuRAND state).
+// Products go through __fmul_rn: nvcc would otherwise contract x * s + y into
+// one FMA, and the results would differ from the CPU's (a multiply, then an
+// add) in the last bit.
 #include "trainer/cuda/ops_cuda.cuh"
 
 __global__ static void dropout_fwd_kernel(float *out, const float *inp, size_t n, float p,
@@ -16,7 +19,7 @@ __global__ static void dropout_bwd_kernel(float *dinp, const float *dout, size_t
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float s = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
-    if (p <= 0 || rf_keep(seed, i, p)) dinp[i] += dout[i] * s;
+    if (p <= 0 || rf_keep(seed, i, p)) dinp[i] += __fmul_rn(dout[i], s);
 }
 
 int rf_cu_dropout_fwd(const rf_backend *be, float *out, const float *inp, size_t n, float p,
@@ -44,7 +47,7 @@ __global__ static void residual_fwd_kernel(float *out, const float *a, const flo
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float s = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
-    out[i] = (p <= 0 ? a[i] : rf_keep(seed, i, p) ? a[i] * s : 0.0f) + b[i];
+    out[i] = (p <= 0 ? a[i] : rf_keep(seed, i, p) ? __fmul_rn(a[i], s) : 0.0f) + b[i];
 }
 
 __global__ static void residual_bwd_kernel(float *da, float *db, const float *dout, size_t n,
@@ -52,7 +55,7 @@ __global__ static void residual_bwd_kernel(float *da, float *db, const float *do
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float s = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
-    if (p <= 0 || rf_keep(seed, i, p)) da[i] += dout[i] * s;
+    if (p <= 0 || rf_keep(seed, i, p)) da[i] += __fmul_rn(dout[i], s);
     if (db) db[i] += dout[i];
 }
 

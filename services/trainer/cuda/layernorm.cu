@@ -85,8 +85,8 @@ __global__ static void layernorm_bwd_w_sum_kernel(float *dw, float *db, const fl
         gw += part[(size_t)k * 2 * C + c];
         gb += part[(size_t)k * 2 * C + C + c];
     }
-    dw[c] += gw;
-    db[c] += gb;
+    if (dw) dw[c] += gw;
+    if (db) db[c] += gb;
 }
 
 int rf_cu_layernorm_bwd(const rf_backend *be, float *dinp, float *dw, float *db, const float *dout,
@@ -96,7 +96,7 @@ int rf_cu_layernorm_bwd(const rf_backend *be, float *dinp, float *dw, float *db,
     cudaStream_t s = cu_ctx(be)->stream;
     layernorm_bwd_inp_kernel<<<cu_blocks(N, 4), 128, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
     int rc = cu_launched("layernorm_bwd");
-    if (rc) return rc;
+    if (rc || (!dw && !db)) return rc; // dw, db NULL: a frozen LayerNorm (LoRA)
     rf_cuda_ctx *c = cu_ctx(be);
     if ((rc = rf_cuda_part(c, (size_t)LN_CHUNKS * 2 * C))) return rc;
     int per = (N + LN_CHUNKS - 1) / LN_CHUNKS;

@@ -57,9 +57,10 @@ int rf_cu_linear_bwd(const rf_backend *be, float *dinp, float *dw, float *db, co
     if (dinp && (rc = gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, IC, dout, OC, 1.0f, dinp, IC,
                            "linear_bwd (input)")))
         return rc;
-    // dw[OC, IC] += dout^T inp: dw^T (IC x OC) = inp^T (IC x N) * dout (N x OC)
-    if ((rc = gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, 1.0f, dw, IC,
-                   "linear_bwd (weights)")))
+    // dw[OC, IC] += dout^T inp: dw^T (IC x OC) = inp^T (IC x N) * dout (N x OC);
+    // dw NULL: a frozen weight (LoRA's base)
+    if (dw && (rc = gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, 1.0f, dw, IC,
+                         "linear_bwd (weights)")))
         return rc;
     if (!db) return RF_OK;
     // db[OC] += dout^T ones[N]: column-major dout^T is OC x N (ld OC)
