@@ -1,73 +1,146 @@
-// Multi-head self-attention with padding masks, fused; twin of
+// Multi-head self-attention with padding masks; twin of
 // rf_op_attention_fwd/bwd (same layout: qkv[B*T, 3C], att[B,NH,Tq,T]).
 //
-// Forward is one kernel: a warp per query row computes its scores against all
-// T keys into shared memory (T <= 512, so a whole row fits and no online
-// softmax is needed), the masked softmax, the dropout mask (the hash of
-// ops.c, element index bh*Tq*T + t*T + j as on the CPU) and the product with
-// V, without writing the score matrix; the softmax probabilities go to att
-// because the backend's backward contract reads them (as the CPU twin).
-// Backward is two kernels without atomics: per query row (ds into scratch,
-// dq), then per key row (dk, dv), every sum in a fixed order, so results are
-// deterministic.
+// The products go through cuBLAS, batched over (batch, head): q, k and v are
+// first copied head-major ([B, NH, T, hs], the context's heads buffer), then
+// S = q k^T scale into att, a warp per row turns S into the masked softmax
+// (att, which the backward contract reads) and the dropped probabilities
+// (the hash of ops.c, element index bh*Tq*T + t*T + j as on the CPU; into
+// scratch), and out = P v goes back to [B*Tq, C]. Backward: dv = P^T dout,
+// dP = dout v^T, ds = p (dP - p.dP) scale by a warp per row, dq = ds k,
+// dk = ds^T q, each added into dqkv. cuBLAS products are deterministic on one
+// GPU model, and nothing uses atomics. (The first version, a warp per query
+// row with one lane per key, ran BERT-base at T 512 at a quarter of PyTorch
+// eager's speed on an H100; its key loads were uncoalesced. Not profiled.)
 #include "trainer/cuda/ops_cuda.cuh"
 
-#define ATT_WARPS 4
-#define ATT_MAX_T 512
+// The context's head-major buffer with at least n floats (grown; a cudaFree
+// waits for the device, so no queued kernel still reads the old one).
+static int heads_buf(rf_cuda_ctx *c, size_t n) {
+    if (n <= c->heads_n) return RF_OK;
+    cudaFree(c->heads);
+    c->heads = NULL;
+    c->heads_n = 0;
+    int rc = rf_cuda_check(cudaMalloc((void **)&c->heads, n * sizeof(float)), "attention heads");
+    if (!rc) c->heads_n = n;
+    return rc;
+}
 
-__global__ static void attention_fwd_kernel(float *out, float *att, const float *qkv,
-                                            const uint8_t *valid, int T, int Tq, int C, int NH,
-                                            float pdrop, uint64_t seed) {
-    extern __shared__ float sh[];
-    int hs = C / NH, ld = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int bh = blockIdx.x, b = bh / NH, h = bh % NH, t = blockIdx.y * ATT_WARPS + warp;
-    float *row = sh + (size_t)warp * (T + hs), *sq = row + T;
-    if (t >= Tq) return;
-    const float *q = qkv + ((size_t)b * T + t) * ld + (size_t)h * hs;
-    for (int d = lane; d < hs; d += 32)
-        sq[d] = q[d];
-    __syncwarp();
-    const uint8_t *vb = valid + (size_t)b * T;
-    float scale = 1.0f / sqrtf((float)hs), mx = -INFINITY;
-    for (int j = lane; j < T; j += 32) {
-        const float *k = qkv + ((size_t)b * T + j) * ld + C + (size_t)h * hs;
-        float s = 0;
-        for (int d = 0; d < hs; d++)
-            s += sq[d] * k[d];
-        s *= scale;
-        row[j] = s;
-        if (vb[j] && s > mx) mx = s;
-    }
+// dst[B, NH, R, hs] = rows 0..R-1 of each of the B blocks of Ts rows of
+// src (row stride ld), columns off.. off+C-1 (head h at off + h hs).
+__global__ static void to_heads_kernel(float *dst, const float *src, int ld, int off, int B, int Ts,
+                                       int R, int C, int NH) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)B * R * C;
+    if (i >= n) return;
+    int hs = C / NH, d = (int)(i % hs);
+    size_t r = i / hs;
+    int t = (int)(r % R), bh = (int)(r / R), b = bh / NH, h = bh % NH;
+    dst[i] = src[((size_t)b * Ts + t) * ld + off + (size_t)h * hs + d];
+}
+
+// The inverse into x (row stride ld, blocks of Tx rows, columns off..):
+// assigned, or added when add.
+__global__ static void from_heads_kernel(float *x, int ld, int off, const float *src, int B, int Tx,
+                                         int R, int C, int NH, bool add) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)B * R * C;
+    if (i >= n) return;
+    int hs = C / NH, d = (int)(i % hs);
+    size_t r = i / hs;
+    int t = (int)(r % R), bh = (int)(r / R), b = bh / NH, h = bh % NH;
+    float *y = x + ((size_t)b * Tx + t) * ld + off + (size_t)h * hs + d;
+    *y = add ? *y + src[i] : src[i];
+}
+
+static int to_heads(rf_cuda_ctx *c, float *dst, const float *src, int ld, int off, int B, int Ts,
+                    int R, int C, int NH) {
+    size_t n = (size_t)B * R * C;
+    to_heads_kernel<<<cu_blocks(n, 256), 256, 0, c->stream>>>(dst, src, ld, off, B, Ts, R, C, NH);
+    return cu_launched("attention (to heads)");
+}
+
+static int from_heads(rf_cuda_ctx *c, float *x, int ld, int off, const float *src, int B, int Tx,
+                      int R, int C, int NH, bool add) {
+    size_t n = (size_t)B * R * C;
+    from_heads_kernel<<<cu_blocks(n, 256), 256, 0, c->stream>>>(x, ld, off, src, B, Tx, R, C, NH,
+                                                                add);
+    return cu_launched("attention (from heads)");
+}
+
+// Per (batch, head) z of `count`: C_z = alpha op(A_z) op(B_z) + beta C_z,
+// column-major as cuBLAS (the row-major operands read transposed, as
+// matmul.cu). fp32 on cuda-bf16 too: that mode moves the layers' matrix
+// products to bf16, not attention's (not yet measured against its tolerances).
+static int gemm_batched(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                        int k, float alpha, const float *A, int lda, long long sa, const float *B,
+                        int ldb, long long sb, float beta, float *Cm, int ldc, long long sc,
+                        int count, const char *what) {
+    cublasComputeType_t ct = CUBLAS_COMPUTE_32F_PEDANTIC;
+    return rf_cublas_check(cublasGemmStridedBatchedEx(c->blas, ta, tb, m, n, k, &alpha, A,
+                                                      CUDA_R_32F, lda, sa, B, CUDA_R_32F, ldb, sb,
+                                                      &beta, Cm, CUDA_R_32F, ldc, sc, count, ct,
+                                                      CUBLAS_GEMM_DEFAULT),
+                           what);
+}
+
+#define ATT_WARPS 8
+
+// A warp per row (bh, t) of att: the scores (already scaled) become the
+// softmax over the valid keys (0 where none), written to att; the dropped
+// probabilities (p / (1 - pdrop) where kept, else 0) to pd.
+__global__ static void softmax_rows_kernel(float *att, float *pd, const uint8_t *valid, int NH,
+                                           int Tq, int T, int rows, float pdrop, uint64_t seed) {
+    int row = blockIdx.x * ATT_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    const uint8_t *vb = valid + (size_t)(row / Tq / NH) * T;
+    size_t base = (size_t)row * T;
+    float *a = att + base, mx = -INFINITY;
+    for (int j = lane; j < T; j += 32)
+        if (vb[j] && a[j] > mx) mx = a[j];
     mx = warp_max(mx);
     float sum = 0;
     for (int j = lane; j < T; j += 32) {
-        float e = vb[j] ? expf(row[j] - mx) : 0.0f;
-        row[j] = e;
+        float e = vb[j] ? expf(a[j] - mx) : 0.0f;
+        a[j] = e;
         sum += e;
     }
     sum = warp_sum(sum);
     float inv = sum > 0 ? 1.0f / sum : 0.0f, ks = pdrop > 0 ? 1.0f / (1.0f - pdrop) : 1.0f;
-    size_t base = (size_t)bh * Tq * T + (size_t)t * T;
     for (int j = lane; j < T; j += 32) {
-        float p = row[j] * inv;
-        att[base + j] = p;
-        row[j] = pdrop > 0 ? (rf_keep(seed, base + j, pdrop) ? p * ks : 0.0f) : p;
-    }
-    __syncwarp();
-    float *o = out + ((size_t)b * Tq + t) * C + (size_t)h * hs;
-    for (int d = lane; d < hs; d += 32) {
-        const float *v = qkv + (size_t)b * T * ld + 2 * C + (size_t)h * hs + d;
-        float acc = 0;
-        for (int j = 0; j < T; j++)
-            acc += row[j] * v[(size_t)j * ld];
-        o[d] = acc;
+        float p = a[j] * inv;
+        a[j] = p;
+        if (pd) pd[base + j] = rf_keep(seed, base + j, pdrop) ? p * ks : 0.0f;
     }
 }
 
-static int check_shape(int T, int C, int NH) {
-    if (T > ATT_MAX_T)
-        return rf_fail(RF_ERR_UNSUPPORTED, "cuda attention: sequence length %d above %d", T,
-                       ATT_MAX_T);
+// pd = att through the dropout masks (rows x T elements).
+__global__ static void dropped_kernel(float *pd, const float *att, size_t n, float pdrop,
+                                      uint64_t seed) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float ks = 1.0f / (1.0f - pdrop);
+    pd[i] = rf_keep(seed, i, pdrop) ? att[i] * ks : 0.0f;
+}
+
+// A warp per row: dP (in ds) through the dropout masks, then
+// ds = p (dp - sum_j p dp) scale, in place.
+__global__ static void softmax_bwd_rows_kernel(float *ds, const float *att, int T, int rows,
+                                               float scale, float pdrop, uint64_t seed) {
+    int row = blockIdx.x * ATT_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    size_t base = (size_t)row * T;
+    float ks = pdrop > 0 ? 1.0f / (1.0f - pdrop) : 1.0f, dot = 0;
+    for (int j = lane; j < T; j += 32) {
+        float s = ds[base + j];
+        if (pdrop > 0) s = rf_keep(seed, base + j, pdrop) ? s * ks : 0.0f;
+        ds[base + j] = s;
+        dot += att[base + j] * s;
+    }
+    dot = warp_sum(dot);
+    for (int j = lane; j < T; j += 32)
+        ds[base + j] = att[base + j] * (ds[base + j] - dot) * scale;
+}
+
+static int check_shape(int C, int NH) {
     if (NH <= 0 || C % NH)
         return rf_fail(RF_ERR_INVALID, "cuda attention: %d channels in %d heads", C, NH);
     return RF_OK;
@@ -76,96 +149,82 @@ static int check_shape(int T, int C, int NH) {
 int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scratch,
                         const float *qkv, const uint8_t *valid, int B, int T, int Tq, int C, int NH,
                         float pdrop, uint64_t seed) {
-    (void)scratch;
-    int rc = check_shape(T, C, NH);
+    int rc = check_shape(C, NH);
     if (rc || B <= 0 || Tq <= 0) return rc;
-    dim3 grid(B * NH, cu_blocks(Tq, ATT_WARPS));
-    size_t shmem = (size_t)ATT_WARPS * (T + C / NH) * sizeof(float);
-    attention_fwd_kernel<<<grid, ATT_WARPS * 32, shmem, cu_ctx(be)->stream>>>(
-        out, att, qkv, valid, T, Tq, C, NH, pdrop, seed);
-    return cu_launched("attention_fwd");
-}
-
-// Per query row t: dp[j] = dout_t . v_j through dropout, ds = p (dp - p.dp)
-// scale into scratch, and dq_t += sum_j ds[j] k_j.
-__global__ static void attention_bwd_q_kernel(float *dqkv, float *scratch, const float *dout,
-                                              const float *qkv, const float *att, int T, int Tq,
-                                              int C, int NH, float pdrop, uint64_t seed) {
-    extern __shared__ float sh[];
-    int hs = C / NH, ld = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int bh = blockIdx.x, b = bh / NH, h = bh % NH, t = blockIdx.y * ATT_WARPS + warp;
-    float *row = sh + (size_t)warp * (T + hs), *sd = row + T;
-    if (t >= Tq) return;
-    const float *d = dout + ((size_t)b * Tq + t) * C + (size_t)h * hs;
-    for (int i = lane; i < hs; i += 32)
-        sd[i] = d[i];
-    __syncwarp();
-    size_t base = (size_t)bh * Tq * T + (size_t)t * T;
-    float scale = 1.0f / sqrtf((float)hs), ks = pdrop > 0 ? 1.0f / (1.0f - pdrop) : 1.0f;
-    float dot = 0;
-    for (int j = lane; j < T; j += 32) {
-        const float *v = qkv + ((size_t)b * T + j) * ld + 2 * C + (size_t)h * hs;
-        float s = 0;
-        for (int i = 0; i < hs; i++)
-            s += sd[i] * v[i];
-        if (pdrop > 0) s = rf_keep(seed, base + j, pdrop) ? s * ks : 0.0f;
-        row[j] = s;
-        dot += att[base + j] * s;
-    }
-    dot = warp_sum(dot);
-    for (int j = lane; j < T; j += 32) {
-        float ds = att[base + j] * (row[j] - dot) * scale;
-        row[j] = ds;
-        scratch[base + j] = ds;
-    }
-    __syncwarp();
-    float *dq = dqkv + ((size_t)b * T + t) * ld + (size_t)h * hs;
-    for (int i = lane; i < hs; i += 32) {
-        const float *k = qkv + (size_t)b * T * ld + C + (size_t)h * hs + i;
-        float acc = 0;
-        for (int j = 0; j < T; j++)
-            acc += row[j] * k[(size_t)j * ld];
-        dq[i] += acc;
-    }
-}
-
-// Per key row j: dk_j += sum_t ds[t][j] q_t, dv_j += sum_t p_dropped[t][j] dout_t.
-__global__ static void attention_bwd_kv_kernel(float *dqkv, const float *scratch, const float *dout,
-                                               const float *qkv, const float *att, int T, int Tq,
-                                               int C, int NH, float pdrop, uint64_t seed) {
-    int hs = C / NH, ld = 3 * C, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int bh = blockIdx.x, b = bh / NH, h = bh % NH, j = blockIdx.y * ATT_WARPS + warp;
-    if (j >= T) return;
-    size_t blk = (size_t)bh * Tq * T;
-    float ks = pdrop > 0 ? 1.0f / (1.0f - pdrop) : 1.0f;
-    float *dk = dqkv + ((size_t)b * T + j) * ld + C + (size_t)h * hs, *dv = dk + C;
-    for (int i = lane; i < hs; i += 32) {
-        float ak = 0, av = 0;
-        for (int t = 0; t < Tq; t++) {
-            size_t e = blk + (size_t)t * T + j;
-            const float *q = qkv + ((size_t)b * T + t) * ld + (size_t)h * hs;
-            const float *d = dout + ((size_t)b * Tq + t) * C + (size_t)h * hs;
-            float p = att[e];
-            if (pdrop > 0) p = rf_keep(seed, e, pdrop) ? p * ks : 0.0f;
-            ak += scratch[e] * q[i];
-            av += p * d[i];
-        }
-        dk[i] += ak;
-        dv[i] += av;
-    }
+    rf_cuda_ctx *c = cu_ctx(be);
+    int hs = C / NH, Z = B * NH, rows = Z * Tq;
+    size_t nq = (size_t)B * Tq * C, nk = (size_t)B * T * C;
+    if ((rc = heads_buf(c, 2 * nq + 2 * nk))) return rc;
+    float *q = c->heads, *k = q + nq, *v = k + nk, *o = v + nk;
+    if ((rc = to_heads(c, q, qkv, 3 * C, 0, B, T, Tq, C, NH)) ||
+        (rc = to_heads(c, k, qkv, 3 * C, C, B, T, T, C, NH)) ||
+        (rc = to_heads(c, v, qkv, 3 * C, 2 * C, B, T, T, C, NH)))
+        return rc;
+    // S (Tq x T, row-major) = q k^T scale: column-major S^T (T x Tq) = k (T x hs) q^T
+    float scale = 1.0f / sqrtf((float)hs);
+    if ((rc = gemm_batched(c, CUBLAS_OP_T, CUBLAS_OP_N, T, Tq, hs, scale, k, hs, (long long)T * hs,
+                           q, hs, (long long)Tq * hs, 0.0f, att, T, (long long)Tq * T, Z,
+                           "attention_fwd (scores)")))
+        return rc;
+    float *pd = pdrop > 0 ? scratch : NULL;
+    softmax_rows_kernel<<<cu_blocks(rows, ATT_WARPS), ATT_WARPS * 32, 0, c->stream>>>(
+        att, pd, valid, NH, Tq, T, rows, pdrop, seed);
+    if ((rc = cu_launched("attention_fwd (softmax)"))) return rc;
+    // o (Tq x hs) = P v: column-major o^T (hs x Tq) = v^T (hs x T) P^T (T x Tq)
+    if ((rc = gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, Tq, T, 1.0f, v, hs, (long long)T * hs,
+                           pd ? pd : att, T, (long long)Tq * T, 0.0f, o, hs, (long long)Tq * hs, Z,
+                           "attention_fwd (values)")))
+        return rc;
+    return from_heads(c, out, C, 0, o, B, Tq, Tq, C, NH, false);
 }
 
 int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const float *dout,
                         const float *qkv, const float *att, int B, int T, int Tq, int C, int NH,
                         float pdrop, uint64_t seed) {
-    int rc = check_shape(T, C, NH);
+    int rc = check_shape(C, NH);
     if (rc || B <= 0 || Tq <= 0) return rc;
-    cudaStream_t s = cu_ctx(be)->stream;
-    size_t shmem = (size_t)ATT_WARPS * (T + C / NH) * sizeof(float);
-    attention_bwd_q_kernel<<<dim3(B * NH, cu_blocks(Tq, ATT_WARPS)), ATT_WARPS * 32, shmem, s>>>(
-        dqkv, scratch, dout, qkv, att, T, Tq, C, NH, pdrop, seed);
-    if ((rc = cu_launched("attention_bwd (queries)"))) return rc;
-    attention_bwd_kv_kernel<<<dim3(B * NH, cu_blocks(T, ATT_WARPS)), ATT_WARPS * 32, 0, s>>>(
-        dqkv, scratch, dout, qkv, att, T, Tq, C, NH, pdrop, seed);
-    return cu_launched("attention_bwd (keys)");
+    rf_cuda_ctx *c = cu_ctx(be);
+    int hs = C / NH, Z = B * NH, rows = Z * Tq;
+    size_t nq = (size_t)B * Tq * C, nk = (size_t)B * T * C, natt = (size_t)rows * T;
+    if ((rc = heads_buf(c, 4 * nq + 4 * nk))) return rc;
+    float *q = c->heads, *k = q + nq, *v = k + nk, *dO = v + nk, *dq = dO + nq, *dk = dq + nq,
+          *dv = dk + nk;
+    long long sq = (long long)Tq * hs, skv = (long long)T * hs, sa = (long long)Tq * T;
+    if ((rc = to_heads(c, q, qkv, 3 * C, 0, B, T, Tq, C, NH)) ||
+        (rc = to_heads(c, k, qkv, 3 * C, C, B, T, T, C, NH)) ||
+        (rc = to_heads(c, v, qkv, 3 * C, 2 * C, B, T, T, C, NH)) ||
+        (rc = to_heads(c, dO, dout, C, 0, B, Tq, Tq, C, NH)))
+        return rc;
+    // dv (T x hs) = P^T dout, P the dropped probabilities (into scratch when
+    // dropout is on): column-major dv^T (hs x T) = dout^T (hs x Tq) P (Tq x T)
+    const float *pd = att;
+    if (pdrop > 0) {
+        dropped_kernel<<<cu_blocks(natt, 256), 256, 0, c->stream>>>(scratch, att, natt, pdrop,
+                                                                    seed);
+        if ((rc = cu_launched("attention_bwd (dropped probabilities)"))) return rc;
+        pd = scratch;
+    }
+    if ((rc = gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, Tq, 1.0f, dO, hs, sq, pd, T, sa,
+                           0.0f, dv, hs, skv, Z, "attention_bwd (values)")))
+        return rc;
+    // dP (Tq x T) = dout v^T into scratch: column-major dP^T (T x Tq) = v (T x hs) dout^T
+    if ((rc = gemm_batched(c, CUBLAS_OP_T, CUBLAS_OP_N, T, Tq, hs, 1.0f, v, hs, skv, dO, hs, sq,
+                           0.0f, scratch, T, sa, Z, "attention_bwd (probabilities)")))
+        return rc;
+    float scale = 1.0f / sqrtf((float)hs);
+    softmax_bwd_rows_kernel<<<cu_blocks(rows, ATT_WARPS), ATT_WARPS * 32, 0, c->stream>>>(
+        scratch, att, T, rows, scale, pdrop, seed);
+    if ((rc = cu_launched("attention_bwd (softmax)"))) return rc;
+    // dq (Tq x hs) = ds k: column-major dq^T (hs x Tq) = k^T (hs x T) ds^T (T x Tq)
+    if ((rc = gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, Tq, T, 1.0f, k, hs, skv, scratch, T, sa,
+                           0.0f, dq, hs, sq, Z, "attention_bwd (queries)")))
+        return rc;
+    // dk (T x hs) = ds^T q: column-major dk^T (hs x T) = q^T (hs x Tq) ds (Tq x T)
+    if ((rc = gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, Tq, 1.0f, q, hs, sq, scratch, T, sa,
+                           0.0f, dk, hs, skv, Z, "attention_bwd (keys)")))
+        return rc;
+    if ((rc = from_heads(c, dqkv, 3 * C, 0, dq, B, T, Tq, C, NH, true)) ||
+        (rc = from_heads(c, dqkv, 3 * C, C, dk, B, T, T, C, NH, true)))
+        return rc;
+    return from_heads(c, dqkv, 3 * C, 2 * C, dv, B, T, T, C, NH, true);
 }

@@ -26,6 +26,8 @@ struct rf_cuda_ctx {
     float *deq;           // deq_n floats: a quantized weight dequantized (qlinear.cu)
     size_t deq_n;
     float *codes;         // NF4's 16 values then the 256 of the dynamic map (qlinear.cu)
+    float *heads;         // heads_n floats: q, k, v and their gradients per head (attention.cu)
+    size_t heads_n;
 };
 #define RF_CUDA_RED 128
 
