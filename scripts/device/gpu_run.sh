@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the repository root with .dev/ from
+# scripts/device/pack.sh beside it: the GPU tests (what make test-gpu runs),
+# the SST-2 epoch on MiniLM-L6 (examples/sst2.yaml with trainer.device: cuda),
+# and the bench rows of scripts/bench/bench_gpu.sh (Refinery, then PyTorch
+# eager and torch.compile on the same GPU). Logs and bench.jsonl under $OUT
+# (default ./gpu-out). Python runs with its own libraries: the packed ones
+# are given to Refinery's binaries only.
+set -u
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+R=/tmp/rf
+mkdir -p $R
+for f in .dev/*.tar.xz; do tar xJf "$f" -C $R || echo "untar $f failed"; done
+dirs=""
+for l in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+    p=$(find /usr/local /usr/lib /opt -name "$l" 2>/dev/null | head -1)
+    echo "$l -> ${p:-MISSING}"
+    [ -n "$p" ] && dirs="$dirs:$(dirname "$p")"
+done
+RLIB=$R/devlibs$dirs
+export REFINERY_ROOT=$PWD
+rf() { LD_LIBRARY_PATH=$RLIB "$@"; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+status=0
+for t in test_cuda_ops test_cuda_step test_comm_nccl; do
+    CMOCKA_MESSAGE_OUTPUT=stdout rf timeout 300 $R/bin/$t >"$OUT/$t.log" 2>&1
+    rc=$?
+    if [ $rc -ne 0 ]; then echo "FAIL $t (rc $rc)"; status=1
+    elif grep -q '^\[  SKIPPED \]' "$OUT/$t.log"; then echo "FAIL $t: skipped on a GPU machine"; status=1
+    else echo "PASS $t"; fi
+done
+rf timeout 600 $R/bin/refinery run .dev/sst2-gpu.yaml --out /tmp/sst2run --no-cache >"$OUT/sst2.log" 2>&1
+echo "sst2 rc=$?"
+grep -E "accuracy|finished" "$OUT/sst2.log"
+B=$OUT/bench.jsonl
+bench() { timeout 300 "$@" 2>>"$OUT/bench.log" | tail -1 | tee -a "$B"; }
+for m in /tmp/rf/minilm bert-base; do
+    for seq in 128 512; do
+        bs=$([ $seq = 512 ] && echo 8 || echo 32)
+        for d in cuda cuda-bf16; do
+            bench env LD_LIBRARY_PATH=$RLIB $R/bin/bench_cuda_step --model $m --device $d --batch $bs --seq $seq --steps 20
+        done
+        for mode in eager compile; do
+            for p in fp32 bf16; do
+                bench python3 scripts/bench/gpu_torch.py --model $m --batch $bs --seq $seq --steps 20 --mode $mode --precision $p
+            done
+        done
+    done
+done
+exit $status
