@@ -195,4 +195,23 @@ int rf_backend_for(const char *device, const rf_backend **out);
 /* The same checks without creating anything (spec validation). */
 int rf_device_check(const char *device);
 
+/* be->alloc of bytes (zeroed; 1 byte for 0), or NULL with be's error in
+ * rf_errmsg. The one helper the models, the adapters and ZeRO-3 allocate
+ * backend memory through. */
+void *rf_backend_alloc(const rf_backend *be, size_t bytes);
+/* be->free of p; NULL is ignored, as free(3). */
+void rf_backend_free(const rf_backend *be, void *p);
+/* RF_OK when be is the CPU backend, else RF_ERR_UNSUPPORTED: "<who>: <what>
+ * runs on the CPU backend only (trainer.device: cpu)". */
+int rf_backend_need_cpu(const rf_backend *be, const char *who, const char *what);
+/* One slot a model calls, by name, and whether be leaves it NULL. */
+typedef struct rf_backend_slot {
+    const char *name;
+    bool missing;
+} rf_backend_slot;
+/* RF_OK when none of the n slots is missing, else RF_ERR_UNSUPPORTED naming
+ * the first ("<who>: the <be> backend has no '<slot>' kernel ..."). */
+int rf_backend_check_slots(const rf_backend *be, const char *who, const rf_backend_slot *s,
+                           size_t n);
+
 #endif

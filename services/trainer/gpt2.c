@@ -204,21 +204,9 @@ void rf_gpt2_bind_all(rf_gpt2 *m) {
     if (m->grads) bind(m, &m->g, m->grads);
 }
 
-/* Backend memory (zeroed); NULL with rf_fail detail. */
-static void *be_alloc(const rf_backend *be, size_t bytes) {
-    void *p = NULL;
-    return be->alloc(be, &p, bytes) ? NULL : p;
-}
-
-static void be_free(const rf_backend *be, void *p) {
-    if (p) (void)be->free(be, p);
-}
-
 /* The paths that work on host memory (LoRA, tp, unit hooks) need the CPU. */
 static int need_cpu(const rf_gpt2 *m, const char *what) {
-    if (m->be == rf_backend_cpu()) return RF_OK;
-    return rf_fail(RF_ERR_UNSUPPORTED,
-                   "gpt2: %s runs on the CPU backend only (trainer.device: cpu)", what);
+    return rf_backend_need_cpu(m->be, "gpt2", what);
 }
 
 /* Whether be fills every slot the model calls (a backend built before its
@@ -227,22 +215,15 @@ static int need_cpu(const rf_gpt2 *m, const char *what) {
 static int check_slots(const rf_backend *be) {
 #define SLOT(x)                                                                                    \
     { #x, be->x == NULL }
-    const struct {
-        const char *name;
-        bool missing;
-    } s[] = {SLOT(tokpos_fwd),           SLOT(tokpos_bwd),           SLOT(layernorm_fwd),
-             SLOT(layernorm_bwd),        SLOT(conv1d_fwd),           SLOT(conv1d_bwd),
-             SLOT(causal_attention_fwd), SLOT(causal_attention_bwd), SLOT(residual_fwd),
-             SLOT(residual_bwd),         SLOT(gelu_tanh_fwd),        SLOT(gelu_tanh_bwd),
-             SLOT(lm_head_fwd),          SLOT(lm_head_bwd),          SLOT(causal_xent_fwd),
-             SLOT(causal_xent_bwd)};
+    const rf_backend_slot s[] = {
+        SLOT(tokpos_fwd),           SLOT(tokpos_bwd),           SLOT(layernorm_fwd),
+        SLOT(layernorm_bwd),        SLOT(conv1d_fwd),           SLOT(conv1d_bwd),
+        SLOT(causal_attention_fwd), SLOT(causal_attention_bwd), SLOT(residual_fwd),
+        SLOT(residual_bwd),         SLOT(gelu_tanh_fwd),        SLOT(gelu_tanh_bwd),
+        SLOT(lm_head_fwd),          SLOT(lm_head_bwd),          SLOT(causal_xent_fwd),
+        SLOT(causal_xent_bwd)};
 #undef SLOT
-    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
-        if (s[i].missing)
-            return rf_fail(RF_ERR_UNSUPPORTED,
-                           "gpt2: the %s backend has no '%s' kernel (trainer.device: cpu runs it)",
-                           be->name, s[i].name);
-    return RF_OK;
+    return rf_backend_check_slots(be, "gpt2", s, sizeof s / sizeof s[0]);
 }
 
 int rf_gpt2_new(const rf_gpt2_config *cfg, rf_gpt2 **out) {
@@ -272,7 +253,7 @@ int rf_gpt2_new_on(const rf_gpt2_config *cfg, const rf_backend *be, rf_gpt2 **ou
         return RF_ERR_NOMEM;
     }
     build_table(m);
-    if (!(m->params = be_alloc(m->be, m->nparams * sizeof(float)))) {
+    if (!(m->params = rf_backend_alloc(m->be, m->nparams * sizeof(float)))) {
         rf_gpt2_free(m);
         return RF_ERR_NOMEM;
     }
@@ -286,23 +267,23 @@ void rf_gpt2_free(rf_gpt2 *m) {
     if (!m) return;
     const rf_backend *be = m->be;
     free(m->tensors);
-    be_free(be, m->params);
-    be_free(be, m->grads);
-    be_free(be, m->mom1);
-    be_free(be, m->mom2);
+    rf_backend_free(be, m->params);
+    rf_backend_free(be, m->grads);
+    rf_backend_free(be, m->mom1);
+    rf_backend_free(be, m->mom2);
     free(m->p.layers);
     free(m->g.layers);
     free(m->a.layers);
     free(m->da.layers);
     free(m->a.res);
     free(m->da.res);
-    be_free(be, m->acts);
-    be_free(be, m->dacts);
-    be_free(be, m->ids_dev);
-    be_free(be, m->labels_dev);
-    be_free(be, m->pos_dev);
-    be_free(be, m->seg_dev);
-    be_free(be, m->valid_dev);
+    rf_backend_free(be, m->acts);
+    rf_backend_free(be, m->dacts);
+    rf_backend_free(be, m->ids_dev);
+    rf_backend_free(be, m->labels_dev);
+    rf_backend_free(be, m->pos_dev);
+    rf_backend_free(be, m->seg_dev);
+    rf_backend_free(be, m->valid_dev);
     free(m->ids);
     free(m->labels);
     free(m->pos);
@@ -395,46 +376,46 @@ int rf_gpt2_enable_training_sharded(rf_gpt2 *m, size_t padded, size_t moments) {
     const rf_backend *be = m->be;
     if (m->lora) { /* LoRA: the base is frozen, no gradient block or moments (g views NULL) */
         m->training = true;
-        if (m->acts && !m->dacts && !(m->dacts = be_alloc(be, m->nacts * sizeof(float))))
+        if (m->acts && !m->dacts && !(m->dacts = rf_backend_alloc(be, m->nacts * sizeof(float))))
             return RF_ERR_NOMEM;
         return RF_OK;
     }
     if (m->grads) return RF_OK;
     if (padded < m->nparams) padded = m->nparams;
     if (padded > m->npadded) { /* room for the collectives' padding: params move */
-        float *p = be_alloc(be, padded * sizeof(float));
+        float *p = rf_backend_alloc(be, padded * sizeof(float));
         if (!p) return RF_ERR_NOMEM;
         int rc = be->copy(be, p, m->params, m->nparams * sizeof(float));
         if (rc) {
-            be_free(be, p);
+            rf_backend_free(be, p);
             return rc;
         }
-        be_free(be, m->params);
+        rf_backend_free(be, m->params);
         m->params = p;
         bind(m, &m->p, m->params);
     }
     m->npadded = padded;
     m->nmoments = moments;
-    m->grads = be_alloc(be, padded * sizeof(float));
-    m->mom1 = be_alloc(be, (moments ? moments : 1) * sizeof(float));
-    m->mom2 = be_alloc(be, (moments ? moments : 1) * sizeof(float));
+    m->grads = rf_backend_alloc(be, padded * sizeof(float));
+    m->mom1 = rf_backend_alloc(be, (moments ? moments : 1) * sizeof(float));
+    m->mom2 = rf_backend_alloc(be, (moments ? moments : 1) * sizeof(float));
     if (!m->grads || !m->mom1 || !m->mom2)
         return rf_fail(RF_ERR_NOMEM, "gpt2: no memory for the training blocks");
     bind(m, &m->g, m->grads);
     m->training = true;
-    if (m->acts && !m->dacts && !(m->dacts = be_alloc(be, m->nacts * sizeof(float))))
+    if (m->acts && !m->dacts && !(m->dacts = rf_backend_alloc(be, m->nacts * sizeof(float))))
         return RF_ERR_NOMEM;
     return RF_OK;
 }
 
 void rf_gpt2_release_blocks(rf_gpt2 *m, bool params) {
     if (params) {
-        be_free(m->be, m->params);
+        rf_backend_free(m->be, m->params);
         m->params = NULL;
     }
-    be_free(m->be, m->grads);
-    be_free(m->be, m->mom1);
-    be_free(m->be, m->mom2);
+    rf_backend_free(m->be, m->grads);
+    rf_backend_free(m->be, m->mom1);
+    rf_backend_free(m->be, m->mom2);
     m->grads = m->mom1 = m->mom2 = NULL;
     m->npadded = m->params ? m->npadded : 0;
     m->nmoments = 0;
@@ -442,7 +423,7 @@ void rf_gpt2_release_blocks(rf_gpt2 *m, bool params) {
 
 int rf_gpt2_adopt_params(rf_gpt2 *m, const float *host) {
     if (!m->params) {
-        if (!(m->params = be_alloc(m->be, m->nparams * sizeof(float))))
+        if (!(m->params = rf_backend_alloc(m->be, m->nparams * sizeof(float))))
             return rf_fail_ctx(RF_ERR_NOMEM, "gpt2: no memory for %zu parameters", m->nparams);
         m->npadded = m->nparams;
     }
@@ -522,25 +503,28 @@ int rf_gpt2_reserve(rf_gpt2 *m, int B, int T) {
     size_t n = layout(m, &m->a, NULL, nB, T);
     const rf_backend *be = m->be;
     bool train = m->training || m->dacts;
-    float *a = be_alloc(be, n * sizeof(float)), *d = train ? be_alloc(be, n * sizeof(float)) : NULL;
+    float *a = rf_backend_alloc(be, n * sizeof(float)),
+          *d = train ? rf_backend_alloc(be, n * sizeof(float)) : NULL;
     size_t nt = (size_t)nB * T, ni = sizeof(int32_t) * nt;
     int32_t *ids = malloc(ni), *lab = malloc(ni), *pos = malloc(ni), *seg = malloc(ni);
     uint8_t *valid = malloc(nt);
-    int32_t *ids_d = be_alloc(be, ni), *lab_d = be_alloc(be, ni), *pos_d = be_alloc(be, ni),
-            *seg_d = be_alloc(be, ni);
-    uint8_t *valid_d = be_alloc(be, nt);
+    int32_t *ids_d = rf_backend_alloc(be, ni), *lab_d = rf_backend_alloc(be, ni),
+            *pos_d = rf_backend_alloc(be, ni), *seg_d = rf_backend_alloc(be, ni);
+    uint8_t *valid_d = rf_backend_alloc(be, nt);
     int32_t *tgt = malloc(ni);
     double *se = malloc(sizeof(double) * nt);
     if (!a || (train && !d) || !ids || !lab || !pos || !seg || !valid || !tgt || !se || !ids_d ||
         !lab_d || !pos_d || !seg_d || !valid_d) {
-        be_free(be, a), be_free(be, d), be_free(be, ids_d), be_free(be, lab_d);
-        be_free(be, pos_d), be_free(be, seg_d), be_free(be, valid_d);
+        rf_backend_free(be, a), rf_backend_free(be, d), rf_backend_free(be, ids_d),
+            rf_backend_free(be, lab_d);
+        rf_backend_free(be, pos_d), rf_backend_free(be, seg_d), rf_backend_free(be, valid_d);
         free(ids), free(lab), free(pos), free(seg), free(valid), free(tgt), free(se);
         return RF_ERR_NOMEM;
     }
-    be_free(be, m->acts), be_free(be, m->dacts), be_free(be, m->ids_dev);
-    be_free(be, m->labels_dev), be_free(be, m->pos_dev), be_free(be, m->seg_dev);
-    be_free(be, m->valid_dev);
+    rf_backend_free(be, m->acts), rf_backend_free(be, m->dacts), rf_backend_free(be, m->ids_dev);
+    rf_backend_free(be, m->labels_dev), rf_backend_free(be, m->pos_dev),
+        rf_backend_free(be, m->seg_dev);
+    rf_backend_free(be, m->valid_dev);
     free(m->ids), free(m->labels), free(m->valid);
     free(m->pos), free(m->seg), free(m->tgt), free(m->se);
     m->acts = a, m->dacts = d, m->ids = ids, m->labels = lab, m->valid = valid;
@@ -720,7 +704,8 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
     if (!rc && m->tp) rc = need_cpu(m, "tensor parallelism");
     if (!rc && m->unit_hook) rc = need_cpu(m, "a unit hook (ZeRO-3, pipeline, mesh)");
     if (rc) return rc;
-    if (!m->dacts && !(m->dacts = be_alloc(be, m->nacts * sizeof(float)))) return RF_ERR_NOMEM;
+    if (!m->dacts && !(m->dacts = rf_backend_alloc(be, m->nacts * sizeof(float))))
+        return RF_ERR_NOMEM;
     if (u1 == n_units && !m->has_labels)
         return rf_fail(RF_ERR_INVALID, "gpt2: backward needs a forward with labels");
     int B = m->B, T = m->T, N = B * T, C = c->n_embd, F = c->n_inner, NH = c->n_head,

@@ -114,12 +114,11 @@ static bool on_cpu(const rf_lora *lo) {
 }
 
 static float *lalloc(const rf_lora *lo, size_t nfloats) {
-    void *p = NULL;
-    return lo->be->alloc(lo->be, &p, nfloats * sizeof(float)) ? NULL : p;
+    return rf_backend_alloc(lo->be, nfloats * sizeof(float));
 }
 
 static void lfree(const rf_lora *lo, void *p) {
-    if (p) lo->be->free(lo->be, p);
+    rf_backend_free(lo->be, p);
 }
 
 /* The sizes of a quantized weight's three arrays (quant.c's allocations). */

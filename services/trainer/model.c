@@ -13,16 +13,6 @@
 #include "trainer/ops.h"
 #include "trainer/safetensors.h"
 
-/* Allocation through the backend; NULL on failure (its detail in rf_errmsg). */
-static void *dev_alloc(const rf_backend *be, size_t bytes) {
-    void *p = NULL;
-    return be->alloc(be, &p, bytes) ? NULL : p;
-}
-
-static void dev_free(const rf_backend *be, void *p) {
-    if (p) (void)be->free(be, p);
-}
-
 /* A backend call that fails returns its error from the enclosing function. */
 #define TRY(call)                                                                                  \
     do {                                                                                           \
@@ -283,7 +273,7 @@ int rf_bert_new(const rf_bert_config *cfg, const rf_backend *be, rf_bert **out) 
     if (!rc) {
         m->p.layers = calloc((size_t)cfg->num_layers, sizeof(rf_bert_layer));
         m->g.layers = calloc((size_t)cfg->num_layers, sizeof(rf_bert_layer));
-        m->params = dev_alloc(be, m->nparams * sizeof(float));
+        m->params = rf_backend_alloc(be, m->nparams * sizeof(float));
         if (!m->p.layers || !m->g.layers || !m->params) rc = RF_ERR_NOMEM;
     }
     if (rc) {
@@ -301,17 +291,17 @@ int rf_bert_new(const rf_bert_config *cfg, const rf_backend *be, rf_bert **out) 
 void rf_bert_free(rf_bert *m) {
     if (!m) return;
     const rf_backend *be = m->be;
-    dev_free(be, m->params);
-    dev_free(be, m->grads);
-    dev_free(be, m->m);
-    dev_free(be, m->v);
-    dev_free(be, m->acts);
-    dev_free(be, m->dacts);
-    dev_free(be, m->ids_dev);
-    dev_free(be, m->types_dev);
-    dev_free(be, m->labels_dev);
-    dev_free(be, m->valid_dev);
-    dev_free(be, m->class_weights_dev);
+    rf_backend_free(be, m->params);
+    rf_backend_free(be, m->grads);
+    rf_backend_free(be, m->m);
+    rf_backend_free(be, m->v);
+    rf_backend_free(be, m->acts);
+    rf_backend_free(be, m->dacts);
+    rf_backend_free(be, m->ids_dev);
+    rf_backend_free(be, m->types_dev);
+    rf_backend_free(be, m->labels_dev);
+    rf_backend_free(be, m->valid_dev);
+    rf_backend_free(be, m->class_weights_dev);
     free(m->p.layers);
     free(m->g.layers);
     free(m->tensors);
@@ -322,12 +312,12 @@ void rf_bert_free(rf_bert *m) {
 int rf_bert_set_class_weights(rf_bert *m, const float *w) {
     const rf_backend *be = m->be;
     if (!w) {
-        dev_free(be, m->class_weights_dev);
+        rf_backend_free(be, m->class_weights_dev);
         m->class_weights_dev = NULL;
         return RF_OK;
     }
     size_t bytes = (size_t)m->cfg.num_labels * sizeof(float);
-    if (!m->class_weights_dev && !(m->class_weights_dev = dev_alloc(be, bytes)))
+    if (!m->class_weights_dev && !(m->class_weights_dev = rf_backend_alloc(be, bytes)))
         return RF_ERR_NOMEM;
     TRY(be->to_device(be, m->class_weights_dev, w, bytes));
     return RF_OK;
@@ -488,22 +478,22 @@ int rf_bert_enable_training_sharded(rf_bert *m, size_t padded, size_t moments) {
     if (m->grads) return RF_OK;
     if (padded < m->nparams) padded = m->nparams;
     if (padded > m->nparams) { /* room for the collectives' padding: move params */
-        float *p = dev_alloc(m->be, padded * sizeof(float));
+        float *p = rf_backend_alloc(m->be, padded * sizeof(float));
         if (!p) return rf_fail(RF_ERR_NOMEM, "model: no memory for padded parameters");
         int rc = m->be->copy(m->be, p, m->params, m->nparams * sizeof(float));
         if (rc) {
-            dev_free(m->be, p);
+            rf_backend_free(m->be, p);
             return rc;
         }
-        dev_free(m->be, m->params);
+        rf_backend_free(m->be, m->params);
         m->params = p;
         bind(m, m->params, &m->p);
     }
     m->npadded = padded;
     m->nmoments = moments;
-    m->grads = dev_alloc(m->be, padded * sizeof(float));
-    m->m = dev_alloc(m->be, (moments ? moments : 1) * sizeof(float));
-    m->v = dev_alloc(m->be, (moments ? moments : 1) * sizeof(float));
+    m->grads = rf_backend_alloc(m->be, padded * sizeof(float));
+    m->m = rf_backend_alloc(m->be, (moments ? moments : 1) * sizeof(float));
+    m->v = rf_backend_alloc(m->be, (moments ? moments : 1) * sizeof(float));
     if (!m->grads || !m->m || !m->v) return rf_fail(RF_ERR_NOMEM, "model: no memory for grads");
     bind(m, m->grads, &m->g);
     return RF_OK;
@@ -527,18 +517,18 @@ int rf_bert_reserve(rf_bert *m, int B, int T) {
     size_t n = layout(&m->cfg, B, T, NULL, &a, true, tp_size(m)),
            ng = layout(&m->cfg, B, T, NULL, &a, false, tp_size(m));
     free(la);
-    dev_free(be, m->acts);
-    dev_free(be, m->dacts);
-    dev_free(be, m->ids_dev);
-    dev_free(be, m->types_dev);
-    dev_free(be, m->labels_dev);
-    dev_free(be, m->valid_dev);
-    m->acts = dev_alloc(be, n * sizeof(float));
-    m->dacts = dev_alloc(be, ng * sizeof(float));
-    m->ids_dev = dev_alloc(be, (size_t)B * T * sizeof(int32_t));
-    m->types_dev = dev_alloc(be, (size_t)B * T * sizeof(int32_t));
-    m->valid_dev = dev_alloc(be, (size_t)B * T);
-    m->labels_dev = dev_alloc(be, (size_t)B * sizeof(int32_t));
+    rf_backend_free(be, m->acts);
+    rf_backend_free(be, m->dacts);
+    rf_backend_free(be, m->ids_dev);
+    rf_backend_free(be, m->types_dev);
+    rf_backend_free(be, m->labels_dev);
+    rf_backend_free(be, m->valid_dev);
+    m->acts = rf_backend_alloc(be, n * sizeof(float));
+    m->dacts = rf_backend_alloc(be, ng * sizeof(float));
+    m->ids_dev = rf_backend_alloc(be, (size_t)B * T * sizeof(int32_t));
+    m->types_dev = rf_backend_alloc(be, (size_t)B * T * sizeof(int32_t));
+    m->valid_dev = rf_backend_alloc(be, (size_t)B * T);
+    m->labels_dev = rf_backend_alloc(be, (size_t)B * sizeof(int32_t));
     m->capB = B;
     m->capT = T;
     m->nacts = n;

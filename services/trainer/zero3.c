@@ -82,8 +82,7 @@ static int be_wait(rf_zero3 *z) {
 }
 
 static float *be_alloc(rf_zero3 *z, size_t n) {
-    void *p = NULL;
-    return z->be->alloc(z->be, &p, (n ? n : 1) * sizeof(float)) ? NULL : p;
+    return rf_backend_alloc(z->be, n * sizeof(float));
 }
 
 static int fail(rf_zero3 *z, int rc, const char *what, int u) {
