@@ -11,16 +11,7 @@
 # mid-training at dp2/zero3 then relaunched. Skips (77) without mpirun or a
 # refinery built without MPI.
 set -euo pipefail
-bin=$REFINERY_BIN
-root=$REFINERY_ROOT
-command -v mpirun >/dev/null 2>&1 || { echo "SKIP: mpirun not found (install openmpi-bin)"; exit 77; }
-ldd "$bin" | grep libmpi >/dev/null || { echo "SKIP: $bin was built without MPI (no pkg-config ompi-c)"; exit 77; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-export REFINERY_COMM_TIMEOUT=60
-mpi() { "$root/scripts/mpirun.sh" "$@"; }
-cmp_runs() { python3 "$root/tests/trainer/dp_compare.py" "$@"; }
+. "$REFINERY_ROOT/tests/trainer/mpi_lib.sh"
 
 # 45 sequences of uneven lengths, one third positive: batch 8 x accum 2 gives
 # 6 steps over 2 epochs, a short last micro-batch (5 rows: at dp4 one rank

@@ -14,16 +14,7 @@
 # takes ~7 s) zero 1 and 3 and the first crossing only: the flat and the
 # per-unit paths. Skips (77) without mpirun or an MPI build.
 set -euo pipefail
-bin=$REFINERY_BIN
-root=$REFINERY_ROOT
-command -v mpirun >/dev/null 2>&1 || { echo "SKIP: mpirun not found (install openmpi-bin)"; exit 77; }
-ldd "$bin" | grep libmpi >/dev/null || { echo "SKIP: $bin was built without MPI (no pkg-config ompi-c)"; exit 77; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-export REFINERY_COMM_TIMEOUT=60
-mpi() { "$root/scripts/mpirun.sh" "$@"; }
-cmp_runs() { python3 "$root/tests/trainer/dp_compare.py" "$@"; }
+. "$REFINERY_ROOT/tests/trainer/mpi_lib.sh"
 
 # 21 sequences of uneven lengths: batch 8 x accum 2, 2 epochs = 4 steps, a
 # short last micro-batch (5 rows: the ranks' loss shares differ)

@@ -13,16 +13,7 @@
 # failing in bounded time and the relaunch resuming to the uninterrupted
 # run's weights, bitwise. Skips (77) without mpirun or MPI in the build.
 set -euo pipefail
-bin=$REFINERY_BIN
-root=$REFINERY_ROOT
-command -v mpirun >/dev/null 2>&1 || { echo "SKIP: mpirun not found (install openmpi-bin)"; exit 77; }
-ldd "$bin" | grep libmpi >/dev/null || { echo "SKIP: $bin was built without MPI (no pkg-config ompi-c)"; exit 77; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-export REFINERY_COMM_TIMEOUT=60
-mpi() { "$root/scripts/mpirun.sh" "$@"; }
-cmp_runs() { python3 "$root/tests/trainer/dp_compare.py" "$@"; }
+. "$REFINERY_ROOT/tests/trainer/mpi_lib.sh"
 t_start=$(date +%s)
 
 # dp.test.sh's data: 45 sequences of uneven lengths, one third positive;

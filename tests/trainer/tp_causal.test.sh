@@ -15,16 +15,9 @@
 # the untied Llama at tp 2 x pp 2 (4 steps each) and the first error run: the
 # same code as the rest.
 set -euo pipefail
-bin=$REFINERY_BIN
-root=$REFINERY_ROOT
-command -v mpirun >/dev/null 2>&1 || { echo "SKIP: mpirun not found (install openmpi-bin)"; exit 77; }
-ldd "$bin" | grep libmpi >/dev/null || { echo "SKIP: $bin was built without MPI (no pkg-config ompi-c)"; exit 77; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-export REFINERY_COMM_TIMEOUT=60 OMP_NUM_THREADS=1
+. "$REFINERY_ROOT/tests/trainer/mpi_lib.sh"
+export OMP_NUM_THREADS=1
 mpi() { timeout -k 5 300 "$root/scripts/mpirun.sh" "$@"; }
-cmp_runs() { python3 "$root/tests/trainer/dp_compare.py" "$@"; }
 sanitized=${REFINERY_SANITIZED:-}
 
 for m in tiny-gpt2-rand tiny-llama-rand tiny-llama-tied; do

@@ -11,14 +11,8 @@
 set -euo pipefail
 [ "${REFINERY_SANITIZED:-0}" = 1 ] && { echo "SKIP: a 50,257-id LM head at 3 runs is slow under ASan; the same code runs there in tp_causal.test.sh"; exit 77; }
 [ -d "${SHARED:-}/models/tiny-gpt2" ] || { echo "SKIP: ../shared has no models/tiny-gpt2 (SHARED=${SHARED:-})"; exit 77; }
-bin=$REFINERY_BIN
-root=$REFINERY_ROOT
-command -v mpirun >/dev/null 2>&1 || { echo "SKIP: mpirun not found (install openmpi-bin)"; exit 77; }
-ldd "$bin" | grep libmpi >/dev/null || { echo "SKIP: $bin was built without MPI (no pkg-config ompi-c)"; exit 77; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-export REFINERY_COMM_TIMEOUT=60 OMP_NUM_THREADS=1
+. "$REFINERY_ROOT/tests/trainer/mpi_lib.sh"
+export OMP_NUM_THREADS=1
 mkdir m
 cp "$SHARED/models/tiny-gpt2/config.json" "$SHARED/models/tiny-gpt2/model.safetensors" m/
 python3 -c 'import sys; open(sys.argv[1], "w").write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + ["w%d" % i for i in range(5, 64)]) + "\n")' m/vocab.txt
