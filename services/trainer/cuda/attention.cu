@@ -112,15 +112,6 @@ __global__ static void softmax_rows_kernel(float *att, float *pd, const uint8_t 
     }
 }
 
-// pd = att through the dropout masks (rows x T elements).
-__global__ static void dropped_kernel(float *pd, const float *att, size_t n, float pdrop,
-                                      uint64_t seed) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float ks = 1.0f / (1.0f - pdrop);
-    pd[i] = rf_keep(seed, i, pdrop) ? att[i] * ks : 0.0f;
-}
-
 // A warp per row: dP (in ds) through the dropout masks, then
 // ds = p (dp - sum_j p dp) scale, in place.
 __global__ static void softmax_bwd_rows_kernel(float *ds, const float *att, int T, int rows,
@@ -199,9 +190,8 @@ int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const
     // dropout is on): column-major dv^T (hs x T) = dout^T (hs x Tq) P (Tq x T)
     const float *pd = att;
     if (pdrop > 0) {
-        dropped_kernel<<<cu_blocks(natt, 256), 256, 0, c->stream>>>(scratch, att, natt, pdrop,
-                                                                    seed);
-        if ((rc = cu_launched("attention_bwd (dropped probabilities)"))) return rc;
+        // the forward's masks again: element index row * T + j is dropout's i
+        if ((rc = rf_cu_dropout_fwd(be, scratch, att, natt, pdrop, seed))) return rc;
         pd = scratch;
     }
     if ((rc = gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, Tq, 1.0f, dO, hs, sq, pd, T, sa,
