@@ -12,6 +12,7 @@
 #include "parity_util.h"
 #include "trainer/backend.h"
 #include "trainer/model.h"
+#include "trainer/model_iface.h"
 #include "trainer/ops.h"
 #include "trainer/optim.h"
 
@@ -110,6 +111,121 @@ static inline void adamw_step_flat(float *params, float *grads, float *m1, float
     rf_adamw_hp hp = {rf_adamw_lr(o, step), o->beta1, o->beta2, o->eps, o->weight_decay, step};
     rf_op_adamw(params, grads, m1, m2, 0, n, spans, nt, &hp);
     free(spans);
+}
+
+/* One causal LM (GPT-2 or Llama, on the CPU through the model interface)
+ * against its PyTorch fixture ref_file (scripts/parity/causal_fixtures.py):
+ * logits and loss within LOGIT_TOL, every gradient within GRAD_TOL, a second
+ * backward doubling the gradients (backward accumulates), and, when the
+ * fixture has them, the weights after 3 AdamW steps on the same batch within
+ * WEIGHT_TOL. GPT-2's fused q|k|v bias (attn.c_attn.bias) is compared on its
+ * query and value parts: the key bias's gradient is exactly zero (softmax
+ * ignores a shift shared by all keys), so both sides hold round-off noise
+ * that AdamW scales up to lr-sized steps; its error is printed only. */
+static inline void causal_parity_run(const char *model_dir, const char *ref_file) {
+    rf_model *mo;
+    if (rf_model_load(model_dir, NULL, rf_backend_cpu(), &mo))
+        fail_msg("load %s: %s", model_dir, rf_errmsg());
+    rf_st_file *ref;
+    if (rf_st_open(ref_file, &ref)) fail_msg("%s", rf_errmsg());
+    size_t n;
+    int32_t *ids = fx_ints(ref, "in.ids", &n), *mask = fx_ints(ref, "in.mask", NULL),
+            *labels = fx_ints(ref, "in.labels", NULL);
+    uint8_t *valid = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        valid[i] = (uint8_t)mask[i];
+    rf_model_batch b = {.B = 3, .T = (int)(n / 3), .ids = ids, .valid = valid, .labels = labels};
+    rf_model_info info = rf_model_info_of(mo);
+    rf_model_blocks m;
+    assert_int_equal(rf_model_blocks_of(mo, &m), 0);
+    assert_int_equal(rf_model_enable_training(mo, m.nparams, m.nparams), 0);
+    assert_int_equal(rf_model_blocks_of(mo, &m), 0);
+    assert_int_equal(rf_model_zero_grad(mo), 0);
+    assert_int_equal(rf_model_forward(mo, &b, true, 0), 0);
+    assert_int_equal(rf_model_backward(mo, 1.0f), 0);
+
+    const float *logits;
+    size_t row;
+    float mloss;
+    long counted;
+    assert_int_equal(rf_model_logits(mo, &logits, &row), 0);
+    assert_int_equal(row, (size_t)info.vocab);
+    assert_int_equal(rf_model_loss(mo, &mloss, &counted), 0);
+    float *loss = fx_get(ref, "out.loss", NULL);
+    double el = compare(ref, "out.logits", logits, n * row),
+           eloss = fabs(mloss - loss[0]) / fabs(loss[0]);
+    printf("%s\n  logits rel err %.3g, loss rel err %.3g (loss %.7f vs %.7f, %ld tokens)\n",
+           model_dir, el, eloss, mloss, loss[0], counted);
+    assert_true(el <= LOGIT_TOL);
+    assert_true(eloss <= LOGIT_TOL);
+    double worst = 0;
+    const char *worst_name = "";
+    for (size_t t = 0; t < m.ntensors; t++) {
+        char name[128];
+        snprintf(name, sizeof name, "grad.%s", m.tensors[t].name);
+        double e = compare(ref, name, m.grads + m.tensors[t].offset, m.tensors[t].numel);
+        if (e > GRAD_TOL) printf("  %s: rel err %.3g\n", name, e);
+        if (e > worst) worst = e, worst_name = m.tensors[t].name;
+    }
+    printf("  worst gradient rel err %.3g (%s), %zu tensors\n", worst, worst_name, m.ntensors);
+    assert_true(worst <= GRAD_TOL);
+
+    /* backward accumulates: a second backward of the same forward doubles */
+    float g0 = m.grads[m.tensors[2].offset];
+    assert_int_equal(rf_model_backward(mo, 1.0f), 0);
+    assert_float_equal(m.grads[m.tensors[2].offset], 2 * g0, 1e-6 * fabs(g0) + 1e-12);
+
+    /* 3 AdamW steps on the same batch, when the fixture has them */
+    char key[160], skey[170];
+    snprintf(key, sizeof key, "after.3.%s", m.tensors[0].name);
+    snprintf(skey, sizeof skey, "samp.%s", key);
+    if (rf_st_find(ref, key) || rf_st_find(ref, skey)) {
+        rf_adamw o = causal_fixture_adamw();
+        float *m1 = calloc(m.nparams, sizeof(float)), *m2 = calloc(m.nparams, sizeof(float));
+        for (long step = 0; step < 3; step++) {
+            assert_int_equal(rf_model_zero_grad(mo), 0);
+            assert_int_equal(rf_model_forward(mo, &b, true, 0), 0);
+            assert_int_equal(rf_model_backward(mo, 1.0f), 0);
+            adamw_step_flat(m.params, m.grads, m1, m2, m.nparams, m.tensors, m.ntensors, &o, step);
+        }
+        double worst_w = 0;
+        const char *wn = "";
+        size_t left_out = 0;
+        for (size_t t = 0; t < m.ntensors; t++) {
+            char name[160];
+            char gname[160];
+            snprintf(name, sizeof name, "after.3.%s", m.tensors[t].name);
+            snprintf(gname, sizeof gname, "grad.%s", m.tensors[t].name);
+            const float *w = m.params + m.tensors[t].offset;
+            double e;
+            if (strstr(name, "attn.c_attn.bias")) {
+                int C = info.hidden;
+                float *r = fx_get(ref, name, NULL), qv[2][64 * 2];
+                assert_true(C <= 64);
+                memcpy(qv[0], w, C * sizeof(float));
+                memcpy(qv[0] + C, w + 2 * C, C * sizeof(float));
+                memcpy(qv[1], r, C * sizeof(float));
+                memcpy(qv[1] + C, r + 2 * C, C * sizeof(float));
+                e = rel_err(qv[0], qv[1], 2 * (size_t)C);
+                printf("  %s: key part (left out) rel err %.3g, query+value %.3g\n", name,
+                       rel_err(w + C, r + C, C), e);
+                free(r);
+            } else {
+                e = weight_err(ref, name, gname, w, m.tensors[t].numel, &left_out);
+            }
+            if (e > WEIGHT_TOL) printf("  %s: rel err %.3g\n", name, e);
+            if (e > worst_w) worst_w = e, wn = m.tensors[t].name;
+        }
+        printf("  after 3 AdamW steps: worst weight rel err %.3g (%s), %zu elements with a "
+               "step-0 gradient below 1e-7 left out\n",
+               worst_w, wn, left_out);
+        assert_true(worst_w <= WEIGHT_TOL);
+        free(m1), free(m2);
+    }
+
+    free(ids), free(mask), free(labels), free(valid), free(loss);
+    rf_st_free(ref);
+    rf_model_free(mo);
 }
 
 #endif

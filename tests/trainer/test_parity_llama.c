@@ -18,98 +18,11 @@
 #include "parity_causal.h"
 #include "trainer/llama.h"
 
-static void run_parity(const char *model_dir, const char *ref_file) {
-    rf_llama *m;
-    if (rf_llama_load(model_dir, &m)) fail_msg("load %s: %s", model_dir, rf_errmsg());
-    rf_st_file *ref;
-    if (rf_st_open(ref_file, &ref)) fail_msg("%s", rf_errmsg());
-    size_t n;
-    int32_t *ids = fx_ints(ref, "in.ids", &n), *mask = fx_ints(ref, "in.mask", NULL),
-            *labels = fx_ints(ref, "in.labels", NULL);
-    int B = 3, T = (int)(n / 3);
-    uint8_t *valid = malloc(n);
-    for (size_t i = 0; i < n; i++)
-        valid[i] = (uint8_t)mask[i];
-    assert_int_equal(rf_llama_enable_training(m), 0);
-    assert_int_equal(rf_llama_zero_grad(m), 0);
-    assert_int_equal(
-        rf_llama_forward(
-            m, &(rf_causal_batch){.B = B, .T = T, .ids = ids, .valid = valid, .labels = labels}),
-        0);
-    assert_int_equal(rf_llama_backward(m, 1.0f), 0);
-
-    float *loss = fx_get(ref, "out.loss", NULL);
-    double el = compare(ref, "out.logits", m->logits, n * m->cfg.vocab_size),
-           eloss = fabs(m->loss - loss[0]) / fabs(loss[0]);
-    printf("%s\n  logits rel err %.3g, loss rel err %.3g (loss %.7f vs %.7f, %d tokens)\n",
-           model_dir, el, eloss, m->loss, loss[0], m->counted);
-    assert_true(el <= LOGIT_TOL);
-    assert_true(eloss <= LOGIT_TOL);
-    double worst = 0;
-    const char *worst_name = "";
-    for (size_t t = 0; t < m->ntensors; t++) {
-        char name[128];
-        snprintf(name, sizeof name, "grad.%s", m->tensors[t].name);
-        double e = compare(ref, name, m->grads + m->tensors[t].offset, m->tensors[t].numel);
-        if (e > GRAD_TOL) printf("  %s: rel err %.3g\n", name, e);
-        if (e > worst) worst = e, worst_name = m->tensors[t].name;
-    }
-    printf("  worst gradient rel err %.3g (%s), %zu tensors\n", worst, worst_name, m->ntensors);
-    assert_true(worst <= GRAD_TOL);
-
-    /* backward accumulates: a second backward of the same forward doubles */
-    float g0 = m->grads[m->tensors[2].offset];
-    assert_int_equal(rf_llama_backward(m, 1.0f), 0);
-    assert_float_equal(m->grads[m->tensors[2].offset], 2 * g0, 1e-6 * fabs(g0) + 1e-12);
-
-    /* 3 AdamW steps on the same batch, when the fixture has them */
-    char key[160], skey[170];
-    snprintf(key, sizeof key, "after.3.%s", m->tensors[0].name);
-    snprintf(skey, sizeof skey, "samp.%s", key);
-    if (rf_st_find(ref, key) || rf_st_find(ref, skey)) {
-        rf_adamw o = causal_fixture_adamw();
-        float *m1 = calloc(m->nparams, sizeof(float)), *m2 = calloc(m->nparams, sizeof(float));
-        for (long step = 0; step < 3; step++) {
-            assert_int_equal(rf_llama_zero_grad(m), 0);
-            assert_int_equal(
-                rf_llama_forward(m,
-                                 &(rf_causal_batch){
-                                     .B = B, .T = T, .ids = ids, .valid = valid, .labels = labels}),
-                0);
-            assert_int_equal(rf_llama_backward(m, 1.0f), 0);
-            adamw_step_flat(m->params, m->grads, m1, m2, m->nparams, m->tensors, m->ntensors, &o,
-                            step);
-        }
-        double worst_w = 0;
-        const char *wn = "";
-        size_t left_out = 0;
-        for (size_t t = 0; t < m->ntensors; t++) {
-            char name[160];
-            char gname[160];
-            snprintf(name, sizeof name, "after.3.%s", m->tensors[t].name);
-            snprintf(gname, sizeof gname, "grad.%s", m->tensors[t].name);
-            double e = weight_err(ref, name, gname, m->params + m->tensors[t].offset,
-                                  m->tensors[t].numel, &left_out);
-            if (e > WEIGHT_TOL) printf("  %s: rel err %.3g\n", name, e);
-            if (e > worst_w) worst_w = e, wn = m->tensors[t].name;
-        }
-        printf("  after 3 AdamW steps: worst weight rel err %.3g (%s), %zu elements with a "
-               "step-0 gradient below 1e-7 left out\n",
-               worst_w, wn, left_out);
-        assert_true(worst_w <= WEIGHT_TOL);
-        free(m1), free(m2);
-    }
-
-    free(ids), free(mask), free(labels), free(valid), free(loss);
-    rf_st_free(ref);
-    rf_llama_free(m);
-}
-
 static void test_random_llama(void **state) {
     (void)state;
     char *dir = root_path("tests/fixtures/causal/tiny-llama-rand"),
          *ref = root_path("tests/fixtures/causal/llama_rand_ref.safetensors");
-    run_parity(dir, ref);
+    causal_parity_run(dir, ref);
     free(dir), free(ref);
 }
 
@@ -119,7 +32,7 @@ static void test_tied_llama(void **state) {
     (void)state;
     char *dir = root_path("tests/fixtures/causal/tiny-llama-tied"),
          *ref = root_path("tests/fixtures/causal/llama_tied_ref.safetensors");
-    run_parity(dir, ref);
+    causal_parity_run(dir, ref);
     free(dir), free(ref);
 }
 
