@@ -19,62 +19,9 @@
 #include <cmocka.h>
 #include <omp.h>
 
+#include "gradcheck.h"
 #include "common/rng.h"
 #include "trainer/ops_causal.h"
-
-static rf_rng rng;
-
-static float *randn(size_t n, float scale) {
-    float *x = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)((rf_rng_double(&rng) * 2 - 1) * scale);
-    return x;
-}
-
-static float *zeros(size_t n) {
-    return calloc(n, sizeof(float));
-}
-
-typedef struct check {
-    void (*fwd)(struct check *);
-    float *out, *R;
-    size_t nout;
-    void *ctx;
-} check;
-
-static double objective(check *c) {
-    c->fwd(c);
-    double s = 0;
-    for (size_t i = 0; i < c->nout; i++)
-        s += (double)c->out[i] * c->R[i];
-    return s;
-}
-
-static double grad_error(check *c, float *x, size_t n, const float *analytic, double *num_norm) {
-    const float h = 1e-2f;
-    double num2 = 0, diff2 = 0;
-    size_t stride = n > 200 ? n / 200 : 1;
-    for (size_t i = 0; i < n; i += stride) {
-        float keep = x[i];
-        x[i] = keep + h;
-        double fp = objective(c);
-        x[i] = keep - h;
-        double fm = objective(c);
-        x[i] = keep;
-        double num = (fp - fm) / (2 * h);
-        num2 += num * num;
-        diff2 += (num - analytic[i]) * (num - analytic[i]);
-    }
-    *num_norm = sqrt(num2);
-    return sqrt(diff2) / (sqrt(num2) + 1e-12);
-}
-
-static void expect_grad(check *c, float *x, size_t n, const float *analytic, const char *what) {
-    double nn, rel = grad_error(c, x, n, analytic, &nn);
-    printf("  %-28s rel err %.2e\n", what, rel);
-    if (!(rel < 1e-2)) fail_msg("%s: relative gradient error %.3g", what, rel);
-    if (nn == 0) fail_msg("%s: gradient is identically zero, check is vacuous", what);
-}
 
 /* ---- Conv1D ---- */
 typedef struct {
