@@ -222,28 +222,7 @@ for k in k1 k2; do
     spec $k 2 3 "$(printf "  max_steps: $ksteps\n  checkpoint_every: $kevery\n")"
     sed -i 's/^  epochs: 2$//; 0,/^  checkpoint_every: 1$/s///' $k.yaml
 done
-mpi -np 2 "$bin" train k1.yaml 2>k1.log
-mpi -np 2 "$bin" train k2.yaml 2>k2a.log &
-mp=$!
-for _ in $(seq 1 1000); do
-    [ -f k2/checkpoint.bin ] && grep -q '"rank 1 of 2 (pid' k2a.log && break
-    sleep 0.01
-done
-pid=$(grep -o '"msg":"rank 1 of 2 (pid [0-9]*' k2a.log | grep -o '[0-9]*$')
-start=$(date +%s)
-kill -9 "$pid"
-set +e; wait $mp; rc=$?; set -e
-[ $rc -ne 0 ] || { echo "mpirun exited 0 after a rank was killed"; exit 1; }
-[ $(( $(date +%s) - start )) -lt 30 ] || { echo "the group did not end promptly"; exit 1; }
-# the error names the killed rank and the signal (mpirun), or the timeout (comm)
-grep -q "process rank 1 with PID [0-9]* on node .* exited on signal 9\|timeout:" k2a.log || { echo "no clear error after the kill"; tail -5 k2a.log; exit 1; }
-echo "after kill -9 of rank 1: $(grep -m1 -o "process rank 1 with PID [0-9]* on node .* exited on signal 9\|timeout:[^\"]*" k2a.log)"
-test ! -d k2/model
-mpi -np 2 "$bin" train k2.yaml 2>k2b.log
-at=$(grep -o 'resumed from k2/checkpoint.bin at step [0-9]*' k2b.log | head -1)
-[ -n "$at" ] || { echo "the relaunch did not resume"; exit 1; }
-cmp k1/model/model.safetensors k2/model/model.safetensors
-echo -n "rank 1 killed (mpirun exit $rc), relaunch ${at#resumed from k2/checkpoint.bin } of $ksteps: "; cmp_runs k1 k2
+kill_rank_and_resume 2 1
 
 # errors before any work: world size != dp, zero 3
 expect_fail() { # expect_fail PATTERN cmd...

@@ -176,25 +176,5 @@ for k in k1 k2; do
     spec $k '{tp: 2, pp: 2, microbatches: 2, stages: [1, 1]}' "$(printf "  max_steps: $ksteps\n")"
     sed -i "s/^  epochs: 2\$//; s/^  checkpoint_every: 1\$/  checkpoint_every: $kevery/" $k.yaml
 done
-mpi -np 4 "$bin" train k1.yaml 2>k1.log
-mpi -np 4 "$bin" train k2.yaml 2>k2a.log &
-mp=$!
-for _ in $(seq 1 1000); do
-    [ -f k2/checkpoint.bin ] && grep -q '"rank 3 of 4 (pid' k2a.log && break
-    sleep 0.01
-done
-pid=$(grep -o '"msg":"rank 3 of 4 (pid [0-9]*' k2a.log | grep -o '[0-9]*$')
-start=$(date +%s)
-kill -9 "$pid"
-set +e; wait $mp; rc=$?; set -e
-[ $rc -ne 0 ] || { echo "mpirun exited 0 after a rank was killed"; exit 1; }
-[ $(( $(date +%s) - start )) -lt 30 ] || { echo "the group did not end promptly"; exit 1; }
-grep -q "process rank 3 with PID [0-9]* on node .* exited on signal 9\|timeout:" k2a.log || { echo "no clear error after the kill"; tail -5 k2a.log; exit 1; }
-echo "after kill -9 of rank 3 (tp 1, pp 1): $(grep -m1 -o "process rank 3 with PID [0-9]* on node .* exited on signal 9\|timeout:[^\"]*" k2a.log)"
-test ! -d k2/model
-mpi -np 4 "$bin" train k2.yaml 2>k2b.log
-at=$(grep -o 'resumed from k2/checkpoint.bin at step [0-9]*' k2b.log | head -1)
-[ -n "$at" ] || { echo "the relaunch did not resume"; exit 1; }
-cmp k1/model/model.safetensors k2/model/model.safetensors
-echo -n "rank 3 killed (mpirun exit $rc), relaunch ${at#resumed from k2/checkpoint.bin } of $ksteps: "; cmp_runs k1 k2
+kill_rank_and_resume 4 3 'tp 1, pp 1'
 echo "mesh.test.sh: ok ($(( $(date +%s) - t_start )) s)"
