@@ -204,7 +204,7 @@ void rf_gpt2_bind_all(rf_gpt2 *m) {
     if (m->grads) bind(m, &m->g, m->grads);
 }
 
-/* The paths that work on host memory (LoRA, tp, unit hooks) need the CPU. */
+/* Tensor parallelism works on host memory (model_tp.c): it needs the CPU. */
 static int need_cpu(const rf_gpt2 *m, const char *what) {
     return rf_backend_need_cpu(m->be, "gpt2", what);
 }
@@ -580,7 +580,6 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
     const rf_backend *be = m->be;
     int rc = check_range(m, u0, u1, in, out);
     if (!rc && m->tp) rc = need_cpu(m, "tensor parallelism");
-    if (!rc && m->unit_hook) rc = need_cpu(m, "a unit hook (ZeRO-3, pipeline, mesh)");
     if (!rc) rc = rf_gpt2_reserve(m, B, T);
     if (!rc && m->lora) rc = rf_lora_reserve(m->lora, B * T);
     if (rc) return rc;
@@ -702,7 +701,6 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
     const rf_backend *be = m->be;
     int n_units = rf_gpt2_units(m), rc = check_range(m, u0, u1, din, dout);
     if (!rc && m->tp) rc = need_cpu(m, "tensor parallelism");
-    if (!rc && m->unit_hook) rc = need_cpu(m, "a unit hook (ZeRO-3, pipeline, mesh)");
     if (rc) return rc;
     if (!m->dacts && !(m->dacts = rf_backend_alloc(be, m->nacts * sizeof(float))))
         return RF_ERR_NOMEM;

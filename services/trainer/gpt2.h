@@ -14,9 +14,9 @@
  * live in the memory of m->be (backend.h; the CPU when none is given) and
  * forward and backward call its slots, so the CPU backend runs ops.h /
  * ops_causal.h as before, bit for bit, and trainer.device: cuda runs the
- * same graph on the GPU. LoRA adapters, tensor parallelism and the unit hooks
- * (ZeRO-3, pipeline stages) work on host memory and run on the CPU backend
- * only: they are refused (RF_ERR_UNSUPPORTED) on any other. No dropout
+ * same graph on the GPU, LoRA adapters (lora.h) and the unit hook (ZeRO-2/3's
+ * rebinding) included. Tensor parallelism works on host memory and runs on
+ * the CPU backend only: refused (RF_ERR_UNSUPPORTED) on any other. No dropout
  * (fine-tuning runs and the parity fixtures use none). */
 #ifndef RF_TR_GPT2_H
 #define RF_TR_GPT2_H

@@ -231,7 +231,7 @@ void rf_llama_bind_all(rf_llama *m) {
     if (m->grads) bind(m, &m->g, m->grads);
 }
 
-/* The paths that work on host memory (LoRA, tp, unit hooks) need the CPU. */
+/* Tensor parallelism works on host memory (model_tp.c): it needs the CPU. */
 static int need_cpu(const rf_llama *m, const char *what) {
     return rf_backend_need_cpu(m->be, "llama", what);
 }
@@ -615,7 +615,6 @@ int rf_llama_forward_range(rf_llama *m, const rf_causal_batch *bt, int u0, int u
     const rf_backend *be = m->be;
     int rc = check_range(m, u0, u1, in, out);
     if (!rc && m->tp) rc = need_cpu(m, "tensor parallelism");
-    if (!rc && m->unit_hook) rc = need_cpu(m, "a unit hook (ZeRO-3, pipeline, mesh)");
     if (!rc) rc = rf_llama_reserve(m, B, T);
     if (!rc && m->lora) rc = rf_lora_reserve(m->lora, B * T);
     if (rc) return rc;
@@ -727,7 +726,6 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
     const rf_backend *be = m->be;
     int n_units = rf_llama_units(m), rc = check_range(m, u0, u1, din, dout);
     if (!rc && m->tp) rc = need_cpu(m, "tensor parallelism");
-    if (!rc && m->unit_hook) rc = need_cpu(m, "a unit hook (ZeRO-3, pipeline, mesh)");
     if (rc) return rc;
     if (!m->dacts && !(m->dacts = rf_backend_alloc(be, m->nacts * sizeof(float))))
         return RF_ERR_NOMEM;

@@ -97,8 +97,8 @@ typedef struct rf_llama {
 } rf_llama;
 
 /* As rf_gpt2_new / rf_gpt2_new_on, rf_gpt2_load / rf_gpt2_load_on: the
- * model on the CPU, or on backend be (NULL: the CPU). LoRA, tensor
- * parallelism and the unit hooks run on the CPU backend only. */
+ * model on the CPU, or on backend be (NULL: the CPU). Tensor parallelism
+ * runs on the CPU backend only. */
 int rf_llama_new(const rf_llama_config *cfg, rf_llama **out);
 int rf_llama_new_on(const rf_llama_config *cfg, const rf_backend *be, rf_llama **out);
 void rf_llama_free(rf_llama *m);

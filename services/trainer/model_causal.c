@@ -218,13 +218,6 @@ static int save_causal(const rf_model *m, const char *dir, const rf_backend *be,
     }                                                                                              \
     static int P##_set_hook(rf_model *m) {                                                         \
         TYPE *x = m->impl;                                                                         \
-        if (m->hook && x->be != rf_backend_cpu()) {                                                \
-            m->hook = NULL, m->hook_user = NULL;                                                   \
-            return rf_fail(RF_ERR_UNSUPPORTED,                                                     \
-                           "%s: unit hooks (ZeRO-3, pipeline stages, mesh) run on the CPU "        \
-                           "backend only (trainer.device: cpu)",                                   \
-                           ARCH);                                                                  \
-        }                                                                                          \
         x->unit_hook = m->hook;                                                                    \
         x->unit_user = m->hook_user;                                                               \
         return RF_OK;                                                                              \
