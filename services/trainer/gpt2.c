@@ -376,7 +376,7 @@ int rf_gpt2_enable_training_sharded(rf_gpt2 *m, size_t padded, size_t moments) {
     const rf_backend *be = m->be;
     if (m->lora) { /* LoRA: the base is frozen, no gradient block or moments (g views NULL) */
         m->training = true;
-        if (m->acts && !m->dacts && !(m->dacts = rf_backend_alloc(be, m->nacts * sizeof(float))))
+        if (m->acts && !m->dacts && !(m->dacts = rf_backend_alloc(be, m->ngrads * sizeof(float))))
             return RF_ERR_NOMEM;
         return RF_OK;
     }
@@ -403,7 +403,7 @@ int rf_gpt2_enable_training_sharded(rf_gpt2 *m, size_t padded, size_t moments) {
         return rf_fail(RF_ERR_NOMEM, "gpt2: no memory for the training blocks");
     bind(m, &m->g, m->grads);
     m->training = true;
-    if (m->acts && !m->dacts && !(m->dacts = rf_backend_alloc(be, m->nacts * sizeof(float))))
+    if (m->acts && !m->dacts && !(m->dacts = rf_backend_alloc(be, m->ngrads * sizeof(float))))
         return RF_ERR_NOMEM;
     return RF_OK;
 }
@@ -453,8 +453,12 @@ static int proj_bwd(rf_gpt2 *m, int l, int slot, float *dx, float *dw, float *db
 
 /* ---- activations ---- */
 
-/* Lays the activation views of v out from base (NULL: only counts floats). */
-static size_t layout(const rf_gpt2 *m, rf_gpt2_acts *v, float *base, int B, int T) {
+/* Lays the activation views of v out from base (NULL: only counts floats).
+ * grads: the gradient arena, where every layer's views are one region (layer
+ * 0's): a layer's gradients live only while its backward runs, the residual
+ * stream's gradients between layers have their own slots (res), and the
+ * backward zeroes the region before each layer reuses it. */
+static size_t layout(const rf_gpt2 *m, rf_gpt2_acts *v, float *base, int B, int T, bool grads) {
     const rf_gpt2_config *c = &m->cfg;
     const struct rf_bert_tp *tp = m->tp; /* the local widths of a tp shard */
     size_t N = (size_t)B * T, C = (size_t)c->n_embd, off = 0;
@@ -470,6 +474,10 @@ static size_t layout(const rf_gpt2 *m, rf_gpt2_acts *v, float *base, int B, int 
         TAKE(v->res[l], N * C);
     for (int l = 0; l < c->n_layer; l++) {
         rf_gpt2_acts_layer *y = &v->layers[l];
+        if (grads && l > 0) {
+            if (base) *y = v->layers[0];
+            continue;
+        }
         TAKE(y->ln1, N * C);
         TAKE(y->ln1_mean, N);
         TAKE(y->ln1_rstd, N);
@@ -500,11 +508,11 @@ int rf_gpt2_reserve(rf_gpt2 *m, int B, int T) {
     if (B <= m->capB && T <= m->capT) return RF_OK;
     int nB = B > m->capB ? B : m->capB;
     T = T > m->capT ? T : m->capT;
-    size_t n = layout(m, &m->a, NULL, nB, T);
+    size_t n = layout(m, &m->a, NULL, nB, T, false), ng = layout(m, &m->da, NULL, nB, T, true);
     const rf_backend *be = m->be;
     bool train = m->training || m->dacts;
     float *a = rf_backend_alloc(be, n * sizeof(float)),
-          *d = train ? rf_backend_alloc(be, n * sizeof(float)) : NULL;
+          *d = train ? rf_backend_alloc(be, ng * sizeof(float)) : NULL;
     size_t nt = (size_t)nB * T, ni = sizeof(int32_t) * nt;
     int32_t *ids = malloc(ni), *lab = malloc(ni), *pos = malloc(ni), *seg = malloc(ni);
     uint8_t *valid = malloc(nt);
@@ -531,7 +539,7 @@ int rf_gpt2_reserve(rf_gpt2 *m, int B, int T) {
     m->pos = pos, m->seg = seg, m->tgt = tgt, m->se = se;
     m->ids_dev = ids_d, m->labels_dev = lab_d, m->pos_dev = pos_d, m->seg_dev = seg_d;
     m->valid_dev = valid_d;
-    m->nacts = n, m->capB = nB, m->capT = T;
+    m->nacts = n, m->ngrads = ng, m->capB = nB, m->capT = T;
     return RF_OK;
 }
 
@@ -617,7 +625,7 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
     TRY(be->to_device(be, m->seg_dev, m->seg, ni));
     TRY(be->to_device(be, m->valid_dev, m->valid, (size_t)N));
     /* the views for this B x T (the arena holds capB x capT) */
-    layout(m, &m->a, m->acts, B, T);
+    layout(m, &m->a, m->acts, B, T, false);
     rf_gpt2_acts *a = &m->a;
     int L = c->n_layer, n_units = L + 2;
     m->logits = a->logits;
@@ -702,7 +710,7 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
     int n_units = rf_gpt2_units(m), rc = check_range(m, u0, u1, din, dout);
     if (!rc && m->tp) rc = need_cpu(m, "tensor parallelism");
     if (rc) return rc;
-    if (!m->dacts && !(m->dacts = rf_backend_alloc(be, m->nacts * sizeof(float))))
+    if (!m->dacts && !(m->dacts = rf_backend_alloc(be, m->ngrads * sizeof(float))))
         return RF_ERR_NOMEM;
     if (u1 == n_units && !m->has_labels)
         return rf_fail(RF_ERR_INVALID, "gpt2: backward needs a forward with labels");
@@ -711,9 +719,13 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
     struct rf_bert_tp *tp = m->tp;
     int NHl = tp ? tp->NHl : NH, Cl = tp ? tp->Cl : C, Fl = tp ? tp->Il : F;
     int Vl = tp ? tp->vocab.block : V;
-    size_t used = layout(m, &m->da, m->dacts, B, T);
+    size_t used = layout(m, &m->da, m->dacts, B, T, true);
     TRY(be->zero(be, m->dacts, used * sizeof(float)));
     rf_gpt2_acts *a = &m->a, *d = &m->da;
+    /* the gradient arena's one layer region (layout), and the first layer this
+     * range runs backward (the region is zero for it already) */
+    size_t region = (size_t)(d->layers[0].fcg - d->layers[0].ln1) + (size_t)N * Fl;
+    int first = u1 - 2 < L - 1 ? u1 - 2 : L - 1;
 
     if (u1 == n_units) {
         if (tp)
@@ -743,6 +755,7 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
         rf_gpt2_layer *g = &m->g.layers[l];
         rf_gpt2_acts_layer *y = &a->layers[l], *dy = &d->layers[l];
         float *dout_l = d->res[l + 1];
+        if (l < first) TRY(be->zero(be, dy->ln1, region * sizeof(float)));
         TRY(proj_bwd(m, l, RF_PROJ_DOWN, dy->fcg, g->fcp_w, g->fcp_b, dout_l, y->fcg, w->fcp_w, N,
                      Fl, C));
         TRY(be->gelu_tanh_bwd(be, dy->fch, y->fch, dy->fcg, (size_t)N * Fl));

@@ -73,8 +73,9 @@ typedef struct rf_gpt2 {
     rf_gpt2_params p, g;
 
     int capB, capT;
-    float *acts, *dacts; /* arenas of nacts floats; dacts allocated by enable_training */
-    size_t nacts;
+    float *acts, *dacts; /* arenas of nacts and ngrads floats (dacts: one layer region,
+                          * gpt2.c's layout); dacts allocated by enable_training */
+    size_t nacts, ngrads;
     rf_gpt2_acts a, da;
 
     int B, T;                          /* the last forward's batch, kept for backward */

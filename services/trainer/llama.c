@@ -413,7 +413,7 @@ int rf_llama_enable_training_sharded(rf_llama *m, size_t padded, size_t moments)
     const rf_backend *be = m->be;
     if (m->lora) { /* LoRA: the base is frozen, no gradient block or moments (g views NULL) */
         m->training = true;
-        if (m->acts && !m->dacts && !(m->dacts = rf_backend_alloc(be, m->nacts * sizeof(float))))
+        if (m->acts && !m->dacts && !(m->dacts = rf_backend_alloc(be, m->ngrads * sizeof(float))))
             return RF_ERR_NOMEM;
         return RF_OK;
     }
@@ -440,7 +440,7 @@ int rf_llama_enable_training_sharded(rf_llama *m, size_t padded, size_t moments)
         return rf_fail(RF_ERR_NOMEM, "llama: no memory for the training blocks");
     bind(m, &m->g, m->grads);
     m->training = true;
-    if (m->acts && !m->dacts && !(m->dacts = rf_backend_alloc(be, m->nacts * sizeof(float))))
+    if (m->acts && !m->dacts && !(m->dacts = rf_backend_alloc(be, m->ngrads * sizeof(float))))
         return RF_ERR_NOMEM;
     return RF_OK;
 }
@@ -490,7 +490,9 @@ static int proj_bwd(rf_llama *m, int l, int slot, float *dx, float *dw, const fl
 
 /* ---- activations ---- */
 
-static size_t layout(const rf_llama *m, rf_llama_acts *v, float *base, int B, int T) {
+/* As gpt2.c's layout: grads, the gradient arena, has one layer region for
+ * every layer; the activations have no qkvr (a gradient only). */
+static size_t layout(const rf_llama *m, rf_llama_acts *v, float *base, int B, int T, bool grads) {
     const rf_llama_config *c = &m->cfg;
     const struct rf_bert_tp *tp = m->tp; /* the local widths of a tp shard */
     size_t NH = (size_t)(tp ? tp->NHl : c->num_attention_heads);
@@ -508,10 +510,17 @@ static size_t layout(const rf_llama *m, rf_llama_acts *v, float *base, int B, in
         TAKE(v->res[l], N * C);
     for (int l = 0; l < c->num_hidden_layers; l++) {
         rf_llama_acts_layer *y = &v->layers[l];
+        if (grads && l > 0) {
+            if (base) *y = v->layers[0];
+            continue;
+        }
         TAKE(y->ln1, N * C);
         TAKE(y->ln1_rstd, N);
-        TAKE(y->qkv, N * W);  /* after RoPE */
-        TAKE(y->qkvr, N * W); /* gradient arena only: the gradient before RoPE */
+        TAKE(y->qkv, N * W); /* after RoPE */
+        if (grads)
+            TAKE(y->qkvr, N * W); /* the gradient before RoPE */
+        else if (base)
+            y->qkvr = NULL;
         TAKE(y->att, B * NH * T * T);
         TAKE(y->atty, N * A);
         TAKE(y->res2, N * C);
@@ -536,11 +545,11 @@ int rf_llama_reserve(rf_llama *m, int B, int T) {
     if (B <= m->capB && T <= m->capT) return RF_OK;
     int nB = B > m->capB ? B : m->capB;
     T = T > m->capT ? T : m->capT;
-    size_t n = layout(m, &m->a, NULL, nB, T);
+    size_t n = layout(m, &m->a, NULL, nB, T, false), ng = layout(m, &m->da, NULL, nB, T, true);
     const rf_backend *be = m->be;
     bool train = m->training || m->dacts;
     float *a = rf_backend_alloc(be, n * sizeof(float)),
-          *d = train ? rf_backend_alloc(be, n * sizeof(float)) : NULL;
+          *d = train ? rf_backend_alloc(be, ng * sizeof(float)) : NULL;
     size_t nt = (size_t)nB * T, ni = sizeof(int32_t) * nt;
     int32_t *ids = malloc(ni), *lab = malloc(ni), *pos = malloc(ni), *seg = malloc(ni);
     uint8_t *valid = malloc(nt);
@@ -567,7 +576,7 @@ int rf_llama_reserve(rf_llama *m, int B, int T) {
     m->pos = pos, m->seg = seg, m->tgt = tgt, m->se = se;
     m->ids_dev = ids_d, m->labels_dev = lab_d, m->pos_dev = pos_d, m->seg_dev = seg_d;
     m->valid_dev = valid_d;
-    m->nacts = n, m->capB = nB, m->capT = T;
+    m->nacts = n, m->ngrads = ng, m->capB = nB, m->capT = T;
     return RF_OK;
 }
 
@@ -652,7 +661,7 @@ int rf_llama_forward_range(rf_llama *m, const rf_causal_batch *bt, int u0, int u
     TRY(be->to_device(be, m->pos_dev, m->pos, ni));
     TRY(be->to_device(be, m->seg_dev, m->seg, ni));
     TRY(be->to_device(be, m->valid_dev, m->valid, (size_t)N));
-    layout(m, &m->a, m->acts, B, T);
+    layout(m, &m->a, m->acts, B, T, false);
     rf_llama_acts *a = &m->a;
     int L = c->num_hidden_layers, n_units = L + 2;
     bool tied = c->tie_word_embeddings;
@@ -727,7 +736,7 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
     int n_units = rf_llama_units(m), rc = check_range(m, u0, u1, din, dout);
     if (!rc && m->tp) rc = need_cpu(m, "tensor parallelism");
     if (rc) return rc;
-    if (!m->dacts && !(m->dacts = rf_backend_alloc(be, m->nacts * sizeof(float))))
+    if (!m->dacts && !(m->dacts = rf_backend_alloc(be, m->ngrads * sizeof(float))))
         return RF_ERR_NOMEM;
     if (u1 == n_units && !m->has_labels)
         return rf_fail(RF_ERR_INVALID, "llama: backward needs a forward with labels");
@@ -738,9 +747,13 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
     int NKV = tp ? tp->NKVl : c->num_key_value_heads;
     int A = NH * hd, W = (NH + 2 * NKV) * hd, Vl = tp ? tp->vocab.block : V;
     bool tied = c->tie_word_embeddings;
-    size_t used = layout(m, &m->da, m->dacts, B, T);
+    size_t used = layout(m, &m->da, m->dacts, B, T, true);
     TRY(be->zero(be, m->dacts, used * sizeof(float)));
     rf_llama_acts *a = &m->a, *d = &m->da;
+    /* the gradient arena's one layer region, and the first layer this range
+     * runs backward (as in gpt2.c) */
+    size_t region = (size_t)(d->layers[0].act - d->layers[0].ln1) + (size_t)N * F;
+    int first = u1 - 2 < L - 1 ? u1 - 2 : L - 1;
 
     if (u1 == n_units) {
         if (tp)
@@ -775,6 +788,7 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
         rf_llama_layer *g = &m->g.layers[l];
         rf_llama_acts_layer *y = &a->layers[l], *dy = &d->layers[l];
         float *dout_l = d->res[l + 1];
+        if (l < first) TRY(be->zero(be, dy->ln1, region * sizeof(float)));
         TRY(proj_bwd(m, l, RF_PROJ_DOWN, dy->act, g->down_w, dout_l, y->act, w->down_w, N, F, C));
         TRY(be->swiglu_bwd(be, dy->gu, dy->act, y->gu, N, F));
         TRY(proj_bwd(m, l, RF_PROJ_UP, dy->ln2, g->gu_w, dy->gu, y->ln2, w->gu_w, N, C, 2 * F));

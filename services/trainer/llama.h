@@ -64,8 +64,8 @@ typedef struct rf_llama {
     float *params, *grads;
     rf_llama_params p, g;
     int capB, capT;
-    float *acts, *dacts;
-    size_t nacts;
+    float *acts, *dacts; /* nacts and ngrads floats (dacts: one layer region, as gpt2.h) */
+    size_t nacts, ngrads;
     rf_llama_acts a, da;
     int B, T;
     int32_t *ids, *labels, *pos, *seg; /* host copies (checks, tp) */

@@ -76,7 +76,7 @@ typedef struct rf_bert {
     rf_bert_params p, g; /* views into params and grads */
 
     int capB, capT;      /* activation arena capacity */
-    float *acts, *dacts; /* dacts: the same layout without the attention probabilities */
+    float *acts, *dacts; /* dacts: the gradients, two layer regions (model.c's layout) */
     size_t nacts;        /* floats in acts */
     int32_t *labels_dev; /* copies of the last batch kept for backward */
     int32_t *ids_dev, *types_dev;
