@@ -51,6 +51,10 @@ struct rf_backend {
     int (*to_host)(const rf_backend *be, void *dst, const void *src, size_t bytes);
     int (*to_device)(const rf_backend *be, void *dst, const void *src, size_t bytes);
     int (*copy)(const rf_backend *be, void *dst, const void *src, size_t bytes); /* on device */
+    /* rows of width bytes, row r from src + r * spitch to dst + r * dpitch, on
+     * the device (a column block of a row-major matrix in one call) */
+    int (*copy2d)(const rf_backend *be, void *dst, size_t dpitch, const void *src, size_t spitch,
+                  size_t width, size_t rows);
 
     /* the encoder (semantics: ops.h) */
     int (*embed_fwd)(const rf_backend *be, float *out, const int32_t *ids, const int32_t *types,

@@ -41,6 +41,14 @@ static int cpu_copy(const rf_backend *be, void *dst, const void *src, size_t byt
     return RF_OK;
 }
 
+static int cpu_copy2d(const rf_backend *be, void *dst, size_t dpitch, const void *src,
+                      size_t spitch, size_t width, size_t rows) {
+    (void)be;
+    for (size_t r = 0; width && r < rows; r++)
+        memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    return RF_OK;
+}
+
 static int cpu_zero(const rf_backend *be, void *p, size_t bytes) {
     (void)be;
     if (bytes) memset(p, 0, bytes);
@@ -372,6 +380,7 @@ static const rf_backend cpu = {
     .to_host = cpu_copy,
     .to_device = cpu_copy,
     .copy = cpu_copy,
+    .copy2d = cpu_copy2d,
     .embed_fwd = embed_fwd,
     .embed_bwd = embed_bwd,
     .layernorm_fwd = layernorm_fwd,

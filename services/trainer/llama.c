@@ -259,7 +259,8 @@ static int check_slots(const rf_backend *be) {
                                  SLOT(lm_head_fwd),
                                  SLOT(lm_head_bwd),
                                  SLOT(causal_xent_fwd),
-                                 SLOT(causal_xent_bwd)};
+                                 SLOT(causal_xent_bwd),
+                                 SLOT(copy2d)};
 #undef SLOT
     return rf_backend_check_slots(be, "llama", s, sizeof s / sizeof s[0]);
 }
@@ -798,14 +799,12 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
         TRY(proj_bwd(m, l, RF_PROJ_O, dy->atty, g->o_w, dy->res2, y->atty, w->o_w, N, A, C));
         TRY(be->causal_attention_bwd(be, dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NH, NKV,
                                      hd));
-        /* back through RoPE on q and k; v passes unchanged (one copy per row:
-         * the table has no strided copy) */
+        /* back through RoPE on q and k; v passes unchanged (its column block) */
         TRY(be->rope_bwd(be, dy->qkvr, dy->qkv, m->pos_dev, N, T, NH, hd, W, c->rope_theta));
         TRY(be->rope_bwd(be, dy->qkvr + A, dy->qkv + A, m->pos_dev, N, T, NKV, hd, W,
                          c->rope_theta));
-        for (int n = 0; n < N; n++)
-            TRY(be->copy(be, dy->qkvr + (size_t)n * W + A + NKV * hd,
-                         dy->qkv + (size_t)n * W + A + NKV * hd, sizeof(float) * NKV * hd));
+        TRY(be->copy2d(be, dy->qkvr + A + NKV * hd, sizeof(float) * W, dy->qkv + A + NKV * hd,
+                       sizeof(float) * W, sizeof(float) * NKV * hd, (size_t)N));
         TRY(proj_bwd(m, l, RF_PROJ_QKV, dy->ln1, g->qkv_w, dy->qkvr, y->ln1, w->qkv_w, N, C, W));
         if (tp) TRY(tp->sum(tp->c, dy->ln1, (size_t)N * C));
         TRY(be->rmsnorm_bwd(be, d->res[l], g->ln1_w, dy->ln1, a->res[l], w->ln1_w, y->ln1_rstd, N,

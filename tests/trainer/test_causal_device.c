@@ -221,9 +221,12 @@ static void test_missing_kernels(void **state) {
     expect_refusal(rf_lora_attach_gpt2(lo, g->impl), "has no 'lora_fwd' kernel");
     rf_lora_free(lo);
     rf_model_free(g);
-    bare.rope_bwd = NULL;
     char *dir = fixture_path("../causal/tiny-llama-rand");
     rf_model *m = NULL;
+    bare.copy2d = NULL; /* Llama's backward passes v's columns with it */
+    expect_refusal(rf_model_load(dir, NULL, &bare, &m), "has no 'copy2d' kernel");
+    assert_null(m);
+    bare.rope_bwd = NULL;
     expect_refusal(rf_model_load(dir, NULL, &bare, &m), "has no 'rope_bwd' kernel");
     assert_null(m);
     free(dir);

@@ -588,6 +588,34 @@ static void test_rope(void **state) {
     }
 }
 
+/* copy2d: a column block of a row-major matrix (Llama's v part), bit for bit,
+ * the destination's other columns untouched. */
+static void test_copy2d(void **state) {
+    (void)state;
+    need_gpu();
+    /* rows, source width, destination width, first column, columns */
+    static const int shapes[][5] = {{1, 5, 5, 0, 5}, {7, 48, 40, 16, 8}, {1000, 576, 576, 448, 64}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int R = shapes[s][0], SW = shapes[s][1], DW = shapes[s][2], c0 = shapes[s][3],
+            k = shapes[s][4];
+        float *src = rnd((size_t)R * SW, -1, 1), *dst = rnd((size_t)R * DW, -1, 1);
+        void *g_src = up(src, (size_t)R * SW * 4), *g_dst = up(dst, (size_t)R * DW * 4);
+        print_message("copy2d rows=%d src width=%d dst width=%d columns [%d, %d)\n", R, SW, DW, c0,
+                      c0 + k);
+        assert_int_equal(cpu->copy2d(cpu, dst + c0, (size_t)DW * 4, src + c0, (size_t)SW * 4,
+                                     (size_t)k * 4, (size_t)R),
+                         0);
+        assert_int_equal(gpu->copy2d(gpu, (float *)g_dst + c0, (size_t)DW * 4,
+                                     (const float *)g_src + c0, (size_t)SW * 4, (size_t)k * 4,
+                                     (size_t)R),
+                         0);
+        check_exact("copy2d", g_dst, dst, (size_t)R * DW);
+        void *gs[] = {g_src, g_dst};
+        gfree_all(gs, sizeof gs / sizeof gs[0]);
+        free(src), free(dst);
+    }
+}
+
 static void test_swiglu_gelu_tanh(void **state) {
     (void)state;
     need_gpu();
@@ -848,6 +876,7 @@ int main(void) {
         cmocka_unit_test(test_conv1d_lm_head_bf16),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_copy2d),
         cmocka_unit_test(test_swiglu_gelu_tanh),
         cmocka_unit_test(test_causal_attention),
         cmocka_unit_test(test_causal_xent),

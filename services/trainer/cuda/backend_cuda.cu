@@ -96,6 +96,14 @@ static int cu_copy(const rf_backend *be, void *dst, const void *src, size_t byte
         cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cu_ctx(be)->stream), "copy");
 }
 
+static int cu_copy2d(const rf_backend *be, void *dst, size_t dpitch, const void *src, size_t spitch,
+                     size_t width, size_t rows) {
+    if (!width || !rows) return RF_OK;
+    return rf_cuda_check(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows,
+                                           cudaMemcpyDeviceToDevice, cu_ctx(be)->stream),
+                         "copy2d");
+}
+
 // The two backends of the process, fp32 and bf16 matmuls, each with its own
 // context, created on first use (see backend_cuda.h).
 static rf_cuda_ctx ctx_storage[2];
@@ -160,6 +168,7 @@ static void init(int k) {
     b.to_host = cu_to_host;
     b.to_device = cu_to_device;
     b.copy = cu_copy;
+    b.copy2d = cu_copy2d;
     b.embed_fwd = rf_cu_embed_fwd;
     b.embed_bwd = rf_cu_embed_bwd;
     b.layernorm_fwd = rf_cu_layernorm_fwd;
