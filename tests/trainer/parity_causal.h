@@ -128,13 +128,10 @@ static inline void causal_parity_run(const char *model_dir, const char *ref_file
         fail_msg("load %s: %s", model_dir, rf_errmsg());
     rf_st_file *ref;
     if (rf_st_open(ref_file, &ref)) fail_msg("%s", rf_errmsg());
-    size_t n;
-    int32_t *ids = fx_ints(ref, "in.ids", &n), *mask = fx_ints(ref, "in.mask", NULL),
-            *labels = fx_ints(ref, "in.labels", NULL);
-    uint8_t *valid = malloc(n);
-    for (size_t i = 0; i < n; i++)
-        valid[i] = (uint8_t)mask[i];
-    rf_model_batch b = {.B = 3, .T = (int)(n / 3), .ids = ids, .valid = valid, .labels = labels};
+    fx_batch fb = fx_causal_batch(ref, 3);
+    size_t n = fb.n;
+    rf_model_batch b = {
+        .B = fb.B, .T = fb.T, .ids = fb.ids, .valid = fb.valid, .labels = fb.labels};
     rf_model_info info = rf_model_info_of(mo);
     rf_model_blocks m;
     assert_int_equal(rf_model_blocks_of(mo, &m), 0);
@@ -223,7 +220,7 @@ static inline void causal_parity_run(const char *model_dir, const char *ref_file
         free(m1), free(m2);
     }
 
-    free(ids), free(mask), free(labels), free(valid), free(loss);
+    fx_batch_free(&fb), free(loss);
     rf_st_free(ref);
     rf_model_free(mo);
 }

@@ -30,6 +30,33 @@ static inline int32_t *fx_ints(const rf_st_file *f, const char *name, size_t *n)
     return o;
 }
 
+/* A causal-LM fixture's batch of B rows (scripts/parity: in.ids, in.mask as
+ * the valid bytes, in.labels), T = n / B; fx_batch_free releases it. */
+typedef struct fx_batch {
+    int32_t *ids, *labels;
+    uint8_t *valid;
+    size_t n;
+    int B, T;
+} fx_batch;
+
+static inline fx_batch fx_causal_batch(const rf_st_file *f, int B) {
+    fx_batch b = {.B = B};
+    int32_t *mask = fx_ints(f, "in.mask", NULL);
+    b.ids = fx_ints(f, "in.ids", &b.n);
+    b.labels = fx_ints(f, "in.labels", NULL);
+    b.valid = malloc(b.n + 1);
+    for (size_t i = 0; i < b.n; i++)
+        b.valid[i] = (uint8_t)mask[i];
+    free(mask);
+    b.T = (int)(b.n / (size_t)B);
+    return b;
+}
+
+static inline void fx_batch_free(fx_batch *b) {
+    free(b->ids), free(b->labels), free(b->valid);
+    b->ids = b->labels = NULL, b->valid = NULL;
+}
+
 /* ||a - b|| / max(||b||, floor): norm-wise relative error. */
 static inline double rel_err_floor(const float *a, const float *b, size_t n, double floor) {
     double d = 0, r = 0;

@@ -65,13 +65,10 @@ static void steps_equal(const char *model, const char *reffile) {
     char *refp = fixture_path(reffile);
     rf_st_file *ref;
     if (rf_st_open(refp, &ref)) fail_msg("%s", rf_errmsg());
-    size_t n;
-    int32_t *ids = fx_ints(ref, "in.ids", &n), *mask = fx_ints(ref, "in.mask", NULL),
-            *labels = fx_ints(ref, "in.labels", NULL);
-    uint8_t *valid = malloc(n);
-    for (size_t i = 0; i < n; i++)
-        valid[i] = (uint8_t)mask[i];
-    rf_model_batch b = {.B = 3, .T = (int)(n / 3), .ids = ids, .valid = valid, .labels = labels};
+    fx_batch fb = fx_causal_batch(ref, 3);
+    size_t n = fb.n;
+    rf_model_batch b = {
+        .B = fb.B, .T = fb.T, .ids = fb.ids, .valid = fb.valid, .labels = fb.labels};
     rf_model *c = load(model, rf_backend_cpu()), *d = load(model, staged);
     rf_model_blocks cb, db;
     assert_int_equal(rf_model_blocks_of(c, &cb), 0);
@@ -142,7 +139,7 @@ static void steps_equal(const char *model, const char *reffile) {
     rf_model_free(c);
     rf_model_free(d);
     rf_st_free(ref);
-    free(ids), free(mask), free(labels), free(valid), free(refp);
+    fx_batch_free(&fb), free(refp);
 }
 
 static void test_gpt2_steps(void **state) {

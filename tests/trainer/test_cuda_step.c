@@ -318,13 +318,10 @@ static void causal_steps(const char *model, const char *reffile) {
     char *dir = fixture_path(model), *refp = fixture_path(reffile);
     rf_st_file *ref;
     if (rf_st_open(refp, &ref)) fail_msg("%s", rf_errmsg());
-    size_t n;
-    int32_t *ids = fx_ints(ref, "in.ids", &n), *mask = fx_ints(ref, "in.mask", NULL),
-            *labels = fx_ints(ref, "in.labels", NULL);
-    uint8_t *valid = malloc(n);
-    for (size_t i = 0; i < n; i++)
-        valid[i] = (uint8_t)mask[i];
-    rf_model_batch b = {.B = 3, .T = (int)(n / 3), .ids = ids, .valid = valid, .labels = labels};
+    fx_batch fb = fx_causal_batch(ref, 3);
+    size_t n = fb.n;
+    rf_model_batch b = {
+        .B = fb.B, .T = fb.T, .ids = fb.ids, .valid = fb.valid, .labels = fb.labels};
     rf_model *c = load_causal(dir, rf_backend_cpu()), *g = load_causal(dir, gpu);
     rf_model_blocks cb, gb;
     assert_int_equal(rf_model_blocks_of(c, &cb), 0);
@@ -377,7 +374,7 @@ static void causal_steps(const char *model, const char *reffile) {
     rf_model_free(c);
     rf_model_free(g);
     rf_st_free(ref);
-    free(und), free(ids), free(mask), free(labels), free(valid), free(dir), free(refp);
+    free(und), fx_batch_free(&fb), free(dir), free(refp);
 }
 
 static void test_causal_gpt2(void **state) {
@@ -404,13 +401,9 @@ static void lora_steps(const char *model, const char *reffile, rf_qtype base, fl
     char *dir = fixture_path(model), *refp = fixture_path(reffile);
     rf_st_file *ref;
     if (rf_st_open(refp, &ref)) fail_msg("%s", rf_errmsg());
-    size_t n;
-    int32_t *ids = fx_ints(ref, "in.ids", &n), *mask = fx_ints(ref, "in.mask", NULL),
-            *labels = fx_ints(ref, "in.labels", NULL);
-    uint8_t *valid = malloc(n);
-    for (size_t i = 0; i < n; i++)
-        valid[i] = (uint8_t)mask[i];
-    rf_model_batch b = {.B = 3, .T = (int)(n / 3), .ids = ids, .valid = valid, .labels = labels};
+    fx_batch fb = fx_causal_batch(ref, 3);
+    rf_model_batch b = {
+        .B = fb.B, .T = fb.T, .ids = fb.ids, .valid = fb.valid, .labels = fb.labels};
     rf_lora_config lc = rf_lora_defaults();
     lc.rank = 4, lc.alpha = 8, lc.dropout = dropout, lc.base = base;
     lc.targets = RF_LORA_Q | RF_LORA_K | RF_LORA_V | RF_LORA_O | RF_LORA_UP | RF_LORA_DOWN;
@@ -455,7 +448,7 @@ static void lora_steps(const char *model, const char *reffile, rf_qtype base, fl
     }
     rf_model_free(m[0]), rf_model_free(m[1]);
     rf_st_free(ref);
-    free(und), free(ids), free(mask), free(labels), free(valid), free(dir), free(refp);
+    free(und), fx_batch_free(&fb), free(dir), free(refp);
 }
 
 static void test_lora(void **state) {

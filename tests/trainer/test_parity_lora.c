@@ -188,13 +188,10 @@ static void run(bool llama, bool qlora) {
     assert_int_equal(llama ? rf_llama_enable_training(m.l) : rf_gpt2_enable_training(m.g), 0);
     assert_int_equal(rf_lora_enable_training(lo), 0);
 
-    size_t n;
-    int32_t *ids = fx_ints(ref, "in.ids", &n), *mask = fx_ints(ref, "in.mask", NULL),
-            *labels = fx_ints(ref, "in.labels", NULL);
-    uint8_t *valid = malloc(n);
-    for (size_t i = 0; i < n; i++)
-        valid[i] = (uint8_t)mask[i];
-    rf_causal_batch b = {.B = 3, .T = (int)(n / 3), .ids = ids, .valid = valid, .labels = labels};
+    fx_batch fb = fx_causal_batch(ref, 3);
+    size_t n = fb.n;
+    rf_causal_batch b = {
+        .B = fb.B, .T = fb.T, .ids = fb.ids, .valid = fb.valid, .labels = fb.labels};
     int V = llama ? m.l->cfg.vocab_size : m.g->cfg.vocab_size;
     float loss = 0, *logits = NULL;
     for (long step = 0; step < 3; step++) {
@@ -245,7 +242,7 @@ static void run(bool llama, bool qlora) {
            "step-0 gradient below 1e-7 left out\n",
            worst, wn, left_out);
     assert_true(worst <= WEIGHT_TOL);
-    free(ids), free(mask), free(labels), free(valid);
+    fx_batch_free(&fb);
     rf_st_free(ref);
     rf_lora_free(lo);
     rf_gpt2_free(m.g), rf_llama_free(m.l);

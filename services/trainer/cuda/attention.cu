@@ -14,16 +14,9 @@
 // eager's speed on an H100; its key loads were uncoalesced. Not profiled.)
 #include "trainer/cuda/ops_cuda.cuh"
 
-// The context's head-major buffer with at least n floats (grown; a cudaFree
-// waits for the device, so no queued kernel still reads the old one).
+// The context's head-major buffer with at least n floats.
 static int heads_buf(rf_cuda_ctx *c, size_t n) {
-    if (n <= c->heads_n) return RF_OK;
-    cudaFree(c->heads);
-    c->heads = NULL;
-    c->heads_n = 0;
-    int rc = rf_cuda_check(cudaMalloc((void **)&c->heads, n * sizeof(float)), "attention heads");
-    if (!rc) c->heads_n = n;
-    return rc;
+    return rf_cuda_grow(&c->heads, &c->heads_n, n, "attention heads");
 }
 
 // dst[B, NH, R, hs] = rows 0..R-1 of each of the B blocks of Ts rows of

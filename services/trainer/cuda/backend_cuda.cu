@@ -36,14 +36,18 @@ int rf_cuda_ones(rf_cuda_ctx *c, size_t n) {
     return RF_OK;
 }
 
-int rf_cuda_part(rf_cuda_ctx *c, size_t n) {
-    if (n <= c->part_n) return RF_OK;
-    cudaFree(c->part);
-    c->part = NULL;
-    c->part_n = 0;
-    int rc = rf_cuda_check(cudaMalloc((void **)&c->part, n * sizeof(float)), "partial sums");
-    if (!rc) c->part_n = n;
+int rf_cuda_grow(float **buf, size_t *cap, size_t n, const char *what) {
+    if (n <= *cap) return RF_OK;
+    cudaFree(*buf); // waits for the device: no queued kernel still reads it
+    *buf = NULL;
+    *cap = 0;
+    int rc = rf_cuda_check(cudaMalloc((void **)buf, n * sizeof(float)), what);
+    if (!rc) *cap = n;
     return rc;
+}
+
+int rf_cuda_part(rf_cuda_ctx *c, size_t n) {
+    return rf_cuda_grow(&c->part, &c->part_n, n, "partial sums");
 }
 
 static int cu_alloc(const rf_backend *be, void **out, size_t bytes) {

@@ -45,8 +45,10 @@ static inline rf_cuda_ctx *cu_ctx(const rf_backend *be) {
 // RF_OK, or RF_ERR_INTERNAL with the CUDA error named.
 int rf_cuda_check(cudaError_t e, const char *what);
 int rf_cublas_check(cublasStatus_t s, const char *what);
-// ctx->ones with at least n ones / ctx->part with at least n floats (grown
-// on demand; cudaFree of the old buffer waits for the kernels using it).
+// *buf (a context scratch of *cap floats) with at least n floats: grown on
+// demand, the old buffer freed (cudaFree waits for the kernels using it).
+int rf_cuda_grow(float **buf, size_t *cap, size_t n, const char *what);
+// ctx->ones with at least n ones / ctx->part with at least n floats.
 int rf_cuda_ones(rf_cuda_ctx *c, size_t n);
 int rf_cuda_part(rf_cuda_ctx *c, size_t n);
 // ctx->deq with at least n floats, and ctx->codes filled (once); qlinear.cu.

@@ -28,13 +28,7 @@ int rf_cuda_deq(rf_cuda_ctx *c, size_t n) {
             return rc;
         }
     }
-    if (n <= c->deq_n) return RF_OK;
-    cudaFree(c->deq); // waits for the kernels still reading it
-    c->deq = NULL;
-    c->deq_n = 0;
-    rc = rf_cuda_check(cudaMalloc((void **)&c->deq, n * sizeof(float)), "dequantized weight");
-    if (!rc) c->deq_n = n;
-    return rc;
+    return rf_cuda_grow(&c->deq, &c->deq_n, n, "dequantized weight");
 }
 
 // INT8: (q * s_row) * (1/127), as bitsandbytes' int8_vectorwise_dequant
