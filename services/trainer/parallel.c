@@ -79,6 +79,22 @@ typedef struct mesh {
     const rf_tensor_info *gtab; /* the whole model's table */
     size_t ngtab, gnp;
     rf_model_blocks lb; /* the local table and the backend (the optimizer's spans) */
+    /* The stage's blocks (P, G, M1, M2, E, EG, tmp) are memory of the
+     * model's backend be, which the host reads and writes only through its
+     * slots. On a device (staged: any backend but the CPU) checkpoints and
+     * the final gather go through host copies; dp_dev and pp_dev carry the
+     * collectives on the blocks (the NCCL twins of cm's dp and pp groups when
+     * be->device_memory, else cm's own groups). The pipeline's boundary
+     * buffers stay host memory on cm.pp_comm (MPI): the executor pre-posts
+     * its receives, which on NCCL's one stream per group would hold the sends
+     * queued behind them (a deadlock); a staged stage copies them through
+     * bin/bout (bcap floats each). tp stays on the CPU backend (check_mesh). */
+    const rf_backend *be;
+    bool staged;
+    void *sync; /* staged: a few bytes of backend memory that dev_wait reads */
+    rf_comm *dp_dev, *pp_dev;
+    float *bin, *bout;
+    size_t bcap;
     /* the step in progress */
     piece *pc;
     int npc, cappc;
@@ -105,6 +121,21 @@ static int world_allreduce(mesh *x, void *buf, size_t n, rf_comm_dtype t, rf_com
     return rc ? fail_comm(rc, "all-reduce over the group") : RF_OK;
 }
 
+/* n floats of backend memory (zeroed), or NULL. */
+static float *dev_alloc(const mesh *x, size_t n) {
+    return rf_backend_alloc(x->be, (n ? n : 1) * sizeof(float));
+}
+
+/* Waits for the work queued on a device backend (to_host waits for it,
+ * backend.h): before a collective reads what its kernels wrote, and between
+ * the probe's timings. */
+static int dev_wait(const mesh *x) {
+    if (!x->staged) return RF_OK;
+    uint8_t b;
+    int rc = x->be->to_host(x->be, &b, x->sync, 1);
+    return rc ? rf_fail_ctx(rc, "train: waiting for the device") : RF_OK;
+}
+
 /* The unit hook of every instance: it lets the causal models run backward
  * into gradient views bound from outside (their check for a hook), and while
  * probing it charges the time between two events to the unit of the first
@@ -113,6 +144,8 @@ static int mesh_hook(void *user, int u, rf_unit_event ev, int next) {
     (void)ev, (void)next;
     mesh *x = user;
     if (!x->probing) return RF_OK;
+    int rc = dev_wait(x); /* a device's kernels run asynchronously: charge them */
+    if (rc) return rc;
     double t = rf_now();
     if (x->tied && u == 0 && (x->probe_bwd ? !x->seen : x->seen)) u = x->units - 1;
     if (u > 0) x->seen = true;
@@ -123,6 +156,7 @@ static int mesh_hook(void *user, int u, rf_unit_event ev, int next) {
 }
 
 static void probe_mark_end(mesh *x) {
+    (void)dev_wait(x); /* (a failure shows at the next call) */
     if (x->cur >= 0) x->acc[x->cur] += rf_now() - x->t_last;
     x->cur = -1;
     x->seen = false;
@@ -261,6 +295,26 @@ static size_t cb_boundary(void *user, int edge, int micro) {
     return rf_model_boundary(x->m, p->n, p->T, x->st[edge + 1].u0);
 }
 
+/* A staged stage's device copies of a boundary: bin and bout with room for
+ * the micro-batch's boundary floats (*nin at the stage's input, *nout at its
+ * output; 0 where the stage has none). */
+static int boundary_bufs(mesh *x, int micro, size_t *nin, size_t *nout) {
+    *nin = x->pp_i > 0 ? cb_boundary(x, x->pp_i - 1, micro) : 0;
+    *nout = x->pp_i < x->pp - 1 ? cb_boundary(x, x->pp_i, micro) : 0;
+    size_t n = *nin > *nout ? *nin : *nout;
+    if (n <= x->bcap) return RF_OK;
+    rf_backend_free(x->be, x->bin);
+    rf_backend_free(x->be, x->bout);
+    x->bcap = 0;
+    x->bin = dev_alloc(x, n);
+    x->bout = dev_alloc(x, n);
+    if (!x->bin || !x->bout)
+        return rf_fail(RF_ERR_NOMEM, "train: no %s memory for a boundary of %zu floats",
+                       x->be->name, n);
+    x->bcap = n;
+    return RF_OK;
+}
+
 static int cb_forward(void *user, int micro, const float *in, float *out) {
     mesh *x = user;
     const piece *p = &x->pc[micro];
@@ -269,9 +323,19 @@ static int cb_forward(void *user, int micro, const float *in, float *out) {
     int rc = rf_batch_collate(bb, x->data, p->idx, p->n);
     if (rc) return rc;
     rf_model_batch b = batch_of(x, bb);
-    if ((rc =
-             rf_model_forward_range(x->inst[k], &b, x->u0, x->u1, in, out, x->o->dropout, p->seed)))
+    size_t nin = 0, nout = 0;
+    const float *min = in;
+    float *mout = out;
+    if (x->staged && (in || out)) { /* the host's boundary buffers through bin/bout */
+        if ((rc = boundary_bufs(x, micro, &nin, &nout))) return rc;
+        if (in && (rc = x->be->to_device(x->be, x->bin, in, nin * sizeof(float)))) return rc;
+        min = in ? x->bin : NULL;
+        mout = out ? x->bout : NULL;
+    }
+    if ((rc = rf_model_forward_range(x->inst[k], &b, x->u0, x->u1, min, mout, x->o->dropout,
+                                     p->seed)))
         return rc;
+    if (mout != out && (rc = x->be->to_host(x->be, out, mout, nout * sizeof(float)))) return rc;
     if (x->pp_i == 0 && x->tp_i == 0)
         for (size_t i = 0; i < (size_t)bb->B * bb->T; i++)
             x->tokens += bb->valid[i];
@@ -290,8 +354,20 @@ static int cb_forward(void *user, int micro, const float *in, float *out) {
 static int cb_backward(void *user, int micro, const float *in, const float *dout, float *din) {
     (void)in;
     mesh *x = user;
-    return rf_model_backward_range(x->inst[micro % x->ninst], x->u0, x->u1, dout, din,
-                                   x->pc[micro].scale);
+    size_t nin = 0, nout = 0;
+    const float *mdout = dout;
+    float *mdin = din;
+    int rc;
+    if (x->staged && (dout || din)) { /* as cb_forward: dout through bout, din through bin */
+        if ((rc = boundary_bufs(x, micro, &nin, &nout))) return rc;
+        if (dout && (rc = x->be->to_device(x->be, x->bout, dout, nout * sizeof(float)))) return rc;
+        mdout = dout ? x->bout : NULL;
+        mdin = din ? x->bin : NULL;
+    }
+    rc = rf_model_backward_range(x->inst[micro % x->ninst], x->u0, x->u1, mdout, mdin,
+                                 x->pc[micro].scale);
+    if (!rc && mdin != din) rc = x->be->to_host(x->be, din, mdin, nin * sizeof(float));
+    return rc;
 }
 
 /* The step's pieces: batches [pos, ...) of `order`, `group` of them. One
@@ -345,20 +421,23 @@ static int build_pieces(mesh *x, const size_t *order, size_t n, size_t pos, size
 
 /* ---- after the pipeline: gradient sync, norm, AdamW ---- */
 
-/* The sum of squares of the gradients this rank counts: its dp shard of its
- * stage's block, replicated tp spans on tp rank 0 only. */
-static double owned_sumsq(const mesh *x) {
+/* The sum of squares of the gradients this rank counts (*s): its dp shard of
+ * its stage's block, replicated tp spans on tp rank 0 only; by the backend's
+ * sumsq, piece by piece. */
+static int owned_sumsq(const mesh *x, double *s) {
     size_t lo = x->plo + x->slo, hi = x->plo + x->shi;
-    double s = 0;
+    *s = 0;
     for (size_t k = 0; k < x->nspans; k++) {
         const rf_tp_span *sp = &x->spans[k];
         if (sp->replicated && x->tp_i != 0) continue;
         size_t a = sp->local > lo ? sp->local : lo;
         size_t b = sp->local + sp->n < hi ? sp->local + sp->n : hi;
-        for (size_t i = a; i < b; i++)
-            s += (double)x->G[i - x->plo] * (double)x->G[i - x->plo];
+        double part = 0;
+        int rc = a < b ? x->be->sumsq(x->be, &part, x->G + (a - x->plo), b - a) : RF_OK;
+        if (rc) return rc;
+        *s += part;
     }
-    return s;
+    return RF_OK;
 }
 
 static int sync_and_update(mesh *x, const rf_adamw *opt, long step, float lr, float *norm,
@@ -367,37 +446,40 @@ static int sync_and_update(mesh *x, const rf_adamw *opt, long step, float lr, fl
     double t0 = rf_now();
     size_t ne = x->ehi - x->elo;
     /* the tied head's part of the word embedding's gradient, to stage 0 */
+    const rf_backend *be = x->be;
+    if ((rc = dev_wait(x))) return rc; /* the backward's gradients, before they travel */
     if (x->tied && x->pp > 1) {
         if (x->pp_i == x->pp - 1) {
             x->bytes += ne * sizeof(float);
-            if ((rc = rf_comm_send(x->cm.pp_comm, x->EG, ne, RF_COMM_F32, 0)))
+            if ((rc = rf_comm_send(x->pp_dev, x->EG, ne, RF_COMM_F32, 0)))
                 return fail_comm(rc, "send of the tied embedding's gradient");
         } else if (x->pp_i == 0) {
-            if ((rc = rf_comm_recv(x->cm.pp_comm, x->tmp, ne, RF_COMM_F32, x->pp - 1)))
+            if ((rc = rf_comm_recv(x->pp_dev, x->tmp, ne, RF_COMM_F32, x->pp - 1)))
                 return fail_comm(rc, "receive of the tied embedding's gradient");
-            for (size_t i = 0; i < ne; i++)
-                x->G[x->elo - x->plo + i] += x->tmp[i];
+            if ((rc = be->residual_bwd(be, x->G + (x->elo - x->plo), NULL, x->tmp, ne, 0.0f, 0)) ||
+                (rc = dev_wait(x)))
+                return rc;
         }
     }
     /* the data-parallel sync, once per step */
     if (x->dp > 1) {
         if (x->zero < 2) {
             x->bytes += ring_allreduce(x->dp, x->S * sizeof(float));
-            rc = rf_comm_allreduce(x->cm.dp_comm, x->G, x->G, x->S, RF_COMM_F32, RF_COMM_SUM);
+            rc = rf_comm_allreduce(x->dp_dev, x->G, x->G, x->S, RF_COMM_F32, RF_COMM_SUM);
         } else {
             x->bytes += (uint64_t)(x->dp - 1) * x->blk * sizeof(float);
-            rc = rf_comm_reduce_scatter(x->cm.dp_comm, x->G, x->G + (size_t)x->dp_i * x->blk,
-                                        x->blk, RF_COMM_F32, RF_COMM_SUM);
+            rc = rf_comm_reduce_scatter(x->dp_dev, x->G, x->G + (size_t)x->dp_i * x->blk, x->blk,
+                                        RF_COMM_F32, RF_COMM_SUM);
         }
         if (rc) return fail_comm(rc, "data-parallel gradient sync");
     }
-    double s = owned_sumsq(x);
+    double s;
+    if ((rc = owned_sumsq(x, &s))) return rc;
     if ((rc = world_allreduce(x, &s, 1, RF_COMM_F64, RF_COMM_SUM))) return rc;
     *norm = (float)sqrt(s);
     double t1 = rf_now();
     /* clipping as rf_optim_clip, on what this rank updates */
     size_t alo = x->zero ? x->slo : 0, ahi = x->zero ? x->shi : x->S;
-    const rf_backend *be = x->lb.be;
     if (opt->clip_norm > 0) {
         float coef = opt->clip_norm / (*norm + 1e-6f);
         if (coef < 1.0f && ahi > alo && (rc = be->scale(be, x->G + alo, ahi - alo, coef)))
@@ -407,9 +489,10 @@ static int sync_and_update(mesh *x, const rf_adamw *opt, long step, float lr, fl
                                                  x->P + alo, x->G + alo, x->M1, x->M2)))
         return rc;
     double t2 = rf_now();
+    if ((rc = dev_wait(x))) return rc; /* AdamW's parameters, before they travel */
     if (x->zero && x->dp > 1) {
         x->bytes += (uint64_t)(x->dp - 1) * x->blk * sizeof(float);
-        rc = rf_comm_allgather(x->cm.dp_comm, x->P + (size_t)x->dp_i * x->blk, x->P, x->blk,
+        rc = rf_comm_allgather(x->dp_dev, x->P + (size_t)x->dp_i * x->blk, x->P, x->blk,
                                RF_COMM_F32);
         if (rc) return fail_comm(rc, "all-gather of the parameters");
     }
@@ -417,9 +500,9 @@ static int sync_and_update(mesh *x, const rf_adamw *opt, long step, float lr, fl
     if (x->tied && x->pp > 1) {
         if (x->pp_i == 0) {
             x->bytes += ne * sizeof(float);
-            rc = rf_comm_send(x->cm.pp_comm, x->P + (x->elo - x->plo), ne, RF_COMM_F32, x->pp - 1);
+            rc = rf_comm_send(x->pp_dev, x->P + (x->elo - x->plo), ne, RF_COMM_F32, x->pp - 1);
         } else if (x->pp_i == x->pp - 1) {
-            rc = rf_comm_recv(x->cm.pp_comm, x->E, ne, RF_COMM_F32, 0);
+            rc = rf_comm_recv(x->pp_dev, x->E, ne, RF_COMM_F32, 0);
         }
         if (rc) return fail_comm(rc, "exchange of the tied embedding");
     }
@@ -466,8 +549,57 @@ static size_t moment_base(const mesh *x) {
     return x->zero ? x->plo + x->slo : x->plo;
 }
 
-/* Every rank writes its shard; rank 0 commits once all are written. */
-static int mesh_save(mesh *x, const rf_train_state *st) {
+/* On a device, checkpoints read and write host copies of the stage's
+ * parameters, moments and tied copy: mirror_open swaps them into x (the
+ * device pointers kept in dev), read from the device when `read`;
+ * mirror_close writes them back to the device when `write`, swaps the device
+ * pointers back and frees the copies. On the CPU backend both do nothing. */
+typedef struct mirror {
+    float *P, *M1, *M2, *E;
+} mirror;
+
+static int mirror_close(mesh *x, mirror *dev, bool write) {
+    if (!x->staged) return RF_OK;
+    const rf_backend *be = x->be;
+    size_t ne = x->has_copy ? x->ehi - x->elo : 0;
+    int rc = RF_OK;
+    if (write) {
+        rc = be->to_device(be, dev->P, x->P, x->S * sizeof(float));
+        if (!rc) rc = be->to_device(be, dev->M1, x->M1, x->nmom * sizeof(float));
+        if (!rc) rc = be->to_device(be, dev->M2, x->M2, x->nmom * sizeof(float));
+        if (!rc && ne) rc = be->to_device(be, dev->E, x->E, ne * sizeof(float));
+    }
+    free(x->P), free(x->M1), free(x->M2), free(x->E);
+    x->P = dev->P, x->M1 = dev->M1, x->M2 = dev->M2, x->E = dev->E;
+    return rc ? rf_fail_ctx(rc, "train: the stage's blocks back to the device") : RF_OK;
+}
+
+static int mirror_open(mesh *x, mirror *dev, bool read) {
+    if (!x->staged) return RF_OK;
+    const rf_backend *be = x->be;
+    size_t ne = x->has_copy ? x->ehi - x->elo : 0;
+    *dev = (mirror){x->P, x->M1, x->M2, x->E};
+    x->P = calloc(x->S ? x->S : 1, sizeof(float));
+    x->M1 = calloc(x->nmom ? x->nmom : 1, sizeof(float));
+    x->M2 = calloc(x->nmom ? x->nmom : 1, sizeof(float));
+    x->E = ne ? calloc(ne, sizeof(float)) : NULL;
+    int rc = !x->P || !x->M1 || !x->M2 || (ne && !x->E) ? RF_ERR_NOMEM : RF_OK;
+    if (!rc && read) {
+        rc = be->to_host(be, x->P, dev->P, x->S * sizeof(float));
+        if (!rc) rc = be->to_host(be, x->M1, dev->M1, x->nmom * sizeof(float));
+        if (!rc) rc = be->to_host(be, x->M2, dev->M2, x->nmom * sizeof(float));
+        if (!rc && ne) rc = be->to_host(be, x->E, dev->E, ne * sizeof(float));
+    }
+    if (rc) {
+        (void)mirror_close(x, dev, false);
+        return rf_fail_ctx(rc, "train: host copies of the stage's blocks");
+    }
+    return RF_OK;
+}
+
+/* Every rank writes its shard of what x holds (host memory); rank 0 commits
+ * once all are written. */
+static int mesh_save_pieces(mesh *x, const rf_train_state *st) {
     rf_ckpt_piece *pc = NULL;
     size_t npc = 0, cap = 0;
     size_t mo = moment_base(x);
@@ -514,8 +646,19 @@ static int mesh_save(mesh *x, const rf_train_state *st) {
     return rc;
 }
 
-/* Reads a checkpoint of any layout into what this rank holds. */
-static int mesh_load(mesh *x, const char *path, rf_train_state *st) {
+/* The checkpoint of this step (mesh_save_pieces), through host copies on a
+ * device. */
+static int mesh_save(mesh *x, const rf_train_state *st) {
+    mirror dev;
+    int rc = mirror_open(x, &dev, true);
+    if (rc) return rc;
+    rc = mesh_save_pieces(x, st);
+    int mrc = mirror_close(x, &dev, false);
+    return rc ? rc : mrc;
+}
+
+/* Reads a checkpoint of any layout into what this rank holds (host memory). */
+static int mesh_load_pieces(mesh *x, const char *path, rf_train_state *st) {
     rf_ckpt_piece *pc = NULL;
     size_t npc = 0, cap = 0;
     size_t mo = moment_base(x), mhi = x->zero ? x->plo + x->shi : x->phi;
@@ -528,13 +671,22 @@ static int mesh_load(mesh *x, const char *path, rf_train_state *st) {
     return rc;
 }
 
+/* Reads a checkpoint (mesh_load_pieces), through host copies on a device. */
+static int mesh_load(mesh *x, const char *path, rf_train_state *st) {
+    mirror dev;
+    int rc = mirror_open(x, &dev, false);
+    if (rc) return rc;
+    rc = mesh_load_pieces(x, path, st);
+    int mrc = mirror_close(x, &dev, !rc);
+    return rc ? rc : mrc;
+}
+
 /* ---- the whole model back into m (collective) ---- */
 
 static int gather_whole(mesh *x) {
     float *full = calloc(x->nlocal ? x->nlocal : 1, sizeof *full);
     if (!full) return RF_ERR_NOMEM;
-    memcpy(full + x->plo, x->P, x->S * sizeof(float));
-    int rc = RF_OK;
+    int rc = x->be->to_host(x->be, full + x->plo, x->P, x->S * sizeof(float));
     for (int s = 0; s < x->pp && x->pp > 1 && !rc; s++)
         if ((rc = rf_comm_broadcast(x->cm.pp_comm, full + x->st[s].lo, x->st[s].hi - x->st[s].lo,
                                     RF_COMM_F32, s)))
@@ -584,9 +736,10 @@ static int check_mesh(mesh *x, const rf_model_blocks *mb) {
     par.dp = x->nworld / (x->tp * x->pp);
     int rc = rf_tr_parallel_check_world(&par, x->nworld);
     if (rc) return rc;
-    if (mb->be != rf_backend_cpu())
+    if (x->tp > 1 && mb->be != rf_backend_cpu())
         return rf_fail(RF_ERR_UNSUPPORTED,
-                       "trainer.parallel: tp/pp meshes run on the CPU backend only, not '%s'",
+                       "trainer.parallel: tensor parallelism runs on the CPU backend only, not "
+                       "'%s' (pipeline and data parallelism run on it)",
                        mb->be->name);
     if (x->tp > 1 && (rc = rf_model_tp_check(x->m, x->tp)))
         return rf_fail_ctx(rc, "trainer.parallel.tp %d", x->tp);
@@ -629,23 +782,23 @@ static int setup_stage(mesh *x, size_t accum) {
     if (x->shi > x->S) x->shi = x->S;
     size_t alloc = x->zero ? x->blk * (size_t)x->dp : x->S;
     x->nmom = x->zero ? x->blk : x->S;
-    x->P = calloc(alloc ? alloc : 1, sizeof(float));
-    x->G = calloc(alloc ? alloc : 1, sizeof(float));
-    x->M1 = calloc(x->nmom ? x->nmom : 1, sizeof(float));
-    x->M2 = calloc(x->nmom ? x->nmom : 1, sizeof(float));
+    x->P = dev_alloc(x, alloc);
+    x->G = dev_alloc(x, alloc);
+    x->M1 = dev_alloc(x, x->nmom);
+    x->M2 = dev_alloc(x, x->nmom);
     if (!x->P || !x->G || !x->M1 || !x->M2)
-        return rf_fail(RF_ERR_NOMEM, "train: no memory for the stage's blocks");
-    memcpy(x->P, mb.params + x->plo, x->S * sizeof(float));
+        return rf_fail(RF_ERR_NOMEM, "train: no %s memory for the stage's blocks", x->be->name);
+    if ((rc = x->be->copy(x->be, x->P, mb.params + x->plo, x->S * sizeof(float)))) return rc;
     if (x->tied && x->pp > 1 && (x->pp_i == 0 || x->pp_i == x->pp - 1)) {
         if ((rc = rf_model_unit_range(x->m, 0, &x->elo, &x->ehi))) return rc;
         size_t ne = x->ehi - x->elo;
         if (x->pp_i == 0) {
-            if (!(x->tmp = malloc((ne ? ne : 1) * sizeof(float)))) return RF_ERR_NOMEM;
+            if (!(x->tmp = dev_alloc(x, ne))) return RF_ERR_NOMEM;
         } else {
-            x->E = malloc((ne ? ne : 1) * sizeof(float));
-            x->EG = calloc(ne ? ne : 1, sizeof(float));
+            x->E = dev_alloc(x, ne);
+            x->EG = dev_alloc(x, ne);
             if (!x->E || !x->EG) return RF_ERR_NOMEM;
-            memcpy(x->E, mb.params + x->elo, ne * sizeof(float));
+            if ((rc = x->be->copy(x->be, x->E, mb.params + x->elo, ne * sizeof(float)))) return rc;
             x->has_copy = true;
         }
     }
@@ -683,9 +836,14 @@ static void free_mesh(mesh *x) {
         rf_batch_buf_free(&x->bb[k]);
     if (x->m && x->m->hook == mesh_hook) (void)rf_model_set_hook(x->m, NULL, NULL);
     free(x->inst), free(x->bb);
-    free(x->P), free(x->G), free(x->M1), free(x->M2);
-    free(x->E), free(x->EG), free(x->tmp);
+    const rf_backend *be = x->be;
+    float *blocks[] = {x->P, x->G, x->M1, x->M2, x->E, x->EG, x->tmp, x->bin, x->bout};
+    for (size_t i = 0; be && i < sizeof blocks / sizeof blocks[0]; i++)
+        rf_backend_free(be, blocks[i]);
+    if (be) rf_backend_free(be, x->sync);
     free(x->pc), free(x->st);
+    if (x->dp_dev != x->cm.dp_comm) (void)rf_comm_destroy(x->dp_dev);
+    if (x->pp_dev != x->cm.pp_comm) (void)rf_comm_destroy(x->pp_dev);
     if (x->cm_made) (void)rf_comm_mesh_destroy(&x->cm);
 }
 
@@ -745,6 +903,41 @@ static int write_summary(const mesh *x, const rf_train_result *r, const size_t m
     return rc;
 }
 
+/* Rank 0's weights to every rank over the host group: a device's through a
+ * host copy (once, before training). */
+static int share_weights(mesh *x, const rf_model_blocks *mb) {
+    size_t n = mb->nparams;
+    float *h = x->staged ? malloc((n ? n : 1) * sizeof *h) : mb->params;
+    if (!h) return rf_fail(RF_ERR_NOMEM, "train: no memory to stage the initial weights");
+    int rc = x->staged ? x->be->to_host(x->be, h, mb->params, n * sizeof *h) : RF_OK;
+    if (!rc && (rc = rf_comm_broadcast(x->world, h, n, RF_COMM_F32, 0)))
+        rc = fail_comm(rc, "broadcast of the initial weights");
+    if (!rc && x->staged) rc = x->be->to_device(x->be, mb->params, h, n * sizeof *h);
+    if (x->staged) free(h);
+    return rc;
+}
+
+/* The groups that carry the stage's blocks and boundary buffers: on device
+ * memory, NCCL twins of the mesh's dp and pp groups (those of more than one
+ * rank); else the groups themselves. */
+static int device_groups(mesh *x) {
+    x->dp_dev = x->cm.dp_comm;
+    x->pp_dev = x->cm.pp_comm;
+    if (!x->be->device_memory) return RF_OK;
+    int rc = RF_OK;
+    if (x->dp > 1 && (rc = rf_comm_dup_mem(x->cm.dp_comm, RF_COMM_DEVICE, &x->dp_dev))) {
+        x->dp_dev = x->cm.dp_comm;
+        return rf_fail_ctx(rc, "train: the data-parallel group on %s memory", x->be->name);
+    }
+    if (x->pp > 1 && (rc = rf_comm_dup_mem(x->cm.pp_comm, RF_COMM_DEVICE, &x->pp_dev))) {
+        x->pp_dev = x->cm.pp_comm;
+        return rf_fail_ctx(rc, "train: the pipeline group on %s memory", x->be->name);
+    }
+    rf_info("trainer", "rank %d: dp and pp collectives on %s memory by %s", x->rank, x->be->name,
+            rf_comm_backend_name(x->pp > 1 ? x->pp_dev : x->dp_dev));
+    return RF_OK;
+}
+
 int rf_train_mesh(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
                   rf_train_result *res) {
     memset(res, 0, sizeof *res);
@@ -767,6 +960,10 @@ int rf_train_mesh(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
     int rc = rf_model_blocks_of(m, &mb);
     if (rc) return rc;
     if ((rc = check_mesh(x, &mb))) return rc;
+    x->be = mb.be;
+    x->staged = mb.be != rf_backend_cpu();
+    if (x->staged && !(x->sync = rf_backend_alloc(x->be, 64)))
+        return rf_fail(RF_ERR_NOMEM, "train: no %s memory", x->be->name);
     /* the pipeline stage holding the head holds the tied embedding's copy */
     x->tied = x->info.tied;
     if ((rc = rf_mkdir_p(o->out_dir)))
@@ -797,9 +994,13 @@ int rf_train_mesh(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
         x->rank = rf_comm_rank(x->world);
         x->dp_i = x->cm.dp_i, x->tp_i = x->cm.tp_i, x->pp_i = x->cm.pp_i;
         x->bytes += mb.nparams * sizeof(float);
-        if ((rc = rf_comm_broadcast(x->world, mb.params, mb.nparams, RF_COMM_F32, 0))) {
+        if ((rc = share_weights(x, &mb))) {
             free_mesh(x);
-            return fail_comm(rc, "broadcast of the initial weights");
+            return rc;
+        }
+        if ((rc = device_groups(x))) {
+            free_mesh(x);
+            return rc;
         }
     }
     if (mb.grads) rc = rf_model_release_blocks(m, false);
@@ -938,8 +1139,10 @@ int rf_train_mesh(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
             rf_tp_comm_stats(&tp_s0, NULL, NULL);
             size_t left = n - st.pos, group = (left + B - 1) / B;
             if (group > accum) group = accum;
-            memset(x->G, 0, (x->zero ? x->blk * (size_t)x->dp : x->S) * sizeof(float));
-            if (x->EG) memset(x->EG, 0, (x->ehi - x->elo) * sizeof(float));
+            rc =
+                x->be->zero(x->be, x->G, (x->zero ? x->blk * (size_t)x->dp : x->S) * sizeof(float));
+            if (!rc && x->EG) rc = x->be->zero(x->be, x->EG, (x->ehi - x->elo) * sizeof(float));
+            if (rc) break;
             x->loss_sum = x->tokens = 0;
             if ((rc = build_pieces(x, order, n, st.pos, group, B, &st.rng))) break;
             rf_pp_stats ps = {0};

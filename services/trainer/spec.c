@@ -169,14 +169,14 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
     o->microbatches = par.microbatches;
     o->nstages = par.nstages;
     memcpy(o->stages, par.stages, sizeof o->stages);
-    /* data parallelism runs on any backend (NCCL on device memory); the
-     * tensor- and pipeline-parallel mesh (parallel.c) on host memory only */
-    if ((par.tp > 1 || par.pp > 1 || par.microbatches > 1) && strcmp(s->device, "cpu") != 0)
+    /* data and pipeline parallelism run on any backend (NCCL on device
+     * memory); tensor parallelism (tp.c) on host memory only */
+    if (par.tp > 1 && strcmp(s->device, "cpu") != 0)
         return rf_fail(RF_ERR_UNSUPPORTED,
-                       "trainer.device: %s with parallel tp %d x pp %d is not supported (tensor "
-                       "and pipeline parallelism run on host memory only); use device: cpu, or "
-                       "data parallelism alone (parallel: {dp: N, zero: 0..3}) on the device",
-                       s->device, par.tp, par.pp);
+                       "trainer.device: %s with parallel tp %d is not supported (tensor "
+                       "parallelism runs on host memory only); use device: cpu, or data and "
+                       "pipeline parallelism (parallel: {dp: N, pp: M}) on the device",
+                       s->device, par.tp);
 #undef STR
 #undef INT
 #undef REAL

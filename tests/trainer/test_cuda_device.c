@@ -98,9 +98,9 @@ static void test_cuda(void **state) {
     check_cuda("cuda-bf16");
 }
 
-/* Data parallelism runs on the device (NCCL, issue 14): dp 2 with cuda is
- * accepted where a GPU is; tensor and pipeline parallelism stay on the CPU and
- * are refused with any device. */
+/* Data and pipeline parallelism run on the device (NCCL, issue 14): dp 2 and
+ * pp 2 with cuda are accepted where a GPU is; tensor parallelism stays on the
+ * CPU and is refused with any device. */
 static void test_cuda_dp(void **state) {
     (void)state;
     char dev[32];
@@ -111,14 +111,16 @@ static void test_cuda_dp(void **state) {
         assert_int_equal(rc, RF_ERR_UNSUPPORTED);
         assert_non_null(strstr(rf_errmsg(), "cuda"));
     }
+    rc = parse("  device: cuda\n  parallel: {dp: 2, pp: 2, microbatches: 2}\n", dev, sizeof dev);
+    assert_int_equal(rc, have_gpu() ? RF_OK : RF_ERR_UNSUPPORTED);
     rc = parse("  device: cuda\n  parallel: {dp: 2, tp: 2}\n", dev, sizeof dev);
     assert_int_equal(rc, RF_ERR_UNSUPPORTED);
     if (have_gpu())
-        assert_non_null(strstr(rf_errmsg(), "pipeline parallelism run on host memory only"));
+        assert_non_null(strstr(rf_errmsg(), "tensor parallelism runs on host memory only"));
 }
 
 /* cpu-staged: the test device of backend.h (the CPU's kernels under their own
- * identity, host memory), accepted with dp > 1 and refused with tp. */
+ * identity, host memory), accepted with dp > 1 and pp > 1, refused with tp. */
 static void test_cpu_staged(void **state) {
     (void)state;
     char dev[32];
@@ -133,9 +135,12 @@ static void test_cpu_staged(void **state) {
     assert_false(be->device_memory);
     assert_false(rf_backend_cpu()->device_memory);
     assert_ptr_equal(be->linear_fwd, rf_backend_cpu()->linear_fwd);
+    assert_int_equal(
+        parse("  device: cpu-staged\n  parallel: {pp: 2, microbatches: 4}\n", dev, sizeof dev),
+        RF_OK);
     assert_int_equal(parse("  device: cpu-staged\n  parallel: {tp: 2}\n", dev, sizeof dev),
                      RF_ERR_UNSUPPORTED);
-    assert_non_null(strstr(rf_errmsg(), "pipeline parallelism run on host memory only"));
+    assert_non_null(strstr(rf_errmsg(), "tensor parallelism runs on host memory only"));
 }
 
 /* LoRA on a device: one process accepted (the adapter runs through the
