@@ -225,13 +225,6 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
                            "trainer.lora: parallel tp %d x pp %d (the adapter trains with data "
                            "parallelism only; use dp)",
                            o->tp, o->pp);
-        /* one process on a device runs the adapter through the backend
-         * (lora.h); the data-parallel adapter stays on the CPU */
-        if (strcmp(s->device, "cpu") != 0 && s->dp > 1)
-            return rf_fail(RF_ERR_UNSUPPORTED,
-                           "trainer.lora: device %s with parallel.dp %d (a LoRA run on a device "
-                           "is one process for now; use dp 1, or device: cpu)",
-                           s->device, s->dp);
         if (s->eval)
             return rf_fail(RF_ERR_UNSUPPORTED, "trainer.eval: the export of a LoRA run is a PEFT "
                                                "adapter, which the evaluator does not load yet");

@@ -143,8 +143,9 @@ static void test_cpu_staged(void **state) {
     assert_non_null(strstr(rf_errmsg(), "tensor parallelism runs on host memory only"));
 }
 
-/* LoRA on a device: one process accepted (the adapter runs through the
- * backend, lora.h), data parallelism refused with its reason. */
+/* LoRA on a device: one process and data parallelism accepted (the adapter
+ * runs through the backend, lora.h; lora_dp_staged.test.sh runs dp 2), a
+ * pipeline refused with its reason (the adapter trains with dp only). */
 static void test_lora_device(void **state) {
     (void)state;
     char dev[32];
@@ -153,8 +154,10 @@ static void test_lora_device(void **state) {
     assert_string_equal(dev, "cpu-staged");
     char yaml[256];
     snprintf(yaml, sizeof yaml, "%s  parallel: {dp: 2}\n", lora);
+    assert_int_equal(parse(yaml, dev, sizeof dev), RF_OK);
+    snprintf(yaml, sizeof yaml, "%s  parallel: {pp: 2}\n", lora);
     assert_int_equal(parse(yaml, dev, sizeof dev), RF_ERR_UNSUPPORTED);
-    assert_non_null(strstr(rf_errmsg(), "a LoRA run on a device is one process"));
+    assert_non_null(strstr(rf_errmsg(), "the adapter trains with data parallelism only"));
 }
 
 /* The evaluator refuses cuda the same way before it reads the model or data. */
