@@ -454,10 +454,14 @@ static int proj_bwd(rf_gpt2 *m, int l, int slot, float *dx, float *dw, float *db
 /* ---- activations ---- */
 
 /* Lays the activation views of v out from base (NULL: only counts floats).
- * grads: the gradient arena, where every layer's views are one region (layer
- * 0's): a layer's gradients live only while its backward runs, the residual
- * stream's gradients between layers have their own slots (res), and the
- * backward zeroes the region before each layer reuses it. */
+ * The activations hold one buffer of attention probabilities for every
+ * layer (the backward recomputes a layer's before using them: B NH T T
+ * floats a layer are the largest activation, against one extra attention
+ * forward per layer; Megatron's selective recomputation). grads: the
+ * gradient arena, where every layer's views are one region (layer 0's): a
+ * layer's gradients live only while its backward runs, the residual stream's
+ * gradients between layers have their own slots (res), and the backward
+ * zeroes the region before each layer reuses it. */
 static size_t layout(const rf_gpt2 *m, rf_gpt2_acts *v, float *base, int B, int T, bool grads) {
     const rf_gpt2_config *c = &m->cfg;
     const struct rf_bert_tp *tp = m->tp; /* the local widths of a tp shard */
@@ -482,7 +486,11 @@ static size_t layout(const rf_gpt2 *m, rf_gpt2_acts *v, float *base, int B, int 
         TAKE(y->ln1_mean, N);
         TAKE(y->ln1_rstd, N);
         TAKE(y->qkv, N * 3 * Cl);
-        TAKE(y->att, B * NH * T * T);
+        if (!grads && l > 0) { /* one buffer of probabilities for every layer */
+            if (base) y->att = v->layers[0].att;
+        } else {
+            TAKE(y->att, B * NH * T * T);
+        }
         TAKE(y->atty, N * Cl);
         TAKE(y->res2, N * C);
         TAKE(y->ln2, N * C);
@@ -767,7 +775,10 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
         TRY(be->residual_bwd(be, dy->res2, NULL, dout_l, (size_t)N * C, 0.0f, 0));
         TRY(proj_bwd(m, l, RF_PROJ_O, dy->atty, g->proj_w, g->proj_b, dy->res2, y->atty, w->proj_w,
                      N, Cl, C));
-        /* the attention-probability slot of the gradient arena is the scratch */
+        /* the layer's probabilities again (layout; atty gets the values it
+         * holds); the probability slot of the gradient arena is the scratch */
+        TRY(be->causal_attention_fwd(be, y->atty, y->att, y->qkv, m->valid_dev,
+                                     m->packed ? m->seg_dev : NULL, B, T, NHl, NHl, C / NH));
         TRY(be->causal_attention_bwd(be, dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NHl, NHl,
                                      C / NH));
         TRY(proj_bwd(m, l, RF_PROJ_QKV, dy->ln1, g->attn_w, g->attn_b, dy->qkv, y->ln1, w->attn_w,

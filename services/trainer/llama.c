@@ -491,8 +491,9 @@ static int proj_bwd(rf_llama *m, int l, int slot, float *dx, float *dw, const fl
 
 /* ---- activations ---- */
 
-/* As gpt2.c's layout: grads, the gradient arena, has one layer region for
- * every layer; the activations have no qkvr (a gradient only). */
+/* As gpt2.c's layout: one buffer of attention probabilities for every layer
+ * (recomputed by the backward), and grads, the gradient arena, has one layer
+ * region for every layer; the activations have no qkvr (a gradient only). */
 static size_t layout(const rf_llama *m, rf_llama_acts *v, float *base, int B, int T, bool grads) {
     const rf_llama_config *c = &m->cfg;
     const struct rf_bert_tp *tp = m->tp; /* the local widths of a tp shard */
@@ -522,7 +523,11 @@ static size_t layout(const rf_llama *m, rf_llama_acts *v, float *base, int B, in
             TAKE(y->qkvr, N * W); /* the gradient before RoPE */
         else if (base)
             y->qkvr = NULL;
-        TAKE(y->att, B * NH * T * T);
+        if (!grads && l > 0) { /* one buffer of probabilities for every layer */
+            if (base) y->att = v->layers[0].att;
+        } else {
+            TAKE(y->att, B * NH * T * T);
+        }
         TAKE(y->atty, N * A);
         TAKE(y->res2, N * C);
         TAKE(y->ln2, N * C);
@@ -797,6 +802,9 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
         TRY(be->rmsnorm_bwd(be, dy->res2, g->ln2_w, dy->ln2, y->res2, w->ln2_w, y->ln2_rstd, N, C));
         TRY(be->residual_bwd(be, dy->res2, NULL, dout_l, (size_t)N * C, 0.0f, 0));
         TRY(proj_bwd(m, l, RF_PROJ_O, dy->atty, g->o_w, dy->res2, y->atty, w->o_w, N, A, C));
+        /* the layer's probabilities again (layout; atty gets the values it holds) */
+        TRY(be->causal_attention_fwd(be, y->atty, y->att, y->qkv, m->valid_dev,
+                                     m->packed ? m->seg_dev : NULL, B, T, NH, NKV, hd));
         TRY(be->causal_attention_bwd(be, dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NH, NKV,
                                      hd));
         /* back through RoPE on q and k; v passes unchanged (its column block) */

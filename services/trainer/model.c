@@ -33,14 +33,19 @@ typedef struct layer_acts {
 typedef struct acts {
     float *emb_in, *emb_mean, *emb_rstd, *x0;
     float *att_scratch; /* [B,NH,T,T] working space of the attention ops, shared by layers */
+    float *att_shared;  /* [B,NH,T,T] the attention probabilities: every layer's att */
     layer_acts *layers; /* caller-provided array of num_layers */
     float *cls;         /* the [CLS] rows of the last layer's input */
     float *pool_pre, *pooled, *pooled_drop, *logits, *probs, *losses;
 } acts;
 
 /* Lays out acts over base (NULL base: just counts) and returns the float
- * count. probs set: the activations, every layer its own region, then the
- * attention probabilities and the attention scratch. probs clear: the
+ * count. probs set: the activations, every layer its own region, then one
+ * buffer of attention probabilities that every layer's att points to (the
+ * backward recomputes a layer's before using them, as Megatron's selective
+ * recomputation does: B NH T T floats per layer are the largest activation,
+ * 1.2 GB of BERT-base's at 8 x 512 against one extra attention forward per
+ * layer) and the attention scratch. probs clear: the
  * gradient arena, which needs neither (nothing takes their gradient) and
  * holds two layer regions only: the backward needs layer l's gradients and
  * the gradient of layer l's input (layer l - 1's x2) at once, never more, so
@@ -89,10 +94,11 @@ static size_t layout(const rf_bert_config *c, int B, int T, float *base, acts *a
     TAKE(a->logits, B * K);
     TAKE(a->probs, B * K);
     TAKE(a->losses, B);
-    a->att_scratch = NULL;
+    a->att_scratch = a->att_shared = NULL;
     if (probs) {
-        for (int l = 0; l < c->num_layers; l++)
-            TAKE(a->layers[l].att, P);
+        TAKE(a->att_shared, P);
+        for (int l = 0; base && l < c->num_layers; l++)
+            a->layers[l].att = a->att_shared;
         TAKE(a->att_scratch, P);
     }
 #undef TAKE
@@ -796,6 +802,9 @@ int rf_bert_backward_range(rf_bert *m, float loss_scale, int u0, int u1, const f
         if (tp) { /* output row-parallel, local heads, QKV column-parallel (one all-reduce) */
             TRY(tp->rowpar_bwd(D->ctx, Cl, G->ao_w, Cl, G->ao_b, D->res2, L->ctx, P->ao_w, (int)Nq,
                                Cl, C));
+            /* the layer's probabilities again (layout); ctx gets the values it holds */
+            rf_op_attention_heads_fwd(L->ctx, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq,
+                                      Cl, tp->NHl, tp->h0, c->num_heads, pa, site_seed(seed, s));
             rf_op_attention_heads_bwd(D->qkv, a.att_scratch, D->ctx, L->qkv, L->att, B, T, Tq, Cl,
                                       tp->NHl, tp->h0, c->num_heads, pa, site_seed(seed, s));
             TRY(tp->qkv_bwd(tp->c, dxin, G->qkv_w, G->qkv_b, Cl, D->qkv, x, P->qkv_w, (int)N, C,
@@ -803,6 +812,9 @@ int rf_bert_backward_range(rf_bert *m, float loss_scale, int u0, int u1, const f
         } else {
             TRY(be->linear_bwd(be, D->ctx, G->ao_w, G->ao_b, D->res2, L->ctx, P->ao_w, (int)Nq, C,
                                C));
+            /* the layer's probabilities again (layout); ctx gets the values it holds */
+            TRY(be->attention_fwd(be, L->ctx, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq,
+                                  C, c->num_heads, pa, site_seed(seed, s)));
             TRY(be->attention_bwd(be, D->qkv, a.att_scratch, D->ctx, L->qkv, L->att, B, T, Tq, C,
                                   c->num_heads, pa, site_seed(seed, s)));
             TRY(be->linear_bwd(be, dxin, G->qkv_w, G->qkv_b, D->qkv, x, P->qkv_w, (int)N, C,
