@@ -454,10 +454,11 @@ static int proj_bwd(rf_gpt2 *m, int l, int slot, float *dx, float *dw, float *db
 /* ---- activations ---- */
 
 /* Lays the activation views of v out from base (NULL: only counts floats).
- * The activations hold one buffer of attention probabilities for every
- * layer (the backward recomputes a layer's before using them: B NH T T
- * floats a layer are the largest activation, against one extra attention
- * forward per layer; Megatron's selective recomputation). grads: the
+ * The activations hold one buffer of attention probabilities and one of
+ * GELU outputs for every layer (the backward recomputes a layer's before
+ * using them: B NH T T floats a layer are the largest activation, against
+ * one extra attention forward per layer, Megatron's selective recomputation;
+ * the GELU output from its input, one elementwise op). grads: the
  * gradient arena, where every layer's views are one region (layer 0's): a
  * layer's gradients live only while its backward runs, the residual stream's
  * gradients between layers have their own slots (res), and the backward
@@ -497,7 +498,11 @@ static size_t layout(const rf_gpt2 *m, rf_gpt2_acts *v, float *base, int B, int 
         TAKE(y->ln2_mean, N);
         TAKE(y->ln2_rstd, N);
         TAKE(y->fch, N * F);
-        TAKE(y->fcg, N * F);
+        if (!grads && l > 0) { /* one GELU output for every layer, as att */
+            if (base) y->fcg = v->layers[0].fcg;
+        } else {
+            TAKE(y->fcg, N * F);
+        }
     }
     TAKE(v->lnf, N * C);
     TAKE(v->lnf_mean, N);
@@ -764,6 +769,7 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
         rf_gpt2_acts_layer *y = &a->layers[l], *dy = &d->layers[l];
         float *dout_l = d->res[l + 1];
         if (l < first) TRY(be->zero(be, dy->ln1, region * sizeof(float)));
+        TRY(be->gelu_tanh_fwd(be, y->fcg, y->fch, (size_t)N * Fl)); /* recomputed (layout) */
         TRY(proj_bwd(m, l, RF_PROJ_DOWN, dy->fcg, g->fcp_w, g->fcp_b, dout_l, y->fcg, w->fcp_w, N,
                      Fl, C));
         TRY(be->gelu_tanh_bwd(be, dy->fch, y->fch, dy->fcg, (size_t)N * Fl));

@@ -491,8 +491,9 @@ static int proj_bwd(rf_llama *m, int l, int slot, float *dx, float *dw, const fl
 
 /* ---- activations ---- */
 
-/* As gpt2.c's layout: one buffer of attention probabilities for every layer
- * (recomputed by the backward), and grads, the gradient arena, has one layer
+/* As gpt2.c's layout: one buffer of attention probabilities and one of
+ * SwiGLU outputs for every layer (recomputed by the backward), and grads, the
+ * gradient arena, has one layer
  * region for every layer; the activations have no qkvr (a gradient only). */
 static size_t layout(const rf_llama *m, rf_llama_acts *v, float *base, int B, int T, bool grads) {
     const rf_llama_config *c = &m->cfg;
@@ -533,7 +534,11 @@ static size_t layout(const rf_llama *m, rf_llama_acts *v, float *base, int B, in
         TAKE(y->ln2, N * C);
         TAKE(y->ln2_rstd, N);
         TAKE(y->gu, N * 2 * F);
-        TAKE(y->act, N * F);
+        if (!grads && l > 0) { /* one SwiGLU output for every layer, as att */
+            if (base) y->act = v->layers[0].act;
+        } else {
+            TAKE(y->act, N * F);
+        }
     }
     TAKE(v->lnf, N * C);
     TAKE(v->lnf_rstd, N);
@@ -795,6 +800,7 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
         rf_llama_acts_layer *y = &a->layers[l], *dy = &d->layers[l];
         float *dout_l = d->res[l + 1];
         if (l < first) TRY(be->zero(be, dy->ln1, region * sizeof(float)));
+        TRY(be->swiglu_fwd(be, y->act, y->gu, N, F)); /* recomputed (layout) */
         TRY(proj_bwd(m, l, RF_PROJ_DOWN, dy->act, g->down_w, dout_l, y->act, w->down_w, N, F, C));
         TRY(be->swiglu_bwd(be, dy->gu, dy->act, y->gu, N, F));
         TRY(proj_bwd(m, l, RF_PROJ_UP, dy->ln2, g->gu_w, dy->gu, y->ln2, w->gu_w, N, C, 2 * F));

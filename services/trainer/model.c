@@ -40,12 +40,13 @@ typedef struct acts {
 } acts;
 
 /* Lays out acts over base (NULL base: just counts) and returns the float
- * count. probs set: the activations, every layer its own region, then one
- * buffer of attention probabilities that every layer's att points to (the
- * backward recomputes a layer's before using them, as Megatron's selective
- * recomputation does: B NH T T floats per layer are the largest activation,
- * 1.2 GB of BERT-base's at 8 x 512 against one extra attention forward per
- * layer) and the attention scratch. probs clear: the
+ * count. probs set: the activations, every layer its own region but for
+ * the GELU output (layer 0's for all: the backward recomputes it from fc_pre,
+ * one elementwise op), then one buffer of attention probabilities that every
+ * layer's att points to (the backward recomputes a layer's before using them,
+ * as Megatron's selective recomputation does: B NH T T floats per layer are
+ * the largest activation, 1.2 GB of BERT-base's at 8 x 512 against one extra
+ * attention forward per layer) and the attention scratch. probs clear: the
  * gradient arena, which needs neither (nothing takes their gradient) and
  * holds two layer regions only: the backward needs layer l's gradients and
  * the gradient of layer l's input (layer l - 1's x2) at once, never more, so
@@ -80,7 +81,11 @@ static size_t layout(const rf_bert_config *c, int B, int T, float *base, acts *a
         TAKE(L->ln1_rstd, N);
         TAKE(L->x1, N * C);
         TAKE(L->fc_pre, N * Il);
-        TAKE(L->fc_act, N * Il);
+        if (probs && l > 0) { /* one GELU output for every layer, as att */
+            if (base) L->fc_act = a->layers[0].fc_act;
+        } else {
+            TAKE(L->fc_act, N * Il);
+        }
         TAKE(L->res2, N * C);
         TAKE(L->ln2_mean, N);
         TAKE(L->ln2_rstd, N);
@@ -781,12 +786,14 @@ int rf_bert_backward_range(rf_bert *m, float loss_scale, int u0, int u1, const f
         TRY(be->residual_bwd(be, D->res1, D->x1, D->res2, Nq * C, ph, site_seed(seed, s + 2)));
         if (tp) { /* down row-parallel (no communication), up column-parallel (one all-reduce
                    * of d(x1), which holds the replicated residual gradient already) */
+            TRY(be->gelu_fwd(be, L->fc_act, L->fc_pre, Nq * Il)); /* recomputed (layout) */
             TRY(tp->rowpar_bwd(D->fc_act, Il, G->fo_w, Il, G->fo_b, D->res1, L->fc_act, P->fo_w,
                                (int)Nq, Il, C));
             TRY(be->gelu_bwd(be, D->fc_pre, L->fc_pre, D->fc_act, Nq * Il));
             TRY(tp->colpar_bwd(tp->c, D->x1, G->fc_w, G->fc_b, C, D->fc_pre, Il, L->x1, P->fc_w,
                                (int)Nq, C, Il));
         } else {
+            TRY(be->gelu_fwd(be, L->fc_act, L->fc_pre, Nq * I)); /* recomputed (layout) */
             TRY(be->linear_bwd(be, D->fc_act, G->fo_w, G->fo_b, D->res1, L->fc_act, P->fo_w,
                                (int)Nq, I, C));
             TRY(be->gelu_bwd(be, D->fc_pre, L->fc_pre, D->fc_act, Nq * I));
