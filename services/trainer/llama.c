@@ -491,10 +491,10 @@ static int proj_bwd(rf_llama *m, int l, int slot, float *dx, float *dw, const fl
 
 /* ---- activations ---- */
 
-/* As gpt2.c's layout: one buffer of attention probabilities and one of
- * SwiGLU outputs for every layer (recomputed by the backward), and grads, the
- * gradient arena, has one layer
- * region for every layer; the activations have no qkvr (a gradient only). */
+/* As gpt2.c's layout: the activations hold one buffer of attention
+ * probabilities and one of SwiGLU outputs for every layer (recomputed by the
+ * backward) and no qkvr (a gradient only); grads, the gradient arena, holds
+ * one layer region for every layer. */
 static size_t layout(const rf_llama *m, rf_llama_acts *v, float *base, int B, int T, bool grads) {
     const rf_llama_config *c = &m->cfg;
     const struct rf_bert_tp *tp = m->tp; /* the local widths of a tp shard */
