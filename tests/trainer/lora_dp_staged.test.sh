@@ -14,20 +14,9 @@
 set -euo pipefail
 . "$REFINERY_ROOT/tests/trainer/mpi_lib.sh"
 
-for m in tiny-gpt2-rand tiny-llama-tied; do
-    mkdir "$m"
-    cp "$root/tests/fixtures/causal/$m/config.json" "$root/tests/fixtures/causal/$m/model.safetensors" "$m/"
-    python3 -c 'import sys; open(sys.argv[1], "w").write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + ["w%d" % i for i in range(5, 64)]) + "\n")' "$m/vocab.txt"
-done
-python3 - data.jsonl <<'PY'
-import random, sys
-random.seed(5)
-with open(sys.argv[1], "w") as f:
-    for i in range(40):
-        n = random.randint(3, 30)
-        s = random.randint(5, 63)
-        f.write('{"text":"%s"}\n' % " ".join("w%d" % (5 + (s - 5 + k) % 59) for k in range(n)))
-PY
+. "$REFINERY_ROOT/tests/trainer/causal_lib.sh"
+causal_models tiny-gpt2-rand tiny-llama-tied
+lm_jsonl data.jsonl
 
 spec() { # spec NAME MODEL DEVICE ZERO LORA [EXTRA_LINE]
     printf 'trainer:\n  task: causal_lm\n  model: %s\n  train: data.jsonl\n  output: %s\n  device: %s\n  epochs: 2\n  batch_size: 4\n  grad_accum: 2\n  lr: 0.01\n  weight_decay: 0.01\n  clip_norm: 0.5\n  max_len: 24\n  log_every: 0\n  threads: 1\n  checkpoint_every: 4\n  parallel: {dp: 2, zero: %s}\n  lora: %s\n%b' \

@@ -111,24 +111,9 @@ echo -n "tp2 x pp2 2 steps, then dp4/zero1: "; cmp_runs one r2
 # the causal LMs through the same pipeline (causal_dp.test.sh's fixtures and
 # data); GPT-2's key biases (the middle third of c_attn.bias) have a zero
 # gradient and hold round-off noise on both sides: lr x steps absolute
-for m in tiny-gpt2-rand tiny-llama-tied; do
-    mkdir "$m"
-    cp "$root/tests/fixtures/causal/$m/config.json" "$root/tests/fixtures/causal/$m/model.safetensors" "$m/"
-    python3 -c 'import sys; open(sys.argv[1], "w").write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + ["w%d" % i for i in range(5, 64)]) + "\n")' "$m/vocab.txt"
-done
-python3 - lm.jsonl <<'PY'
-import random, sys
-random.seed(5)
-with open(sys.argv[1], "w") as f:
-    for i in range(40):
-        n = random.randint(3, 30)
-        s = random.randint(5, 63)
-        words = ["w%d" % (5 + (s - 5 + k) % 59) for k in range(n)]
-        if i % 5 == 4:
-            f.write('{"prompt":"%s","completion":"%s"}\n' % (" ".join(words[:n // 2]), " ".join(words[n // 2:])))
-        else:
-            f.write('{"text":"%s"}\n' % " ".join(words))
-PY
+. "$REFINERY_ROOT/tests/trainer/causal_lib.sh"
+causal_models tiny-gpt2-rand tiny-llama-tied
+lm_jsonl lm.jsonl sft
 lmspec() { # lmspec NAME MODEL PARALLEL
     printf 'trainer:\n  task: causal_lm\n  model: %s\n  train: lm.jsonl\n  output: %s\n  epochs: 2\n  batch_size: 4\n  grad_accum: 2\n  lr: 0.003\n  warmup_ratio: 0.1\n  weight_decay: 0.01\n  max_len: 24\n  log_every: 0\n  threads: 1\n  checkpoint_every: 4\n  parallel: %s\n' \
         "$2" "$1" "$3" > "$1.yaml"

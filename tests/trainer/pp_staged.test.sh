@@ -33,20 +33,10 @@ with open(sys.argv[1], "w") as f:
         random.shuffle(words)
         f.write('{"id":"d%d","text":"%s","label":%d}\n' % (i, " ".join(words), y))
 PY
-# causal_dp.test.sh's data and the tied GPT-2 with a 64-word vocab.txt
-mkdir tiny-gpt2-rand
-cp "$root/tests/fixtures/causal/tiny-gpt2-rand/config.json" "$root/tests/fixtures/causal/tiny-gpt2-rand/model.safetensors" tiny-gpt2-rand/
-python3 -c 'import sys; open(sys.argv[1], "w").write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + ["w%d" % i for i in range(5, 64)]) + "\n")' tiny-gpt2-rand/vocab.txt
-python3 - lm.jsonl <<'PY'
-import random, sys
-random.seed(5)
-with open(sys.argv[1], "w") as f:
-    for i in range(40):
-        n = random.randint(3, 30)
-        s = random.randint(5, 63)
-        words = ["w%d" % (5 + (s - 5 + k) % 59) for k in range(n)]
-        f.write('{"text":"%s"}\n' % " ".join(words))
-PY
+# the tied GPT-2 with a 64-word vocab.txt, and 40 documents (causal_lib.sh)
+. "$REFINERY_ROOT/tests/trainer/causal_lib.sh"
+causal_models tiny-gpt2-rand
+lm_jsonl lm.jsonl
 
 spec() { # spec NAME DEVICE PARALLEL [extra yaml lines]
     printf 'trainer:\n  model: %s\n  train: data.jsonl\n  output: %s\n  device: %s\n  epochs: 2\n  batch_size: 8\n  grad_accum: 2\n  lr: 0.003\n  warmup_ratio: 0.1\n  weight_decay: 0.01\n  clip_norm: 0.3\n  dropout: false\n  log_every: 0\n  threads: 1\n  max_len: 16\n  checkpoint_every: 1\n  class_weights: [1.0, 2.0]\n  parallel: %s\n%s' \
