@@ -45,6 +45,10 @@ int rf_backend_for(const char *device, const rf_backend **out) {
         *out = rf_backend_cpu_staged();
         return RF_OK;
     }
+    if (strcmp(device, "cpu-guarded") == 0) {
+        *out = rf_backend_cpu_guarded();
+        return RF_OK;
+    }
 #ifdef REFINERY_CUDA
     return rf_cuda_backend(strcmp(device, "cuda-bf16") == 0, out);
 #else

@@ -37,7 +37,7 @@ typedef struct rf_adamw_hp {
 } rf_adamw_hp;
 
 struct rf_backend {
-    const char *name; /* "cpu", "cpu-staged", "cuda", "cuda-bf16" */
+    const char *name; /* "cpu", "cpu-staged", "cpu-guarded", "cuda", "cuda-bf16" */
     void *ctx;        /* backend state; NULL for the CPU */
     /* Where alloc's buffers live: true for GPU memory, which the collectives
      * of data parallelism (comm.h) then take as RF_COMM_DEVICE (NCCL); false
@@ -184,11 +184,17 @@ const rf_backend *rf_backend_cpu(void);
  * device_memory stays false and MPI carries its collectives. Its results are
  * the CPU's bit for bit; it exists to test the device paths, not to train. */
 const rf_backend *rf_backend_cpu_staged(void);
+/* A second TEST device, "cpu-guarded": cpu-staged whose buffers are mapped
+ * PROT_NONE except while one of its own slots runs, so that host code reading
+ * or writing model memory other than through to_host/to_device dies at the
+ * access with a message naming it (backend_guarded.c). One process only: its
+ * buffers cannot be handed to MPI. Results are the CPU's bit for bit. */
+const rf_backend *rf_backend_cpu_guarded(void);
 /* Threads of the CPU backend's kernels (OpenMP and OpenBLAS); n < 1 is 1. */
 void rf_backend_cpu_set_threads(int n);
 
 /* The backend of a device name: NULL, "" or "cpu" is the CPU, "cpu-staged"
- * the test device above; "cuda" is the process's CUDA device (the local
+ * and "cpu-guarded" the test devices above; "cuda" is the process's CUDA device (the local
  * rank's: cuda/backend_cuda.h) in fp32, "cuda-bf16" the same with its matrix products on
  * bf16 tensor cores (fp32 accumulation and storage: see
  * cuda/backend_cuda.h), each created on first use and kept for the process.

@@ -15,7 +15,8 @@ static bool is_cpu(const char *device) {
 }
 
 int rf_device_check(const char *device) {
-    if (is_cpu(device) || strcmp(device, "cpu-staged") == 0) return RF_OK; /* cpu-staged: tests */
+    if (is_cpu(device) || !strcmp(device, "cpu-staged") || !strcmp(device, "cpu-guarded"))
+        return RF_OK; /* the test devices */
     if (strcmp(device, "cuda") != 0 && strcmp(device, "cuda-bf16") != 0)
         return rf_fail(RF_ERR_INVALID, "trainer.device: expected cpu, cuda or cuda-bf16, got '%s'",
                        device);

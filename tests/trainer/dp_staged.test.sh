@@ -18,18 +18,8 @@ set -euo pipefail
 
 # 21 sequences of uneven lengths: batch 8 x accum 2, 2 epochs = 4 steps, a
 # short last micro-batch (5 rows: the ranks' loss shares differ)
-python3 - data.jsonl <<'PY'
-import random, sys
-random.seed(5)
-pos, neg = ["good", "great", "fun"], ["bad", "awful", "dull"]
-filler = "the a movie film plot actor story scene is was very".split()
-with open(sys.argv[1], "w") as f:
-    for i in range(21):
-        y = 1 if i % 3 == 0 else 0
-        words = random.sample(filler, random.randint(2, 9)) + [random.choice(pos if y else neg)]
-        random.shuffle(words)
-        f.write('{"id":"d%d","text":"%s","label":%d}\n' % (i, " ".join(words), y))
-PY
+. "$REFINERY_ROOT/tests/trainer/cls_lib.sh"
+cls_jsonl data.jsonl
 
 spec() { # spec NAME DEVICE ZERO [extra yaml lines]
     printf 'trainer:\n  model: %s\n  train: data.jsonl\n  output: %s\n  device: %s\n  epochs: 2\n  batch_size: 8\n  grad_accum: 2\n  lr: 0.003\n  warmup_ratio: 0.1\n  weight_decay: 0.01\n  clip_norm: 0.3\n  dropout: false\n  log_every: 0\n  threads: 1\n  max_len: 16\n  checkpoint_every: 1\n  class_weights: [1.0, 2.0]\n  parallel: {dp: 2, zero: %s}\n%s' \

@@ -20,19 +20,9 @@
 set -euo pipefail
 . "$REFINERY_ROOT/tests/trainer/mpi_lib.sh"
 
-# dp_staged.test.sh's data: 21 sequences, batch 8 x accum 2, 2 epochs = 4 steps
-python3 - data.jsonl <<'PY'
-import random, sys
-random.seed(5)
-pos, neg = ["good", "great", "fun"], ["bad", "awful", "dull"]
-filler = "the a movie film plot actor story scene is was very".split()
-with open(sys.argv[1], "w") as f:
-    for i in range(21):
-        y = 1 if i % 3 == 0 else 0
-        words = random.sample(filler, random.randint(2, 9)) + [random.choice(pos if y else neg)]
-        random.shuffle(words)
-        f.write('{"id":"d%d","text":"%s","label":%d}\n' % (i, " ".join(words), y))
-PY
+# cls_lib.sh's data: 21 sequences, batch 8 x accum 2, 2 epochs = 4 steps
+. "$REFINERY_ROOT/tests/trainer/cls_lib.sh"
+cls_jsonl data.jsonl
 # the tied GPT-2 with a 64-word vocab.txt, and 40 documents (causal_lib.sh)
 . "$REFINERY_ROOT/tests/trainer/causal_lib.sh"
 causal_models tiny-gpt2-rand

@@ -1,0 +1,120 @@
+/* The test device "cpu-guarded" (backend.h, backend_guarded.c): its buffers
+ * are readable by its slots and by nothing else. The slots and the copies
+ * work on them (the CPU's results); a host read and a host write of one, in
+ * a child process, die of SIGSEGV with the handler's message naming the
+ * buffer; free refuses a pointer it did not allocate. guarded.test.sh trains the models on it. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/error.h"
+#include "trainer/backend.h"
+
+static const rf_backend *be;
+
+static int setup(void **state) {
+    (void)state;
+    return rf_backend_for("cpu-guarded", &be);
+}
+
+/* Runs touch(c) in a child with stderr to a pipe, c a copy of the 1000
+ * floats at p in a guarded buffer of the child's; returns what it printed
+ * and how it ended. */
+static void in_child(void (*touch)(float *), float *p, int *status, char *err, size_t cap) {
+    int fd[2];
+    assert_int_equal(pipe(fd), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        /* cmocka's handler would carry on with the next test: the default
+         * one, under the guard's (installed by the allocation) */
+        signal(SIGSEGV, SIG_DFL);
+        float *c = rf_backend_alloc(be, 1000 * sizeof(float));
+        if (!c || be->copy(be, c, p, 1000 * sizeof(float))) _exit(3);
+        touch(c);
+        _exit(0); /* reached only when the access went through */
+    }
+    close(fd[1]);
+    size_t n = 0;
+    ssize_t r;
+    while (n + 1 < cap && (r = read(fd[0], err + n, cap - 1 - n)) > 0)
+        n += (size_t)r;
+    err[n] = 0;
+    close(fd[0]);
+    assert_int_equal(waitpid(pid, status, 0), pid);
+}
+
+static volatile float sink;
+static void host_read(float *p) {
+    sink = p[3];
+}
+static void host_write(float *p) {
+    p[5] = 1.0f;
+}
+
+static void test_slots_work_host_access_dies(void **state) {
+    (void)state;
+    float host[1000], back[1000];
+    for (int i = 0; i < 1000; i++)
+        host[i] = (float)i;
+    float *d = rf_backend_alloc(be, sizeof host);
+    assert_non_null(d);
+    assert_int_equal(be->to_device(be, d, host, sizeof host), RF_OK);
+    assert_int_equal(be->scale(be, d, 1000, 0.5f), RF_OK);
+    double ss = 0;
+    assert_int_equal(be->sumsq(be, &ss, d, 1000), RF_OK);
+    assert_int_equal(be->to_host(be, back, d, sizeof back), RF_OK);
+    double want = 0;
+    for (int i = 0; i < 1000; i++) {
+        assert_true(back[i] == 0.5f * (float)i);
+        want += (double)back[i] * back[i];
+    }
+    assert_true(ss == want);
+
+    void (*touch[2])(float *) = {host_read, host_write};
+    for (int k = 0; k < 2; k++) {
+        int status;
+        char err[4096];
+        in_child(touch[k], d, &status, err, sizeof err);
+        if (!WIFSIGNALED(status))
+            fail_msg("host %s went through (status %d)", k ? "write" : "read", status);
+        assert_int_equal(WTERMSIG(status), SIGSEGV);
+        if (!strstr(err, "cpu-guarded: host code touched device memory") ||
+            !strstr(err, "a buffer of 4000 bytes"))
+            fail_msg("the handler's message is missing: %s", err);
+        printf("host %s of a cpu-guarded buffer: SIGSEGV, \"%.*s\"\n", k ? "write" : "read",
+               (int)strcspn(err, "\n"), err);
+    }
+    /* the parent's buffer is intact */
+    assert_int_equal(be->to_host(be, back, d, sizeof back), RF_OK);
+    assert_true(back[5] == 2.5f);
+    rf_backend_free(be, d);
+}
+
+static void test_free_refuses_foreign_pointers(void **state) {
+    (void)state;
+    float x;
+    assert_int_equal(be->free(be, &x), RF_ERR_INVALID);
+    assert_non_null(strstr(rf_errmsg(), "not one of its buffers"));
+    assert_int_equal(be->free(be, NULL), RF_OK);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_slots_work_host_access_dies),
+        cmocka_unit_test(test_free_refuses_foreign_pointers),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
