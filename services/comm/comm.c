@@ -419,6 +419,19 @@ static int check_call(const rf_comm *c, const rf_comm_call *k) {
     return RF_OK;
 }
 
+static int (*access_enter)(void);
+static void (*access_leave)(void);
+
+void rf_comm_set_access_hooks(int (*enter)(void), void (*leave)(void)) {
+    access_enter = enter;
+    access_leave = leave;
+}
+
+static void req_free(rf_comm_req *r) {
+    if (r->entered && access_leave) access_leave();
+    free(r);
+}
+
 static int start(rf_comm *c, const rf_comm_call *k, rf_comm_req **out) {
     *out = NULL;
     int rc = check_call(c, k);
@@ -426,6 +439,13 @@ static int start(rf_comm *c, const rf_comm_call *k, rf_comm_req **out) {
     rf_comm_req *r = calloc(1, sizeof *r + c->be->req_size);
     if (!r) return rf_fail(RF_ERR_NOMEM, "comm: out of memory");
     r->c = c, r->call = *k;
+    if (access_enter && c->opts.mem == RF_COMM_HOST) {
+        r->entered = 1;
+        if ((rc = access_enter())) {
+            req_free(r);
+            return rc;
+        }
+    }
     rc = c->be->start(c, k, r);
     if (rc) {
         char what[160], why[512];
@@ -435,7 +455,7 @@ static int start(rf_comm *c, const rf_comm_call *k, rf_comm_req **out) {
             snprintf(why, sizeof why, "%s", rf_errmsg());
             mark_broken(c, why);
         }
-        free(r);
+        req_free(r);
         return rc;
     }
     *out = r;
@@ -480,7 +500,7 @@ int rf_comm_wait(rf_comm_req *r) {
     if (c->sh->broken && !r->done) {
         c->be->abandon(c, r);
         rc = fail_broken(c);
-        free(r);
+        req_free(r);
         return rc;
     }
     double t0 = rf_now(), deadline = t0 + c->opts.timeout_s;
@@ -518,7 +538,7 @@ int rf_comm_wait(rf_comm_req *r) {
         }
     }
     if (r->err == RF_ERR_IO) c->be->abandon(c, r); /* the transport failed under it */
-    free(r);
+    req_free(r);
     return rc;
 }
 

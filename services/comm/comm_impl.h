@@ -80,6 +80,7 @@ struct rf_comm_req {
     rf_comm_call call;
     int done;                        /* test reported completion, or failure */
     int err;                         /* the failure test reported (0: none) */
+    int entered;                     /* the access hook's enter() ran for it */
     _Alignas(16) unsigned char be[]; /* backend->req_size bytes */
 };
 

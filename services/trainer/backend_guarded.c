@@ -4,12 +4,14 @@
  * readable and writable, and the CPU's kernel runs on it). A host read or
  * write of a model buffer outside the backend, which on a GPU would read
  * garbage or crash, is here a SIGSEGV at the access, named by the handler
- * below with the allocation it hit and a backtrace. One process only: its
- * buffers cannot go to MPI (spec.c refuses it with more than one rank).
+ * below with the allocation it hit and a backtrace. Collectives on host
+ * groups open the buffers from their start to their wait (comm.h's access
+ * hooks), so MPI moves them while host code between an asynchronous start
+ * and its wait goes unchecked.
  *
- * Slots are serialized by one recursive lock (another thread's slot waits
- * for it); the protection changes only at the outermost level. The cost, an
- * mprotect per buffer per slot call, suits the tiny test models. */
+ * A count of the slots and collectives running says when the buffers are
+ * open: they are mapped PROT_NONE again when it falls to 0. The cost, an
+ * mprotect per buffer at each change, suits the tiny test models. */
 #include <execinfo.h>
 #include <pthread.h>
 #include <signal.h>
@@ -19,6 +21,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "comm/comm.h"
 #include "common/error.h"
 #include "trainer/backend.h"
 
@@ -32,7 +35,7 @@ static rf_backend guarded;
 static const rf_backend *base; /* the CPU's table */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t lock;
-static int depth;       /* slots running on this lock's holder */
+static int opens;       /* slots and collectives running: the buffers are open */
 static region *regions; /* the live allocations */
 static size_t n_regions, cap_regions;
 static size_t page;
@@ -45,16 +48,26 @@ static int protect_all(int prot) {
     return RF_OK;
 }
 
-/* Opens every buffer for a slot; guard_close follows it whatever it returns. */
+/* Opens every buffer, for a slot or a collective; guard_close follows it
+ * whatever it returns. The buffers close again when nothing holds them open. */
 static int guard_open(void) {
     pthread_mutex_lock(&lock);
-    return depth++ == 0 ? protect_all(PROT_READ | PROT_WRITE) : RF_OK;
+    int rc = opens++ == 0 ? protect_all(PROT_READ | PROT_WRITE) : RF_OK;
+    pthread_mutex_unlock(&lock);
+    return rc;
 }
 
 static int guard_close(void) {
-    int rc = --depth == 0 ? protect_all(PROT_NONE) : RF_OK;
+    pthread_mutex_lock(&lock);
+    int rc = --opens == 0 ? protect_all(PROT_NONE) : RF_OK;
     pthread_mutex_unlock(&lock);
     return rc;
+}
+
+/* The comm layer's access hooks (comm.h): MPI reads and writes the buffers
+ * of a collective between its start and its wait. */
+static void comm_leave(void) {
+    (void)guard_close();
 }
 
 static struct sigaction prev_segv; /* the handler ours replaced */
@@ -116,7 +129,7 @@ static int g_alloc(const rf_backend *be, void **out, size_t bytes) {
     }
     void *p = MAP_FAILED;
     if (rc == RF_OK) {
-        p = mmap(NULL, len, depth ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS,
+        p = mmap(NULL, len, opens ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS,
                  -1, 0); /* zeroed */
         if (p == MAP_FAILED) rc = rf_fail(RF_ERR_NOMEM, "cpu-guarded: mmap of %zu bytes", len);
     }
@@ -321,11 +334,8 @@ GUARDED(adamw,
 static void init(void) {
     base = rf_backend_cpu();
     page = (size_t)sysconf(_SC_PAGESIZE);
-    pthread_mutexattr_t at;
-    pthread_mutexattr_init(&at);
-    pthread_mutexattr_settype(&at, PTHREAD_MUTEX_RECURSIVE);
-    pthread_mutex_init(&lock, &at);
-    pthread_mutexattr_destroy(&at);
+    pthread_mutex_init(&lock, NULL);
+    rf_comm_set_access_hooks(guard_open, comm_leave);
     guarded = *base;
     guarded.name = "cpu-guarded";
     guarded.device_memory = false;

@@ -177,12 +177,6 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
                        "parallelism runs on host memory only); use device: cpu, or data and "
                        "pipeline parallelism (parallel: {dp: N, pp: M}) on the device",
                        s->device, par.tp);
-    /* the test device whose buffers host code cannot touch cannot lend them
-     * to MPI either (backend_guarded.c) */
-    if (!strcmp(s->device, "cpu-guarded") && par.dp * par.tp * par.pp > 1)
-        return rf_fail(RF_ERR_UNSUPPORTED,
-                       "trainer.device: cpu-guarded runs one process (its buffers cannot go to "
-                       "MPI); use cpu-staged for parallel runs");
 #undef STR
 #undef INT
 #undef REAL

@@ -61,30 +61,30 @@ for z in 0 3; do
     echo -n "tied llama dp2 zero$z vs 1 process: "; cmp_runs l1 "l2z$z"
 done
 
-# the device path (issue 14) on the test device cpu-staged (the CPU's kernels
+# the device path (issue 14) on the test device cpu-guarded (the CPU's kernels
 # under a device's identity: every buffer from be->alloc, host access through
-# to_host/to_device; MPI carries what NCCL would): the same groups must give
+# to_host/to_device only, any other dies; MPI carries what NCCL would): the same groups must give
 # the CPU's losses and weights bit for bit, ZeRO-3's unit hook included; and a
-# cpu-staged zero-3 group stopped after 3 steps, resumed by a cpu zero-3
+# cpu-guarded zero-3 group stopped after 3 steps, resumed by a cpu zero-3
 # group, ends on the uninterrupted cpu run's weights. Under ASan, zero 3 only.
 zs="0 2 3"
 [ -z "${REFINERY_SANITIZED:-}" ] || zs=3
 for z in $zs; do
-    spec "g2s$z" tiny-gpt2-rand 2 $z cpu-staged
+    spec "g2s$z" tiny-gpt2-rand 2 $z cpu-guarded
     mpi -np 2 "$bin" train "g2s$z.yaml" 2>"g2s$z.log" || { tail -20 "g2s$z.log"; exit 1; }
-    echo -n "gpt2 dp2 zero$z cpu-staged vs cpu: "; cmp_runs "g2z$z" "g2s$z" 0 | tee cmp.out; grep -q bitwise cmp.out
+    echo -n "gpt2 dp2 zero$z cpu-guarded vs cpu: "; cmp_runs "g2z$z" "g2s$z" 0 | tee cmp.out; grep -q bitwise cmp.out
 done
-spec l2s3 tiny-llama-tied 2 3 cpu-staged
+spec l2s3 tiny-llama-tied 2 3 cpu-guarded
 mpi -np 2 "$bin" train l2s3.yaml 2>l2s3.log || { tail -20 l2s3.log; exit 1; }
-echo -n "tied llama dp2 zero3 cpu-staged vs cpu: "; cmp_runs l2z3 l2s3 0 | tee cmp.out; grep -q bitwise cmp.out
-spec gx tiny-gpt2-rand 2 3 cpu-staged
+echo -n "tied llama dp2 zero3 cpu-guarded vs cpu: "; cmp_runs l2z3 l2s3 0 | tee cmp.out; grep -q bitwise cmp.out
+spec gx tiny-gpt2-rand 2 3 cpu-guarded
 printf '  stop_after: 3\n' >> gx.yaml
 mpi -np 2 "$bin" train gx.yaml 2>gx1.log || { tail -20 gx1.log; exit 1; }
 test "$(wc -l < gx/metrics.jsonl)" = 3
 spec gx tiny-gpt2-rand 2 3
 mpi -np 2 "$bin" train gx.yaml 2>gx2.log || { tail -20 gx2.log; exit 1; }
 grep -q "resumed from gx/checkpoint.bin at step 3" gx2.log
-echo -n "gpt2 cpu-staged zero3 3 steps, resumed by cpu zero3: "; cmp_runs g2z3 gx 0 | tee cmp.out; grep -q bitwise cmp.out
+echo -n "gpt2 cpu-guarded zero3 3 steps, resumed by cpu zero3: "; cmp_runs g2z3 gx 0 | tee cmp.out; grep -q bitwise cmp.out
 
 # the export is a Hugging Face folder: config (dtype float32), weights, tokenizer file
 python3 - g1/model <<'PY'

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# LoRA through `refinery train` on the test device cpu-staged (backend.h: the
-# CPU's kernels under another identity, so the driver, the loop, clipping,
+# LoRA through `refinery train` on the test device cpu-guarded (backend.h: the
+# CPU's kernels under another identity, on memory only its slots can touch,
+# so the driver, the loop, clipping,
 # AdamW, checkpoints and the PEFT export take the device paths of the adapter:
 # lora.h) against trainer.device: cpu, for the tiny random GPT-2 on an NF4
 # base and the tied Llama on an int8 base with dropout, 8 steps with a
@@ -39,18 +40,18 @@ for case in "g tiny-gpt2-rand {rank: 4, alpha: 8, targets: [q, k, v, o, up, down
             "l tiny-llama-tied {rank: 4, alpha: 8, dropout: 0.1, targets: [q, k, v, o, gate, up, down], base: int8}"; do
     read -r n model lora <<<"$case"
     spec "${n}c" "$model" cpu "$lora"
-    spec "${n}d" "$model" cpu-staged "$lora"
+    spec "${n}d" "$model" cpu-guarded "$lora"
     "$bin" train "${n}c.yaml" 2>"${n}c.log" || { cat "${n}c.log"; exit 1; }
     "$bin" train "${n}d.yaml" 2>"${n}d.log" || { cat "${n}d.log"; exit 1; }
-    same "${n}c" "${n}d" "$model LoRA on cpu-staged vs cpu"
+    same "${n}c" "${n}d" "$model LoRA on cpu-guarded vs cpu"
 done
-# stopped after 4 steps on cpu-staged, resumed from its checkpoint there
-spec gr tiny-gpt2-rand cpu-staged "{rank: 4, alpha: 8, targets: [q, k, v, o, up, down], base: nf4}" "  stop_after: 4\n"
+# stopped after 4 steps on cpu-guarded, resumed from its checkpoint there
+spec gr tiny-gpt2-rand cpu-guarded "{rank: 4, alpha: 8, targets: [q, k, v, o, up, down], base: nf4}" "  stop_after: 4\n"
 "$bin" train gr.yaml 2>gr.log || { cat gr.log; exit 1; }
 test ! -e gr/model/adapter_model.safetensors
 sed -i '/stop_after/d' gr.yaml
 "$bin" train gr.yaml 2>gr2.log || { cat gr2.log; exit 1; }
 cmp gc/model/adapter_model.safetensors gr/model/adapter_model.safetensors
-echo "tiny-gpt2-rand LoRA on cpu-staged stopped at step 4 and resumed: the uninterrupted CPU run's adapter"
+echo "tiny-gpt2-rand LoRA on cpu-guarded stopped at step 4 and resumed: the uninterrupted CPU run's adapter"
 
 echo "lora_device_run.test.sh: ok"

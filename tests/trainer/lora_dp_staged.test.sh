@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Data-parallel LoRA on a device backend's code path (issue 14), checked on
-# the CPU under mpirun: the test device cpu-staged (backend.h: the CPU's
-# kernels and host memory under a device's identity) takes the device branches
+# the CPU under mpirun: the test device cpu-guarded (backend.h: the CPU's
+# kernels and host memory under a device's identity, memory that only its
+# slots and the collectives can touch) takes the device branches
 # of train.c's data-parallel group (the adapter's parameter, gradient and
 # moment blocks as backend memory, host access through to_host/to_device,
 # the step's scalars staged; MPI carries what NCCL would). dp 2 with the tiny
 # random GPT-2 on an NF4 base (zero 1) and the tied Llama on an int8 base with
 # adapter dropout (zero 0): the logged losses and the exported PEFT adapter
-# must be the cpu group's bit for bit. Then a cpu-staged group stopped after 4
+# must be the cpu group's bit for bit. Then a cpu-guarded group stopped after 4
 # steps is resumed by a cpu group and ends on the same adapter. Under ASan
 # (REFINERY_SANITIZED=1) the GPT-2 cases only. Skips (77) without mpirun or an
 # MPI build.
@@ -41,20 +42,20 @@ PY
 gl="{rank: 4, alpha: 8, targets: [q, k, v, o, up, down], base: nf4}"
 ll="{rank: 4, alpha: 8, dropout: 0.1, targets: [q, k, v, o, gate, up, down], base: int8}"
 spec gc tiny-gpt2-rand cpu 1 "$gl"; train gc
-spec gd tiny-gpt2-rand cpu-staged 1 "$gl"; train gd
+spec gd tiny-gpt2-rand cpu-guarded 1 "$gl"; train gd
 grep -q "rank 1 of 2" gd.log
-same gc gd "gpt2 nf4 LoRA dp2 zero1 cpu-staged vs cpu"
+same gc gd "gpt2 nf4 LoRA dp2 zero1 cpu-guarded vs cpu"
 if [ -z "${REFINERY_SANITIZED:-}" ]; then
     spec lc tiny-llama-tied cpu 0 "$ll"; train lc
-    spec ld tiny-llama-tied cpu-staged 0 "$ll"; train ld
-    same lc ld "tied llama int8 LoRA + dropout dp2 zero0 cpu-staged vs cpu"
+    spec ld tiny-llama-tied cpu-guarded 0 "$ll"; train ld
+    same lc ld "tied llama int8 LoRA + dropout dp2 zero0 cpu-guarded vs cpu"
 fi
 
-# 4 steps on cpu-staged, the rest on the cpu group
-spec gr tiny-gpt2-rand cpu-staged 1 "$gl" "  stop_after: 4\n"; train gr
+# 4 steps on cpu-guarded, the rest on the cpu group
+spec gr tiny-gpt2-rand cpu-guarded 1 "$gl" "  stop_after: 4\n"; train gr
 test ! -e gr/model/adapter_model.safetensors
 spec gr tiny-gpt2-rand cpu 1 "$gl"; train gr
 test "$(grep -c 'resumed from' gr.log)" -ge 1
 cmp gc/model/adapter_model.safetensors gr/model/adapter_model.safetensors
-echo "gpt2 nf4 LoRA dp2: cpu-staged stopped at step 4, resumed by a cpu group: the uninterrupted run's adapter"
+echo "gpt2 nf4 LoRA dp2: cpu-guarded stopped at step 4, resumed by a cpu group: the uninterrupted run's adapter"
 echo "lora_dp_staged.test.sh: ok"

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Pipeline parallelism on a device backend's code path (issue 14), checked on
-# the CPU: on the test device cpu-staged (backend.h: the CPU's kernels and
-# host memory under a device's identity) the mesh trainer (parallel.c) takes
+# the CPU: on the test device cpu-guarded (backend.h: the CPU's kernels and
+# host memory under a device's identity, memory that only its slots and the
+# collectives can touch) the mesh trainer (parallel.c) takes
 # every branch it takes for a GPU: the stage's blocks and the tied
 # embedding's copy from be->alloc, the boundaries copied to and from backend
 # buffers around each stage's forward and backward, the norm by the backend's
 # sumsq, the tied gradient added by a slot, the initial weights, checkpoints
 # and the final gather through host copies (to_host/to_device), while MPI
 # carries what NCCL would on a GPU. Dropout off: each mesh on
-# cpu-staged must give the cpu run's loss at every step and its final weights
+# cpu-guarded must give the cpu run's loss at every step and its final weights
 # bit for bit (the same kernels, reductions and order). Meshes: tiny BERT pp
 # 2 x 2 micro-batches and dp 2 x pp 2 (zero 1); the tied GPT-2 pp 2 (its LM
 # head's copy of the word embedding crosses the stages) and dp 2 x pp 2
-# (zero 2). Then checkpoints cross the two: a cpu-staged pp 2 group stopped
+# (zero 2). Then checkpoints cross the two: a cpu-guarded pp 2 group stopped
 # after 2 steps, resumed by a cpu group, and the reverse, each ending on the
 # uninterrupted cpu run bit for bit. Under ASan (REFINERY_SANITIZED=1) the
 # BERT pp 2 pair and the first crossing only. Skips (77) without mpirun or an
@@ -48,31 +49,31 @@ meshes=("bpp2:2:{pp: 2, microbatches: 2}")
 for c in "${meshes[@]}"; do
     n=${c%%:*} rest=${c#*:}; np=${rest%%:*} par=${rest#*:}
     spec "c$n" cpu "$par"; train "c$n" "$np"
-    spec "s$n" cpu-staged "$par"; train "s$n" "$np"
+    spec "s$n" cpu-guarded "$par"; train "s$n" "$np"
     test "$(wc -l < "s$n/metrics.jsonl")" = 4
     grep -q "mesh dp [12] x tp 1 x pp 2" "s$n.log"
-    same "bert $par cpu-staged vs cpu" "c$n" "s$n"
+    same "bert $par cpu-guarded vs cpu" "c$n" "s$n"
 done
 if [ -z "${REFINERY_SANITIZED:-}" ]; then
     for c in "gpp2:2:{pp: 2, microbatches: 2}" "gdp2pp2:4:{dp: 2, pp: 2, zero: 2, microbatches: 2}"; do
         n=${c%%:*} rest=${c#*:}; np=${rest%%:*} par=${rest#*:}
         lmspec "c$n" cpu "$par"; train "c$n" "$np"
-        lmspec "s$n" cpu-staged "$par"; train "s$n" "$np"
+        lmspec "s$n" cpu-guarded "$par"; train "s$n" "$np"
         test "$(wc -l < "s$n/metrics.jsonl")" = 8
-        same "tied gpt2 $par cpu-staged vs cpu" "c$n" "s$n"
+        same "tied gpt2 $par cpu-guarded vs cpu" "c$n" "s$n"
     done
 fi
 
 # checkpoints across the two (pp 2 x 2 micro-batches): 2 steps on one, the
 # rest on the other; each must end as the uninterrupted cpu run does
-spec x1 cpu-staged '{pp: 2, microbatches: 2}' $'  stop_after: 2\n'; train x1 2
+spec x1 cpu-guarded '{pp: 2, microbatches: 2}' $'  stop_after: 2\n'; train x1 2
 test "$(ls x1/checkpoint.d)" = step-00000002
 spec x1 cpu '{pp: 2, microbatches: 2}'; train x1 2
 test "$(grep -c 'resumed from x1/checkpoint.bin at step 2' x1.log)" = 2
-same "cpu-staged pp2 2 steps, then cpu pp2" cbpp2 x1
+same "cpu-guarded pp2 2 steps, then cpu pp2" cbpp2 x1
 if [ -n "${REFINERY_SANITIZED:-}" ]; then echo "pp_staged.test.sh: ok (reduced set under ASan)"; exit 0; fi
 spec x2 cpu '{pp: 2, microbatches: 2}' $'  stop_after: 2\n'; train x2 2
-spec x2 cpu-staged '{pp: 2, microbatches: 2}'; train x2 2
+spec x2 cpu-guarded '{pp: 2, microbatches: 2}'; train x2 2
 test "$(grep -c 'resumed from x2/checkpoint.bin at step 2' x2.log)" = 2
-same "cpu pp2 2 steps, then cpu-staged pp2" cbpp2 x2
+same "cpu pp2 2 steps, then cpu-guarded pp2" cbpp2 x2
 echo "pp_staged.test.sh: ok"

@@ -2,7 +2,9 @@
  * are readable by its slots and by nothing else. The slots and the copies
  * work on them (the CPU's results); a host read and a host write of one, in
  * a child process, die of SIGSEGV with the handler's message naming the
- * buffer; free refuses a pointer it did not allocate. guarded.test.sh trains the models on it. */
+ * buffer; a collective (world 1, the self backend) moves them, and they are
+ * closed again after it; free refuses a pointer it did not allocate. guarded.test.sh trains the
+ * models on it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "comm/comm.h"
 #include "common/error.h"
 #include "trainer/backend.h"
 
@@ -103,6 +106,35 @@ static void test_slots_work_host_access_dies(void **state) {
     rf_backend_free(be, d);
 }
 
+/* A collective on a host group reads and writes the buffers (comm.h's access
+ * hooks open them), and they are closed again once it is over. */
+static void test_collectives_open_the_buffers(void **state) {
+    (void)state;
+    rf_comm *c;
+    assert_int_equal(rf_comm_init_from_env(NULL, &c), RF_OK); /* world 1: self */
+    float host[1000], back[1000];
+    for (int i = 0; i < 1000; i++)
+        host[i] = (float)i;
+    float *a = rf_backend_alloc(be, sizeof host), *b = rf_backend_alloc(be, sizeof host);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(be->to_device(be, a, host, sizeof host), RF_OK);
+    assert_int_equal(rf_comm_allreduce(c, a, b, 1000, RF_COMM_F32, RF_COMM_SUM), RF_OK);
+    rf_comm_req *r;
+    assert_int_equal(rf_comm_ibroadcast(c, b, 1000, RF_COMM_F32, 0, &r), RF_OK);
+    assert_int_equal(rf_comm_wait(r), RF_OK);
+    assert_int_equal(be->to_host(be, back, b, sizeof back), RF_OK);
+    assert_memory_equal(back, host, sizeof host);
+    int status;
+    char err[4096];
+    in_child(host_read, b, &status, err, sizeof err);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV);
+    assert_non_null(strstr(err, "cpu-guarded: host code touched device memory"));
+    rf_backend_free(be, a);
+    rf_backend_free(be, b);
+    assert_int_equal(rf_comm_destroy(c), RF_OK);
+}
+
 static void test_free_refuses_foreign_pointers(void **state) {
     (void)state;
     float x;
@@ -114,6 +146,7 @@ static void test_free_refuses_foreign_pointers(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_slots_work_host_access_dies),
+        cmocka_unit_test(test_collectives_open_the_buffers),
         cmocka_unit_test(test_free_refuses_foreign_pointers),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
