@@ -219,14 +219,14 @@ static int evaluate_lm(const rf_eval_opts *o, rf_buf *json) {
     if (o->predictions_path)
         rf_info("evaluator", "a causal LM has no per-example predictions; %s not written",
                 o->predictions_path);
-    /* the causal evaluation (lm.c, causal_infer.c) reads host memory: it runs
-     * on the CPU from the exported files whatever trainer.device trained */
-    if (o->device && o->device[0] && strcmp(o->device, "cpu") != 0)
+    /* the eval loss runs on the device; generation (samples, answers: lm.c,
+     * causal_infer.c) reads host memory and runs on the CPU */
+    if (o->device && o->device[0] && strcmp(o->device, "cpu") != 0 &&
+        (o->samples > 0 || o->answers > 0))
         rf_info("evaluator",
-                "causal LM evaluation runs on the CPU from the exported files (device %s "
-                "applies to training only)",
-                o->device);
-    int rc = rf_lm_evaluate_path(o->model_dir, o->data, o->max_len, o->batch_size, o->samples, &b);
+                "causal LM: eval loss on %s; sample generations and answers on the CPU", o->device);
+    int rc = rf_lm_evaluate_path(o->model_dir, o->device, o->data, o->max_len, o->batch_size,
+                                 o->samples, &b);
     if (!rc && o->answers > 0 && has_mask(o->data)) {
         b.len -= 2; /* reopen the object: "}\n" */
         rc = add_answers(o, "answers", o->model_dir, NULL, &b);

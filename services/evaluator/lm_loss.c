@@ -94,13 +94,16 @@ int rf_lm_samples(const rf_lm *lm, const rf_dataset *d, int n, rf_buf *json) {
     return rc;
 }
 
-int rf_lm_evaluate_path(const char *model_dir, const char *data, int max_len, int batch_size,
-                        int samples, rf_buf *json) {
+int rf_lm_evaluate_path(const char *model_dir, const char *device, const char *data, int max_len,
+                        int batch_size, int samples, rf_buf *json) {
     rf_model *m = NULL;
     rf_dataset d = {0};
     rf_lm_eval ev;
     double t0 = rf_now();
-    int rc = rf_model_load(model_dir, NULL, rf_backend_cpu(), &m);
+    const rf_backend *be;
+    int rc = rf_backend_for(device, &be);
+    if (rc) return rc;
+    rc = rf_model_load(model_dir, NULL, be, &m);
     if (rc) return rf_fail_ctx(rc, "model %s", model_dir);
     rf_model_info in = rf_model_info_of(m);
     if (in.task != RF_TASK_CAUSAL_LM)

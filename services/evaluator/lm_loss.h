@@ -37,11 +37,13 @@ int rf_lm_evaluate(rf_model *m, const rf_dataset *d, int batch_size, rf_lm_eval 
 struct rf_lm;
 int rf_lm_samples(const struct rf_lm *lm, const rf_dataset *d, int n, rf_buf *json);
 
-/* Loads model_dir (CPU) and data (any lm_data.h source, packed at max_len
- * capped at the model's positions), evaluates, and appends the JSON report
+/* Loads model_dir on `device` (rf_backend_for: NULL or "cpu", "cuda", ...)
+ * and data (any lm_data.h source, packed at max_len capped at the model's
+ * positions), evaluates, and appends the JSON report
  * {"task":"causal_lm","eval_loss",...,"perplexity",...} to json, with
- * `samples` sample generations (rf_lm_samples; 0: none). */
-int rf_lm_evaluate_path(const char *model_dir, const char *data, int max_len, int batch_size,
-                        int samples, rf_buf *json);
+ * `samples` sample generations (rf_lm_samples; 0: none; these run on the CPU,
+ * lm.h). */
+int rf_lm_evaluate_path(const char *model_dir, const char *device, const char *data, int max_len,
+                        int batch_size, int samples, rf_buf *json);
 
 #endif
