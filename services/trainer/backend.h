@@ -185,10 +185,11 @@ const rf_backend *rf_backend_cpu(void);
  * the CPU's bit for bit; it exists to test the device paths, not to train. */
 const rf_backend *rf_backend_cpu_staged(void);
 /* A second TEST device, "cpu-guarded": cpu-staged whose buffers are mapped
- * PROT_NONE except while one of its own slots runs, so that host code reading
- * or writing model memory other than through to_host/to_device dies at the
- * access with a message naming it (backend_guarded.c). One process only: its
- * buffers cannot be handed to MPI. Results are the CPU's bit for bit. */
+ * PROT_NONE except while one of its own slots or a collective on a host group
+ * runs (comm.h's access hooks, which it sets), so that host code reading or
+ * writing model memory other than through to_host/to_device dies at the
+ * access with a message naming it (backend_guarded.c). Results are the CPU's
+ * bit for bit. */
 const rf_backend *rf_backend_cpu_guarded(void);
 /* Threads of the CPU backend's kernels (OpenMP and OpenBLAS); n < 1 is 1. */
 void rf_backend_cpu_set_threads(int n);
