@@ -367,6 +367,16 @@ static void mark_broken(rf_comm *c, const char *why) {
     rf_error("comm", "%s", why);
 }
 
+/* The bytes an operation reads at k->send and writes at k->recv. */
+static void extents(const rf_comm *c, const rf_comm_call *k, size_t *sbytes, size_t *rbytes) {
+    size_t es = k->kind == RF_COMM_K_BARRIER ? 0 : rf_comm_dtype_size(k->dtype);
+    size_t w = (size_t)c->world;
+    *sbytes = k->count * es * (k->kind == RF_COMM_K_REDUCE_SCATTER ? w : 1);
+    *rbytes = k->count * es * (k->kind == RF_COMM_K_ALLGATHER ? w : 1);
+    if (k->kind == RF_COMM_K_RECV || k->kind == RF_COMM_K_BROADCAST) *sbytes = 0;
+    if (k->kind == RF_COMM_K_SEND) *rbytes = 0;
+}
+
 static int check_call(const rf_comm *c, const rf_comm_call *k) {
     if (!c) return rf_fail(RF_ERR_INVALID, "comm: NULL communicator");
     if (c->sh->broken) return fail_broken(c);
@@ -396,9 +406,8 @@ static int check_call(const rf_comm *c, const rf_comm_call *k) {
                        kind_name(k->kind), k->kind == RF_COMM_K_BROADCAST ? "root" : "peer",
                        k->peer, c->world);
     /* Buffers may coincide only in NCCL's in-place layouts (comm.h). */
-    size_t es = rf_comm_dtype_size(k->dtype), w = (size_t)c->world;
-    size_t sbytes = k->count * es * (k->kind == RF_COMM_K_REDUCE_SCATTER ? w : 1);
-    size_t rbytes = k->count * es * (k->kind == RF_COMM_K_ALLGATHER ? w : 1);
+    size_t es = rf_comm_dtype_size(k->dtype), sbytes, rbytes;
+    extents(c, k, &sbytes, &rbytes);
     uintptr_t sa = (uintptr_t)k->send, ra = (uintptr_t)k->recv;
     int overlap = needs_send && needs_recv && k->count > 0 && sa < ra + rbytes && ra < sa + sbytes;
     if (overlap) {
@@ -419,16 +428,23 @@ static int check_call(const rf_comm *c, const rf_comm_call *k) {
     return RF_OK;
 }
 
-static int (*access_enter)(void);
-static void (*access_leave)(void);
+static rf_comm_access_fn access_enter, access_leave;
 
-void rf_comm_set_access_hooks(int (*enter)(void), void (*leave)(void)) {
+void rf_comm_set_access_hooks(rf_comm_access_fn enter, rf_comm_access_fn leave) {
     access_enter = enter;
     access_leave = leave;
 }
 
+/* The access hooks' arguments of r's operation. */
+static void hook(rf_comm_access_fn fn, const rf_comm_req *r, int *rc) {
+    size_t sbytes, rbytes;
+    extents(r->c, &r->call, &sbytes, &rbytes);
+    int e = fn(sbytes ? r->call.send : NULL, sbytes, rbytes ? r->call.recv : NULL, rbytes);
+    if (rc) *rc = e;
+}
+
 static void req_free(rf_comm_req *r) {
-    if (r->entered && access_leave) access_leave();
+    if (r->entered && access_leave) hook(access_leave, r, NULL);
     free(r);
 }
 
@@ -441,7 +457,8 @@ static int start(rf_comm *c, const rf_comm_call *k, rf_comm_req **out) {
     r->c = c, r->call = *k;
     if (access_enter && c->opts.mem == RF_COMM_HOST) {
         r->entered = 1;
-        if ((rc = access_enter())) {
+        hook(access_enter, r, &rc);
+        if (rc) {
             req_free(r);
             return rc;
         }

@@ -165,12 +165,15 @@ int rf_comm_dup_mem(rf_comm *c, rf_comm_mem mem, rf_comm **out);
 size_t rf_comm_dtype_size(rf_comm_dtype t);
 /* A test hook (process-wide; NULL, NULL: none, the default): enter() runs
  * before an operation on a host-memory group (self, mpi) starts, and leave()
- * once its request is over (rf_comm_wait, or a failed start). The trainer's
- * test device cpu-guarded (trainer/backend.h) opens its memory, which host
- * code may touch only inside its own kernels, for the transport this way. A
- * non-zero enter() fails the operation (leave() still follows it). Set them
- * before any operation. */
-void rf_comm_set_access_hooks(int (*enter)(void), void (*leave)(void));
+ * once its request is over (rf_comm_wait, or a failed start), each with the
+ * bytes the operation reads (send, sbytes) and writes (recv, rbytes; a NULL
+ * pointer and 0 for a side it does not have). The trainer's test device
+ * cpu-guarded (trainer/backend.h), whose memory host code may touch only
+ * inside its own kernels, opens those bytes for the transport this way. A
+ * non-zero enter() fails the operation (leave() still follows it; its return
+ * is ignored). Set them before any operation. */
+typedef int (*rf_comm_access_fn)(const void *send, size_t sbytes, const void *recv, size_t rbytes);
+void rf_comm_set_access_hooks(rf_comm_access_fn enter, rf_comm_access_fn leave);
 
 /* Blocking collectives. */
 int rf_comm_allreduce(rf_comm *c, const void *send, void *recv, size_t count, rf_comm_dtype t,

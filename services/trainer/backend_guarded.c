@@ -4,14 +4,14 @@
  * readable and writable, and the CPU's kernel runs on it). A host read or
  * write of a model buffer outside the backend, which on a GPU would read
  * garbage or crash, is here a SIGSEGV at the access, named by the handler
- * below with the allocation it hit and a backtrace. Collectives on host
- * groups open the buffers from their start to their wait (comm.h's access
- * hooks), so MPI moves them while host code between an asynchronous start
- * and its wait goes unchecked.
+ * below with the allocation it hit and a backtrace. A collective on a host
+ * group opens the buffers it reads and writes from its start to its wait
+ * (comm.h's access hooks), so that MPI can move them; host code touching
+ * those in that window goes unchecked, any other buffer stays closed.
  *
- * A count of the slots and collectives running says when the buffers are
- * open: they are mapped PROT_NONE again when it falls to 0. The cost, an
- * mprotect per buffer at each change, suits the tiny test models. */
+ * A count of the slots running says when every buffer is open, a count per
+ * buffer when a collective holds it. The cost, an mprotect per buffer at
+ * each change, suits the tiny test models. */
 #include <execinfo.h>
 #include <pthread.h>
 #include <signal.h>
@@ -29,45 +29,80 @@ typedef struct region {
     void *p;
     size_t len;   /* mapped bytes, whole pages */
     size_t bytes; /* asked for */
+    int holds;    /* collectives in flight on it */
 } region;
 
 static rf_backend guarded;
 static const rf_backend *base; /* the CPU's table */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t lock;
-static int opens;       /* slots and collectives running: the buffers are open */
+static int opens;       /* slots running: every buffer is open */
 static region *regions; /* the live allocations */
 static size_t n_regions, cap_regions;
 static size_t page;
 
-static int protect_all(int prot) {
-    for (size_t i = 0; i < n_regions; i++)
-        if (mprotect(regions[i].p, regions[i].len, prot) != 0)
-            return rf_fail(RF_ERR_IO, "cpu-guarded: mprotect of a buffer of %zu bytes failed",
-                           regions[i].bytes);
+static int protect(const region *r) {
+    int prot = opens || r->holds ? PROT_READ | PROT_WRITE : PROT_NONE;
+    if (mprotect(r->p, r->len, prot) != 0)
+        return rf_fail(RF_ERR_IO, "cpu-guarded: mprotect of a buffer of %zu bytes failed",
+                       r->bytes);
     return RF_OK;
 }
 
-/* Opens every buffer, for a slot or a collective; guard_close follows it
- * whatever it returns. The buffers close again when nothing holds them open. */
+static int protect_all(void) {
+    int rc = RF_OK;
+    for (size_t i = 0; i < n_regions && !rc; i++)
+        rc = protect(&regions[i]);
+    return rc;
+}
+
+/* Opens every buffer for a slot; guard_close follows it whatever it returns.
+ * The buffers close again when no slot runs, but for those a collective
+ * holds. */
 static int guard_open(void) {
     pthread_mutex_lock(&lock);
-    int rc = opens++ == 0 ? protect_all(PROT_READ | PROT_WRITE) : RF_OK;
+    int rc = opens++ == 0 ? protect_all() : RF_OK;
     pthread_mutex_unlock(&lock);
     return rc;
 }
 
 static int guard_close(void) {
     pthread_mutex_lock(&lock);
-    int rc = --opens == 0 ? protect_all(PROT_NONE) : RF_OK;
+    int rc = --opens == 0 ? protect_all() : RF_OK;
     pthread_mutex_unlock(&lock);
     return rc;
 }
 
-/* The comm layer's access hooks (comm.h): MPI reads and writes the buffers
- * of a collective between its start and its wait. */
-static void comm_leave(void) {
-    (void)guard_close();
+/* The comm layer's access hooks (comm.h): the buffers under [p, p + n) are
+ * open from a collective's start to its wait, when MPI may read or write
+ * them; host code touching any other buffer in that window still dies. */
+static int hold(const void *p, size_t n, int by) {
+    int rc = RF_OK;
+    const char *a = p;
+    for (size_t i = 0; n && i < n_regions && !rc; i++) {
+        const char *q = regions[i].p;
+        if (a < q + regions[i].len && q < a + n) {
+            regions[i].holds += by;
+            if (regions[i].holds == (by > 0)) rc = protect(&regions[i]); /* 0 <-> 1 */
+        }
+    }
+    return rc;
+}
+
+static int comm_hold(const void *send, size_t sbytes, const void *recv, size_t rbytes, int by) {
+    pthread_mutex_lock(&lock);
+    int rc = hold(send, sbytes, by);
+    int rc2 = hold(recv, rbytes, by);
+    pthread_mutex_unlock(&lock);
+    return rc ? rc : rc2;
+}
+
+static int comm_enter(const void *send, size_t sbytes, const void *recv, size_t rbytes) {
+    return comm_hold(send, sbytes, recv, rbytes, 1);
+}
+
+static int comm_leave(const void *send, size_t sbytes, const void *recv, size_t rbytes) {
+    return comm_hold(send, sbytes, recv, rbytes, -1);
 }
 
 static struct sigaction prev_segv; /* the handler ours replaced */
@@ -134,7 +169,7 @@ static int g_alloc(const rf_backend *be, void **out, size_t bytes) {
         if (p == MAP_FAILED) rc = rf_fail(RF_ERR_NOMEM, "cpu-guarded: mmap of %zu bytes", len);
     }
     if (rc == RF_OK) {
-        regions[n_regions++] = (region){p, len, bytes};
+        regions[n_regions++] = (region){p, len, bytes, 0};
         *out = p;
     }
     pthread_mutex_unlock(&lock);
@@ -335,7 +370,7 @@ static void init(void) {
     base = rf_backend_cpu();
     page = (size_t)sysconf(_SC_PAGESIZE);
     pthread_mutex_init(&lock, NULL);
-    rf_comm_set_access_hooks(guard_open, comm_leave);
+    rf_comm_set_access_hooks(comm_enter, comm_leave);
     guarded = *base;
     guarded.name = "cpu-guarded";
     guarded.device_memory = false;

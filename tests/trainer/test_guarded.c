@@ -2,8 +2,9 @@
  * are readable by its slots and by nothing else. The slots and the copies
  * work on them (the CPU's results); a host read and a host write of one, in
  * a child process, die of SIGSEGV with the handler's message naming the
- * buffer; a collective (world 1, the self backend) moves them, and they are
- * closed again after it; free refuses a pointer it did not allocate.
+ * buffer; a collective (world 1, the self backend) moves them, the others
+ * staying closed while it is in flight, and they are closed again after it;
+ * free refuses a pointer it did not allocate.
  * guarded.test.sh and the *_staged tests train the models on it. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -104,8 +105,9 @@ static void test_slots_work_host_access_dies(void **state) {
     rf_backend_free(be, d);
 }
 
-/* A collective on a host group reads and writes the buffers (comm.h's access
- * hooks open them), and they are closed again once it is over. */
+/* A collective on a host group reads and writes its buffers (comm.h's access
+ * hooks open them, and only them, until its wait), and they are closed again
+ * once it is over. */
 static void test_collectives_open_the_buffers(void **state) {
     (void)state;
     rf_comm *c;
@@ -118,13 +120,22 @@ static void test_collectives_open_the_buffers(void **state) {
     assert_non_null(b);
     assert_int_equal(be->to_device(be, a, host, sizeof host), RF_OK);
     assert_int_equal(rf_comm_allreduce(c, a, b, 1000, RF_COMM_F32, RF_COMM_SUM), RF_OK);
+    int status;
+    char err[4096];
+    /* between an asynchronous start and its wait: the buffer it moves is
+     * open, the others are not */
     rf_comm_req *r;
     assert_int_equal(rf_comm_ibroadcast(c, b, 1000, RF_COMM_F32, 0, &r), RF_OK);
+    in_child(host_read, b, &status, err, sizeof err);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("a read of the buffer a collective holds failed (status %d): %s", status, err);
+    in_child(host_read, a, &status, err, sizeof err);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV);
+    assert_non_null(strstr(err, "cpu-guarded: host code touched device memory"));
     assert_int_equal(rf_comm_wait(r), RF_OK);
     assert_int_equal(be->to_host(be, back, b, sizeof back), RF_OK);
     assert_memory_equal(back, host, sizeof host);
-    int status;
-    char err[4096];
+    /* and after it, closed */
     in_child(host_read, b, &status, err, sizeof err);
     assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV);
     assert_non_null(strstr(err, "cpu-guarded: host code touched device memory"));
