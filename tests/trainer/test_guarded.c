@@ -4,7 +4,8 @@
  * a child process, die of SIGSEGV with the handler's message naming the
  * buffer; a collective (world 1, the self backend) moves them, the others
  * staying closed while it is in flight, and they are closed again after it;
- * free refuses a pointer it did not allocate.
+ * every slot of its table is a wrapper of the guard's; free refuses a pointer
+ * it did not allocate.
  * guarded.test.sh and the *_staged tests train the models on it. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -144,6 +145,27 @@ static void test_collectives_open_the_buffers(void **state) {
     assert_int_equal(rf_comm_destroy(c), RF_OK);
 }
 
+/* Every slot of the table is a wrapper of the guard's, none the CPU's own
+ * kernel: the slots are the function pointers from `alloc` to the end of the
+ * struct (backend.h), so one added there later without its GUARDED line in
+ * backend_guarded.c fails here. */
+static void test_every_slot_is_wrapped(void **state) {
+    (void)state;
+    const rf_backend *cpu = rf_backend_cpu();
+    size_t first = offsetof(rf_backend, alloc), n = 0;
+    for (size_t off = first; off + sizeof(void (*)(void)) <= sizeof(rf_backend);
+         off += sizeof(void (*)(void)), n++) {
+        void (*g)(void), (*c)(void);
+        memcpy(&g, (const char *)be + off, sizeof g);
+        memcpy(&c, (const char *)cpu + off, sizeof c);
+        if (c && g == c)
+            fail_msg("the slot at byte %zu of rf_backend is the CPU's, unguarded", off);
+        if (!c != !g) fail_msg("the slot at byte %zu: NULL on one table only", off);
+    }
+    assert_true(n > 40);
+    printf("%zu slots, each wrapped\n", n);
+}
+
 static void test_free_refuses_foreign_pointers(void **state) {
     (void)state;
     float x;
@@ -156,6 +178,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_slots_work_host_access_dies),
         cmocka_unit_test(test_collectives_open_the_buffers),
+        cmocka_unit_test(test_every_slot_is_wrapped),
         cmocka_unit_test(test_free_refuses_foreign_pointers),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
