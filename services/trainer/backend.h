@@ -70,12 +70,14 @@ struct rf_backend {
                       const float *b, int N, int IC, int OC);
     int (*linear_bwd)(const rf_backend *be, float *dinp, float *dw, float *db, const float *dout,
                       const float *inp, const float *w, int N, int IC, int OC);
+    /* rf_op_attention_heads_fwd/bwd: heads [h0, h0 + NH) of NHall (h0 = 0,
+     * NHall = NH: the whole layer; a tensor-parallel shard otherwise) */
     int (*attention_fwd)(const rf_backend *be, float *out, float *att, float *scratch,
                          const float *qkv, const uint8_t *valid, int B, int T, int Tq, int C,
-                         int NH, float pdrop, uint64_t seed);
+                         int NH, int h0, int NHall, float pdrop, uint64_t seed);
     int (*attention_bwd)(const rf_backend *be, float *dqkv, float *scratch, const float *dout,
                          const float *qkv, const float *att, int B, int T, int Tq, int C, int NH,
-                         float pdrop, uint64_t seed);
+                         int h0, int NHall, float pdrop, uint64_t seed);
     int (*gelu_fwd)(const rf_backend *be, float *out, const float *inp, size_t n);
     int (*gelu_bwd)(const rf_backend *be, float *dinp, const float *inp, const float *dout,
                     size_t n);
@@ -96,6 +98,24 @@ struct rf_backend {
                     const float *logits, const int32_t *labels, const float *weights, int B, int K);
     int (*xent_bwd)(const rf_backend *be, float *dlogits, const float *probs, const int32_t *labels,
                     const float *weights, int B, int K, float scale);
+
+    /* tensor parallelism's kernels (semantics: rf_op_linear_ld_* and
+     * rf_op_embed_rows_* / rf_op_embed_add_fwd in ops.h; tp.h composes
+     * them with the tp group's all-reduces). ids and types are device
+     * memory. NULL slots: the backend cannot run a tp shard (refused at the
+     * split, naming the slot). */
+    int (*linear_ld_fwd)(const rf_backend *be, float *out, int ldo, const float *inp, int ldi,
+                         const float *w, int ldw, const float *b, int N, int IC, int OC);
+    int (*linear_ld_bwd)(const rf_backend *be, float *dinp, int lddi, float *dw, int lddw,
+                         float *db, const float *dout, int ldd, const float *inp, int ldi,
+                         const float *w, int ldw, int N, int IC, int OC);
+    int (*embed_rows_fwd)(const rf_backend *be, float *out, const int32_t *ids, const float *w,
+                          int lo, int hi, int N, int C);
+    int (*embed_add_fwd)(const rf_backend *be, float *out, const int32_t *types, const float *wpe,
+                         const float *wtt, int B, int T, int C);
+    int (*embed_rows_bwd)(const rf_backend *be, float *dw, float *dwpe, float *dwtt,
+                          const float *dout, const int32_t *ids, const int32_t *types, int lo,
+                          int hi, int B, int T, int C);
 
     /* evaluation: pred[b] = argmax of logits row b (first maximum), probs (may
      * be NULL) its softmax, computed as rf_op_softmax_argmax; device memory */

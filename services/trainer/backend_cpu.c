@@ -101,17 +101,56 @@ static int linear_bwd(const rf_backend *be, float *dinp, float *dw, float *db, c
 
 static int attention_fwd(const rf_backend *be, float *out, float *att, float *scratch,
                          const float *qkv, const uint8_t *valid, int B, int T, int Tq, int C,
-                         int NH, float pdrop, uint64_t seed) {
+                         int NH, int h0, int NHall, float pdrop, uint64_t seed) {
     (void)be;
-    rf_op_attention_fwd(out, att, scratch, qkv, valid, B, T, Tq, C, NH, pdrop, seed);
+    rf_op_attention_heads_fwd(out, att, scratch, qkv, valid, B, T, Tq, C, NH, h0, NHall, pdrop,
+                              seed);
     return RF_OK;
 }
 
 static int attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const float *dout,
                          const float *qkv, const float *att, int B, int T, int Tq, int C, int NH,
-                         float pdrop, uint64_t seed) {
+                         int h0, int NHall, float pdrop, uint64_t seed) {
     (void)be;
-    rf_op_attention_bwd(dqkv, scratch, dout, qkv, att, B, T, Tq, C, NH, pdrop, seed);
+    rf_op_attention_heads_bwd(dqkv, scratch, dout, qkv, att, B, T, Tq, C, NH, h0, NHall, pdrop,
+                              seed);
+    return RF_OK;
+}
+
+static int linear_ld_fwd(const rf_backend *be, float *out, int ldo, const float *inp, int ldi,
+                         const float *w, int ldw, const float *b, int N, int IC, int OC) {
+    (void)be;
+    rf_op_linear_ld_fwd(out, ldo, inp, ldi, w, ldw, b, N, IC, OC);
+    return RF_OK;
+}
+
+static int linear_ld_bwd(const rf_backend *be, float *dinp, int lddi, float *dw, int lddw,
+                         float *db, const float *dout, int ldd, const float *inp, int ldi,
+                         const float *w, int ldw, int N, int IC, int OC) {
+    (void)be;
+    rf_op_linear_ld_bwd(dinp, lddi, dw, lddw, db, dout, ldd, inp, ldi, w, ldw, N, IC, OC);
+    return RF_OK;
+}
+
+static int embed_rows_fwd(const rf_backend *be, float *out, const int32_t *ids, const float *w,
+                          int lo, int hi, int N, int C) {
+    (void)be;
+    rf_op_embed_rows_fwd(out, ids, w, lo, hi, N, C);
+    return RF_OK;
+}
+
+static int embed_add_fwd(const rf_backend *be, float *out, const int32_t *types, const float *wpe,
+                         const float *wtt, int B, int T, int C) {
+    (void)be;
+    rf_op_embed_add_fwd(out, types, wpe, wtt, B, T, C);
+    return RF_OK;
+}
+
+static int embed_rows_bwd(const rf_backend *be, float *dw, float *dwpe, float *dwtt,
+                          const float *dout, const int32_t *ids, const int32_t *types, int lo,
+                          int hi, int B, int T, int C) {
+    (void)be;
+    rf_op_embed_rows_bwd(dw, dwpe, dwtt, dout, ids, types, lo, hi, B, T, C);
     return RF_OK;
 }
 
@@ -399,6 +438,11 @@ static const rf_backend cpu = {
     .residual_bwd = residual_bwd,
     .xent_fwd = xent_fwd,
     .xent_bwd = xent_bwd,
+    .linear_ld_fwd = linear_ld_fwd,
+    .linear_ld_bwd = linear_ld_bwd,
+    .embed_rows_fwd = embed_rows_fwd,
+    .embed_add_fwd = embed_add_fwd,
+    .embed_rows_bwd = embed_rows_bwd,
     .softmax_argmax = softmax_argmax,
     .tokpos_fwd = tokpos_fwd,
     .tokpos_bwd = tokpos_bwd,

@@ -236,12 +236,35 @@ GUARDED(linear_bwd,
         be, dinp, dw, db, dout, inp, w, N, IC, OC)
 GUARDED(attention_fwd,
         (const rf_backend *be, float *out, float *att, float *scratch, const float *qkv,
-         const uint8_t *valid, int B, int T, int Tq, int C, int NH, float pdrop, uint64_t seed),
-        be, out, att, scratch, qkv, valid, B, T, Tq, C, NH, pdrop, seed)
+         const uint8_t *valid, int B, int T, int Tq, int C, int NH, int h0, int NHall, float pdrop,
+         uint64_t seed),
+        be, out, att, scratch, qkv, valid, B, T, Tq, C, NH, h0, NHall, pdrop, seed)
 GUARDED(attention_bwd,
         (const rf_backend *be, float *dqkv, float *scratch, const float *dout, const float *qkv,
-         const float *att, int B, int T, int Tq, int C, int NH, float pdrop, uint64_t seed),
-        be, dqkv, scratch, dout, qkv, att, B, T, Tq, C, NH, pdrop, seed)
+         const float *att, int B, int T, int Tq, int C, int NH, int h0, int NHall, float pdrop,
+         uint64_t seed),
+        be, dqkv, scratch, dout, qkv, att, B, T, Tq, C, NH, h0, NHall, pdrop, seed)
+GUARDED(linear_ld_fwd,
+        (const rf_backend *be, float *out, int ldo, const float *inp, int ldi, const float *w,
+         int ldw, const float *b, int N, int IC, int OC),
+        be, out, ldo, inp, ldi, w, ldw, b, N, IC, OC)
+GUARDED(linear_ld_bwd,
+        (const rf_backend *be, float *dinp, int lddi, float *dw, int lddw, float *db,
+         const float *dout, int ldd, const float *inp, int ldi, const float *w, int ldw, int N,
+         int IC, int OC),
+        be, dinp, lddi, dw, lddw, db, dout, ldd, inp, ldi, w, ldw, N, IC, OC)
+GUARDED(embed_rows_fwd,
+        (const rf_backend *be, float *out, const int32_t *ids, const float *w, int lo, int hi,
+         int N, int C),
+        be, out, ids, w, lo, hi, N, C)
+GUARDED(embed_add_fwd,
+        (const rf_backend *be, float *out, const int32_t *types, const float *wpe, const float *wtt,
+         int B, int T, int C),
+        be, out, types, wpe, wtt, B, T, C)
+GUARDED(embed_rows_bwd,
+        (const rf_backend *be, float *dw, float *dwpe, float *dwtt, const float *dout,
+         const int32_t *ids, const int32_t *types, int lo, int hi, int B, int T, int C),
+        be, dw, dwpe, dwtt, dout, ids, types, lo, hi, B, T, C)
 GUARDED(gelu_fwd, (const rf_backend *be, float *out, const float *inp, size_t n), be, out, inp, n)
 GUARDED(gelu_bwd,
         (const rf_backend *be, float *dinp, const float *inp, const float *dout, size_t n), be,
@@ -399,6 +422,11 @@ static void init(void) {
     if (base->residual_bwd) guarded.residual_bwd = g_residual_bwd;
     if (base->xent_fwd) guarded.xent_fwd = g_xent_fwd;
     if (base->xent_bwd) guarded.xent_bwd = g_xent_bwd;
+    if (base->linear_ld_fwd) guarded.linear_ld_fwd = g_linear_ld_fwd;
+    if (base->linear_ld_bwd) guarded.linear_ld_bwd = g_linear_ld_bwd;
+    if (base->embed_rows_fwd) guarded.embed_rows_fwd = g_embed_rows_fwd;
+    if (base->embed_add_fwd) guarded.embed_add_fwd = g_embed_add_fwd;
+    if (base->embed_rows_bwd) guarded.embed_rows_bwd = g_embed_rows_bwd;
     if (base->softmax_argmax) guarded.softmax_argmax = g_softmax_argmax;
     if (base->tokpos_fwd) guarded.tokpos_fwd = g_tokpos_fwd;
     if (base->tokpos_bwd) guarded.tokpos_bwd = g_tokpos_bwd;

@@ -650,7 +650,7 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
     if (u0 == 0) {
         TRY(event(m, 0, RF_UNIT_FWD, rf_cu_fwd_next(0, false, u1, n_units, true)));
         if (tp) { /* the word embedding vocabulary-parallel, then positions */
-            TRY(tp->embed_fwd(tp->c, a->res[0], m->ids, NULL, m->p.wte, &tp->vocab, NULL, NULL, B,
+            TRY(tp->embed_fwd(&tp->g, a->res[0], m->ids, NULL, m->p.wte, &tp->vocab, NULL, NULL, B,
                               T, C));
             for (int n = 0; n < N; n++) {
                 float *o = a->res[0] + (size_t)n * C;
@@ -676,7 +676,7 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
                                      m->packed ? m->seg_dev : NULL, B, T, NHl, NHl, C / NH));
         TRY(proj_fwd(m, l, RF_PROJ_O, y->res2, y->atty, w->proj_w, !tp || !tp->r ? w->proj_b : NULL,
                      N, Cl, C));
-        if (tp) TRY(tp->sum(tp->c, y->res2, (size_t)N * C));
+        if (tp) TRY(tp->sum(&tp->g, y->res2, (size_t)N * C));
         TRY(be->residual_fwd(be, y->res2, y->res2, a->res[l], (size_t)N * C, 0.0f, 0));
         TRY(be->layernorm_fwd(be, y->ln2, y->ln2_mean, y->ln2_rstd, y->res2, w->ln2_w, w->ln2_b, N,
                               C, eps));
@@ -684,7 +684,7 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
         TRY(be->gelu_tanh_fwd(be, y->fcg, y->fch, (size_t)N * Fl));
         TRY(proj_fwd(m, l, RF_PROJ_DOWN, a->res[l + 1], y->fcg, w->fcp_w,
                      !tp || !tp->r ? w->fcp_b : NULL, N, Fl, C));
-        if (tp) TRY(tp->sum(tp->c, a->res[l + 1], (size_t)N * C));
+        if (tp) TRY(tp->sum(&tp->g, a->res[l + 1], (size_t)N * C));
         TRY(be->residual_fwd(be, a->res[l + 1], a->res[l + 1], y->res2, (size_t)N * C, 0.0f, 0));
     }
     if (u1 < n_units) { /* boundary u1 for the stage after */
@@ -695,10 +695,10 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
                           m->p.lnf_b, N, C, eps));
     TRY(event(m, 0, RF_UNIT_FWD, rf_cu_fwd_next(0, true, u1, n_units, true))); /* tied head */
     if (tp) { /* the rank's vocabulary columns, the loss over the group */
-        TRY(tp->colpar_fwd(a->logits, Vl, a->lnf, m->p.wte, C, NULL, N, C, Vl));
+        TRY(tp->colpar_fwd(&tp->g, a->logits, Vl, a->lnf, m->p.wte, C, NULL, N, C, Vl));
         if (labels) {
             m->counted = rf_causal_targets(m->tgt, m->labels, B, T);
-            TRY(tp->xent_fwd(tp->c, &m->loss, a->losses, a->lse, m->se, a->logits, Vl, m->tgt,
+            TRY(tp->xent_fwd(&tp->g, &m->loss, a->losses, a->lse, m->se, a->logits, Vl, m->tgt,
                              &tp->vocab, N));
         }
         return RF_OK;
@@ -742,15 +742,15 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
 
     if (u1 == n_units) {
         if (tp)
-            tp->xent_bwd(d->logits, Vl, a->logits, Vl, a->lse, m->se, m->tgt, &tp->vocab, N,
-                         loss_scale);
+            TRY(tp->xent_bwd(&tp->g, d->logits, Vl, a->logits, Vl, a->lse, m->se, m->tgt,
+                             &tp->vocab, N, loss_scale));
         else
             TRY(be->causal_xent_bwd(be, d->logits, a->logits, a->lse, m->labels_dev, B, T, V,
                                     loss_scale));
         TRY(event(m, 0, RF_UNIT_BWD, rf_cu_bwd_next(0, true, u0, u1))); /* tied head */
         if (tp)
-            TRY(tp->colpar_bwd(tp->c, d->lnf, m->g.wte, NULL, C, d->logits, Vl, a->lnf, m->p.wte, N,
-                               C, Vl));
+            TRY(tp->colpar_bwd(&tp->g, d->lnf, m->g.wte, NULL, C, d->logits, Vl, a->lnf, m->p.wte,
+                               N, C, Vl));
         else
             TRY(be->lm_head_bwd(be, d->lnf, m->g.wte, d->logits, a->lnf, m->p.wte, N, C, V));
         TRY(event(m, 0, RF_UNIT_BWD_PART, -1));
@@ -775,7 +775,7 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
         TRY(be->gelu_tanh_bwd(be, dy->fch, y->fch, dy->fcg, (size_t)N * Fl));
         TRY(proj_bwd(m, l, RF_PROJ_UP, dy->ln2, g->fc_w, g->fc_b, dy->fch, y->ln2, w->fc_w, N, C,
                      Fl));
-        if (tp) TRY(tp->sum(tp->c, dy->ln2, (size_t)N * C)); /* column-parallel: f */
+        if (tp) TRY(tp->sum(&tp->g, dy->ln2, (size_t)N * C)); /* column-parallel: f */
         TRY(be->layernorm_bwd(be, dy->res2, g->ln2_w, g->ln2_b, dy->ln2, y->res2, w->ln2_w,
                               y->ln2_mean, y->ln2_rstd, N, C));
         TRY(be->residual_bwd(be, dy->res2, NULL, dout_l, (size_t)N * C, 0.0f, 0));
@@ -789,7 +789,7 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
                                      C / NH));
         TRY(proj_bwd(m, l, RF_PROJ_QKV, dy->ln1, g->attn_w, g->attn_b, dy->qkv, y->ln1, w->attn_w,
                      N, C, 3 * Cl));
-        if (tp) TRY(tp->sum(tp->c, dy->ln1, (size_t)N * C));
+        if (tp) TRY(tp->sum(&tp->g, dy->ln1, (size_t)N * C));
         TRY(be->layernorm_bwd(be, d->res[l], g->ln1_w, g->ln1_b, dy->ln1, a->res[l], w->ln1_w,
                               y->ln1_mean, y->ln1_rstd, N, C));
         TRY(be->residual_bwd(be, d->res[l], NULL, dy->res2, (size_t)N * C, 0.0f, 0));
@@ -800,7 +800,8 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
     }
     TRY(event(m, 0, RF_UNIT_BWD, rf_cu_bwd_next(0, false, u0, u1)));
     if (tp) {
-        tp->embed_bwd(m->g.wte, NULL, NULL, d->res[0], m->ids, NULL, &tp->vocab, B, T, C);
+        TRY(tp->embed_bwd(&tp->g, m->g.wte, NULL, NULL, d->res[0], m->ids, NULL, &tp->vocab, B, T,
+                          C));
         rf_op_tokpos_bwd(NULL, m->g.wpe, d->res[0], m->ids, m->pos, B, T, C);
     } else if (m->g.wte) { /* NULL: a frozen embedding (LoRA) */
         TRY(be->tokpos_bwd(be, m->g.wte, m->g.wpe, d->res[0], m->ids_dev, m->pos_dev, B, T, C, V,

@@ -685,7 +685,7 @@ int rf_llama_forward_range(rf_llama *m, const rf_causal_batch *bt, int u0, int u
     if (u0 == 0) {
         TRY(event(m, 0, RF_UNIT_FWD, rf_cu_fwd_next(0, false, u1, n_units, tied)));
         if (tp)
-            TRY(tp->embed_fwd(tp->c, a->res[0], m->ids, NULL, m->p.wte, &tp->vocab, NULL, NULL, B,
+            TRY(tp->embed_fwd(&tp->g, a->res[0], m->ids, NULL, m->p.wte, &tp->vocab, NULL, NULL, B,
                               T, C));
         else
             TRY(be->tokpos_fwd(be, a->res[0], m->ids_dev, m->pos_dev, m->p.wte, NULL, B, T, C));
@@ -702,13 +702,13 @@ int rf_llama_forward_range(rf_llama *m, const rf_causal_batch *bt, int u0, int u
         TRY(be->causal_attention_fwd(be, y->atty, y->att, y->qkv, m->valid_dev,
                                      m->packed ? m->seg_dev : NULL, B, T, NH, NKV, hd));
         TRY(proj_fwd(m, l, RF_PROJ_O, y->res2, y->atty, w->o_w, N, A, C));
-        if (tp) TRY(tp->sum(tp->c, y->res2, (size_t)N * C)); /* row-parallel: g */
+        if (tp) TRY(tp->sum(&tp->g, y->res2, (size_t)N * C)); /* row-parallel: g */
         TRY(be->residual_fwd(be, y->res2, y->res2, a->res[l], (size_t)N * C, 0.0f, 0));
         TRY(be->rmsnorm_fwd(be, y->ln2, y->ln2_rstd, y->res2, w->ln2_w, N, C, eps));
         TRY(proj_fwd(m, l, RF_PROJ_UP, y->gu, y->ln2, w->gu_w, N, C, 2 * F));
         TRY(be->swiglu_fwd(be, y->act, y->gu, N, F));
         TRY(proj_fwd(m, l, RF_PROJ_DOWN, a->res[l + 1], y->act, w->down_w, N, F, C));
-        if (tp) TRY(tp->sum(tp->c, a->res[l + 1], (size_t)N * C));
+        if (tp) TRY(tp->sum(&tp->g, a->res[l + 1], (size_t)N * C));
         TRY(be->residual_fwd(be, a->res[l + 1], a->res[l + 1], y->res2, (size_t)N * C, 0.0f, 0));
     }
     if (u1 < n_units) { /* boundary u1 for the stage after */
@@ -719,10 +719,10 @@ int rf_llama_forward_range(rf_llama *m, const rf_causal_batch *bt, int u0, int u
                         eps));
     if (tied) TRY(event(m, 0, RF_UNIT_FWD, rf_cu_fwd_next(0, true, u1, n_units, tied)));
     if (tp) { /* the rank's vocabulary columns, the loss over the group */
-        TRY(tp->colpar_fwd(a->logits, Vl, a->lnf, m->p.head_w, C, NULL, N, C, Vl));
+        TRY(tp->colpar_fwd(&tp->g, a->logits, Vl, a->lnf, m->p.head_w, C, NULL, N, C, Vl));
         if (labels) {
             m->counted = rf_causal_targets(m->tgt, m->labels, B, T);
-            TRY(tp->xent_fwd(tp->c, &m->loss, a->losses, a->lse, m->se, a->logits, Vl, m->tgt,
+            TRY(tp->xent_fwd(&tp->g, &m->loss, a->losses, a->lse, m->se, a->logits, Vl, m->tgt,
                              &tp->vocab, N));
         }
         return RF_OK;
@@ -768,8 +768,8 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
 
     if (u1 == n_units) {
         if (tp)
-            tp->xent_bwd(d->logits, Vl, a->logits, Vl, a->lse, m->se, m->tgt, &tp->vocab, N,
-                         loss_scale);
+            TRY(tp->xent_bwd(&tp->g, d->logits, Vl, a->logits, Vl, a->lse, m->se, m->tgt,
+                             &tp->vocab, N, loss_scale));
         else
             TRY(be->causal_xent_bwd(be, d->logits, a->logits, a->lse, m->labels_dev, B, T, V,
                                     loss_scale));
@@ -778,7 +778,7 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
         else
             TRY(event(m, L + 1, RF_UNIT_BWD, rf_cu_bwd_next(L + 1, false, u0, u1)));
         if (tp)
-            TRY(tp->colpar_bwd(tp->c, d->lnf, m->g.head_w, NULL, C, d->logits, Vl, a->lnf,
+            TRY(tp->colpar_bwd(&tp->g, d->lnf, m->g.head_w, NULL, C, d->logits, Vl, a->lnf,
                                m->p.head_w, N, C, Vl));
         else
             TRY(be->lm_head_bwd(be, d->lnf, m->g.head_w, d->logits, a->lnf, m->p.head_w, N, C, V));
@@ -804,7 +804,7 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
         TRY(proj_bwd(m, l, RF_PROJ_DOWN, dy->act, g->down_w, dout_l, y->act, w->down_w, N, F, C));
         TRY(be->swiglu_bwd(be, dy->gu, dy->act, y->gu, N, F));
         TRY(proj_bwd(m, l, RF_PROJ_UP, dy->ln2, g->gu_w, dy->gu, y->ln2, w->gu_w, N, C, 2 * F));
-        if (tp) TRY(tp->sum(tp->c, dy->ln2, (size_t)N * C)); /* column-parallel: f */
+        if (tp) TRY(tp->sum(&tp->g, dy->ln2, (size_t)N * C)); /* column-parallel: f */
         TRY(be->rmsnorm_bwd(be, dy->res2, g->ln2_w, dy->ln2, y->res2, w->ln2_w, y->ln2_rstd, N, C));
         TRY(be->residual_bwd(be, dy->res2, NULL, dout_l, (size_t)N * C, 0.0f, 0));
         TRY(proj_bwd(m, l, RF_PROJ_O, dy->atty, g->o_w, dy->res2, y->atty, w->o_w, N, A, C));
@@ -820,7 +820,7 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
         TRY(be->copy2d(be, dy->qkvr + A + NKV * hd, sizeof(float) * W, dy->qkv + A + NKV * hd,
                        sizeof(float) * W, sizeof(float) * NKV * hd, (size_t)N));
         TRY(proj_bwd(m, l, RF_PROJ_QKV, dy->ln1, g->qkv_w, dy->qkvr, y->ln1, w->qkv_w, N, C, W));
-        if (tp) TRY(tp->sum(tp->c, dy->ln1, (size_t)N * C));
+        if (tp) TRY(tp->sum(&tp->g, dy->ln1, (size_t)N * C));
         TRY(be->rmsnorm_bwd(be, d->res[l], g->ln1_w, dy->ln1, a->res[l], w->ln1_w, y->ln1_rstd, N,
                             C));
         TRY(be->residual_bwd(be, d->res[l], NULL, dy->res2, (size_t)N * C, 0.0f, 0));
@@ -831,7 +831,8 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
     }
     TRY(event(m, 0, RF_UNIT_BWD, rf_cu_bwd_next(0, false, u0, u1)));
     if (tp)
-        tp->embed_bwd(m->g.wte, NULL, NULL, d->res[0], m->ids, NULL, &tp->vocab, B, T, C);
+        TRY(tp->embed_bwd(&tp->g, m->g.wte, NULL, NULL, d->res[0], m->ids, NULL, &tp->vocab, B, T,
+                          C));
     else if (m->g.wte) /* NULL: a frozen embedding (LoRA) */
         TRY(be->tokpos_bwd(be, m->g.wte, NULL, d->res[0], m->ids_dev, m->pos_dev, B, T, C, V, 0));
     TRY(event(m, 0, RF_UNIT_BWD_DONE, -1));

@@ -642,7 +642,7 @@ int rf_bert_forward_range(rf_bert *m, const rf_batch *bt, bool train, uint64_t d
     if (u0 == 0) {
         TRY(unit_event(m, 0, RF_UNIT_FWD));
         if (tp)
-            TRY(tp->embed_fwd(tp->c, a.emb_in, m->ids_dev, m->types_dev, m->p.wte, &tp->vocab,
+            TRY(tp->embed_fwd(&tp->g, a.emb_in, m->ids_dev, m->types_dev, m->p.wte, &tp->vocab,
                               m->p.wpe, m->p.wtt, B, T, C));
         else
             TRY(be->embed_fwd(be, a.emb_in, m->ids_dev, m->types_dev, m->p.wte, m->p.wpe, m->p.wtt,
@@ -671,24 +671,25 @@ int rf_bert_forward_range(rf_bert *m, const rf_batch *bt, bool train, uint64_t d
         }
         if (tp) { /* QKV column-parallel by heads, attention on the local heads, output
                    * projection row-parallel (one all-reduce) */
-            TRY(tp->qkv_fwd(L->qkv, x, P->qkv_w, P->qkv_b, Cl, (int)N, C, Cl));
-            rf_op_attention_heads_fwd(L->ctx, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq,
-                                      Cl, tp->NHl, tp->h0, c->num_heads, pa,
-                                      site_seed(dropout_seed, s));
-            TRY(tp->rowpar_fwd(tp->c, L->res1, L->ctx, Cl, P->ao_w, Cl, P->ao_b, (int)Nq, Cl, C));
+            TRY(tp->qkv_fwd(&tp->g, L->qkv, x, P->qkv_w, P->qkv_b, Cl, (int)N, C, Cl));
+            TRY(be->attention_fwd(be, L->ctx, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq,
+                                  Cl, tp->NHl, tp->h0, c->num_heads, pa,
+                                  site_seed(dropout_seed, s)));
+            TRY(tp->rowpar_fwd(&tp->g, L->res1, L->ctx, Cl, P->ao_w, Cl, P->ao_b, (int)Nq, Cl, C));
         } else {
             TRY(be->linear_fwd(be, L->qkv, x, P->qkv_w, P->qkv_b, (int)N, C, 3 * C));
             TRY(be->attention_fwd(be, L->ctx, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq,
-                                  C, c->num_heads, pa, site_seed(dropout_seed, s)));
+                                  C, c->num_heads, 0, c->num_heads, pa,
+                                  site_seed(dropout_seed, s)));
             TRY(be->linear_fwd(be, L->res1, L->ctx, P->ao_w, P->ao_b, (int)Nq, C, C));
         }
         TRY(be->residual_fwd(be, L->res1, L->res1, xq, Nq * C, ph, site_seed(dropout_seed, s + 1)));
         TRY(be->layernorm_fwd(be, L->x1, L->ln1_mean, L->ln1_rstd, L->res1, P->ln1_w, P->ln1_b,
                               (int)Nq, C, c->layer_norm_eps));
         if (tp) { /* up column-parallel, down row-parallel (one all-reduce) */
-            TRY(tp->colpar_fwd(L->fc_pre, Il, L->x1, P->fc_w, C, P->fc_b, (int)Nq, C, Il));
+            TRY(tp->colpar_fwd(&tp->g, L->fc_pre, Il, L->x1, P->fc_w, C, P->fc_b, (int)Nq, C, Il));
             TRY(be->gelu_fwd(be, L->fc_act, L->fc_pre, Nq * Il));
-            TRY(tp->rowpar_fwd(tp->c, L->res2, L->fc_act, Il, P->fo_w, Il, P->fo_b, (int)Nq, Il,
+            TRY(tp->rowpar_fwd(&tp->g, L->res2, L->fc_act, Il, P->fo_w, Il, P->fo_b, (int)Nq, Il,
                                C));
         } else {
             TRY(be->linear_fwd(be, L->fc_pre, L->x1, P->fc_w, P->fc_b, (int)Nq, C, I));
@@ -787,10 +788,10 @@ int rf_bert_backward_range(rf_bert *m, float loss_scale, int u0, int u1, const f
         if (tp) { /* down row-parallel (no communication), up column-parallel (one all-reduce
                    * of d(x1), which holds the replicated residual gradient already) */
             TRY(be->gelu_fwd(be, L->fc_act, L->fc_pre, Nq * Il)); /* recomputed (layout) */
-            TRY(tp->rowpar_bwd(D->fc_act, Il, G->fo_w, Il, G->fo_b, D->res1, L->fc_act, P->fo_w,
-                               (int)Nq, Il, C));
+            TRY(tp->rowpar_bwd(&tp->g, D->fc_act, Il, G->fo_w, Il, G->fo_b, D->res1, L->fc_act,
+                               P->fo_w, (int)Nq, Il, C));
             TRY(be->gelu_bwd(be, D->fc_pre, L->fc_pre, D->fc_act, Nq * Il));
-            TRY(tp->colpar_bwd(tp->c, D->x1, G->fc_w, G->fc_b, C, D->fc_pre, Il, L->x1, P->fc_w,
+            TRY(tp->colpar_bwd(&tp->g, D->x1, G->fc_w, G->fc_b, C, D->fc_pre, Il, L->x1, P->fc_w,
                                (int)Nq, C, Il));
         } else {
             TRY(be->gelu_fwd(be, L->fc_act, L->fc_pre, Nq * I)); /* recomputed (layout) */
@@ -807,23 +808,23 @@ int rf_bert_backward_range(rf_bert *m, float loss_scale, int u0, int u1, const f
         TRY(be->zero(be, D->res2, Nq * C * sizeof(float)));
         TRY(be->residual_bwd(be, D->res2, dxq, D->res1, Nq * C, ph, site_seed(seed, s + 1)));
         if (tp) { /* output row-parallel, local heads, QKV column-parallel (one all-reduce) */
-            TRY(tp->rowpar_bwd(D->ctx, Cl, G->ao_w, Cl, G->ao_b, D->res2, L->ctx, P->ao_w, (int)Nq,
-                               Cl, C));
+            TRY(tp->rowpar_bwd(&tp->g, D->ctx, Cl, G->ao_w, Cl, G->ao_b, D->res2, L->ctx, P->ao_w,
+                               (int)Nq, Cl, C));
             /* the layer's probabilities again (layout); ctx gets the values it holds */
-            rf_op_attention_heads_fwd(L->ctx, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq,
-                                      Cl, tp->NHl, tp->h0, c->num_heads, pa, site_seed(seed, s));
-            rf_op_attention_heads_bwd(D->qkv, a.att_scratch, D->ctx, L->qkv, L->att, B, T, Tq, Cl,
-                                      tp->NHl, tp->h0, c->num_heads, pa, site_seed(seed, s));
-            TRY(tp->qkv_bwd(tp->c, dxin, G->qkv_w, G->qkv_b, Cl, D->qkv, x, P->qkv_w, (int)N, C,
+            TRY(be->attention_fwd(be, L->ctx, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq,
+                                  Cl, tp->NHl, tp->h0, c->num_heads, pa, site_seed(seed, s)));
+            TRY(be->attention_bwd(be, D->qkv, a.att_scratch, D->ctx, L->qkv, L->att, B, T, Tq, Cl,
+                                  tp->NHl, tp->h0, c->num_heads, pa, site_seed(seed, s)));
+            TRY(tp->qkv_bwd(&tp->g, dxin, G->qkv_w, G->qkv_b, Cl, D->qkv, x, P->qkv_w, (int)N, C,
                             Cl));
         } else {
             TRY(be->linear_bwd(be, D->ctx, G->ao_w, G->ao_b, D->res2, L->ctx, P->ao_w, (int)Nq, C,
                                C));
             /* the layer's probabilities again (layout); ctx gets the values it holds */
             TRY(be->attention_fwd(be, L->ctx, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq,
-                                  C, c->num_heads, pa, site_seed(seed, s)));
+                                  C, c->num_heads, 0, c->num_heads, pa, site_seed(seed, s)));
             TRY(be->attention_bwd(be, D->qkv, a.att_scratch, D->ctx, L->qkv, L->att, B, T, Tq, C,
-                                  c->num_heads, pa, site_seed(seed, s)));
+                                  c->num_heads, 0, c->num_heads, pa, site_seed(seed, s)));
             TRY(be->linear_bwd(be, dxin, G->qkv_w, G->qkv_b, D->qkv, x, P->qkv_w, (int)N, C,
                                3 * C));
         }
@@ -842,8 +843,8 @@ int rf_bert_backward_range(rf_bert *m, float loss_scale, int u0, int u1, const f
     TRY(be->layernorm_bwd(be, d.x0, m->g.eln_w, m->g.eln_b, d.emb_in, a.emb_in, m->p.eln_w,
                           a.emb_mean, a.emb_rstd, (int)N, C));
     if (tp) /* vocabulary-parallel: this rank's rows; no communication */
-        tp->embed_bwd(m->g.wte, m->g.wpe, m->g.wtt, d.x0, m->ids_dev, m->types_dev, &tp->vocab, B,
-                      T, C);
+        TRY(tp->embed_bwd(&tp->g, m->g.wte, m->g.wpe, m->g.wtt, d.x0, m->ids_dev, m->types_dev,
+                          &tp->vocab, B, T, C));
     else
         TRY(be->embed_bwd(be, m->g.wte, m->g.wpe, m->g.wtt, d.x0, m->ids_dev, m->types_dev, B, T, C,
                           c->vocab_size, c->type_vocab_size));

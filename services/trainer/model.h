@@ -182,12 +182,18 @@ int rf_bert_zero_grad(rf_bert *m);
  * parameters get the same gradient on every tp rank. Dropout is independent
  * of the split: replicated tensors use the same masks on every rank (callers
  * pass the same seed) and attention masks are per global head.
- * CPU backend only; call before rf_bert_enable_training. tp of one rank is
- * allowed (the tp code path on a whole model). RF_ERR_INVALID when the heads
- * or the intermediate size do not divide by the group size,
- * RF_ERR_UNSUPPORTED on another backend or with training buffers. */
+ * Any backend with tensor parallelism's slots (backend.h: linear_ld_*,
+ * embed_rows_*, embed_add_fwd): the shard is the backend's memory, cut on
+ * the host through to_host/to_device. `dev` carries the ops' all-reduces
+ * when the backend's memory is a GPU's (be->device_memory): the tp group's
+ * NCCL twin (rf_comm_dup_mem), borrowed, alive as long as the split; NULL
+ * otherwise (tp carries them). Call before rf_bert_enable_training. tp of
+ * one rank is allowed (the tp code path on a whole model). RF_ERR_INVALID
+ * when the heads or the intermediate size do not divide by the group size
+ * or a device-memory backend has no `dev`; RF_ERR_UNSUPPORTED for a backend
+ * without the slots or with training buffers. */
 struct rf_comm;
-int rf_bert_tp_split(rf_bert *m, struct rf_comm *tp);
+int rf_bert_tp_split(rf_bert *m, struct rf_comm *tp, struct rf_comm *dev);
 
 /* Where a tp rank's block sits in the whole model's flat block: each span is
  * n floats at `local` in this rank's block and at `global` in the whole one

@@ -159,7 +159,7 @@ static int bert_sibling(const rf_model *m, rf_model **out) {
     rf_bert *s;
     int rc = rf_bert_new(&b->cfg, b->be, &s);
     if (rc) return rc;
-    if (b->tp && (rc = rf_bert_tp_split(s, b->tp->c))) {
+    if (b->tp && (rc = rf_bert_tp_split(s, b->tp->c, b->tp->dev))) {
         rf_bert_free(s);
         return rc;
     }

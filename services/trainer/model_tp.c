@@ -165,15 +165,18 @@ static int build(const unsigned char *kinds, int V, const rf_tensor_info *full, 
 
 void rf_tp_ctx_free(struct rf_bert_tp *tp) {
     if (!tp) return;
+    if (tp->g.sync) rf_backend_free(tp->g.be, tp->g.sync);
     free(tp->full);
     free(tp->spans);
     free(tp->kinds);
     free(tp);
 }
 
-/* A context for a group c into *out, its kinds array allocated (nt entries,
- * zero); RF_ERR_NOMEM, or rf_tp_vocab_split's error. */
-static int ctx_new(rf_comm *c, size_t nt, int V, struct rf_bert_tp **out) {
+/* A context for a group c (dev: its twin for be's memory, or NULL: c) on
+ * backend be into *out, its kinds array allocated (nt entries, zero);
+ * RF_ERR_NOMEM, or rf_tp_vocab_split's error. */
+static int ctx_new(rf_comm *c, rf_comm *dev, const rf_backend *be, size_t nt, int V,
+                   struct rf_bert_tp **out) {
     struct rf_bert_tp *tp = calloc(1, sizeof *tp);
     *out = NULL;
     if (!tp || !(tp->kinds = calloc(nt ? nt : 1, 1))) {
@@ -181,6 +184,12 @@ static int ctx_new(rf_comm *c, size_t nt, int V, struct rf_bert_tp **out) {
         return rf_fail(RF_ERR_NOMEM, "model: no memory for the tp context");
     }
     tp->c = c, tp->n = rf_comm_world(c), tp->r = rf_comm_rank(c);
+    tp->dev = dev;
+    tp->g = (rf_tp_group){dev ? dev : c, be, NULL};
+    if (be != rf_backend_cpu() && !(tp->g.sync = rf_backend_alloc(be, 64))) {
+        rf_tp_ctx_free(tp);
+        return rf_fail(RF_ERR_NOMEM, "model: no %s memory for the tp context", be->name);
+    }
     tp->embed_fwd = rf_tp_embed_fwd, tp->embed_bwd = rf_tp_embed_bwd;
     tp->qkv_fwd = rf_tp_qkv_fwd, tp->qkv_bwd = rf_tp_qkv_bwd;
     tp->colpar_fwd = rf_tp_colpar_fwd, tp->colpar_bwd = rf_tp_colpar_bwd;
@@ -195,14 +204,24 @@ static int ctx_new(rf_comm *c, size_t nt, int V, struct rf_bert_tp **out) {
     return RF_OK;
 }
 
-int rf_bert_tp_split(rf_bert *m, rf_comm *c) {
+int rf_bert_tp_split(rf_bert *m, rf_comm *c, rf_comm *dev) {
     const rf_bert_config *cf = &m->cfg;
+    const rf_backend *be = m->be;
     int n = rf_comm_world(c), r = rf_comm_rank(c);
     if (m->tp) return rf_fail(RF_ERR_INVALID, "model: already split for tensor parallelism");
-    if (m->be != rf_backend_cpu())
-        return rf_fail(RF_ERR_UNSUPPORTED,
-                       "model: tensor parallelism runs on the CPU backend only, not '%s'",
-                       m->be->name);
+    const rf_backend_slot need[] = {{"linear_ld_fwd", !be->linear_ld_fwd},
+                                    {"linear_ld_bwd", !be->linear_ld_bwd},
+                                    {"embed_rows_fwd", !be->embed_rows_fwd},
+                                    {"embed_add_fwd", !be->embed_add_fwd},
+                                    {"embed_rows_bwd", !be->embed_rows_bwd}};
+    int rc =
+        rf_backend_check_slots(be, "model: tensor parallelism", need, sizeof need / sizeof *need);
+    if (rc) return rc;
+    if (be->device_memory && (!dev || rf_comm_mem_of(dev) != RF_COMM_DEVICE))
+        return rf_fail(RF_ERR_INVALID,
+                       "model: tensor parallelism on %s memory needs the tp group's device twin "
+                       "(rf_comm_dup_mem)",
+                       be->name);
     if (m->grads)
         return rf_fail(RF_ERR_UNSUPPORTED,
                        "model: split for tensor parallelism before enabling training");
@@ -212,8 +231,7 @@ int rf_bert_tp_split(rf_bert *m, rf_comm *c) {
                        "%d",
                        n, cf->num_heads, cf->intermediate_size);
     struct rf_bert_tp *tp;
-    int rc = ctx_new(c, m->ntensors, cf->vocab_size, &tp);
-    if (rc) return rc;
+    if ((rc = ctx_new(c, dev, be, m->ntensors, cf->vocab_size, &tp))) return rc;
     rf_tensor_info *loc = malloc(m->ntensors * sizeof *loc);
     span_list sp = {0};
     size_t off = 0;
@@ -225,10 +243,27 @@ int rf_bert_tp_split(rf_bert *m, rf_comm *c) {
             tp->kinds[i] = (unsigned char)bert_split_of(m, i);
     }
     if (!rc) rc = build(tp->kinds, cf->vocab_size, m->tensors, m->ntensors, n, r, loc, &sp, &off);
+    /* the shard is cut on the host: the whole block comes over, the shard
+     * goes back (the CPU's memory is the host's) */
+    bool host = be == rf_backend_cpu();
+    float *whole = host ? m->params : NULL, *shard = NULL;
     void *pv = NULL; /* zeroed by the backend */
-    if (!rc) rc = m->be->alloc(m->be, &pv, (off ? off : 1) * sizeof(float));
-    float *p = pv;
+    if (!rc && !host &&
+        (!(whole = malloc(m->nparams * sizeof *whole)) ||
+         !(shard = calloc(off ? off : 1, sizeof *shard))))
+        rc = RF_ERR_NOMEM;
+    if (!rc && !host) rc = be->to_host(be, whole, m->params, m->nparams * sizeof *whole);
+    if (!rc) rc = be->alloc(be, &pv, (off ? off : 1) * sizeof(float));
+    float *p = pv, *dst = host ? p : shard;
+    for (size_t k = 0; !rc && k < sp.n; k++)
+        memcpy(dst + sp.v[k].local, whole + sp.v[k].global, sp.v[k].n * sizeof(float));
+    if (!rc && !host) rc = be->to_device(be, p, shard, off * sizeof(float));
+    if (!host) {
+        free(whole);
+        free(shard);
+    }
     if (rc) {
+        rf_backend_free(be, pv);
         free(sp.v);
         rf_tp_ctx_free(tp);
         free(loc);
@@ -236,10 +271,7 @@ int rf_bert_tp_split(rf_bert *m, rf_comm *c) {
     }
     tp->spans = sp.v;
     tp->nspans = sp.n;
-    for (size_t k = 0; k < tp->nspans; k++) /* host memory: the CPU backend */
-        memcpy(p + tp->spans[k].local, m->params + tp->spans[k].global,
-               tp->spans[k].n * sizeof(float));
-    (void)m->be->free(m->be, m->params); /* never fails on a valid pointer */
+    (void)be->free(be, m->params); /* never fails on a valid pointer */
     tp->full = m->tensors;
     tp->nfull = m->ntensors;
     tp->nparams_full = m->nparams;
@@ -286,7 +318,10 @@ int rf_bert_tp_merge(rf_bert *m, const float *full) {
     void *pv = NULL;
     int rc = m->be->alloc(m->be, &pv, tp->nparams_full * sizeof(float));
     if (rc) return rf_fail_ctx(rc, "model: no memory for %zu parameters", tp->nparams_full);
-    memcpy(pv, full, tp->nparams_full * sizeof(float)); /* host memory: the CPU backend */
+    if ((rc = m->be->to_device(m->be, pv, full, tp->nparams_full * sizeof(float)))) {
+        rf_backend_free(m->be, pv);
+        return rc;
+    }
     if (m->params) (void)m->be->free(m->be, m->params);
     free(m->tensors);
     m->tensors = tp->full;
@@ -426,7 +461,7 @@ int rf_gpt2_tp_split(rf_gpt2 *m, rf_comm *c) {
     if (rc) return rc;
     const rf_gpt2_config *cf = &m->cfg;
     struct rf_bert_tp *tp;
-    if ((rc = ctx_new(c, m->ntensors, cf->vocab_size, &tp))) return rc;
+    if ((rc = ctx_new(c, NULL, m->be, m->ntensors, cf->vocab_size, &tp))) return rc;
     tp->Cl = cf->n_embd / n, tp->Il = cf->n_inner / n;
     tp->NHl = tp->NKVl = cf->n_head / n, tp->h0 = tp->r * tp->NHl;
     for (size_t i = 0; i < m->ntensors; i++)
@@ -450,7 +485,7 @@ int rf_llama_tp_split(rf_llama *m, rf_comm *c) {
     if (rc) return rc;
     const rf_llama_config *cf = &m->cfg;
     struct rf_bert_tp *tp;
-    if ((rc = ctx_new(c, m->ntensors, cf->vocab_size, &tp))) return rc;
+    if ((rc = ctx_new(c, NULL, m->be, m->ntensors, cf->vocab_size, &tp))) return rc;
     tp->Cl = cf->num_attention_heads / n * cf->head_dim, tp->Il = cf->intermediate_size / n;
     tp->NHl = cf->num_attention_heads / n, tp->NKVl = cf->num_key_value_heads / n;
     tp->h0 = tp->r * tp->NHl;
@@ -481,15 +516,21 @@ const struct rf_bert_tp *rf_model_tp_ctx(const rf_model *m) {
 
 int rf_model_tp_check(const rf_model *m, int n) {
     const char *k = m->ops->name;
-    if (!strcmp(k, "gpt2")) return gpt2_check(m->impl, n);
-    if (!strcmp(k, "llama")) return llama_check(m->impl, n);
+    const rf_gpt2 *g = m->impl;
+    const rf_llama *l = m->impl;
+    if (!strcmp(k, "gpt2"))
+        return g->be != rf_backend_cpu() ? rf_backend_need_cpu(g->be, "gpt2", "tensor parallelism")
+                                         : gpt2_check(g, n);
+    if (!strcmp(k, "llama"))
+        return l->be != rf_backend_cpu() ? rf_backend_need_cpu(l->be, "llama", "tensor parallelism")
+                                         : llama_check(l, n);
     if (!strcmp(k, "bert")) return RF_OK; /* rf_tr_parallel_check_model */
     return rf_fail(RF_ERR_UNSUPPORTED, "model: no tensor parallelism for '%s'", k);
 }
 
-int rf_model_tp_split(rf_model *m, rf_comm *tp) {
+int rf_model_tp_split(rf_model *m, rf_comm *tp, rf_comm *dev) {
     const char *k = m->ops->name;
-    if (!strcmp(k, "bert")) return rf_bert_tp_split(m->impl, tp);
+    if (!strcmp(k, "bert")) return rf_bert_tp_split(m->impl, tp, dev);
     if (!strcmp(k, "gpt2")) return rf_gpt2_tp_split(m->impl, tp);
     if (!strcmp(k, "llama")) return rf_llama_tp_split(m->impl, tp);
     return rf_fail(RF_ERR_UNSUPPORTED, "model: no tensor parallelism for '%s'", k);

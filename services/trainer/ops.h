@@ -35,6 +35,33 @@ void rf_op_linear_fwd(float *out, const float *inp, const float *w, const float 
 void rf_op_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                       const float *w, int N, int IC, int OC);
 
+/* Tensor parallelism's kernels (ops_tp.c; tp.h composes them with the tp
+ * group's all-reduces). The linear layer with row strides (leading
+ * dimensions, in floats, >= the row lengths), so that a rank's slice of a
+ * weight or an activation is a view: out[n, o] = sum_i inp[n, i] w[o, i] +
+ * b[o] for n < N, o < OC, i < IC (b NULL: none); with every ld equal to its
+ * row length it is rf_op_linear_fwd/bwd element for element. Backward:
+ * dinp (NULL: not wanted) += dout w; dw += dout^T inp; db (NULL: none) +=
+ * the column sums of dout. */
+void rf_op_linear_ld_fwd(float *out, int ldo, const float *inp, int ldi, const float *w, int ldw,
+                         const float *b, int N, int IC, int OC);
+void rf_op_linear_ld_bwd(float *dinp, int lddi, float *dw, int lddw, float *db, const float *dout,
+                         int ldd, const float *inp, int ldi, const float *w, int ldw, int N, int IC,
+                         int OC);
+/* The vocabulary-parallel embedding's rows: out[n] = w[ids[n] - lo] for ids
+ * in [lo, hi), zeros for the others (w holds the rows of ids [lo, hi)).
+ * embed_add: out[b, t] = (out[b, t] + wpe[t]) + wtt[types[b, t]] in place,
+ * rf_op_embed_fwd's order. embed_rows_bwd: dw[ids[n] - lo] += dout[n] for
+ * the ids in range, dwpe and dwtt (each NULL: none) as rf_op_embed_bwd, in
+ * its order. */
+void rf_op_embed_rows_fwd(float *out, const int32_t *ids, const float *w, int lo, int hi, int N,
+                          int C);
+void rf_op_embed_add_fwd(float *out, const int32_t *types, const float *wpe, const float *wtt,
+                         int B, int T, int C);
+void rf_op_embed_rows_bwd(float *dw, float *dwpe, float *dwtt, const float *dout,
+                          const int32_t *ids, const int32_t *types, int lo, int hi, int B, int T,
+                          int C);
+
 /* Multi-head self-attention over a fused qkv[B*T, 3C] (q | k | v, head h at
  * columns h*hs), for the queries at the first Tq positions of each sequence
  * (Tq = T: all; Tq = 1: [CLS] only) against all T keys. valid[b*T+t] = 0

@@ -88,11 +88,12 @@ typedef struct mesh {
      * buffers stay host memory on cm.pp_comm (MPI): the executor pre-posts
      * its receives, which on NCCL's one stream per group would hold the sends
      * queued behind them (a deadlock); a staged stage copies them through
-     * bin/bout (bcap floats each). tp stays on the CPU backend (check_mesh). */
+     * bin/bout (bcap floats each). tp_dev carries the tp ops' all-reduces
+     * (model_tp.h: the model's split borrows it; BERT only on a device). */
     const rf_backend *be;
     bool staged;
     void *sync; /* staged: a few bytes of backend memory that dev_wait reads */
-    rf_comm *dp_dev, *pp_dev;
+    rf_comm *dp_dev, *pp_dev, *tp_dev;
     float *bin, *bout;
     size_t bcap;
     /* the step in progress */
@@ -736,11 +737,6 @@ static int check_mesh(mesh *x, const rf_model_blocks *mb) {
     par.dp = x->nworld / (x->tp * x->pp);
     int rc = rf_tr_parallel_check_world(&par, x->nworld);
     if (rc) return rc;
-    if (x->tp > 1 && mb->be != rf_backend_cpu())
-        return rf_fail(RF_ERR_UNSUPPORTED,
-                       "trainer.parallel: tensor parallelism runs on the CPU backend only, not "
-                       "'%s' (pipeline and data parallelism run on it)",
-                       mb->be->name);
     if (x->tp > 1 && (rc = rf_model_tp_check(x->m, x->tp)))
         return rf_fail_ctx(rc, "trainer.parallel.tp %d", x->tp);
     if (x->bert)
@@ -844,6 +840,7 @@ static void free_mesh(mesh *x) {
     free(x->pc), free(x->st);
     if (x->dp_dev != x->cm.dp_comm) (void)rf_comm_destroy(x->dp_dev);
     if (x->pp_dev != x->cm.pp_comm) (void)rf_comm_destroy(x->pp_dev);
+    if (x->tp_dev != x->cm.tp_comm) (void)rf_comm_destroy(x->tp_dev);
     if (x->cm_made) (void)rf_comm_mesh_destroy(&x->cm);
 }
 
@@ -917,12 +914,13 @@ static int share_weights(mesh *x, const rf_model_blocks *mb) {
     return rc;
 }
 
-/* The groups that carry the stage's blocks and boundary buffers: on device
- * memory, NCCL twins of the mesh's dp and pp groups (those of more than one
- * rank); else the groups themselves. */
+/* The groups that carry the stage's blocks and the tp ops' activations: on
+ * device memory, NCCL twins of the mesh's dp, pp and tp groups (those of more
+ * than one rank); else the groups themselves. */
 static int device_groups(mesh *x) {
     x->dp_dev = x->cm.dp_comm;
     x->pp_dev = x->cm.pp_comm;
+    x->tp_dev = x->cm.tp_comm;
     if (!x->be->device_memory) return RF_OK;
     int rc = RF_OK;
     if (x->dp > 1 && (rc = rf_comm_dup_mem(x->cm.dp_comm, RF_COMM_DEVICE, &x->dp_dev))) {
@@ -933,8 +931,15 @@ static int device_groups(mesh *x) {
         x->pp_dev = x->cm.pp_comm;
         return rf_fail_ctx(rc, "train: the pipeline group on %s memory", x->be->name);
     }
-    rf_info("trainer", "rank %d: dp and pp collectives on %s memory by %s", x->rank, x->be->name,
-            rf_comm_backend_name(x->pp > 1 ? x->pp_dev : x->dp_dev));
+    if (x->tp > 1 && (rc = rf_comm_dup_mem(x->cm.tp_comm, RF_COMM_DEVICE, &x->tp_dev))) {
+        x->tp_dev = x->cm.tp_comm;
+        return rf_fail_ctx(rc, "train: the tensor-parallel group on %s memory", x->be->name);
+    }
+    rf_info("trainer", "rank %d: dp, pp and tp collectives on %s memory by %s", x->rank,
+            x->be->name,
+            rf_comm_backend_name(x->pp > 1   ? x->pp_dev
+                                 : x->tp > 1 ? x->tp_dev
+                                             : x->dp_dev));
     return RF_OK;
 }
 
@@ -1004,7 +1009,8 @@ int rf_train_mesh(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
         }
     }
     if (mb.grads) rc = rf_model_release_blocks(m, false);
-    if (!rc && x->tp > 1) rc = rf_model_tp_split(m, x->cm.tp_comm);
+    if (!rc && x->tp > 1)
+        rc = rf_model_tp_split(m, x->cm.tp_comm, x->tp_dev != x->cm.tp_comm ? x->tp_dev : NULL);
     if (!rc) rc = rf_model_blocks_of(m, &mb);
     if (!rc) rc = rf_model_set_hook(m, mesh_hook, x);
     if (rc) {

@@ -1,10 +1,9 @@
 /* Tensor-parallel building blocks (Megatron style, issue 17): the linear
  * layers split over the ranks of a tp group, the fused QKV split by heads, the
  * vocabulary-parallel embedding and cross-entropy. Each has a forward and a
- * backward; the communication is inside them (the tp group `tp`, a
- * communicator such as rf_comm_mesh.tp_comm), so a block costs one all-reduce
- * in forward (row-parallel output) and one in backward (column-parallel input
- * gradient), as in Megatron's f/g operators.
+ * backward; the communication is inside them (the group's communicator), so a
+ * block costs one all-reduce in forward (row-parallel output) and one in
+ * backward (column-parallel input gradient), as in Megatron's f/g operators.
  *
  * Conventions are ops.h's: row-major floats, nn.Linear weights [out, in],
  * backward ACCUMULATES (+=) into every gradient, and every rank of the tp
@@ -14,12 +13,19 @@
  * take leading dimensions (row strides, in floats) instead of copying: a
  * rank may hold its own packed shard, or point into the full tensor.
  *
- * Host memory, CPU kernels only (OpenBLAS sgemm with leading dimensions, cut
- * into the same fixed pieces as ops.c so that no element depends on the
- * thread count). The CUDA backend has no strided linear slot yet.
+ * Memory: the group's backend's. Everything but the cross-entropy runs
+ * through its slots (linear_ld_*, embed_rows_*, embed_add_fwd: backend.h; on
+ * the CPU ops_tp.c's kernels, OpenBLAS cut into fixed pieces so that no
+ * element depends on the thread count), so a shard may live on a device; the
+ * all-reduces run on the group's communicator, which for device memory is an
+ * NCCL group (rf_comm_dup_mem), after a wait for the backend's queue. The
+ * vocabulary-parallel cross-entropy (rf_tp_xent_*) reads its logits on the
+ * host: the CPU backend only (the causal models, which refuse a device at
+ * tp > 1).
  *
- * Errors: RF_OK, or the comm layer's error (a broken group: log rf_errmsg()
- * and exit, see comm.h), or RF_ERR_RANGE for an id outside the vocabulary. */
+ * Errors: RF_OK, the backend's error, or the comm layer's (a broken group:
+ * log rf_errmsg() and exit, see comm.h), or RF_ERR_RANGE for an id outside
+ * the vocabulary. */
 #ifndef RF_TR_TP_H
 #define RF_TR_TP_H
 
@@ -27,19 +33,16 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
+#include "trainer/backend.h"
 #include "trainer/mesh.h"
 
-/* out[n, o] = sum_i inp[n, i] w[o, i] + b[o] for n < N, o < OC, i < IC, with
- * row strides ldo, ldi, ldw (>= the row lengths); b may be NULL. With every
- * ld equal to its row length this is rf_op_linear_fwd, element for element. */
-void rf_tp_linear_fwd(float *out, int ldo, const float *inp, int ldi, const float *w, int ldw,
-                      const float *b, int N, int IC, int OC);
-/* dinp[n, i] += sum_o dout[n, o] w[o, i] (dinp NULL: not wanted);
- * dw[o, i] += sum_n dout[n, o] inp[n, i]; db[o] += sum_n dout[n, o] (NULL:
- * none). rf_op_linear_bwd with strides. */
-void rf_tp_linear_bwd(float *dinp, int lddi, float *dw, int lddw, float *db, const float *dout,
-                      int ldd, const float *inp, int ldi, const float *w, int ldw, int N, int IC,
-                      int OC);
+/* Where the ops of one tp group run. */
+typedef struct rf_tp_group {
+    rf_comm *c;           /* the tp group, for buffers of be's memory */
+    const rf_backend *be; /* whose memory the tensors are */
+    void *sync;           /* a few bytes of be's memory that to_host reads to wait for
+                           * be's queue before an all-reduce (NULL on the CPU) */
+} rf_tp_group;
 
 /* Column-parallel linear: the rank holds OCl = OC/tp output rows of the
  * weight (w: [OCl, IC], row stride ldw: IC both for a packed shard and for a
@@ -50,10 +53,11 @@ void rf_tp_linear_bwd(float *dinp, int lddi, float *dw, int lddw, float *db, con
  * hold the same values on every tp rank on entry (a replicated tensor's
  * gradient so far); ranks other than tp rank 0 zero it before adding their
  * part, so after the all-reduce it is that value plus the full gradient. */
-int rf_tp_colpar_fwd(float *out, int ldo, const float *inp, const float *w, int ldw, const float *b,
-                     int N, int IC, int OCl);
-int rf_tp_colpar_bwd(rf_comm *tp, float *dinp, float *dw, float *db, int ldw, const float *dout,
-                     int ldd, const float *inp, const float *w, int N, int IC, int OCl);
+int rf_tp_colpar_fwd(const rf_tp_group *g, float *out, int ldo, const float *inp, const float *w,
+                     int ldw, const float *b, int N, int IC, int OCl);
+int rf_tp_colpar_bwd(const rf_tp_group *g, float *dinp, float *dw, float *db, int ldw,
+                     const float *dout, int ldd, const float *inp, const float *w, int N, int IC,
+                     int OCl);
 
 /* Row-parallel linear: the rank holds ICl = IC/tp input columns of the weight
  * (w: [OC, ICl] with row stride ldw: ICl for a packed shard, IC for a view
@@ -64,10 +68,10 @@ int rf_tp_colpar_bwd(rf_comm *tp, float *dinp, float *dw, float *db, int ldw, co
  * sum); one all-reduce. Backward: no communication; dinp [N, ICl] (row
  * stride ldi) and dw (row stride ldw) are the rank's slices, db (NULL: none)
  * the full bias gradient, the same on every rank. */
-int rf_tp_rowpar_fwd(rf_comm *tp, float *out, const float *inp, int ldi, const float *w, int ldw,
-                     const float *b, int N, int ICl, int OC);
-int rf_tp_rowpar_bwd(float *dinp, int ldi, float *dw, int ldw, float *db, const float *dout,
-                     const float *inp, const float *w, int N, int ICl, int OC);
+int rf_tp_rowpar_fwd(const rf_tp_group *g, float *out, const float *inp, int ldi, const float *w,
+                     int ldw, const float *b, int N, int ICl, int OC);
+int rf_tp_rowpar_bwd(const rf_tp_group *g, float *dinp, int ldi, float *dw, int ldw, float *db,
+                     const float *dout, const float *inp, const float *w, int N, int ICl, int OC);
 
 /* The fused QKV projection (weight [3C, C]: q rows, then k, then v; bias
  * [3C]), column-parallel by heads: a rank with heads [h0, h0 + NH/tp) takes
@@ -80,10 +84,10 @@ int rf_tp_rowpar_bwd(float *dinp, int ldi, float *dw, int ldw, float *db, const 
  * rf_op_attention_fwd takes with C = Cl and NH = NH/tp: attention on the
  * local heads needs no copy either. Backward: one all-reduce of dinp over the
  * group (the rule of rf_tp_colpar_bwd). */
-int rf_tp_qkv_fwd(float *out, const float *inp, const float *w, const float *b, int wstride, int N,
-                  int C, int Cl);
-int rf_tp_qkv_bwd(rf_comm *tp, float *dinp, float *dw, float *db, int wstride, const float *dout,
-                  const float *inp, const float *w, int N, int C, int Cl);
+int rf_tp_qkv_fwd(const rf_tp_group *g, float *out, const float *inp, const float *w,
+                  const float *b, int wstride, int N, int C, int Cl);
+int rf_tp_qkv_bwd(const rf_tp_group *g, float *dinp, float *dw, float *db, int wstride,
+                  const float *dout, const float *inp, const float *w, int N, int C, int Cl);
 
 /* The all-reduce (sum) of x[n] over the tp group: Megatron's g in forward
  * (after a row-parallel product) and f in backward (after a column-parallel
@@ -91,7 +95,7 @@ int rf_tp_qkv_bwd(rf_comm *tp, float *dinp, float *dw, float *db, int wstride, c
  * have another layout (GPT-2's Conv1D [in, out], Llama's fused projections)
  * runs the product on its shard with ops.h / ops_causal.h and calls this at
  * the same points. */
-int rf_tp_sum(rf_comm *tp, float *x, size_t n);
+int rf_tp_sum(const rf_tp_group *g, float *x, size_t n);
 
 /* Vocabulary-parallel embedding: wte_local [v->block, C] holds ids
  * [v->lo, v->hi) (rf_tp_vocab_split); wpe [T, C] and wtt [TV, C] are
@@ -99,20 +103,20 @@ int rf_tp_sum(rf_comm *tp, float *x, size_t n);
  * their own positions). out[b, t] = wte[ids] + wpe[t] + wtt[types]: each rank writes
  * its rows (zeros for ids it does not own), one all-reduce makes the word
  * embedding whole, then every rank adds position and type (in ops.c's order,
- * so the result equals rf_op_embed_fwd bitwise). RF_ERR_RANGE, before any
- * communication, for an id outside [0, V) (ids are replicated, so every
- * rank fails alike). Backward: no communication; dwte_local gets the rows of
- * the rank's ids; dwpe, dwtt (NULL: none) the same on every rank.
- * The causal-LM head reuses wte_local as a column-parallel weight
- * (rf_tp_colpar_fwd with OCl = v->block): its padding rows must then be zero
- * (as allocated), so that their logits are 0, ignored by rf_tp_xent_*, and
- * their gradients stay 0. */
-int rf_tp_embed_fwd(rf_comm *tp, float *out, const int32_t *ids, const int32_t *types,
+ * so the result equals rf_op_embed_fwd bitwise). On the CPU backend,
+ * RF_ERR_RANGE before any communication for an id outside [0, V) (ids are
+ * replicated, so every rank fails alike); on a device ids are device memory,
+ * which the caller checked on the host before copying them there. Backward: no communication;
+ * dwte_local gets the rows of the rank's ids; dwpe, dwtt (NULL: none) the same on every rank. The
+ * causal-LM head reuses wte_local as a column-parallel weight (rf_tp_colpar_fwd with OCl =
+ * v->block): its padding rows must then be zero (as allocated), so that their logits are 0, ignored
+ * by rf_tp_xent_*, and their gradients stay 0. */
+int rf_tp_embed_fwd(const rf_tp_group *g, float *out, const int32_t *ids, const int32_t *types,
                     const float *wte_local, const rf_tp_vocab *v, const float *wpe,
                     const float *wtt, int B, int T, int C);
-void rf_tp_embed_bwd(float *dwte_local, float *dwpe, float *dwtt, const float *dout,
-                     const int32_t *ids, const int32_t *types, const rf_tp_vocab *v, int B, int T,
-                     int C);
+int rf_tp_embed_bwd(const rf_tp_group *g, float *dwte_local, float *dwpe, float *dwtt,
+                    const float *dout, const int32_t *ids, const int32_t *types,
+                    const rf_tp_vocab *v, int B, int T, int C);
 
 /* Vocabulary-parallel softmax cross-entropy (Megatron's): logits [N, block]
  * (row stride ldz) are the rank's columns, ids [v->lo, v->hi) (padding columns
@@ -123,12 +127,12 @@ void rf_tp_embed_bwd(float *dwte_local, float *dwpe, float *dwtt, const float *d
  * when ignored); *loss is the mean over the counted rows, as rf_op_xent_fwd
  * without class weights. Backward: dlogits (row stride ldd) += scale *
  * (softmax - onehot) / counted on the rank's columns; no communication. */
-int rf_tp_xent_fwd(rf_comm *tp, float *loss, float *losses, float *mx, double *se,
+int rf_tp_xent_fwd(const rf_tp_group *g, float *loss, float *losses, float *mx, double *se,
                    const float *logits, int ldz, const int32_t *labels, const rf_tp_vocab *v,
                    int N);
-void rf_tp_xent_bwd(float *dlogits, int ldd, const float *logits, int ldz, const float *mx,
-                    const double *se, const int32_t *labels, const rf_tp_vocab *v, int N,
-                    float scale);
+int rf_tp_xent_bwd(const rf_tp_group *g, float *dlogits, int ldd, const float *logits, int ldz,
+                   const float *mx, const double *se, const int32_t *labels, const rf_tp_vocab *v,
+                   int N, float scale);
 
 /* What the all-reduces of these ops cost so far in this process: wall
  * seconds inside them, bytes sent per rank by the ring model (2 (n-1)/n x the

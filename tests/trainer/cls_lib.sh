@@ -1,5 +1,5 @@
 # Sourced by the trainer tests that train the tiny BERT fixture through
-# `refinery train` on the test devices (dp_staged, pp_staged, guarded).
+# `refinery train` on the test devices (dp_staged, pp_staged, tp_staged, guarded).
 #
 # cls_jsonl FILE: 21 sequences of 3 to 10 words (seed 5), label 1 for every
 # third (one of good/great/fun among filler words) else 0 (bad/awful/dull):

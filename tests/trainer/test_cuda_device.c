@@ -99,8 +99,9 @@ static void test_cuda(void **state) {
 }
 
 /* Data and pipeline parallelism run on the device (NCCL, issue 14): dp 2 and
- * pp 2 with cuda are accepted where a GPU is; tensor parallelism stays on the
- * CPU and is refused with any device. */
+ * pp 2 with cuda are accepted where a GPU is, and so is the classifier's
+ * tensor parallelism; a causal model's stays on the CPU and is refused with
+ * any device. */
 static void test_cuda_dp(void **state) {
     (void)state;
     char dev[32];
@@ -114,13 +115,16 @@ static void test_cuda_dp(void **state) {
     rc = parse("  device: cuda\n  parallel: {dp: 2, pp: 2, microbatches: 2}\n", dev, sizeof dev);
     assert_int_equal(rc, have_gpu() ? RF_OK : RF_ERR_UNSUPPORTED);
     rc = parse("  device: cuda\n  parallel: {dp: 2, tp: 2}\n", dev, sizeof dev);
+    assert_int_equal(rc, have_gpu() ? RF_OK : RF_ERR_UNSUPPORTED);
+    rc = parse("  task: causal_lm\n  device: cuda\n  parallel: {dp: 2, tp: 2}\n", dev, sizeof dev);
     assert_int_equal(rc, RF_ERR_UNSUPPORTED);
     if (have_gpu())
         assert_non_null(strstr(rf_errmsg(), "tensor parallelism runs on host memory only"));
 }
 
 /* cpu-staged: the test device of backend.h (the CPU's kernels under their own
- * identity, host memory), accepted with dp > 1 and pp > 1, refused with tp. */
+ * identity, host memory), accepted with dp > 1, pp > 1 and a classifier's tp,
+ * refused with a causal model's tp. */
 static void test_cpu_staged(void **state) {
     (void)state;
     char dev[32];
@@ -138,8 +142,10 @@ static void test_cpu_staged(void **state) {
     assert_int_equal(
         parse("  device: cpu-staged\n  parallel: {pp: 2, microbatches: 4}\n", dev, sizeof dev),
         RF_OK);
-    assert_int_equal(parse("  device: cpu-staged\n  parallel: {tp: 2}\n", dev, sizeof dev),
-                     RF_ERR_UNSUPPORTED);
+    assert_int_equal(parse("  device: cpu-staged\n  parallel: {tp: 2}\n", dev, sizeof dev), RF_OK);
+    assert_int_equal(
+        parse("  task: causal_lm\n  device: cpu-staged\n  parallel: {tp: 2}\n", dev, sizeof dev),
+        RF_ERR_UNSUPPORTED);
     assert_non_null(strstr(rf_errmsg(), "tensor parallelism runs on host memory only"));
 }
 

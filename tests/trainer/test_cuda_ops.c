@@ -219,13 +219,17 @@ static void test_linear_bf16(void **state) {
 static void test_attention(void **state) {
     (void)state;
     need_gpu();
-    /* B, T, Tq, C, NH, dropout x 100 */
-    static const int shapes[][6] = {{1, 1, 1, 32, 1, 0},     {2, 13, 13, 36, 3, 0},
-                                    {2, 13, 1, 36, 3, 10},   {3, 128, 128, 384, 12, 10},
-                                    {2, 128, 1, 384, 12, 0}, {1, 512, 512, 128, 2, 10}};
+    /* B, T, Tq, C, NH, dropout x 100, h0, NHall (a tensor-parallel shard's
+     * heads [h0, h0 + NH) of NHall: the dropout masks of the global heads) */
+    static const int shapes[][8] = {
+        {1, 1, 1, 32, 1, 0, 0, 1},      {2, 13, 13, 36, 3, 0, 0, 3},
+        {2, 13, 1, 36, 3, 10, 0, 3},    {3, 128, 128, 384, 12, 10, 0, 12},
+        {2, 128, 1, 384, 12, 0, 0, 12}, {1, 512, 512, 128, 2, 10, 0, 2},
+        {2, 13, 13, 36, 3, 10, 3, 6},   {3, 128, 128, 192, 6, 10, 6, 12},
+        {2, 128, 1, 192, 6, 10, 0, 12}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int B = shapes[s][0], T = shapes[s][1], Tq = shapes[s][2], C = shapes[s][3],
-            NH = shapes[s][4];
+            NH = shapes[s][4], h0 = shapes[s][6], NHall = shapes[s][7];
         float p = (float)shapes[s][5] / 100.0f;
         uint64_t seed = 12345 + s;
         size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * Tq * C,
@@ -239,22 +243,104 @@ static void test_attention(void **state) {
         void *g_valid = up(valid, (size_t)B * T), *g_qkv = up(qkv, nqkv * 4),
              *g_out = up(NULL, nout * 4), *g_att = up(NULL, natt * 4), *g_scr = up(NULL, natt * 4),
              *g_dout = up(dout, nout * 4), *g_dqkv = up(dqkv, nqkv * 4);
-        print_message("attention B=%d T=%d Tq=%d C=%d NH=%d p=%.2f\n", B, T, Tq, C, NH, p);
-        cpu->attention_fwd(cpu, out, att, scr, qkv, valid, B, T, Tq, C, NH, p, seed);
-        assert_int_equal(
-            gpu->attention_fwd(gpu, g_out, g_att, g_scr, g_qkv, g_valid, B, T, Tq, C, NH, p, seed),
-            0);
+        print_message("attention B=%d T=%d Tq=%d C=%d NH=%d p=%.2f heads [%d, %d) of %d\n", B, T,
+                      Tq, C, NH, p, h0, h0 + NH, NHall);
+        cpu->attention_fwd(cpu, out, att, scr, qkv, valid, B, T, Tq, C, NH, h0, NHall, p, seed);
+        assert_int_equal(gpu->attention_fwd(gpu, g_out, g_att, g_scr, g_qkv, g_valid, B, T, Tq, C,
+                                            NH, h0, NHall, p, seed),
+                         0);
         check("attention_fwd out", g_out, out, nout, TOL);
         check("attention_fwd att", g_att, att, natt, TOL);
-        cpu->attention_bwd(cpu, dqkv, scr, dout, qkv, att, B, T, Tq, C, NH, p, seed);
-        assert_int_equal(
-            gpu->attention_bwd(gpu, g_dqkv, g_scr, g_dout, g_qkv, g_att, B, T, Tq, C, NH, p, seed),
-            0);
+        cpu->attention_bwd(cpu, dqkv, scr, dout, qkv, att, B, T, Tq, C, NH, h0, NHall, p, seed);
+        assert_int_equal(gpu->attention_bwd(gpu, g_dqkv, g_scr, g_dout, g_qkv, g_att, B, T, Tq, C,
+                                            NH, h0, NHall, p, seed),
+                         0);
         check("attention_bwd dqkv", g_dqkv, dqkv, nqkv, TOL);
         void *gs[] = {g_valid, g_qkv, g_out, g_att, g_scr, g_dout, g_dqkv};
         for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
             gfree(gs[i]);
         free(valid), free(qkv), free(out), free(att), free(scr), free(dout), free(dqkv);
+    }
+}
+
+/* Tensor parallelism's slots: the linear layer on strided views (a rank's
+ * rows or columns of a bigger matrix: every leading dimension above its row
+ * length), and the vocabulary-parallel embedding's rows [lo, hi). */
+static void test_tp_slots(void **state) {
+    (void)state;
+    need_gpu();
+    /* N, IC, OC, extra columns of each row (ld = len + extra), bias */
+    static const int shapes[][5] = {{1, 3, 5, 2, 1}, {13, 37, 29, 7, 1}, {128, 384, 96, 288, 0}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int N = shapes[s][0], IC = shapes[s][1], OC = shapes[s][2], ex = shapes[s][3],
+            hb = shapes[s][4], ldi = IC + ex, ldo = OC + ex, ldw = IC + ex;
+        size_t ni = (size_t)N * ldi, no = (size_t)N * ldo, nw = (size_t)OC * ldw;
+        float *x = rnd(ni, -1, 1), *w = rnd(nw, -0.1f, 0.1f), *b = rnd(OC, -1, 1),
+              *out = rnd(no, -1, 1), *dout = rnd(no, -1, 1), *dx = rnd(ni, -1, 1),
+              *dw = rnd(nw, -1, 1), *db = rnd(OC, -1, 1);
+        void *g_x = up(x, ni * 4), *g_w = up(w, nw * 4), *g_b = up(b, OC * 4),
+             *g_out = up(out, no * 4), *g_dout = up(dout, no * 4), *g_dx = up(dx, ni * 4),
+             *g_dw = up(dw, nw * 4), *g_db = up(db, OC * 4);
+        print_message("linear_ld N=%d IC=%d OC=%d +%d per row bias=%d\n", N, IC, OC, ex, hb);
+        cpu->linear_ld_fwd(cpu, out, ldo, x, ldi, w, ldw, hb ? b : NULL, N, IC, OC);
+        assert_int_equal(
+            gpu->linear_ld_fwd(gpu, g_out, ldo, g_x, ldi, g_w, ldw, hb ? g_b : NULL, N, IC, OC), 0);
+        check("linear_ld_fwd (gaps untouched)", g_out, out, no, TOL);
+        cpu->linear_ld_bwd(cpu, dx, ldi, dw, ldw, hb ? db : NULL, dout, ldo, x, ldi, w, ldw, N, IC,
+                           OC);
+        assert_int_equal(gpu->linear_ld_bwd(gpu, g_dx, ldi, g_dw, ldw, hb ? g_db : NULL, g_dout,
+                                            ldo, g_x, ldi, g_w, ldw, N, IC, OC),
+                         0);
+        check("linear_ld_bwd dinp", g_dx, dx, ni, TOL);
+        check("linear_ld_bwd dw", g_dw, dw, nw, TOL);
+        check("linear_ld_bwd db", g_db, db, OC, TOL);
+        void *gs[] = {g_x, g_w, g_b, g_out, g_dout, g_dx, g_dw, g_db};
+        for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
+            gfree(gs[i]);
+        free(x), free(w), free(b), free(out), free(dout), free(dx), free(dw), free(db);
+    }
+    /* B, T, C, V, TV, lo, hi, position and type gradients */
+    static const int emb[][8] = {
+        {1, 1, 3, 4, 1, 2, 4, 1}, {2, 7, 37, 11, 2, 3, 9, 1}, {4, 128, 384, 1000, 2, 500, 1000, 0}};
+    for (size_t s = 0; s < sizeof emb / sizeof emb[0]; s++) {
+        int B = emb[s][0], T = emb[s][1], C = emb[s][2], V = emb[s][3], TV = emb[s][4],
+            lo = emb[s][5], hi = emb[s][6], pt = emb[s][7], rows = hi - lo;
+        size_t N = (size_t)B * T;
+        int32_t *ids = malloc(N * 4), *types = malloc(N * 4);
+        for (size_t i = 0; i < N; i++) { /* inside and outside [lo, hi), repeated */
+            ids[i] = (int32_t)(i % 3 ? lo + (int)rf_rng_below(&rng, (uint64_t)(rows < 4 ? rows : 4))
+                                     : (int)rf_rng_below(&rng, (uint64_t)V));
+            types[i] = (int32_t)rf_rng_below(&rng, (uint64_t)TV);
+        }
+        float *w = rnd((size_t)rows * C, -1, 1), *wpe = rnd((size_t)T * C, -1, 1),
+              *wtt = rnd((size_t)TV * C, -1, 1), *out = rnd(N * C, -1, 1),
+              *dout = rnd(N * C, -1, 1), *dw = rnd((size_t)rows * C, -1, 1),
+              *dwpe = rnd((size_t)T * C, -1, 1), *dwtt = rnd((size_t)TV * C, -1, 1);
+        void *g_ids = up(ids, N * 4), *g_types = up(types, N * 4),
+             *g_w = up(w, (size_t)rows * C * 4), *g_wpe = up(wpe, (size_t)T * C * 4),
+             *g_wtt = up(wtt, (size_t)TV * C * 4), *g_out = up(out, N * C * 4),
+             *g_dout = up(dout, N * C * 4), *g_dw = up(dw, (size_t)rows * C * 4),
+             *g_dwpe = up(dwpe, (size_t)T * C * 4), *g_dwtt = up(dwtt, (size_t)TV * C * 4);
+        print_message("embed_rows B=%d T=%d C=%d rows [%d, %d) of %d\n", B, T, C, lo, hi, V);
+        cpu->embed_rows_fwd(cpu, out, ids, w, lo, hi, (int)N, C);
+        assert_int_equal(gpu->embed_rows_fwd(gpu, g_out, g_ids, g_w, lo, hi, (int)N, C), 0);
+        check_exact("embed_rows_fwd", g_out, out, N * C);
+        cpu->embed_add_fwd(cpu, out, types, wpe, wtt, B, T, C);
+        assert_int_equal(gpu->embed_add_fwd(gpu, g_out, g_types, g_wpe, g_wtt, B, T, C), 0);
+        check_exact("embed_add_fwd", g_out, out, N * C);
+        cpu->embed_rows_bwd(cpu, dw, pt ? dwpe : NULL, pt ? dwtt : NULL, dout, ids, types, lo, hi,
+                            B, T, C);
+        assert_int_equal(gpu->embed_rows_bwd(gpu, g_dw, pt ? g_dwpe : NULL, pt ? g_dwtt : NULL,
+                                             g_dout, g_ids, g_types, lo, hi, B, T, C),
+                         0);
+        check_exact("embed_rows_bwd dw", g_dw, dw, (size_t)rows * C);
+        check_exact("embed_rows_bwd dwpe", g_dwpe, dwpe, (size_t)T * C);
+        check_exact("embed_rows_bwd dwtt", g_dwtt, dwtt, (size_t)TV * C);
+        void *gs[] = {g_ids, g_types, g_w, g_wpe, g_wtt, g_out, g_dout, g_dw, g_dwpe, g_dwtt};
+        for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
+            gfree(gs[i]);
+        free(ids), free(types), free(w), free(wpe), free(wtt), free(out), free(dout);
+        free(dw), free(dwpe), free(dwtt);
     }
 }
 
@@ -868,6 +954,7 @@ int main(void) {
         cmocka_unit_test(test_linear),
         cmocka_unit_test(test_linear_bf16),
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_tp_slots),
         cmocka_unit_test(test_pointwise),
         cmocka_unit_test(test_xent_argmax),
         cmocka_unit_test(test_optimizer),

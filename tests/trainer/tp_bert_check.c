@@ -197,7 +197,7 @@ static void run_mesh(const char *dir, int dp, int tpn) {
     rf_bert *ref, *m;
     OK(rf_bert_load(dir, 2, 3, rf_backend_cpu(), &ref));
     OK(rf_bert_load(dir, 2, 3, rf_backend_cpu(), &m));
-    OK(rf_bert_tp_split(m, mesh.tp_comm));
+    OK(rf_bert_tp_split(m, mesh.tp_comm, NULL));
     OK(rf_bert_enable_training(ref));
     OK(rf_bert_enable_training(m));
     for (int k = 0; k < 2; k++) { /* dropout everywhere (the tiny fixture has none) */

@@ -66,6 +66,9 @@ static void die(const char *what, int rc) {
 /* Compares a rows x cols block: got (row stride ldg) against ref (ldr). The
  * scale is the largest |ref| of the whole tensor (refall, nall elements), so
  * every rank divides by the same number. Collective over the world. */
+/* The ops on host memory (the CPU backend) over group tp. */
+#define TPG(tp) (&(rf_tp_group){(tp), rf_backend_cpu(), NULL})
+
 static void check(const char *name, const float *got, int ldg, const float *ref, int ldr, int rows,
                   int cols, const float *refall, size_t nall) {
     double scale = 0, worst = 0;
@@ -130,9 +133,9 @@ static void test_colpar(rf_comm *tp, int N) {
     float *yl = zeros((size_t)N * OCl), *dxl = dup(dx0, (size_t)N * IC),
           *dWl = dup(dW0, (size_t)OC * IC), *dbl = dup(db0, OC);
     size_t wo = (size_t)r * OCl * IC; /* the rank's rows: a view of the full weight */
-    OK(rf_tp_colpar_fwd(yl, OCl, x, W + wo, IC, b + r * OCl, N, IC, OCl));
-    OK(rf_tp_colpar_bwd(tp, dxl, dWl + wo, dbl + r * OCl, IC, dy + r * OCl, OC, x, W + wo, N, IC,
-                        OCl));
+    OK(rf_tp_colpar_fwd(TPG(tp), yl, OCl, x, W + wo, IC, b + r * OCl, N, IC, OCl));
+    OK(rf_tp_colpar_bwd(TPG(tp), dxl, dWl + wo, dbl + r * OCl, IC, dy + r * OCl, OC, x, W + wo, N,
+                        IC, OCl));
     check("colpar out", yl, OCl, y + r * OCl, OC, N, OCl, y, (size_t)N * OC);
     check("colpar dinp (all-reduced)", dxl, IC, dx, IC, N, IC, dx, (size_t)N * IC);
     check("colpar dw (rank's rows)", dWl + wo, IC, dW + wo, IC, OCl, IC, dW, (size_t)OC * IC);
@@ -179,8 +182,9 @@ static void test_rowpar(rf_comm *tp, int N) {
             Wv = W + r * ICl;
             dWv = dWfull + r * ICl;
         }
-        OK(rf_tp_rowpar_fwd(tp, yl, x + r * ICl, IC, Wv, ldw, b, N, ICl, OC));
-        OK(rf_tp_rowpar_bwd(dxl + r * ICl, IC, dWv, ldw, dbl, dy, x + r * ICl, Wv, N, ICl, OC));
+        OK(rf_tp_rowpar_fwd(TPG(tp), yl, x + r * ICl, IC, Wv, ldw, b, N, ICl, OC));
+        OK(rf_tp_rowpar_bwd(TPG(tp), dxl + r * ICl, IC, dWv, ldw, dbl, dy, x + r * ICl, Wv, N, ICl,
+                            OC));
         check("rowpar out (all-reduced)", yl, OC, y, OC, N, OC, y, (size_t)N * OC);
         check("rowpar dinp (rank's columns)", dxl + r * ICl, IC, dx + r * ICl, IC, N, ICl, dx,
               (size_t)N * IC);
@@ -237,8 +241,8 @@ static void test_qkv(rf_comm *tp) {
             Wv = W + (size_t)r * Cl * C, bv = b + r * Cl, dWv = dWfull + (size_t)r * Cl * C,
             dbv = dbfull + r * Cl;
         }
-        OK(rf_tp_qkv_fwd(ql, x, Wv, bv, ws, N, C, Cl));
-        OK(rf_tp_qkv_bwd(tp, dxl, dWv, dbv, ws, dql, x, Wv, N, C, Cl));
+        OK(rf_tp_qkv_fwd(TPG(tp), ql, x, Wv, bv, ws, N, C, Cl));
+        OK(rf_tp_qkv_bwd(TPG(tp), dxl, dWv, dbv, ws, dql, x, Wv, N, C, Cl));
         const char *part[3][3] = {{"qkv out q_l", "qkv dw q rows", "qkv db q"},
                                   {"qkv out k_l", "qkv dw k rows", "qkv db k"},
                                   {"qkv out v_l", "qkv dw v rows", "qkv db v"}};
@@ -290,8 +294,8 @@ static void test_embed(rf_comm *tp, int V) {
     memcpy(wl, wte + (size_t)v.lo * C, (size_t)(v.hi - v.lo) * C * sizeof(float));
     float *outl = zeros((size_t)N * C), *dwpel = zeros((size_t)T * C),
           *dwttl = zeros((size_t)TV * C);
-    OK(rf_tp_embed_fwd(tp, outl, ids, types, wl, &v, wpe, wtt, B, T, C));
-    rf_tp_embed_bwd(dwl, dwpel, dwttl, dout, ids, types, &v, B, T, C);
+    OK(rf_tp_embed_fwd(TPG(tp), outl, ids, types, wl, &v, wpe, wtt, B, T, C));
+    OK(rf_tp_embed_bwd(TPG(tp), dwl, dwpel, dwttl, dout, ids, types, &v, B, T, C));
     check("embed out (all-reduced)", outl, C, out, C, N, C, out, (size_t)N * C);
     check("embed dwte (rank's rows)", dwl, C, dwte + (size_t)v.lo * C, C, v.hi - v.lo, C, dwte,
           (size_t)V * C);
@@ -304,7 +308,7 @@ static void test_embed(rf_comm *tp, int V) {
     int32_t bad[21];
     memcpy(bad, ids, sizeof bad);
     bad[5] = V;
-    int rc = rf_tp_embed_fwd(tp, outl, bad, types, wl, &v, wpe, wtt, B, T, C);
+    int rc = rf_tp_embed_fwd(TPG(tp), outl, bad, types, wl, &v, wpe, wtt, B, T, C);
     uint8_t refused = rc == RF_ERR_RANGE;
     OK(rf_comm_allreduce(g_world, &refused, &refused, 1, RF_COMM_U8, RF_COMM_MIN));
     if (rf_comm_rank(g_world) == 0)
@@ -343,8 +347,8 @@ static void test_xent(rf_comm *tp, int V) {
         }
     float lossl, lossesl[21], mx[21];
     double se[21];
-    OK(rf_tp_xent_fwd(tp, &lossl, lossesl, mx, se, zl, v.block, labels, &v, N));
-    rf_tp_xent_bwd(dzl, v.block, zl, v.block, mx, se, labels, &v, N, scale);
+    OK(rf_tp_xent_fwd(TPG(tp), &lossl, lossesl, mx, se, zl, v.block, labels, &v, N));
+    OK(rf_tp_xent_bwd(TPG(tp), dzl, v.block, zl, v.block, mx, se, labels, &v, N, scale));
     check("xent loss (mean)", &lossl, 1, &loss, 1, 1, 1, &loss, 1);
     check("xent per-row losses", lossesl, N, losses, N, 1, N, losses, N);
     check("xent dlogits (rank's columns)", dzl, v.block, dz + v.lo, V, N, nl, dz, (size_t)N * V);
@@ -386,8 +390,8 @@ static void test_causal_xent(rf_comm *tp, int V) {
     float lossl, lossesl[21], mx[21];
     double se[21];
     float cl = (float)rf_causal_targets(tgt, labels, B, T), cr = (float)counted;
-    OK(rf_tp_xent_fwd(tp, &lossl, lossesl, mx, se, zl, v.block, tgt, &v, N));
-    rf_tp_xent_bwd(dzl, v.block, zl, v.block, mx, se, tgt, &v, N, scale);
+    OK(rf_tp_xent_fwd(TPG(tp), &lossl, lossesl, mx, se, zl, v.block, tgt, &v, N));
+    OK(rf_tp_xent_bwd(TPG(tp), dzl, v.block, zl, v.block, mx, se, tgt, &v, N, scale));
     check("causal counted targets", &cl, 1, &cr, 1, 1, 1, &cr, 1);
     check("causal loss (mean)", &lossl, 1, &loss, 1, 1, 1, &loss, 1);
     check("causal per-row losses", lossesl, N, losses, N, 1, N, losses, N);
@@ -425,10 +429,10 @@ static void test_lm_head(rf_comm *tp) {
     float *zl = zeros((size_t)N * v.block), *dzl = zeros((size_t)N * v.block),
           *dhl = zeros((size_t)N * C), lossl, lossesl[21], mx[21];
     double se[21];
-    OK(rf_tp_colpar_fwd(zl, v.block, h, wl, C, NULL, N, C, v.block));
-    OK(rf_tp_xent_fwd(tp, &lossl, lossesl, mx, se, zl, v.block, labels, &v, N));
-    rf_tp_xent_bwd(dzl, v.block, zl, v.block, mx, se, labels, &v, N, 1.0f);
-    OK(rf_tp_colpar_bwd(tp, dhl, dwl, NULL, C, dzl, v.block, h, wl, N, C, v.block));
+    OK(rf_tp_colpar_fwd(TPG(tp), zl, v.block, h, wl, C, NULL, N, C, v.block));
+    OK(rf_tp_xent_fwd(TPG(tp), &lossl, lossesl, mx, se, zl, v.block, labels, &v, N));
+    OK(rf_tp_xent_bwd(TPG(tp), dzl, v.block, zl, v.block, mx, se, labels, &v, N, 1.0f));
+    OK(rf_tp_colpar_bwd(TPG(tp), dhl, dwl, NULL, C, dzl, v.block, h, wl, N, C, v.block));
     check("lm logits (rank's columns)", zl, v.block, z + v.lo, V, N, nl, z, (size_t)N * V);
     check("lm loss", &lossl, 1, &loss, 1, 1, 1, &loss, 1);
     check("lm dh (all-reduced)", dhl, C, dh, C, N, C, dh, (size_t)N * C);
@@ -479,12 +483,13 @@ static void test_attention_block(rf_comm *tp) {
           *dWql = zeros((size_t)3 * C * C), *dbql = zeros(3 * C), *dWol = zeros((size_t)C * C),
           *dbol = zeros(C);
     size_t wq = (size_t)r * Cl * C;
-    OK(rf_tp_qkv_fwd(qkvl, x, Wq + wq, bq + r * Cl, C, N, C, Cl));
+    OK(rf_tp_qkv_fwd(TPG(tp), qkvl, x, Wq + wq, bq + r * Cl, C, N, C, Cl));
     rf_op_attention_fwd(ctxl, attl, scrl, qkvl, valid, B, T, T, Cl, NHl, 0, 0);
-    OK(rf_tp_rowpar_fwd(tp, outl, ctxl, Cl, Wo + r * Cl, C, bo, N, Cl, C));
-    OK(rf_tp_rowpar_bwd(dctxl, Cl, dWol + r * Cl, C, dbol, dout, ctxl, Wo + r * Cl, N, Cl, C));
+    OK(rf_tp_rowpar_fwd(TPG(tp), outl, ctxl, Cl, Wo + r * Cl, C, bo, N, Cl, C));
+    OK(rf_tp_rowpar_bwd(TPG(tp), dctxl, Cl, dWol + r * Cl, C, dbol, dout, ctxl, Wo + r * Cl, N, Cl,
+                        C));
     rf_op_attention_bwd(dqkvl, scrl, dctxl, qkvl, attl, B, T, T, Cl, NHl, 0, 0);
-    OK(rf_tp_qkv_bwd(tp, dxl, dWql + wq, dbql + r * Cl, C, dqkvl, x, Wq + wq, N, C, Cl));
+    OK(rf_tp_qkv_bwd(TPG(tp), dxl, dWql + wq, dbql + r * Cl, C, dqkvl, x, Wq + wq, N, C, Cl));
     check("block out", outl, C, out, C, N, C, out, (size_t)N * C);
     check("block dx", dxl, C, dx, C, N, C, dx, (size_t)N * C);
     check("block dWo (rank's columns)", dWol + r * Cl, C, dWo + r * Cl, C, C, Cl, dWo,
@@ -537,12 +542,12 @@ static void test_mlp_block(rf_comm *tp) {
           *dW1l = zeros((size_t)I * C), *db1l = zeros(I), *dW2l = zeros((size_t)C * I),
           *db2l = zeros(C);
     size_t w1 = (size_t)r * Il * C;
-    OK(rf_tp_colpar_fwd(hl, Il, x, W1 + w1, C, b1 + r * Il, N, C, Il));
+    OK(rf_tp_colpar_fwd(TPG(tp), hl, Il, x, W1 + w1, C, b1 + r * Il, N, C, Il));
     rf_op_gelu_fwd(al, hl, (size_t)N * Il);
-    OK(rf_tp_rowpar_fwd(tp, outl, al, Il, W2 + r * Il, I, b2, N, Il, C));
-    OK(rf_tp_rowpar_bwd(dal, Il, dW2l + r * Il, I, db2l, dout, al, W2 + r * Il, N, Il, C));
+    OK(rf_tp_rowpar_fwd(TPG(tp), outl, al, Il, W2 + r * Il, I, b2, N, Il, C));
+    OK(rf_tp_rowpar_bwd(TPG(tp), dal, Il, dW2l + r * Il, I, db2l, dout, al, W2 + r * Il, N, Il, C));
     rf_op_gelu_bwd(dhl, hl, dal, (size_t)N * Il);
-    OK(rf_tp_colpar_bwd(tp, dxl, dW1l + w1, db1l + r * Il, C, dhl, Il, x, W1 + w1, N, C, Il));
+    OK(rf_tp_colpar_bwd(TPG(tp), dxl, dW1l + w1, db1l + r * Il, C, dhl, Il, x, W1 + w1, N, C, Il));
     check("mlp out", outl, C, out, C, N, C, out, (size_t)N * C);
     check("mlp dx", dxl, C, dx, C, N, C, dx, (size_t)N * C);
     check("mlp dW1 (rank's rows)", dW1l + w1, C, dW1 + w1, C, Il, C, dW1, (size_t)I * C);

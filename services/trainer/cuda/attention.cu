@@ -5,13 +5,13 @@
 // first copied head-major ([B, NH, T, hs], the context's heads buffer), then
 // S = q k^T scale into att, a warp per row turns S into the masked softmax
 // (att, which the backward contract reads) and the dropped probabilities
-// (the hash of ops.c, element index bh*Tq*T + t*T + j as on the CPU; into
-// scratch), and out = P v goes back to [B*Tq, C]. Backward: dv = P^T dout,
-// dP = dout v^T, ds = p (dP - p.dP) scale by a warp per row, dq = ds k,
-// dk = ds^T q, each added into dqkv. cuBLAS products are deterministic on one
-// GPU model, and nothing uses atomics. (The first version, a warp per query
-// row with one lane per key, ran BERT-base at T 512 at a quarter of PyTorch
-// eager's speed on an H100; its key loads were uncoalesced. Not profiled.)
+// (the hash of ops.c, element index (b*NHall + h0 + h)*Tq*T + t*T + j as on
+// the CPU, h0 and NHall placing a tensor-parallel shard's heads; into scratch), and out = P v goes
+// back to [B*Tq, C]. Backward: dv = P^T dout, dP = dout v^T, ds = p (dP - p.dP) scale by a warp per
+// row, dq = ds k, dk = ds^T q, each added into dqkv. cuBLAS products are deterministic on one GPU
+// model, and nothing uses atomics. (The first version, a warp per query row with one lane per key,
+// ran BERT-base at T 512 at a quarter of PyTorch eager's speed on an H100; its key loads were
+// uncoalesced. Not profiled.)
 #include "trainer/cuda/ops_cuda.cuh"
 
 // The context's head-major buffer with at least n floats.
@@ -77,15 +77,36 @@ static int gemm_batched(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t 
 
 #define ATT_WARPS 8
 
+// Where the dropout masks of row `row` of att ([B, NH, Tq, T], heads [h0, h0 +
+// NH) of a layer of NHall) start: the global head's, as ops.c, so masks do not
+// depend on how tensor parallelism splits the heads (row * T when h0 = 0 and
+// NHall = NH).
+__device__ static size_t mask_base(int row, int Tq, int T, int NH, int h0, int NHall) {
+    int t = row % Tq, bh = row / Tq, b = bh / NH, h = bh % NH;
+    return (((size_t)b * NHall + h0 + h) * Tq + t) * T;
+}
+
+// pd = the dropped probabilities of att (the forward's masks again).
+__global__ static void dropout_rows_kernel(float *pd, const float *att, int Tq, int T, int NH,
+                                           int h0, int NHall, size_t n, float pdrop,
+                                           uint64_t seed) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int row = (int)(i / T), j = (int)(i % T);
+    float ks = 1.0f / (1.0f - pdrop);
+    pd[i] = rf_keep(seed, mask_base(row, Tq, T, NH, h0, NHall) + j, pdrop) ? att[i] * ks : 0.0f;
+}
+
 // A warp per row (bh, t) of att: the scores (already scaled) become the
 // softmax over the valid keys (0 where none), written to att; the dropped
 // probabilities (p / (1 - pdrop) where kept, else 0) to pd.
 __global__ static void softmax_rows_kernel(float *att, float *pd, const uint8_t *valid, int NH,
-                                           int Tq, int T, int rows, float pdrop, uint64_t seed) {
+                                           int h0, int NHall, int Tq, int T, int rows, float pdrop,
+                                           uint64_t seed) {
     int row = blockIdx.x * ATT_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= rows) return;
     const uint8_t *vb = valid + (size_t)(row / Tq / NH) * T;
-    size_t base = (size_t)row * T;
+    size_t base = (size_t)row * T, mb = pd ? mask_base(row, Tq, T, NH, h0, NHall) : 0;
     float *a = att + base, mx = -INFINITY;
     for (int j = lane; j < T; j += 32)
         if (vb[j] && a[j] > mx) mx = a[j];
@@ -101,21 +122,22 @@ __global__ static void softmax_rows_kernel(float *att, float *pd, const uint8_t 
     for (int j = lane; j < T; j += 32) {
         float p = a[j] * inv;
         a[j] = p;
-        if (pd) pd[base + j] = rf_keep(seed, base + j, pdrop) ? p * ks : 0.0f;
+        if (pd) pd[base + j] = rf_keep(seed, mb + j, pdrop) ? p * ks : 0.0f;
     }
 }
 
 // A warp per row: dP (in ds) through the dropout masks, then
 // ds = p (dp - sum_j p dp) scale, in place.
-__global__ static void softmax_bwd_rows_kernel(float *ds, const float *att, int T, int rows,
-                                               float scale, float pdrop, uint64_t seed) {
+__global__ static void softmax_bwd_rows_kernel(float *ds, const float *att, int Tq, int T, int NH,
+                                               int h0, int NHall, int rows, float scale,
+                                               float pdrop, uint64_t seed) {
     int row = blockIdx.x * ATT_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= rows) return;
-    size_t base = (size_t)row * T;
+    size_t base = (size_t)row * T, mb = pdrop > 0 ? mask_base(row, Tq, T, NH, h0, NHall) : 0;
     float ks = pdrop > 0 ? 1.0f / (1.0f - pdrop) : 1.0f, dot = 0;
     for (int j = lane; j < T; j += 32) {
         float s = ds[base + j];
-        if (pdrop > 0) s = rf_keep(seed, base + j, pdrop) ? s * ks : 0.0f;
+        if (pdrop > 0) s = rf_keep(seed, mb + j, pdrop) ? s * ks : 0.0f;
         ds[base + j] = s;
         dot += att[base + j] * s;
     }
@@ -124,16 +146,19 @@ __global__ static void softmax_bwd_rows_kernel(float *ds, const float *att, int 
         ds[base + j] = att[base + j] * (ds[base + j] - dot) * scale;
 }
 
-static int check_shape(int C, int NH) {
+static int check_shape(int C, int NH, int h0, int NHall) {
     if (NH <= 0 || C % NH)
         return rf_fail(RF_ERR_INVALID, "cuda attention: %d channels in %d heads", C, NH);
+    if (h0 < 0 || h0 + NH > NHall)
+        return rf_fail(RF_ERR_INVALID, "cuda attention: heads [%d, %d) outside the layer's %d", h0,
+                       h0 + NH, NHall);
     return RF_OK;
 }
 
 int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scratch,
                         const float *qkv, const uint8_t *valid, int B, int T, int Tq, int C, int NH,
-                        float pdrop, uint64_t seed) {
-    int rc = check_shape(C, NH);
+                        int h0, int NHall, float pdrop, uint64_t seed) {
+    int rc = check_shape(C, NH, h0, NHall);
     if (rc || B <= 0 || Tq <= 0) return rc;
     rf_cuda_ctx *c = cu_ctx(be);
     int hs = C / NH, Z = B * NH, rows = Z * Tq;
@@ -152,7 +177,7 @@ int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scr
         return rc;
     float *pd = pdrop > 0 ? scratch : NULL;
     softmax_rows_kernel<<<cu_blocks(rows, ATT_WARPS), ATT_WARPS * 32, 0, c->stream>>>(
-        att, pd, valid, NH, Tq, T, rows, pdrop, seed);
+        att, pd, valid, NH, h0, NHall, Tq, T, rows, pdrop, seed);
     if ((rc = cu_launched("attention_fwd (softmax)"))) return rc;
     // o (Tq x hs) = P v: column-major o^T (hs x Tq) = v^T (hs x T) P^T (T x Tq)
     if ((rc = gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, Tq, T, 1.0f, v, hs, (long long)T * hs,
@@ -164,8 +189,8 @@ int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scr
 
 int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const float *dout,
                         const float *qkv, const float *att, int B, int T, int Tq, int C, int NH,
-                        float pdrop, uint64_t seed) {
-    int rc = check_shape(C, NH);
+                        int h0, int NHall, float pdrop, uint64_t seed) {
+    int rc = check_shape(C, NH, h0, NHall);
     if (rc || B <= 0 || Tq <= 0) return rc;
     rf_cuda_ctx *c = cu_ctx(be);
     int hs = C / NH, Z = B * NH, rows = Z * Tq;
@@ -183,8 +208,9 @@ int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const
     // dropout is on): column-major dv^T (hs x T) = dout^T (hs x Tq) P (Tq x T)
     const float *pd = att;
     if (pdrop > 0) {
-        // the forward's masks again: element index row * T + j is dropout's i
-        if ((rc = rf_cu_dropout_fwd(be, scratch, att, natt, pdrop, seed))) return rc;
+        dropout_rows_kernel<<<cu_blocks(natt, 256), 256, 0, c->stream>>>(
+            scratch, att, Tq, T, NH, h0, NHall, natt, pdrop, seed);
+        if ((rc = cu_launched("attention_bwd (dropout)"))) return rc;
         pd = scratch;
     }
     if ((rc = gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, Tq, 1.0f, dO, hs, sq, pd, T, sa,
@@ -196,7 +222,7 @@ int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const
         return rc;
     float scale = 1.0f / sqrtf((float)hs);
     softmax_bwd_rows_kernel<<<cu_blocks(rows, ATT_WARPS), ATT_WARPS * 32, 0, c->stream>>>(
-        scratch, att, T, rows, scale, pdrop, seed);
+        scratch, att, Tq, T, NH, h0, NHall, rows, scale, pdrop, seed);
     if ((rc = cu_launched("attention_bwd (softmax)"))) return rc;
     // dq (Tq x hs) = ds k: column-major dq^T (hs x Tq) = k^T (hs x T) ds^T (T x Tq)
     if ((rc = gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, Tq, T, 1.0f, k, hs, skv, scratch, T, sa,

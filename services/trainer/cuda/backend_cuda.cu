@@ -191,6 +191,11 @@ static void init(int k) {
     b.residual_bwd = rf_cu_residual_bwd;
     b.xent_fwd = rf_cu_xent_fwd;
     b.xent_bwd = rf_cu_xent_bwd;
+    b.linear_ld_fwd = rf_cu_linear_ld_fwd;
+    b.linear_ld_bwd = rf_cu_linear_ld_bwd;
+    b.embed_rows_fwd = rf_cu_embed_rows_fwd;
+    b.embed_add_fwd = rf_cu_embed_add_fwd;
+    b.embed_rows_bwd = rf_cu_embed_rows_bwd;
     b.softmax_argmax = rf_cu_softmax_argmax;
     b.tokpos_fwd = rf_cu_tokpos_fwd;
     b.tokpos_bwd = rf_cu_tokpos_bwd;

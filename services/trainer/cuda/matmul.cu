@@ -30,44 +30,66 @@ __global__ static void bias_rows_kernel(float *out, const float *b, int OC, size
     if (i < total) out[i] = b[i % OC];
 }
 
-int rf_cu_linear_fwd(const rf_backend *be, float *out, const float *inp, const float *w,
-                     const float *b, int N, int IC, int OC) {
+// out rows of OC floats, ldo apart, each = b
+__global__ static void bias_rows_ld_kernel(float *out, int ldo, const float *b, int OC,
+                                           size_t total) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total) out[(i / OC) * ldo + i % OC] = b[i % OC];
+}
+
+// The linear layer with row strides (tensor parallelism's views; twin of
+// rf_op_linear_ld_fwd/bwd): row-major X[r, c] with row stride ld is
+// column-major X^T with leading dimension ld, so the strides go straight to
+// cuBLAS. linear_fwd/bwd are this with packed rows.
+int rf_cu_linear_ld_fwd(const rf_backend *be, float *out, int ldo, const float *inp, int ldi,
+                        const float *w, int ldw, const float *b, int N, int IC, int OC) {
     rf_cuda_ctx *c = cu_ctx(be);
-    if (N <= 0) return RF_OK;
+    if (N <= 0 || OC <= 0) return RF_OK;
     float beta = 0.0f;
     if (b) { // out = b, then out += inp w^T, as the CPU twin
         size_t total = (size_t)N * OC;
-        bias_rows_kernel<<<cu_blocks(total, 256), 256, 0, c->stream>>>(out, b, OC, total);
+        bias_rows_ld_kernel<<<cu_blocks(total, 256), 256, 0, c->stream>>>(out, ldo, b, OC, total);
         int rc = cu_launched("linear_fwd (bias)");
         if (rc) return rc;
         beta = 1.0f;
     }
     // out^T[OC, N] = w^T... : C(OC x N) = op(A = w, IC x OC)^T * (B = inp^T, IC x N)
-    return gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, IC, inp, IC, beta, out, OC,
+    return gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, ldw, inp, ldi, beta, out, ldo,
                 "linear_fwd");
 }
 
-int rf_cu_linear_bwd(const rf_backend *be, float *dinp, float *dw, float *db, const float *dout,
-                     const float *inp, const float *w, int N, int IC, int OC) {
+int rf_cu_linear_ld_bwd(const rf_backend *be, float *dinp, int lddi, float *dw, int lddw, float *db,
+                        const float *dout, int ldd, const float *inp, int ldi, const float *w,
+                        int ldw, int N, int IC, int OC) {
     rf_cuda_ctx *c = cu_ctx(be);
     if (N <= 0) return RF_OK;
     float one = 1.0f;
     int rc;
     // dinp[N, IC] += dout[N, OC] w[OC, IC]: dinp^T (IC x N) = w^T-view (IC x OC) * dout^T (OC x N)
-    if (dinp && (rc = gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, IC, dout, OC, 1.0f, dinp, IC,
-                           "linear_bwd (input)")))
+    if (dinp && (rc = gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, ldw, dout, ldd, 1.0f, dinp,
+                           lddi, "linear_bwd (input)")))
         return rc;
     // dw[OC, IC] += dout^T inp: dw^T (IC x OC) = inp^T (IC x N) * dout (N x OC);
     // dw NULL: a frozen weight (LoRA's base)
-    if (dw && (rc = gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, 1.0f, dw, IC,
-                         "linear_bwd (weights)")))
+    if (dw && (rc = gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, ldi, dout, ldd, 1.0f, dw,
+                         lddw, "linear_bwd (weights)")))
         return rc;
     if (!db) return RF_OK;
-    // db[OC] += dout^T ones[N]: column-major dout^T is OC x N (ld OC)
+    // db[OC] += dout^T ones[N]: column-major dout^T is OC x N (ld ldd)
     if ((rc = rf_cuda_ones(c, (size_t)N))) return rc;
     return rf_cublas_check(
-        cublasSgemv(c->blas, CUBLAS_OP_N, OC, N, &one, dout, OC, c->ones, 1, &one, db, 1),
+        cublasSgemv(c->blas, CUBLAS_OP_N, OC, N, &one, dout, ldd, c->ones, 1, &one, db, 1),
         "linear_bwd (bias)");
+}
+
+int rf_cu_linear_fwd(const rf_backend *be, float *out, const float *inp, const float *w,
+                     const float *b, int N, int IC, int OC) {
+    return rf_cu_linear_ld_fwd(be, out, OC, inp, IC, w, IC, b, N, IC, OC);
+}
+
+int rf_cu_linear_bwd(const rf_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                     const float *inp, const float *w, int N, int IC, int OC) {
+    return rf_cu_linear_ld_bwd(be, dinp, IC, dw, IC, db, dout, OC, inp, IC, w, IC, N, IC, OC);
 }
 
 // Hugging Face's Conv1D (GPT-2), twin of rf_op_conv1d_fwd/bwd: the weight is

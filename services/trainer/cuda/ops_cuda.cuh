@@ -25,19 +25,35 @@ int rf_cu_linear_fwd(const rf_backend *be, float *out, const float *inp, const f
                      const float *b, int N, int IC, int OC);
 int rf_cu_linear_bwd(const rf_backend *be, float *dinp, float *dw, float *db, const float *dout,
                      const float *inp, const float *w, int N, int IC, int OC);
+// tensor parallelism: the linear layer with leading dimensions (matmul.cu),
+// the vocabulary-parallel embedding's rows (embed.cu)
+int rf_cu_linear_ld_fwd(const rf_backend *be, float *out, int ldo, const float *inp, int ldi,
+                        const float *w, int ldw, const float *b, int N, int IC, int OC);
+int rf_cu_linear_ld_bwd(const rf_backend *be, float *dinp, int lddi, float *dw, int lddw, float *db,
+                        const float *dout, int ldd, const float *inp, int ldi, const float *w,
+                        int ldw, int N, int IC, int OC);
+int rf_cu_embed_rows_fwd(const rf_backend *be, float *out, const int32_t *ids, const float *w,
+                         int lo, int hi, int N, int C);
+int rf_cu_embed_add_fwd(const rf_backend *be, float *out, const int32_t *types, const float *wpe,
+                        const float *wtt, int B, int T, int C);
+int rf_cu_embed_rows_bwd(const rf_backend *be, float *dw, float *dwpe, float *dwtt,
+                         const float *dout, const int32_t *ids, const int32_t *types, int lo,
+                         int hi, int B, int T, int C);
 // attention.cu
 int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scratch,
                         const float *qkv, const uint8_t *valid, int B, int T, int Tq, int C, int NH,
-                        float pdrop, uint64_t seed);
+                        int h0, int NHall, float pdrop, uint64_t seed);
 int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const float *dout,
                         const float *qkv, const float *att, int B, int T, int Tq, int C, int NH,
-                        float pdrop, uint64_t seed);
+                        int h0, int NHall, float pdrop, uint64_t seed);
 // gelu.cu
 int rf_cu_gelu_fwd(const rf_backend *be, float *out, const float *inp, size_t n);
-int rf_cu_gelu_bwd(const rf_backend *be, float *dinp, const float *inp, const float *dout, size_t n);
+int rf_cu_gelu_bwd(const rf_backend *be, float *dinp, const float *inp, const float *dout,
+                   size_t n);
 // pooler.cu (tanh)
 int rf_cu_tanh_fwd(const rf_backend *be, float *out, const float *inp, size_t n);
-int rf_cu_tanh_bwd(const rf_backend *be, float *dinp, const float *out, const float *dout, size_t n);
+int rf_cu_tanh_bwd(const rf_backend *be, float *dinp, const float *out, const float *dout,
+                   size_t n);
 // dropout.cu (dropout and the residual adds: the same masks)
 int rf_cu_dropout_fwd(const rf_backend *be, float *out, const float *inp, size_t n, float p,
                       uint64_t seed);
@@ -91,9 +107,9 @@ int rf_cu_gelu_tanh_bwd(const rf_backend *be, float *dinp, const float *inp, con
 int rf_cu_causal_attention_fwd(const rf_backend *be, float *out, float *att, const float *qkv,
                                const uint8_t *valid, const int32_t *seg, int B, int T, int NH,
                                int NKV, int hs);
-int rf_cu_causal_attention_bwd(const rf_backend *be, float *dqkv, float *scratch,
-                               const float *dout, const float *qkv, const float *att, int B, int T,
-                               int NH, int NKV, int hs);
+int rf_cu_causal_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const float *dout,
+                               const float *qkv, const float *att, int B, int T, int NH, int NKV,
+                               int hs);
 // causal_xent.cu
 int rf_cu_causal_xent_fwd(const rf_backend *be, float *loss, int *counted, float *lse,
                           float *losses, const float *logits, const int32_t *labels, int B, int T,
