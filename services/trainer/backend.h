@@ -99,11 +99,12 @@ struct rf_backend {
     int (*xent_bwd)(const rf_backend *be, float *dlogits, const float *probs, const int32_t *labels,
                     const float *weights, int B, int K, float scale);
 
-    /* tensor parallelism's kernels (semantics: rf_op_linear_ld_* and
-     * rf_op_embed_rows_* / rf_op_embed_add_fwd in ops.h; tp.h composes
-     * them with the tp group's all-reduces). ids and types are device
-     * memory. NULL slots: the backend cannot run a tp shard (refused at the
-     * split, naming the slot). */
+    /* tensor parallelism's kernels (semantics: rf_op_linear_ld_*,
+     * rf_op_embed_rows_* / rf_op_embed_add_fwd and rf_op_vxent_* in ops.h;
+     * tp.h composes them with the tp group's all-reduces). ids, pos, types
+     * and tgt are device memory, se too (doubles); vxent_loss writes the
+     * mean loss to the host, like xent_fwd. NULL slots: the backend cannot
+     * run a tp shard (refused at the split, naming the slot). */
     int (*linear_ld_fwd)(const rf_backend *be, float *out, int ldo, const float *inp, int ldi,
                          const float *w, int ldw, const float *b, int N, int IC, int OC);
     int (*linear_ld_bwd)(const rf_backend *be, float *dinp, int lddi, float *dw, int lddw,
@@ -111,11 +112,20 @@ struct rf_backend {
                          const float *w, int ldw, int N, int IC, int OC);
     int (*embed_rows_fwd)(const rf_backend *be, float *out, const int32_t *ids, const float *w,
                           int lo, int hi, int N, int C);
-    int (*embed_add_fwd)(const rf_backend *be, float *out, const int32_t *types, const float *wpe,
-                         const float *wtt, int B, int T, int C);
+    int (*embed_add_fwd)(const rf_backend *be, float *out, const int32_t *pos, const int32_t *types,
+                         const float *wpe, const float *wtt, int B, int T, int C);
     int (*embed_rows_bwd)(const rf_backend *be, float *dw, float *dwpe, float *dwtt,
                           const float *dout, const int32_t *ids, const int32_t *types, int lo,
                           int hi, int B, int T, int C);
+    int (*vxent_stats)(const rf_backend *be, float *mx, float *tl, const float *logits, int ldz,
+                       const int32_t *tgt, int lo, int hi, int N);
+    int (*vxent_sumexp)(const rf_backend *be, double *se, const float *logits, int ldz,
+                        const float *mx, int lo, int hi, int N);
+    int (*vxent_loss)(const rf_backend *be, float *loss, float *losses, const float *mx,
+                      const double *se, const int32_t *tgt, int N);
+    int (*vxent_bwd)(const rf_backend *be, float *dlogits, int ldd, const float *logits, int ldz,
+                     const float *mx, const double *se, const int32_t *tgt, int lo, int hi, int N,
+                     float scale);
 
     /* evaluation: pred[b] = argmax of logits row b (first maximum), probs (may
      * be NULL) its softmax, computed as rf_op_softmax_argmax; device memory */

@@ -139,10 +139,39 @@ static int embed_rows_fwd(const rf_backend *be, float *out, const int32_t *ids, 
     return RF_OK;
 }
 
-static int embed_add_fwd(const rf_backend *be, float *out, const int32_t *types, const float *wpe,
-                         const float *wtt, int B, int T, int C) {
+static int embed_add_fwd(const rf_backend *be, float *out, const int32_t *pos, const int32_t *types,
+                         const float *wpe, const float *wtt, int B, int T, int C) {
     (void)be;
-    rf_op_embed_add_fwd(out, types, wpe, wtt, B, T, C);
+    rf_op_embed_add_fwd(out, pos, types, wpe, wtt, B, T, C);
+    return RF_OK;
+}
+
+static int vxent_stats(const rf_backend *be, float *mx, float *tl, const float *logits, int ldz,
+                       const int32_t *tgt, int lo, int hi, int N) {
+    (void)be;
+    rf_op_vxent_stats(mx, tl, logits, ldz, tgt, lo, hi, N);
+    return RF_OK;
+}
+
+static int vxent_sumexp(const rf_backend *be, double *se, const float *logits, int ldz,
+                        const float *mx, int lo, int hi, int N) {
+    (void)be;
+    rf_op_vxent_sumexp(se, logits, ldz, mx, lo, hi, N);
+    return RF_OK;
+}
+
+static int vxent_loss(const rf_backend *be, float *loss, float *losses, const float *mx,
+                      const double *se, const int32_t *tgt, int N) {
+    (void)be;
+    rf_op_vxent_loss(loss, losses, mx, se, tgt, N);
+    return RF_OK;
+}
+
+static int vxent_bwd(const rf_backend *be, float *dlogits, int ldd, const float *logits, int ldz,
+                     const float *mx, const double *se, const int32_t *tgt, int lo, int hi, int N,
+                     float scale) {
+    (void)be;
+    rf_op_vxent_bwd(dlogits, ldd, logits, ldz, mx, se, tgt, lo, hi, N, scale);
     return RF_OK;
 }
 
@@ -443,6 +472,10 @@ static const rf_backend cpu = {
     .embed_rows_fwd = embed_rows_fwd,
     .embed_add_fwd = embed_add_fwd,
     .embed_rows_bwd = embed_rows_bwd,
+    .vxent_stats = vxent_stats,
+    .vxent_sumexp = vxent_sumexp,
+    .vxent_loss = vxent_loss,
+    .vxent_bwd = vxent_bwd,
     .softmax_argmax = softmax_argmax,
     .tokpos_fwd = tokpos_fwd,
     .tokpos_bwd = tokpos_bwd,

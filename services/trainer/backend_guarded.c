@@ -258,9 +258,25 @@ GUARDED(embed_rows_fwd,
          int N, int C),
         be, out, ids, w, lo, hi, N, C)
 GUARDED(embed_add_fwd,
-        (const rf_backend *be, float *out, const int32_t *types, const float *wpe, const float *wtt,
-         int B, int T, int C),
-        be, out, types, wpe, wtt, B, T, C)
+        (const rf_backend *be, float *out, const int32_t *pos, const int32_t *types,
+         const float *wpe, const float *wtt, int B, int T, int C),
+        be, out, pos, types, wpe, wtt, B, T, C)
+GUARDED(vxent_stats,
+        (const rf_backend *be, float *mx, float *tl, const float *logits, int ldz,
+         const int32_t *tgt, int lo, int hi, int N),
+        be, mx, tl, logits, ldz, tgt, lo, hi, N)
+GUARDED(vxent_sumexp,
+        (const rf_backend *be, double *se, const float *logits, int ldz, const float *mx, int lo,
+         int hi, int N),
+        be, se, logits, ldz, mx, lo, hi, N)
+GUARDED(vxent_loss,
+        (const rf_backend *be, float *loss, float *losses, const float *mx, const double *se,
+         const int32_t *tgt, int N),
+        be, loss, losses, mx, se, tgt, N)
+GUARDED(vxent_bwd,
+        (const rf_backend *be, float *dlogits, int ldd, const float *logits, int ldz,
+         const float *mx, const double *se, const int32_t *tgt, int lo, int hi, int N, float scale),
+        be, dlogits, ldd, logits, ldz, mx, se, tgt, lo, hi, N, scale)
 GUARDED(embed_rows_bwd,
         (const rf_backend *be, float *dw, float *dwpe, float *dwtt, const float *dout,
          const int32_t *ids, const int32_t *types, int lo, int hi, int B, int T, int C),
@@ -427,6 +443,10 @@ static void init(void) {
     if (base->embed_rows_fwd) guarded.embed_rows_fwd = g_embed_rows_fwd;
     if (base->embed_add_fwd) guarded.embed_add_fwd = g_embed_add_fwd;
     if (base->embed_rows_bwd) guarded.embed_rows_bwd = g_embed_rows_bwd;
+    if (base->vxent_stats) guarded.vxent_stats = g_vxent_stats;
+    if (base->vxent_sumexp) guarded.vxent_sumexp = g_vxent_sumexp;
+    if (base->vxent_loss) guarded.vxent_loss = g_vxent_loss;
+    if (base->vxent_bwd) guarded.vxent_bwd = g_vxent_bwd;
     if (base->softmax_argmax) guarded.softmax_argmax = g_softmax_argmax;
     if (base->tokpos_fwd) guarded.tokpos_fwd = g_tokpos_fwd;
     if (base->tokpos_bwd) guarded.tokpos_bwd = g_tokpos_bwd;

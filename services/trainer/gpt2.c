@@ -204,11 +204,6 @@ void rf_gpt2_bind_all(rf_gpt2 *m) {
     if (m->grads) bind(m, &m->g, m->grads);
 }
 
-/* Tensor parallelism works on host memory (model_tp.c): it needs the CPU. */
-static int need_cpu(const rf_gpt2 *m, const char *what) {
-    return rf_backend_need_cpu(m->be, "gpt2", what);
-}
-
 /* Whether be fills every slot the model calls (a backend built before its
  * causal-LM kernels has NULL there): RF_ERR_UNSUPPORTED naming the first
  * missing one otherwise. */
@@ -290,8 +285,10 @@ void rf_gpt2_free(rf_gpt2 *m) {
     free(m->seg);
     free(m->valid);
     free(m->tgt);
-    free(m->se);
+    rf_backend_free(be, m->tgt_dev);
+    rf_backend_free(be, m->se);
     if (m->tp) { /* model_tp.c's context (freed here so the evaluator needs no tp code) */
+        rf_backend_free(m->tp->g.be, m->tp->g.sync);
         free(m->tp->full);
         free(m->tp->spans);
         free(m->tp->kinds);
@@ -532,14 +529,15 @@ int rf_gpt2_reserve(rf_gpt2 *m, int B, int T) {
     int32_t *ids_d = rf_backend_alloc(be, ni), *lab_d = rf_backend_alloc(be, ni),
             *pos_d = rf_backend_alloc(be, ni), *seg_d = rf_backend_alloc(be, ni);
     uint8_t *valid_d = rf_backend_alloc(be, nt);
-    int32_t *tgt = malloc(ni);
-    double *se = malloc(sizeof(double) * nt);
-    if (!a || (train && !d) || !ids || !lab || !pos || !seg || !valid || !tgt || !se || !ids_d ||
-        !lab_d || !pos_d || !seg_d || !valid_d) {
+    int32_t *tgt = malloc(ni), *tgt_d = rf_backend_alloc(be, ni);
+    double *se = rf_backend_alloc(be, sizeof(double) * nt);
+    if (!a || (train && !d) || !ids || !lab || !pos || !seg || !valid || !tgt || !tgt_d || !se ||
+        !ids_d || !lab_d || !pos_d || !seg_d || !valid_d) {
         rf_backend_free(be, a), rf_backend_free(be, d), rf_backend_free(be, ids_d),
             rf_backend_free(be, lab_d);
         rf_backend_free(be, pos_d), rf_backend_free(be, seg_d), rf_backend_free(be, valid_d);
-        free(ids), free(lab), free(pos), free(seg), free(valid), free(tgt), free(se);
+        rf_backend_free(be, tgt_d), rf_backend_free(be, se);
+        free(ids), free(lab), free(pos), free(seg), free(valid), free(tgt);
         return RF_ERR_NOMEM;
     }
     rf_backend_free(be, m->acts), rf_backend_free(be, m->dacts), rf_backend_free(be, m->ids_dev);
@@ -547,9 +545,10 @@ int rf_gpt2_reserve(rf_gpt2 *m, int B, int T) {
         rf_backend_free(be, m->seg_dev);
     rf_backend_free(be, m->valid_dev);
     free(m->ids), free(m->labels), free(m->valid);
-    free(m->pos), free(m->seg), free(m->tgt), free(m->se);
+    rf_backend_free(be, m->tgt_dev), rf_backend_free(be, m->se);
+    free(m->pos), free(m->seg), free(m->tgt);
     m->acts = a, m->dacts = d, m->ids = ids, m->labels = lab, m->valid = valid;
-    m->pos = pos, m->seg = seg, m->tgt = tgt, m->se = se;
+    m->pos = pos, m->seg = seg, m->tgt = tgt, m->tgt_dev = tgt_d, m->se = se;
     m->ids_dev = ids_d, m->labels_dev = lab_d, m->pos_dev = pos_d, m->seg_dev = seg_d;
     m->valid_dev = valid_d;
     m->nacts = n, m->ngrads = ng, m->capB = nB, m->capT = T;
@@ -600,7 +599,6 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
     const rf_gpt2_config *c = &m->cfg;
     const rf_backend *be = m->be;
     int rc = check_range(m, u0, u1, in, out);
-    if (!rc && m->tp) rc = need_cpu(m, "tensor parallelism");
     if (!rc) rc = rf_gpt2_reserve(m, B, T);
     if (!rc && m->lora) rc = rf_lora_reserve(m->lora, B * T);
     if (rc) return rc;
@@ -650,14 +648,8 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
     if (u0 == 0) {
         TRY(event(m, 0, RF_UNIT_FWD, rf_cu_fwd_next(0, false, u1, n_units, true)));
         if (tp) { /* the word embedding vocabulary-parallel, then positions */
-            TRY(tp->embed_fwd(&tp->g, a->res[0], m->ids, NULL, m->p.wte, &tp->vocab, NULL, NULL, B,
-                              T, C));
-            for (int n = 0; n < N; n++) {
-                float *o = a->res[0] + (size_t)n * C;
-                const float *p = m->p.wpe + (size_t)m->pos[n] * C;
-                for (int i = 0; i < C; i++)
-                    o[i] = o[i] + p[i];
-            }
+            TRY(tp->embed_fwd(&tp->g, a->res[0], m->ids_dev, m->pos_dev, NULL, m->p.wte, &tp->vocab,
+                              m->p.wpe, NULL, B, T, C));
         } else {
             TRY(be->tokpos_fwd(be, a->res[0], m->ids_dev, m->pos_dev, m->p.wte, m->p.wpe, B, T, C));
         }
@@ -698,7 +690,8 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
         TRY(tp->colpar_fwd(&tp->g, a->logits, Vl, a->lnf, m->p.wte, C, NULL, N, C, Vl));
         if (labels) {
             m->counted = rf_causal_targets(m->tgt, m->labels, B, T);
-            TRY(tp->xent_fwd(&tp->g, &m->loss, a->losses, a->lse, m->se, a->logits, Vl, m->tgt,
+            TRY(be->to_device(be, m->tgt_dev, m->tgt, sizeof(int32_t) * (size_t)N));
+            TRY(tp->xent_fwd(&tp->g, &m->loss, a->losses, a->lse, m->se, a->logits, Vl, m->tgt_dev,
                              &tp->vocab, N));
         }
         return RF_OK;
@@ -721,7 +714,6 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
         return rf_fail(RF_ERR_INVALID, "gpt2: training is not enabled");
     const rf_backend *be = m->be;
     int n_units = rf_gpt2_units(m), rc = check_range(m, u0, u1, din, dout);
-    if (!rc && m->tp) rc = need_cpu(m, "tensor parallelism");
     if (rc) return rc;
     if (!m->dacts && !(m->dacts = rf_backend_alloc(be, m->ngrads * sizeof(float))))
         return RF_ERR_NOMEM;
@@ -742,7 +734,7 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
 
     if (u1 == n_units) {
         if (tp)
-            TRY(tp->xent_bwd(&tp->g, d->logits, Vl, a->logits, Vl, a->lse, m->se, m->tgt,
+            TRY(tp->xent_bwd(&tp->g, d->logits, Vl, a->logits, Vl, a->lse, m->se, m->tgt_dev,
                              &tp->vocab, N, loss_scale));
         else
             TRY(be->causal_xent_bwd(be, d->logits, a->logits, a->lse, m->labels_dev, B, T, V,
@@ -800,9 +792,10 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
     }
     TRY(event(m, 0, RF_UNIT_BWD, rf_cu_bwd_next(0, false, u0, u1)));
     if (tp) {
-        TRY(tp->embed_bwd(&tp->g, m->g.wte, NULL, NULL, d->res[0], m->ids, NULL, &tp->vocab, B, T,
-                          C));
-        rf_op_tokpos_bwd(NULL, m->g.wpe, d->res[0], m->ids, m->pos, B, T, C);
+        TRY(tp->embed_bwd(&tp->g, m->g.wte, NULL, NULL, d->res[0], m->ids_dev, NULL, &tp->vocab, B,
+                          T, C));
+        TRY(be->tokpos_bwd(be, NULL, m->g.wpe, d->res[0], m->ids_dev, m->pos_dev, B, T, C, V,
+                           c->n_positions));
     } else if (m->g.wte) { /* NULL: a frozen embedding (LoRA) */
         TRY(be->tokpos_bwd(be, m->g.wte, m->g.wpe, d->res[0], m->ids_dev, m->pos_dev, B, T, C, V,
                            c->n_positions));

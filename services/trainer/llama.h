@@ -89,10 +89,11 @@ typedef struct rf_llama {
      * computes input gradients only). */
     struct rf_lora *lora;
     /* Tensor parallelism (rf_llama_tp_split; model_tp.h): NULL for the whole
-     * model. tgt and se are the vocabulary-parallel loss's shifted targets and
-     * sums of exps (reserve sizes them). */
+     * model. tgt and se are the vocabulary-parallel loss's shifted targets
+     * (host, and tgt_dev the backend's copy) and sums of exps (the backend's
+     * memory); reserve sizes them. */
     struct rf_bert_tp *tp;
-    int32_t *tgt;
+    int32_t *tgt, *tgt_dev;
     double *se;
 } rf_llama;
 
@@ -141,8 +142,10 @@ int rf_llama_replay(rf_llama *m, int u0, int u1, bool backward);
  * cost one all-reduce per attention block and per MLP block each way, one for the embedding and
  * three for the loss in forward. Call before enabling training; the undo (the whole model back) is
  * rf_model_tp_merge. RF_ERR_INVALID when tp does not divide num_key_value_heads,
- * num_attention_heads or intermediate_size; RF_ERR_UNSUPPORTED with LoRA attached. */
+ * num_attention_heads or intermediate_size; RF_ERR_UNSUPPORTED with LoRA attached or a backend
+ * without tp.h's slots. dev as rf_bert_tp_split's (the tp group's NCCL twin on a GPU's memory,
+ * borrowed; else NULL). */
 struct rf_comm;
-int rf_llama_tp_split(rf_llama *m, struct rf_comm *tp);
+int rf_llama_tp_split(rf_llama *m, struct rf_comm *tp, struct rf_comm *dev);
 
 #endif

@@ -642,8 +642,8 @@ int rf_bert_forward_range(rf_bert *m, const rf_batch *bt, bool train, uint64_t d
     if (u0 == 0) {
         TRY(unit_event(m, 0, RF_UNIT_FWD));
         if (tp)
-            TRY(tp->embed_fwd(&tp->g, a.emb_in, m->ids_dev, m->types_dev, m->p.wte, &tp->vocab,
-                              m->p.wpe, m->p.wtt, B, T, C));
+            TRY(tp->embed_fwd(&tp->g, a.emb_in, m->ids_dev, NULL, m->types_dev, m->p.wte,
+                              &tp->vocab, m->p.wpe, m->p.wtt, B, T, C));
         else
             TRY(be->embed_fwd(be, a.emb_in, m->ids_dev, m->types_dev, m->p.wte, m->p.wpe, m->p.wtt,
                               B, T, C));

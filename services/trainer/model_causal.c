@@ -274,7 +274,8 @@ static int save_causal(const rf_model *m, const char *dir, const rf_backend *be,
         TYPE *x;                                                                                   \
         const TYPE *src = m->impl;                                                                 \
         int rc = rf_##P##_new_on(&src->cfg, src->be, &x);                                          \
-        if (!rc && src->tp && (rc = rf_##P##_tp_split(x, src->tp->c))) rf_##P##_free(x);           \
+        if (!rc && src->tp && (rc = rf_##P##_tp_split(x, src->tp->c, src->tp->dev)))               \
+            rf_##P##_free(x);                                                                      \
         if (rc) return rc;                                                                         \
         rf_model *o = malloc(sizeof *o);                                                           \
         if (!o) {                                                                                  \

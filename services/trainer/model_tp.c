@@ -204,24 +204,32 @@ static int ctx_new(rf_comm *c, rf_comm *dev, const rf_backend *be, size_t nt, in
     return RF_OK;
 }
 
+/* Whether be can run a tp shard (tp.h's slots; the vocabulary-parallel
+ * cross-entropy's for a causal model) and, on a GPU's memory, dev is the tp
+ * group's device twin: RF_ERR_UNSUPPORTED naming the missing slot, or
+ * RF_ERR_INVALID. */
+static int tp_backend_check(const rf_backend *be, const char *who, bool causal, rf_comm *dev) {
+    const rf_backend_slot need[] = {
+        {"linear_ld_fwd", !be->linear_ld_fwd},         {"linear_ld_bwd", !be->linear_ld_bwd},
+        {"embed_rows_fwd", !be->embed_rows_fwd},       {"embed_add_fwd", !be->embed_add_fwd},
+        {"embed_rows_bwd", !be->embed_rows_bwd},       {"vxent_stats", causal && !be->vxent_stats},
+        {"vxent_sumexp", causal && !be->vxent_sumexp}, {"vxent_loss", causal && !be->vxent_loss},
+        {"vxent_bwd", causal && !be->vxent_bwd}};
+    int rc = rf_backend_check_slots(be, who, need, sizeof need / sizeof *need);
+    if (!rc && be->device_memory && (!dev || rf_comm_mem_of(dev) != RF_COMM_DEVICE))
+        rc = rf_fail(RF_ERR_INVALID,
+                     "%s on %s memory needs the tp group's device twin (rf_comm_dup_mem)", who,
+                     be->name);
+    return rc;
+}
+
 int rf_bert_tp_split(rf_bert *m, rf_comm *c, rf_comm *dev) {
     const rf_bert_config *cf = &m->cfg;
     const rf_backend *be = m->be;
     int n = rf_comm_world(c), r = rf_comm_rank(c);
     if (m->tp) return rf_fail(RF_ERR_INVALID, "model: already split for tensor parallelism");
-    const rf_backend_slot need[] = {{"linear_ld_fwd", !be->linear_ld_fwd},
-                                    {"linear_ld_bwd", !be->linear_ld_bwd},
-                                    {"embed_rows_fwd", !be->embed_rows_fwd},
-                                    {"embed_add_fwd", !be->embed_add_fwd},
-                                    {"embed_rows_bwd", !be->embed_rows_bwd}};
-    int rc =
-        rf_backend_check_slots(be, "model: tensor parallelism", need, sizeof need / sizeof *need);
+    int rc = tp_backend_check(be, "model: tensor parallelism", false, dev);
     if (rc) return rc;
-    if (be->device_memory && (!dev || rf_comm_mem_of(dev) != RF_COMM_DEVICE))
-        return rf_fail(RF_ERR_INVALID,
-                       "model: tensor parallelism on %s memory needs the tp group's device twin "
-                       "(rf_comm_dup_mem)",
-                       be->name);
     if (m->grads)
         return rf_fail(RF_ERR_UNSUPPORTED,
                        "model: split for tensor parallelism before enabling training");
@@ -384,29 +392,36 @@ static int llama_check(const rf_llama *m, int n) {
     return RF_OK;
 }
 
-/* The shard of a causal model's flat block (host memory): replaces *tensors
- * and *params (freed) with the local ones and moves the whole table into tp. */
-static int split_causal(struct rf_bert_tp *tp, rf_tensor_info **tensors, size_t nt, size_t *nparams,
-                        float **params) {
+/* The shard of a causal model's flat block (be's memory, cut on the host as
+ * rf_bert_tp_split's): replaces *tensors and *params (freed) with the local
+ * ones and moves the whole table into tp. */
+static int split_causal(struct rf_bert_tp *tp, const rf_backend *be, rf_tensor_info **tensors,
+                        size_t nt, size_t *nparams, float **params) {
     rf_tensor_info *loc = malloc((nt ? nt : 1) * sizeof *loc);
     span_list sp = {0};
     size_t off = 0;
-    float *p = NULL;
+    float *whole = NULL, *shard = NULL, *p = NULL;
     int rc = loc ? build(tp->kinds, tp->vocab.V, *tensors, nt, tp->n, tp->r, loc, &sp, &off)
                  : RF_ERR_NOMEM;
-    if (!rc && !(p = calloc(off ? off : 1, sizeof *p))) rc = RF_ERR_NOMEM;
+    if (!rc && (!(whole = malloc((*nparams ? *nparams : 1) * sizeof *whole)) ||
+                !(shard = calloc(off ? off : 1, sizeof *shard)) ||
+                !(p = rf_backend_alloc(be, (off ? off : 1) * sizeof *p))))
+        rc = RF_ERR_NOMEM;
+    if (!rc) rc = be->to_host(be, whole, *params, *nparams * sizeof *whole);
+    for (size_t k = 0; !rc && k < sp.n; k++)
+        memcpy(shard + sp.v[k].local, whole + sp.v[k].global, sp.v[k].n * sizeof(float));
+    if (!rc) rc = be->to_device(be, p, shard, off * sizeof *shard);
+    free(whole);
+    free(shard);
     if (rc) {
         free(sp.v);
         free(loc);
-        free(p);
+        rf_backend_free(be, p);
         return rc == RF_ERR_NOMEM ? rf_fail(rc, "model: out of memory for the tp shard") : rc;
     }
     tp->spans = sp.v;
     tp->nspans = sp.n;
-    for (size_t k = 0; k < tp->nspans; k++)
-        memcpy(p + tp->spans[k].local, *params + tp->spans[k].global,
-               tp->spans[k].n * sizeof(float));
-    free(*params);
+    rf_backend_free(be, *params);
     tp->full = *tensors;
     tp->nfull = nt;
     tp->nparams_full = *nparams;
@@ -416,17 +431,23 @@ static int split_causal(struct rf_bert_tp *tp, rf_tensor_info **tensors, size_t 
     return RF_OK;
 }
 
-/* The whole model again from full (host memory): the inverse of split_causal. */
-static int merge_causal(struct rf_bert_tp *tp, rf_tensor_info **tensors, size_t *nparams,
-                        float **params, const float *full) {
-    float *p = malloc((tp->nparams_full ? tp->nparams_full : 1) * sizeof *p);
-    if (!p) return rf_fail(RF_ERR_NOMEM, "model: no memory for %zu parameters", tp->nparams_full);
-    memcpy(p, full, tp->nparams_full * sizeof(float));
-    free(*params);
+/* The whole model again from full (host memory) into be's: the inverse of
+ * split_causal. */
+static int merge_causal(struct rf_bert_tp *tp, const rf_backend *be, rf_tensor_info **tensors,
+                        size_t *nparams, float **params, const float *full) {
+    size_t n = tp->nparams_full;
+    float *p = rf_backend_alloc(be, (n ? n : 1) * sizeof *p);
+    if (!p) return rf_fail(RF_ERR_NOMEM, "model: no memory for %zu parameters", n);
+    int rc = be->to_device(be, p, full, n * sizeof *p);
+    if (rc) {
+        rf_backend_free(be, p);
+        return rc;
+    }
+    rf_backend_free(be, *params);
     free(*tensors);
     *params = p;
     *tensors = tp->full;
-    *nparams = tp->nparams_full;
+    *nparams = n;
     tp->full = NULL;
     rf_tp_ctx_free(tp);
     return RF_OK;
@@ -437,8 +458,8 @@ static int merge_causal(struct rf_bert_tp *tp, rf_tensor_info **tensors, size_t 
     do {                                                                                           \
         (m)->npadded = (m)->nparams;                                                               \
         bind_all(m);                                                                               \
-        free((m)->acts);                                                                           \
-        free((m)->dacts);                                                                          \
+        rf_backend_free((m)->be, (m)->acts);                                                       \
+        rf_backend_free((m)->be, (m)->dacts);                                                      \
         (m)->acts = (m)->dacts = NULL;                                                             \
         (m)->capB = (m)->capT = 0;                                                                 \
     } while (0)
@@ -451,22 +472,19 @@ static int causal_precheck(const void *tp, const float *grads, const char *arch)
     return RF_OK;
 }
 
-int rf_gpt2_tp_split(rf_gpt2 *m, rf_comm *c) {
-    if (m->be != rf_backend_cpu())
-        return rf_fail(
-            RF_ERR_UNSUPPORTED,
-            "gpt2: tensor parallelism runs on the CPU backend only (trainer.device: cpu)");
+int rf_gpt2_tp_split(rf_gpt2 *m, rf_comm *c, rf_comm *dev) {
     int n = rf_comm_world(c), rc = causal_precheck(m->tp, m->grads, "gpt2");
+    if (!rc) rc = tp_backend_check(m->be, "gpt2: tensor parallelism", true, dev);
     if (!rc) rc = gpt2_check(m, n);
     if (rc) return rc;
     const rf_gpt2_config *cf = &m->cfg;
     struct rf_bert_tp *tp;
-    if ((rc = ctx_new(c, NULL, m->be, m->ntensors, cf->vocab_size, &tp))) return rc;
+    if ((rc = ctx_new(c, dev, m->be, m->ntensors, cf->vocab_size, &tp))) return rc;
     tp->Cl = cf->n_embd / n, tp->Il = cf->n_inner / n;
     tp->NHl = tp->NKVl = cf->n_head / n, tp->h0 = tp->r * tp->NHl;
     for (size_t i = 0; i < m->ntensors; i++)
         tp->kinds[i] = (unsigned char)gpt2_split_of(m, i);
-    if ((rc = split_causal(tp, &m->tensors, m->ntensors, &m->nparams, &m->params))) {
+    if ((rc = split_causal(tp, m->be, &m->tensors, m->ntensors, &m->nparams, &m->params))) {
         rf_tp_ctx_free(tp);
         return rc;
     }
@@ -475,23 +493,20 @@ int rf_gpt2_tp_split(rf_gpt2 *m, rf_comm *c) {
     return RF_OK;
 }
 
-int rf_llama_tp_split(rf_llama *m, rf_comm *c) {
-    if (m->be != rf_backend_cpu())
-        return rf_fail(
-            RF_ERR_UNSUPPORTED,
-            "llama: tensor parallelism runs on the CPU backend only (trainer.device: cpu)");
+int rf_llama_tp_split(rf_llama *m, rf_comm *c, rf_comm *dev) {
     int n = rf_comm_world(c), rc = causal_precheck(m->tp, m->grads, "llama");
+    if (!rc) rc = tp_backend_check(m->be, "llama: tensor parallelism", true, dev);
     if (!rc) rc = llama_check(m, n);
     if (rc) return rc;
     const rf_llama_config *cf = &m->cfg;
     struct rf_bert_tp *tp;
-    if ((rc = ctx_new(c, NULL, m->be, m->ntensors, cf->vocab_size, &tp))) return rc;
+    if ((rc = ctx_new(c, dev, m->be, m->ntensors, cf->vocab_size, &tp))) return rc;
     tp->Cl = cf->num_attention_heads / n * cf->head_dim, tp->Il = cf->intermediate_size / n;
     tp->NHl = cf->num_attention_heads / n, tp->NKVl = cf->num_key_value_heads / n;
     tp->h0 = tp->r * tp->NHl;
     for (size_t i = 0; i < m->ntensors; i++)
         tp->kinds[i] = (unsigned char)llama_split_of(m, i);
-    if ((rc = split_causal(tp, &m->tensors, m->ntensors, &m->nparams, &m->params))) {
+    if ((rc = split_causal(tp, m->be, &m->tensors, m->ntensors, &m->nparams, &m->params))) {
         rf_tp_ctx_free(tp);
         return rc;
     }
@@ -516,14 +531,8 @@ const struct rf_bert_tp *rf_model_tp_ctx(const rf_model *m) {
 
 int rf_model_tp_check(const rf_model *m, int n) {
     const char *k = m->ops->name;
-    const rf_gpt2 *g = m->impl;
-    const rf_llama *l = m->impl;
-    if (!strcmp(k, "gpt2"))
-        return g->be != rf_backend_cpu() ? rf_backend_need_cpu(g->be, "gpt2", "tensor parallelism")
-                                         : gpt2_check(g, n);
-    if (!strcmp(k, "llama"))
-        return l->be != rf_backend_cpu() ? rf_backend_need_cpu(l->be, "llama", "tensor parallelism")
-                                         : llama_check(l, n);
+    if (!strcmp(k, "gpt2")) return gpt2_check(m->impl, n);
+    if (!strcmp(k, "llama")) return llama_check(m->impl, n);
     if (!strcmp(k, "bert")) return RF_OK; /* rf_tr_parallel_check_model */
     return rf_fail(RF_ERR_UNSUPPORTED, "model: no tensor parallelism for '%s'", k);
 }
@@ -531,8 +540,8 @@ int rf_model_tp_check(const rf_model *m, int n) {
 int rf_model_tp_split(rf_model *m, rf_comm *tp, rf_comm *dev) {
     const char *k = m->ops->name;
     if (!strcmp(k, "bert")) return rf_bert_tp_split(m->impl, tp, dev);
-    if (!strcmp(k, "gpt2")) return rf_gpt2_tp_split(m->impl, tp);
-    if (!strcmp(k, "llama")) return rf_llama_tp_split(m->impl, tp);
+    if (!strcmp(k, "gpt2")) return rf_gpt2_tp_split(m->impl, tp, dev);
+    if (!strcmp(k, "llama")) return rf_llama_tp_split(m->impl, tp, dev);
     return rf_fail(RF_ERR_UNSUPPORTED, "model: no tensor parallelism for '%s'", k);
 }
 
@@ -573,13 +582,13 @@ int rf_model_tp_merge(rf_model *m, const float *full) {
     if (!strcmp(k, "gpt2")) {
         rf_gpt2 *g = m->impl;
         if (g->grads) return rf_fail(RF_ERR_INVALID, "gpt2: release the training blocks first");
-        if ((rc = merge_causal(tp, &g->tensors, &g->nparams, &g->params, full))) return rc;
+        if ((rc = merge_causal(tp, g->be, &g->tensors, &g->nparams, &g->params, full))) return rc;
         g->tp = NULL;
         CAUSAL_RESET(g, rf_gpt2_bind_all);
     } else {
         rf_llama *l = m->impl;
         if (l->grads) return rf_fail(RF_ERR_INVALID, "llama: release the training blocks first");
-        if ((rc = merge_causal(tp, &l->tensors, &l->nparams, &l->params, full))) return rc;
+        if ((rc = merge_causal(tp, l->be, &l->tensors, &l->nparams, &l->params, full))) return rc;
         l->tp = NULL;
         CAUSAL_RESET(l, rf_llama_bind_all);
     }

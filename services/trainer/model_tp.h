@@ -32,9 +32,9 @@ struct rf_bert_tp {
     rf_tp_span *spans;
     size_t nspans;
     /* tp.h's ops */
-    int (*embed_fwd)(const rf_tp_group *g, float *out, const int32_t *ids, const int32_t *types,
-                     const float *wte_local, const rf_tp_vocab *v, const float *wpe,
-                     const float *wtt, int B, int T, int C);
+    int (*embed_fwd)(const rf_tp_group *g, float *out, const int32_t *ids, const int32_t *pos,
+                     const int32_t *types, const float *wte_local, const rf_tp_vocab *v,
+                     const float *wpe, const float *wtt, int B, int T, int C);
     int (*embed_bwd)(const rf_tp_group *g, float *dwte_local, float *dwpe, float *dwtt,
                      const float *dout, const int32_t *ids, const int32_t *types,
                      const rf_tp_vocab *v, int B, int T, int C);
@@ -68,12 +68,11 @@ void rf_tp_ctx_free(struct rf_bert_tp *tp);
 struct rf_model;
 /* RF_OK when model m can be split over a tp group of n ranks; else
  * RF_ERR_INVALID naming what n must divide (heads, key/value heads, the
- * intermediate size), or RF_ERR_UNSUPPORTED (LoRA; a causal model on a
- * backend other than the CPU).
+ * intermediate size), or RF_ERR_UNSUPPORTED (LoRA).
  * Communicates nothing: every rank can check before any work. */
 int rf_model_tp_check(const struct rf_model *m, int n);
 /* rf_bert_tp_split, rf_gpt2_tp_split or rf_llama_tp_split by m's kind; dev
- * as rf_bert_tp_split's (the causal models run tp on the CPU only). */
+ * as rf_bert_tp_split's. */
 int rf_model_tp_split(struct rf_model *m, rf_comm *tp, rf_comm *dev);
 /* m's context (NULL: not split). */
 const struct rf_bert_tp *rf_model_tp_ctx(const struct rf_model *m);

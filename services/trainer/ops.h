@@ -50,17 +50,35 @@ void rf_op_linear_ld_bwd(float *dinp, int lddi, float *dw, int lddw, float *db, 
                          int OC);
 /* The vocabulary-parallel embedding's rows: out[n] = w[ids[n] - lo] for ids
  * in [lo, hi), zeros for the others (w holds the rows of ids [lo, hi)).
- * embed_add: out[b, t] = (out[b, t] + wpe[t]) + wtt[types[b, t]] in place,
- * rf_op_embed_fwd's order. embed_rows_bwd: dw[ids[n] - lo] += dout[n] for
- * the ids in range, dwpe and dwtt (each NULL: none) as rf_op_embed_bwd, in
- * its order. */
+ * embed_add: out[n] = (out[n] + wpe[pos[n]]) + wtt[types[n]] in place,
+ * rf_op_embed_fwd's order (pos NULL: position n % T; wtt NULL: no type,
+ * types unread). embed_rows_bwd: dw[ids[n] - lo] += dout[n] for the ids in
+ * range, dwpe and dwtt (each NULL: none) as rf_op_embed_bwd, in its order. */
 void rf_op_embed_rows_fwd(float *out, const int32_t *ids, const float *w, int lo, int hi, int N,
                           int C);
-void rf_op_embed_add_fwd(float *out, const int32_t *types, const float *wpe, const float *wtt,
-                         int B, int T, int C);
+void rf_op_embed_add_fwd(float *out, const int32_t *pos, const int32_t *types, const float *wpe,
+                         const float *wtt, int B, int T, int C);
 void rf_op_embed_rows_bwd(float *dw, float *dwpe, float *dwtt, const float *dout,
                           const int32_t *ids, const int32_t *types, int lo, int hi, int B, int T,
                           int C);
+/* The vocabulary-parallel cross-entropy's local steps on a rank's logit
+ * columns [lo, hi) (logits [N, hi - lo], row stride ldz; tgt the global
+ * target ids, < 0 ignored), between tp.h's all-reduces. stats: mx[r] = the
+ * row's local maximum, tl[r] = its target's logit when the rank holds it,
+ * else 0. sumexp: se[r] = sum of exp((double)z - mx[r]) over the local
+ * columns (mx the group's maximum by then). loss: losses[r] = log(se[r]) +
+ * mx[r] - losses[r] (losses holding the group's target logits on entry; 0
+ * for ignored rows) and *loss their mean over the counted rows (a double
+ * sum in row order). bwd: dlogits (row stride ldd) += scale * (softmax -
+ * onehot) / counted on the local columns. */
+void rf_op_vxent_stats(float *mx, float *tl, const float *logits, int ldz, const int32_t *tgt,
+                       int lo, int hi, int N);
+void rf_op_vxent_sumexp(double *se, const float *logits, int ldz, const float *mx, int lo, int hi,
+                        int N);
+void rf_op_vxent_loss(float *loss, float *losses, const float *mx, const double *se,
+                      const int32_t *tgt, int N);
+void rf_op_vxent_bwd(float *dlogits, int ldd, const float *logits, int ldz, const float *mx,
+                     const double *se, const int32_t *tgt, int lo, int hi, int N, float scale);
 
 /* Multi-head self-attention over a fused qkv[B*T, 3C] (q | k | v, head h at
  * columns h*hs), for the queries at the first Tq positions of each sequence

@@ -89,7 +89,7 @@ typedef struct mesh {
      * its receives, which on NCCL's one stream per group would hold the sends
      * queued behind them (a deadlock); a staged stage copies them through
      * bin/bout (bcap floats each). tp_dev carries the tp ops' all-reduces
-     * (model_tp.h: the model's split borrows it; BERT only on a device). */
+     * (model_tp.h: the model's split borrows it). */
     const rf_backend *be;
     bool staged;
     void *sync; /* staged: a few bytes of backend memory that dev_wait reads */

@@ -169,17 +169,8 @@ int rf_trainer_spec_parse(const rf_cfg *n, rf_trainer_spec *s) {
     o->microbatches = par.microbatches;
     o->nstages = par.nstages;
     memcpy(o->stages, par.stages, sizeof o->stages);
-    /* data and pipeline parallelism run on any backend (NCCL on device
-     * memory), and so does the classifier's tensor parallelism; the causal
-     * models' (their vocabulary-parallel cross-entropy: tp.c) on host memory
-     * only */
-    if (par.tp > 1 && s->task == RF_TASK_CAUSAL_LM && strcmp(s->device, "cpu") != 0)
-        return rf_fail(RF_ERR_UNSUPPORTED,
-                       "trainer.device: %s with parallel tp %d is not supported for task: "
-                       "causal_lm (its tensor parallelism runs on host memory only); use device: "
-                       "cpu, or data and pipeline parallelism (parallel: {dp: N, pp: M}) on the "
-                       "device",
-                       s->device, par.tp);
+    /* data, tensor and pipeline parallelism run on any backend (NCCL on
+     * device memory) */
 #undef STR
 #undef INT
 #undef REAL

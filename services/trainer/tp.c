@@ -2,7 +2,6 @@
  * kernels on the CPU) and the group's all-reduces. */
 #include "trainer/tp.h"
 
-#include <math.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -100,17 +99,17 @@ int rf_tp_qkv_bwd(const rf_tp_group *g, float *dinp, float *dw, float *db, int w
     return sum_over(g, dinp, (size_t)N * C);
 }
 
-int rf_tp_embed_fwd(const rf_tp_group *g, float *out, const int32_t *ids, const int32_t *types,
-                    const float *wte_local, const rf_tp_vocab *v, const float *wpe,
-                    const float *wtt, int B, int T, int C) {
+int rf_tp_embed_fwd(const rf_tp_group *g, float *out, const int32_t *ids, const int32_t *pos,
+                    const int32_t *types, const float *wte_local, const rf_tp_vocab *v,
+                    const float *wpe, const float *wtt, int B, int T, int C) {
     for (int n = 0; g->be == rf_backend_cpu() && n < B * T; n++) /* host ids (tp.h) */
         if (ids[n] < 0 || ids[n] >= v->V)
             return rf_fail(RF_ERR_RANGE, "vocab-parallel embedding: id %d at %d is outside [0, %d)",
                            ids[n], n, v->V);
     TRY(g->be->embed_rows_fwd(g->be, out, ids, wte_local, v->lo, v->hi, B * T, C));
     TRY(sum_over(g, out, (size_t)B * T * C)); /* one rank's row + zeros: exact */
-    if (!wpe && !wtt) return RF_OK;
-    return g->be->embed_add_fwd(g->be, out, types, wpe, wtt, B, T, C);
+    if (!wpe) return RF_OK;
+    return g->be->embed_add_fwd(g->be, out, pos, types, wpe, wtt, B, T, C);
 }
 
 int rf_tp_embed_bwd(const rf_tp_group *g, float *dwte_local, float *dwpe, float *dwtt,
@@ -120,72 +119,21 @@ int rf_tp_embed_bwd(const rf_tp_group *g, float *dwte_local, float *dwpe, float 
                                  T, C);
 }
 
-/* The cross-entropy reads its logits on the host: the CPU backend only. */
-static int host_only(const rf_tp_group *g) {
-    if (g->be == rf_backend_cpu()) return RF_OK;
-    return rf_fail(RF_ERR_UNSUPPORTED,
-                   "tp: the vocabulary-parallel cross-entropy runs on host memory, not '%s'",
-                   g->be->name);
-}
-
 int rf_tp_xent_fwd(const rf_tp_group *g, float *loss, float *losses, float *mx, double *se,
                    const float *logits, int ldz, const int32_t *labels, const rf_tp_vocab *v,
                    int N) {
-    int nl = v->hi - v->lo;
-    TRY(host_only(g));
-    for (int r = 0; r < N; r++) {
-        const float *z = logits + (size_t)r * ldz;
-        float m = -INFINITY;
-        for (int k = 0; k < nl; k++)
-            m = z[k] > m ? z[k] : m;
-        mx[r] = m;
-    }
+    const rf_backend *be = g->be; /* losses holds the target logit until vxent_loss */
+    TRY(be->vxent_stats(be, mx, losses, logits, ldz, labels, v->lo, v->hi, N));
     TRY(allreduce(g, mx, N, RF_COMM_F32, RF_COMM_MAX));
-    for (int r = 0; r < N; r++) { /* losses holds the target logit for now */
-        int y = labels[r];
-        losses[r] = y >= v->lo && y < v->hi ? logits[(size_t)r * ldz + (y - v->lo)] : 0.0f;
-    }
-    TRY(allreduce(g, losses, N, RF_COMM_F32, RF_COMM_SUM));
-    for (int r = 0; r < N; r++) {
-        const float *z = logits + (size_t)r * ldz;
-        double s = 0;
-        for (int k = 0; k < nl; k++)
-            s += exp((double)z[k] - mx[r]);
-        se[r] = s;
-    }
+    TRY(allreduce(g, losses, N, RF_COMM_F32, RF_COMM_SUM)); /* exactly one rank's is not 0 */
+    TRY(be->vxent_sumexp(be, se, logits, ldz, mx, v->lo, v->hi, N));
     TRY(allreduce(g, se, N, RF_COMM_F64, RF_COMM_SUM));
-    double total = 0;
-    int counted = 0;
-    for (int r = 0; r < N; r++) {
-        if (labels[r] < 0) {
-            losses[r] = 0;
-            continue;
-        }
-        losses[r] = (float)(log(se[r]) + mx[r] - losses[r]);
-        total += losses[r];
-        counted++;
-    }
-    *loss = counted ? (float)(total / counted) : 0.0f;
-    return RF_OK;
+    return be->vxent_loss(be, loss, losses, mx, se, labels, N);
 }
 
 int rf_tp_xent_bwd(const rf_tp_group *g, float *dlogits, int ldd, const float *logits, int ldz,
                    const float *mx, const double *se, const int32_t *labels, const rf_tp_vocab *v,
                    int N, float scale) {
-    int counted = 0, nl = v->hi - v->lo;
-    TRY(host_only(g));
-    for (int r = 0; r < N; r++)
-        counted += labels[r] >= 0;
-    if (!counted) return RF_OK;
-    float s = scale / counted;
-    for (int r = 0; r < N; r++) {
-        if (labels[r] < 0) continue;
-        const float *z = logits + (size_t)r * ldz;
-        float *d = dlogits + (size_t)r * ldd;
-        for (int k = 0; k < nl; k++) {
-            float p = (float)(exp((double)z[k] - mx[r]) / se[r]);
-            d[k] += s * (p - (k + v->lo == labels[r]));
-        }
-    }
-    return RF_OK;
+    return g->be->vxent_bwd(g->be, dlogits, ldd, logits, ldz, mx, se, labels, v->lo, v->hi, N,
+                            scale);
 }

@@ -13,15 +13,12 @@
  * take leading dimensions (row strides, in floats) instead of copying: a
  * rank may hold its own packed shard, or point into the full tensor.
  *
- * Memory: the group's backend's. Everything but the cross-entropy runs
- * through its slots (linear_ld_*, embed_rows_*, embed_add_fwd: backend.h; on
- * the CPU ops_tp.c's kernels, OpenBLAS cut into fixed pieces so that no
- * element depends on the thread count), so a shard may live on a device; the
+ * Memory: the group's backend's. Everything runs through its slots
+ * (linear_ld_*, embed_rows_*, embed_add_fwd, vxent_*: backend.h; on the CPU
+ * ops_tp.c's kernels, OpenBLAS cut into fixed pieces so that no element
+ * depends on the thread count), so a shard may live on a device; the
  * all-reduces run on the group's communicator, which for device memory is an
- * NCCL group (rf_comm_dup_mem), after a wait for the backend's queue. The
- * vocabulary-parallel cross-entropy (rf_tp_xent_*) reads its logits on the
- * host: the CPU backend only (the causal models, which refuse a device at
- * tp > 1).
+ * NCCL group (rf_comm_dup_mem), after a wait for the backend's queue.
  *
  * Errors: RF_OK, the backend's error, or the comm layer's (a broken group:
  * log rf_errmsg() and exit, see comm.h), or RF_ERR_RANGE for an id outside
@@ -98,9 +95,10 @@ int rf_tp_qkv_bwd(const rf_tp_group *g, float *dinp, float *dw, float *db, int w
 int rf_tp_sum(const rf_tp_group *g, float *x, size_t n);
 
 /* Vocabulary-parallel embedding: wte_local [v->block, C] holds ids
- * [v->lo, v->hi) (rf_tp_vocab_split); wpe [T, C] and wtt [TV, C] are
- * replicated, or both NULL (the word embedding alone: the causal models add
- * their own positions). out[b, t] = wte[ids] + wpe[t] + wtt[types]: each rank writes
+ * [v->lo, v->hi) (rf_tp_vocab_split); wpe [P, C] and wtt [TV, C] are
+ * replicated; wpe NULL: the word embedding alone (Llama), wtt NULL: no token
+ * types (GPT-2). out[n] = wte[ids[n]] + wpe[pos[n]] + wtt[types[n]] (pos
+ * NULL: position n % T): each rank writes
  * its rows (zeros for ids it does not own), one all-reduce makes the word
  * embedding whole, then every rank adds position and type (in ops.c's order,
  * so the result equals rf_op_embed_fwd bitwise). On the CPU backend,
@@ -111,9 +109,9 @@ int rf_tp_sum(const rf_tp_group *g, float *x, size_t n);
  * causal-LM head reuses wte_local as a column-parallel weight (rf_tp_colpar_fwd with OCl =
  * v->block): its padding rows must then be zero (as allocated), so that their logits are 0, ignored
  * by rf_tp_xent_*, and their gradients stay 0. */
-int rf_tp_embed_fwd(const rf_tp_group *g, float *out, const int32_t *ids, const int32_t *types,
-                    const float *wte_local, const rf_tp_vocab *v, const float *wpe,
-                    const float *wtt, int B, int T, int C);
+int rf_tp_embed_fwd(const rf_tp_group *g, float *out, const int32_t *ids, const int32_t *pos,
+                    const int32_t *types, const float *wte_local, const rf_tp_vocab *v,
+                    const float *wpe, const float *wtt, int B, int T, int C);
 int rf_tp_embed_bwd(const rf_tp_group *g, float *dwte_local, float *dwpe, float *dwtt,
                     const float *dout, const int32_t *ids, const int32_t *types,
                     const rf_tp_vocab *v, int B, int T, int C);
@@ -124,8 +122,9 @@ int rf_tp_embed_bwd(const rf_tp_group *g, float *dwte_local, float *dwpe, float 
  * values: the row maximum (f32 max), the target logit (f32 sum; exactly one
  * rank contributes it), the sum of exp(z - max) (f64 sum). Writes each row's
  * max (mx) and sum of exps (se), kept for backward, and its loss (losses, 0
- * when ignored); *loss is the mean over the counted rows, as rf_op_xent_fwd
- * without class weights. Backward: dlogits (row stride ldd) += scale *
+ * when ignored); *loss (host) is the mean over the counted rows, as
+ * rf_op_xent_fwd without class weights. labels, mx, se, losses and the
+ * logits are the backend's memory. Backward: dlogits (row stride ldd) += scale *
  * (softmax - onehot) / counted on the rank's columns; no communication. */
 int rf_tp_xent_fwd(const rf_tp_group *g, float *loss, float *losses, float *mx, double *se,
                    const float *logits, int ldz, const int32_t *labels, const rf_tp_vocab *v,

@@ -178,9 +178,6 @@ static void test_refusals(void **state) {
     assert_int_equal(rf_lora_new_llama(lm, &lc, 1, &lo), 0);
     expect_refusal(rf_lora_merge_llama(lo, lm), "llama: LoRA merging runs on the CPU backend only");
     rf_lora_free(lo);
-    expect_refusal(rf_gpt2_tp_split(gm, NULL), "gpt2: tensor parallelism runs on the CPU backend");
-    expect_refusal(rf_llama_tp_split(lm, NULL),
-                   "llama: tensor parallelism runs on the CPU backend");
     rf_infer *s;
     expect_refusal(rf_infer_new(&(rf_causal_model){.gpt2 = gm}, 8, 8, &s),
                    "generation and perplexity run on the CPU backend only");

@@ -325,8 +325,12 @@ static void test_tp_slots(void **state) {
         cpu->embed_rows_fwd(cpu, out, ids, w, lo, hi, (int)N, C);
         assert_int_equal(gpu->embed_rows_fwd(gpu, g_out, g_ids, g_w, lo, hi, (int)N, C), 0);
         check_exact("embed_rows_fwd", g_out, out, N * C);
-        cpu->embed_add_fwd(cpu, out, types, wpe, wtt, B, T, C);
-        assert_int_equal(gpu->embed_add_fwd(gpu, g_out, g_types, g_wpe, g_wtt, B, T, C), 0);
+        /* pt: BERT's positions n % T and types; else GPT-2's: the types array
+         * as positions (each < T), no types */
+        cpu->embed_add_fwd(cpu, out, pt ? NULL : types, types, wpe, pt ? wtt : NULL, B, T, C);
+        assert_int_equal(gpu->embed_add_fwd(gpu, g_out, pt ? NULL : g_types, g_types, g_wpe,
+                                            pt ? g_wtt : NULL, B, T, C),
+                         0);
         check_exact("embed_add_fwd", g_out, out, N * C);
         cpu->embed_rows_bwd(cpu, dw, pt ? dwpe : NULL, pt ? dwtt : NULL, dout, ids, types, lo, hi,
                             B, T, C);
@@ -341,6 +345,59 @@ static void test_tp_slots(void **state) {
             gfree(gs[i]);
         free(ids), free(types), free(w), free(wpe), free(wtt), free(out), free(dout);
         free(dw), free(dwpe), free(dwtt);
+    }
+}
+
+/* The vocabulary-parallel cross-entropy's local steps on a rank's columns
+ * [lo, hi) of wider rows (ldz), targets inside, outside and ignored; the
+ * all-reduces between them are the identity here (one rank's view). */
+static void test_vxent(void **state) {
+    (void)state;
+    need_gpu();
+    static const int shapes[][4] = {{1, 5, 0, 0}, {7, 37, 3, 100}, {96, 25129, 0, 25128}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int N = shapes[s][0], nl = shapes[s][1], ex = shapes[s][2], lo = shapes[s][3], hi = lo + nl,
+            ldz = nl + ex;
+        size_t nz = (size_t)N * ldz;
+        int32_t *tgt = malloc((size_t)N * 4);
+        for (int r = 0; r < N; r++)
+            tgt[r] = r % 5 == 4 ? -100
+                     : r % 2    ? lo + (int)rf_rng_below(&rng, (uint64_t)nl)
+                                : (int)rf_rng_below(&rng, (uint64_t)(hi + 50));
+        float *z = rnd(nz, -8, 8), *mx = rnd(N, 0, 0), *tl = rnd(N, 0, 0), *dz = rnd(nz, -1, 1);
+        double *se = malloc((size_t)N * sizeof(double));
+        void *g_tgt = up(tgt, (size_t)N * 4), *g_z = up(z, nz * 4), *g_mx = up(NULL, N * 4),
+             *g_tl = up(NULL, N * 4), *g_se = up(NULL, (size_t)N * sizeof(double)),
+             *g_dz = up(dz, nz * 4);
+        print_message("vxent N=%d columns [%d, %d) ld %d\n", N, lo, hi, ldz);
+        cpu->vxent_stats(cpu, mx, tl, z, ldz, tgt, lo, hi, N);
+        assert_int_equal(gpu->vxent_stats(gpu, g_mx, g_tl, g_z, ldz, g_tgt, lo, hi, N), 0);
+        check_exact("vxent_stats max", g_mx, mx, N);
+        check_exact("vxent_stats target logit", g_tl, tl, N);
+        cpu->vxent_sumexp(cpu, se, z, ldz, mx, lo, hi, N);
+        assert_int_equal(gpu->vxent_sumexp(gpu, g_se, g_z, ldz, g_mx, lo, hi, N), 0);
+        double *gse = malloc((size_t)N * sizeof(double)), worst = 0;
+        assert_int_equal(gpu->to_host(gpu, gse, g_se, (size_t)N * sizeof(double)), 0);
+        for (int r = 0; r < N; r++) {
+            double e = fabs(gse[r] - se[r]) / se[r];
+            worst = e > worst ? e : worst;
+        }
+        print_message("  %-34s n=%-9d rel %.2e\n", "vxent_sumexp", N, worst);
+        if (!(worst <= 1e-12)) fail_msg("vxent_sumexp: relative error %.3e above 1e-12", worst);
+        float loss = 0, gloss = 0;
+        cpu->vxent_loss(cpu, &loss, tl, mx, se, tgt, N);
+        assert_int_equal(gpu->vxent_loss(gpu, &gloss, g_tl, g_mx, g_se, g_tgt, N), 0);
+        check("vxent_loss losses", g_tl, tl, N, TOL);
+        print_message("  vxent_loss mean %.7g (cpu %.7g)\n", gloss, loss);
+        if (!(fabsf(gloss - loss) <= 1e-5f * fabsf(loss))) fail_msg("vxent_loss: the mean differs");
+        cpu->vxent_bwd(cpu, dz, ldz, z, ldz, mx, se, tgt, lo, hi, N, 0.5f);
+        assert_int_equal(
+            gpu->vxent_bwd(gpu, g_dz, ldz, g_z, ldz, g_mx, g_se, g_tgt, lo, hi, N, 0.5f), 0);
+        check("vxent_bwd dlogits", g_dz, dz, nz, TOL);
+        void *gs[] = {g_tgt, g_z, g_mx, g_tl, g_se, g_dz};
+        for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
+            gfree(gs[i]);
+        free(tgt), free(z), free(mx), free(tl), free(dz), free(se), free(gse);
     }
 }
 
@@ -955,6 +1012,7 @@ int main(void) {
         cmocka_unit_test(test_linear_bf16),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_tp_slots),
+        cmocka_unit_test(test_vxent),
         cmocka_unit_test(test_pointwise),
         cmocka_unit_test(test_xent_argmax),
         cmocka_unit_test(test_optimizer),

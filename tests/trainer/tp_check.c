@@ -294,7 +294,7 @@ static void test_embed(rf_comm *tp, int V) {
     memcpy(wl, wte + (size_t)v.lo * C, (size_t)(v.hi - v.lo) * C * sizeof(float));
     float *outl = zeros((size_t)N * C), *dwpel = zeros((size_t)T * C),
           *dwttl = zeros((size_t)TV * C);
-    OK(rf_tp_embed_fwd(TPG(tp), outl, ids, types, wl, &v, wpe, wtt, B, T, C));
+    OK(rf_tp_embed_fwd(TPG(tp), outl, ids, NULL, types, wl, &v, wpe, wtt, B, T, C));
     OK(rf_tp_embed_bwd(TPG(tp), dwl, dwpel, dwttl, dout, ids, types, &v, B, T, C));
     check("embed out (all-reduced)", outl, C, out, C, N, C, out, (size_t)N * C);
     check("embed dwte (rank's rows)", dwl, C, dwte + (size_t)v.lo * C, C, v.hi - v.lo, C, dwte,
@@ -308,7 +308,7 @@ static void test_embed(rf_comm *tp, int V) {
     int32_t bad[21];
     memcpy(bad, ids, sizeof bad);
     bad[5] = V;
-    int rc = rf_tp_embed_fwd(TPG(tp), outl, bad, types, wl, &v, wpe, wtt, B, T, C);
+    int rc = rf_tp_embed_fwd(TPG(tp), outl, bad, NULL, types, wl, &v, wpe, wtt, B, T, C);
     uint8_t refused = rc == RF_ERR_RANGE;
     OK(rf_comm_allreduce(g_world, &refused, &refused, 1, RF_COMM_U8, RF_COMM_MIN));
     if (rf_comm_rank(g_world) == 0)

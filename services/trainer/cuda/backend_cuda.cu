@@ -196,6 +196,10 @@ static void init(int k) {
     b.embed_rows_fwd = rf_cu_embed_rows_fwd;
     b.embed_add_fwd = rf_cu_embed_add_fwd;
     b.embed_rows_bwd = rf_cu_embed_rows_bwd;
+    b.vxent_stats = rf_cu_vxent_stats;
+    b.vxent_sumexp = rf_cu_vxent_sumexp;
+    b.vxent_loss = rf_cu_vxent_loss;
+    b.vxent_bwd = rf_cu_vxent_bwd;
     b.softmax_argmax = rf_cu_softmax_argmax;
     b.tokpos_fwd = rf_cu_tokpos_fwd;
     b.tokpos_bwd = rf_cu_tokpos_bwd;

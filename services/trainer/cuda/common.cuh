@@ -14,19 +14,19 @@
 // All device state of one backend: nothing is static in the kernels' files.
 struct rf_cuda_ctx {
     int device;
-    bool bf16;            // matrix products on bf16 tensor cores (matmul.cu)
-    cudaStream_t stream;  // every kernel, copy and cuBLAS call goes here
-    cublasHandle_t blas;  // bound to stream
-    double *red;          // device scratch for reductions (RF_CUDA_RED doubles)
-    double *red_host;     // pinned host copy of red
-    float *ones;          // ones_n ones: column sums as cuBLAS gemv
+    bool bf16;           // matrix products on bf16 tensor cores (matmul.cu)
+    cudaStream_t stream; // every kernel, copy and cuBLAS call goes here
+    cublasHandle_t blas; // bound to stream
+    double *red;         // device scratch for reductions (RF_CUDA_RED doubles)
+    double *red_host;    // pinned host copy of red
+    float *ones;         // ones_n ones: column sums as cuBLAS gemv
     size_t ones_n;
-    float *part;          // part_n floats: per-chunk partial sums of column reductions
+    float *part; // part_n floats: per-chunk partial sums of column reductions
     size_t part_n;
-    float *deq;           // deq_n floats: a quantized weight dequantized (qlinear.cu)
+    float *deq; // deq_n floats: a quantized weight dequantized (qlinear.cu)
     size_t deq_n;
-    float *codes;         // NF4's 16 values then the 256 of the dynamic map (qlinear.cu)
-    float *heads;         // heads_n floats: q, k, v and their gradients per head (attention.cu)
+    float *codes; // NF4's 16 values then the 256 of the dynamic map (qlinear.cu)
+    float *heads; // heads_n floats: q, k, v and their gradients per head (attention.cu)
     size_t heads_n;
 };
 #define RF_CUDA_RED 128

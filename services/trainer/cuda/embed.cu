@@ -75,21 +75,23 @@ int rf_cu_embed_rows_fwd(const rf_backend *be, float *out, const int32_t *ids, c
     return cu_launched("embed_rows_fwd");
 }
 
-__global__ static void embed_add_fwd_kernel(float *out, const int32_t *types, const float *wpe,
-                                            const float *wtt, int T, int C, size_t total) {
+__global__ static void embed_add_fwd_kernel(float *out, const int32_t *pos, const int32_t *types,
+                                            const float *wpe, const float *wtt, int T, int C,
+                                            size_t total) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
     size_t n = i / C;
     int c = (int)(i % C);
-    out[i] = out[i] + wpe[(size_t)(n % T) * C + c] + wtt[(size_t)types[n] * C + c];
+    float o = out[i] + wpe[(size_t)(pos ? pos[n] : (int)(n % T)) * C + c];
+    out[i] = wtt ? o + wtt[(size_t)types[n] * C + c] : o;
 }
 
-int rf_cu_embed_add_fwd(const rf_backend *be, float *out, const int32_t *types, const float *wpe,
-                        const float *wtt, int B, int T, int C) {
+int rf_cu_embed_add_fwd(const rf_backend *be, float *out, const int32_t *pos, const int32_t *types,
+                        const float *wpe, const float *wtt, int B, int T, int C) {
     size_t total = (size_t)B * T * C;
     if (!total) return RF_OK;
-    embed_add_fwd_kernel<<<cu_blocks(total, 256), 256, 0, cu_ctx(be)->stream>>>(out, types, wpe,
-                                                                                wtt, T, C, total);
+    embed_add_fwd_kernel<<<cu_blocks(total, 256), 256, 0, cu_ctx(be)->stream>>>(
+        out, pos, types, wpe, wtt, T, C, total);
     return cu_launched("embed_add_fwd");
 }
 

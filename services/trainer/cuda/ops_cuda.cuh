@@ -34,8 +34,18 @@ int rf_cu_linear_ld_bwd(const rf_backend *be, float *dinp, int lddi, float *dw, 
                         int ldw, int N, int IC, int OC);
 int rf_cu_embed_rows_fwd(const rf_backend *be, float *out, const int32_t *ids, const float *w,
                          int lo, int hi, int N, int C);
-int rf_cu_embed_add_fwd(const rf_backend *be, float *out, const int32_t *types, const float *wpe,
-                        const float *wtt, int B, int T, int C);
+int rf_cu_embed_add_fwd(const rf_backend *be, float *out, const int32_t *pos, const int32_t *types,
+                        const float *wpe, const float *wtt, int B, int T, int C);
+// the vocabulary-parallel cross-entropy's local steps (causal_xent.cu)
+int rf_cu_vxent_stats(const rf_backend *be, float *mx, float *tl, const float *logits, int ldz,
+                      const int32_t *tgt, int lo, int hi, int N);
+int rf_cu_vxent_sumexp(const rf_backend *be, double *se, const float *logits, int ldz,
+                       const float *mx, int lo, int hi, int N);
+int rf_cu_vxent_loss(const rf_backend *be, float *loss, float *losses, const float *mx,
+                     const double *se, const int32_t *tgt, int N);
+int rf_cu_vxent_bwd(const rf_backend *be, float *dlogits, int ldd, const float *logits, int ldz,
+                    const float *mx, const double *se, const int32_t *tgt, int lo, int hi, int N,
+                    float scale);
 int rf_cu_embed_rows_bwd(const rf_backend *be, float *dw, float *dwpe, float *dwtt,
                          const float *dout, const int32_t *ids, const int32_t *types, int lo,
                          int hi, int B, int T, int C);
