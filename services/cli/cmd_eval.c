@@ -47,6 +47,9 @@ static void eval_usage(FILE *out) {
             "                  generations in the report: prompts from the data's rows,\n"
             "                  each with the text's own continuation (default 0)\n"
             "  --threads N     CPU threads (default: all)\n"
+            "  --device D      (classify, a causal LM's folder) the backend the model runs on:\n"
+            "                  cpu (default), cuda, cuda-bf16 (trainer.device's names);\n"
+            "                  a causal LM's sample generations run there too\n"
             "  --task T        classify (default) or lm: perplexity of a causal LM (GPT-2 or\n"
             "                  Llama folder, GGUF file or a folder holding one) on a UTF-8\n"
             "                  text file, with the sliding window of Hugging Face's perplexity\n"
@@ -126,10 +129,11 @@ static int cmd_eval(int argc, char **argv) {
                                          {"adapter", required_argument, 0, 'a'},
                                          {"samples", required_argument, 0, 'n'},
                                          {"answers", required_argument, 0, 'A'},
+                                         {"device", required_argument, 0, 'D'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *model = NULL, *data = NULL, *out = NULL, *preds = NULL, *task = "classify",
-               *adapter = NULL;
+               *adapter = NULL, *device = NULL;
     int max_len = 0, batch = 64, threads = 0, stride = 0, samples = 0, answers = 0, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -170,6 +174,9 @@ static int cmd_eval(int argc, char **argv) {
         case 'A':
             if (parse_pos("--answers", optarg, &answers)) return 2;
             break;
+        case 'D':
+            device = optarg;
+            break;
         case 'h':
             eval_usage(stdout);
             return 0;
@@ -183,6 +190,15 @@ static int cmd_eval(int argc, char **argv) {
         return 2;
     }
     if (threads) rf_set_threads(threads);
+    if (device && (strcmp(task, "classify") || adapter)) {
+        fprintf(stderr, "refinery eval: --device is for --task classify (a classifier's or a "
+                        "causal LM's folder, no adapter)\n");
+        return 2;
+    }
+    if (device && rf_device_check(device)) {
+        fprintf(stderr, "refinery eval: --device: %s\n", rf_errmsg());
+        return 2;
+    }
     rf_buf json = RF_BUF_INIT;
     if (!strcmp(task, "lm")) {
         if (preds) {
@@ -220,7 +236,8 @@ static int cmd_eval(int argc, char **argv) {
                        .report_path = out,
                        .predictions_path = preds,
                        .samples = samples,
-                       .answers = answers};
+                       .answers = answers,
+                       .device = device};
     return eval_finish(rf_evaluate_run(&eo, &json), &json);
 }
 

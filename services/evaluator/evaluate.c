@@ -90,12 +90,15 @@ static int load_files(void *user, int max_len, rf_dataset *d) {
     return rc;
 }
 
-/* ,"<key>":{answers of model (+ adapter)} (answers.h) */
+/* ,"<key>":{answers of model (+ adapter)} (answers.h): on the device of
+ * o->device without an adapter (merging one runs on the CPU) */
 static int add_answers(const rf_eval_opts *o, const char *key, const char *model,
                        const char *adapter, rf_buf *b) {
     rf_lm *lm = NULL;
     rf_answers a;
-    int rc = rf_lm_load_adapter(model, adapter, &lm);
+    const rf_backend *be = rf_backend_cpu();
+    int rc = adapter ? RF_OK : rf_backend_for(o->device, &be);
+    if (!rc) rc = adapter ? rf_lm_load_adapter(model, adapter, &lm) : rf_lm_load_on(model, be, &lm);
     if (!rc) rc = rf_buf_printf(b, ",\"%s\":", key);
     if (!rc) rc = rf_lm_answers(lm, o->data, o->answers, b, &a);
     if (!rc)
@@ -219,12 +222,9 @@ static int evaluate_lm(const rf_eval_opts *o, rf_buf *json) {
     if (o->predictions_path)
         rf_info("evaluator", "a causal LM has no per-example predictions; %s not written",
                 o->predictions_path);
-    /* the eval loss runs on the device; generation (samples, answers: lm.c,
-     * causal_infer.c) reads host memory and runs on the CPU */
-    if (o->device && o->device[0] && strcmp(o->device, "cpu") != 0 &&
-        (o->samples > 0 || o->answers > 0))
-        rf_info("evaluator",
-                "causal LM: eval loss on %s; sample generations and answers on the CPU", o->device);
+    /* the eval loss, the samples and the answers run on the device
+     * (causal_infer.c's slot path); an adapter's answers on the CPU (it is
+     * merged there) */
     int rc = rf_lm_evaluate_path(o->model_dir, o->device, o->data, o->max_len, o->batch_size,
                                  o->samples, &b);
     if (!rc && o->answers > 0 && has_mask(o->data)) {

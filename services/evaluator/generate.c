@@ -177,7 +177,7 @@ int rf_generate_ids(const rf_lm *lm, const int32_t *ids, int n, const rf_gen_opt
     if (!rc) rc = rf_infer_forward(st, ids, n, hidden);
     const float *last = hidden + (size_t)(n - 1) * d->C;
     while (!rc) {
-        rf_infer_logits(st, last, 1, logits);
+        if ((rc = rf_infer_logits(st, last, 1, logits))) break;
         int32_t next = rf_sampler_next(&sm, logits);
         out[got++] = next;
         bool eos = rf_lm_is_eos(lm, next), full = got == max_new || rf_infer_len(st) == cap;

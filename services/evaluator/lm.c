@@ -131,7 +131,7 @@ static bool eos_from(rf_lm *lm, const rf_json *cfg) {
     return true;
 }
 
-static int load_folder(rf_lm *lm, const char *dir) {
+static int load_folder(rf_lm *lm, const char *dir, const rf_backend *be) {
     rf_json_doc *doc;
     const rf_json *cfg;
     int rc = read_json(dir, "config.json", &doc, &cfg);
@@ -140,10 +140,10 @@ static int load_folder(rf_lm *lm, const char *dir) {
     if (!rf_json_is_str(mt)) {
         rc = rf_fail(RF_ERR_INVALID, "%s/config.json: no model_type", dir);
     } else if (!strcmp(mt->u.str, "gpt2")) {
-        rc = rf_gpt2_load(dir, &lm->model.gpt2);
+        rc = rf_gpt2_load_on(dir, be, &lm->model.gpt2);
         lm->arch = "gpt2";
     } else if (!strcmp(mt->u.str, "llama")) {
-        rc = rf_llama_load(dir, &lm->model.llama);
+        rc = rf_llama_load_on(dir, be, &lm->model.llama);
         lm->arch = "llama";
     } else {
         rc = rf_fail(RF_ERR_UNSUPPORTED,
@@ -183,6 +183,10 @@ static int load_folder(rf_lm *lm, const char *dir) {
 }
 
 int rf_lm_load(const char *path, rf_lm **out) {
+    return rf_lm_load_on(path, rf_backend_cpu(), out);
+}
+
+int rf_lm_load_on(const char *path, const rf_backend *be, rf_lm **out) {
     *out = NULL;
     struct stat st;
     if (stat(path, &st) != 0) return rf_fail(RF_ERR_NOT_FOUND, "%s: no such file or folder", path);
@@ -194,9 +198,9 @@ int rf_lm_load(const char *path, rf_lm **out) {
         char cfg[4096];
         snprintf(cfg, sizeof cfg, "%s/config.json", path);
         if (stat(cfg, &st) == 0) {
-            rc = load_folder(lm, path);
+            rc = load_folder(lm, path, be);
             if (!rc && !(lm->path = strdup(path))) rc = RF_ERR_NOMEM;
-        } else if (!(rc = find_gguf(path, &file))) {
+        } else if (!(rc = find_gguf(path, &file))) { /* GGUF: the CPU, whatever be */
             rc = load_gguf(lm, file);
             lm->path = file;
         }

@@ -43,6 +43,10 @@ typedef struct rf_lm {
 } rf_lm;
 
 int rf_lm_load(const char *path, rf_lm **out);
+/* The same with a model folder's model on backend be (trainer/backend.h):
+ * generation then runs there (causal_infer.c's slot path). A GGUF file
+ * (dequantized on load) stays on the CPU whatever be. */
+int rf_lm_load_on(const char *path, const rf_backend *be, rf_lm **out);
 /* rf_lm_load, then (adapter not NULL) the PEFT LoRA folder `adapter`
  * (adapter_config.json + adapter_model.safetensors, as peft's save_pretrained
  * or the trainer write them) merged into the fp32 weights

@@ -125,9 +125,13 @@ int rf_lm_evaluate_path(const char *model_dir, const char *device, const char *d
     if (!rc && samples > 0) { /* the generation model: KV-cache inference (lm.h) */
         rf_lm *lm = NULL;
         double t1 = rf_now();
-        rc = rf_lm_load(model_dir, &lm);
+        rc = rf_lm_load_on(model_dir, be, &lm);
         if (!rc) rc = rf_lm_samples(lm, &d, samples, json);
-        if (!rc) rc = rf_buf_printf(json, ",\"samples_seconds\":%.3f", rf_now() - t1);
+        const rf_backend *gb =
+            lm ? (lm->model.gpt2 ? lm->model.gpt2->be : lm->model.llama->be) : be;
+        if (!rc)
+            rc = rf_buf_printf(json, ",\"samples_seconds\":%.3f,\"samples_device\":\"%s\"",
+                               rf_now() - t1, gb->name);
         if (rc) rc = rf_fail_ctx(rc, "sample generations of %s", model_dir);
         rf_lm_free(lm);
     }

@@ -59,16 +59,18 @@ static double row_lse(const float *z, int V) {
     return log(s) + mx;
 }
 
-/* Sum of -log p(ids[r + 1] | ids[..r]) over hidden rows r in [r0, r1),
- * head_rows rows of logits at a time. */
-static double nll_rows(const rf_infer *st, const float *hidden, const int32_t *ids, int r0, int r1,
-                       float *logits, int head_rows) {
+/* *out = the sum of -log p(ids[r + 1] | ids[..r]) over hidden rows r in
+ * [r0, r1), head_rows rows of logits at a time; RF_OK or the LM head's
+ * error. */
+static int nll_rows(rf_infer *st, const float *hidden, const int32_t *ids, int r0, int r1,
+                    float *logits, int head_rows, double *out) {
     const rf_causal_dims *d = rf_infer_dims(st);
     int V = d->vocab;
     double sum = 0;
     for (int a = r0; a < r1; a += head_rows) {
         int k = r1 - a < head_rows ? r1 - a : head_rows;
-        rf_infer_logits(st, hidden + (size_t)a * d->C, k, logits);
+        int rc = rf_infer_logits(st, hidden + (size_t)a * d->C, k, logits);
+        if (rc) return rc;
         double part = 0;
 #pragma omp parallel for schedule(static) reduction(+ : part)
         for (int r = 0; r < k; r++) {
@@ -77,7 +79,8 @@ static double nll_rows(const rf_infer *st, const float *hidden, const int32_t *i
         }
         sum += part;
     }
-    return sum;
+    *out = sum;
+    return RF_OK;
 }
 
 int rf_perplexity_ids(const rf_lm *lm, const int32_t *ids, int64_t n, const rf_ppl_opts *o,
@@ -116,8 +119,9 @@ int rf_perplexity_ids(const rf_lm *lm, const int32_t *ids, int64_t n, const rf_p
         rf_infer_reset(st);
         if ((rc = rf_infer_forward(st, ids + begin, L, hidden))) break;
         if (counted > 0) {
-            double mean = nll_rows(st, hidden, ids + begin, r0, L - 1, logits, head_rows) / counted;
-            r->nll_sum += mean * (valid - 1);
+            double nll;
+            if ((rc = nll_rows(st, hidden, ids + begin, r0, L - 1, logits, head_rows, &nll))) break;
+            r->nll_sum += nll / counted * (valid - 1);
         }
         r->tokens += valid - 1;
         r->scored += counted;

@@ -168,6 +168,11 @@ struct rf_backend {
                                 int NH, int NKV, int hs);
     int (*lm_head_fwd)(const rf_backend *be, float *logits, const float *h, const float *wte, int N,
                        int C, int V);
+    /* inference (causal_infer.c): n new tokens over a key/value cache,
+     * semantics rf_op_kv_attention_fwd; NULL: the backend cannot generate */
+    int (*kv_attention_fwd)(const rf_backend *be, float *out, float *scores, const float *qkv,
+                            const float *kc, const float *vc, int n, int len, int NH, int NKV,
+                            int hd);
     int (*lm_head_bwd)(const rf_backend *be, float *dh, float *dwte, const float *dlogits,
                        const float *h, const float *wte, int N, int C, int V);
     int (*causal_xent_fwd)(const rf_backend *be, float *loss, int *counted, float *lse,

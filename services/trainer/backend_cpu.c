@@ -146,6 +146,14 @@ static int embed_add_fwd(const rf_backend *be, float *out, const int32_t *pos, c
     return RF_OK;
 }
 
+static int kv_attention_fwd(const rf_backend *be, float *out, float *scores, const float *qkv,
+                            const float *kc, const float *vc, int n, int len, int NH, int NKV,
+                            int hd) {
+    (void)be;
+    rf_op_kv_attention_fwd(out, scores, qkv, kc, vc, n, len, NH, NKV, hd);
+    return RF_OK;
+}
+
 static int vxent_stats(const rf_backend *be, float *mx, float *tl, const float *logits, int ldz,
                        const int32_t *tgt, int lo, int hi, int N) {
     (void)be;
@@ -492,6 +500,7 @@ static const rf_backend cpu = {
     .causal_attention_fwd = causal_attention_fwd,
     .causal_attention_bwd = causal_attention_bwd,
     .lm_head_fwd = lm_head_fwd,
+    .kv_attention_fwd = kv_attention_fwd,
     .lm_head_bwd = lm_head_bwd,
     .causal_xent_fwd = causal_xent_fwd,
     .causal_xent_bwd = causal_xent_bwd,

@@ -261,6 +261,10 @@ GUARDED(embed_add_fwd,
         (const rf_backend *be, float *out, const int32_t *pos, const int32_t *types,
          const float *wpe, const float *wtt, int B, int T, int C),
         be, out, pos, types, wpe, wtt, B, T, C)
+GUARDED(kv_attention_fwd,
+        (const rf_backend *be, float *out, float *scores, const float *qkv, const float *kc,
+         const float *vc, int n, int len, int NH, int NKV, int hd),
+        be, out, scores, qkv, kc, vc, n, len, NH, NKV, hd)
 GUARDED(vxent_stats,
         (const rf_backend *be, float *mx, float *tl, const float *logits, int ldz,
          const int32_t *tgt, int lo, int hi, int N),
@@ -443,6 +447,7 @@ static void init(void) {
     if (base->embed_rows_fwd) guarded.embed_rows_fwd = g_embed_rows_fwd;
     if (base->embed_add_fwd) guarded.embed_add_fwd = g_embed_add_fwd;
     if (base->embed_rows_bwd) guarded.embed_rows_bwd = g_embed_rows_bwd;
+    if (base->kv_attention_fwd) guarded.kv_attention_fwd = g_kv_attention_fwd;
     if (base->vxent_stats) guarded.vxent_stats = g_vxent_stats;
     if (base->vxent_sumexp) guarded.vxent_sumexp = g_vxent_sumexp;
     if (base->vxent_loss) guarded.vxent_loss = g_vxent_loss;

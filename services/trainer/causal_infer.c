@@ -1,16 +1,21 @@
 /* Incremental forward with a key/value cache (see causal_infer.h). The
- * layer code mirrors rf_gpt2_forward / rf_llama_forward op for op (the
- * norms, activations and embeddings are the ops themselves). Three things
- * differ, for speed, none for the result beyond round-off:
- * - projections and the LM head call sgemm directly, so OpenBLAS spreads
- *   even one row (a decode step) over its threads, where the ops cut rows
- *   into pieces of at least 128 for bitwise reproducibility across thread
- *   counts (which inference does not need);
- * - RoPE's cos/sin come from a table filled once per state with the op's
- *   own formula (rope_cs in ops_causal.c), not recomputed per token and layer;
- * - the attention runs per (query head, block of new queries): one sgemm for
- *   the scores against every cached key and one for the weighted values,
- *   issued single-threaded from inside the parallel loop as ops.c does. */
+ * layer code mirrors rf_gpt2_forward / rf_llama_forward op for op. Two
+ * paths:
+ * - on the CPU backend the norms, activations and embeddings are the ops
+ *   themselves, and three things differ from training, for speed, none for
+ *   the result beyond round-off: projections and the LM head call sgemm
+ *   directly, so OpenBLAS spreads even one row (a decode step) over its
+ *   threads, where the ops cut rows into pieces of at least 128 for bitwise
+ *   reproducibility across thread counts (which inference does not need);
+ *   RoPE's cos/sin come from a table filled once per state with the op's own
+ *   formula (rope_cs in ops_causal.c), not recomputed per token and layer;
+ *   the attention is rf_op_kv_attention_fwd (per query head and block of new
+ *   queries, one sgemm for the scores and one for the weighted values);
+ * - on any other backend every step is one of its slots (backend.h: the
+ *   training forward's, copy2d to append to the cache, kv_attention_fwd), on
+ *   its memory: the cache, the activations and the scores live there, the
+ *   ids and positions go to it and the hidden states and logits come back
+ *   (to_host) as the host API gives them. */
 #include "trainer/causal_infer.h"
 
 #include <cblas.h>
@@ -24,19 +29,41 @@
 #include "trainer/ops.h"
 #include "trainer/ops_causal.h"
 
-#define QB 64 /* new queries per attention task */
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        int rc_ = (x);                                                                             \
+        if (rc_) return rc_;                                                                       \
+    } while (0)
 
 struct rf_infer {
     rf_causal_model m;
     rf_causal_dims d;
+    const rf_backend *be; /* the model's */
+    bool dev;             /* not the CPU: the slot path, buffers of be's memory */
     int cap, chunk, len;
     float *kc, *vc; /* [L][cap][NKV * hd] */
     float *x, *xn, *qkv, *atty, *tmp, *ff1, *ff2, *mean, *rstd;
-    int32_t *pos;
-    float *scores; /* [threads][QB * cap] */
-    int threads;
-    float *rope_cos, *rope_sin; /* Llama: [cap][hd / 2] */
+    float *scores;              /* [NH][chunk][cap]: rf_op_kv_attention_fwd's */
+    int32_t *pos;               /* host */
+    float *rope_cos, *rope_sin; /* CPU, Llama: [cap][hd / 2] */
+    /* dev only: the ids and positions of a chunk, the hidden states and the
+     * LM head's input and output (hn rows of each) */
+    int32_t *ids_d, *pos_d;
+    float *hid, *hin, *logits;
+    int hn;
 };
+
+/* A buffer of s's memory (the backend's on a device), or NULL. */
+static void *buf(const rf_infer *s, size_t bytes) {
+    return s->dev ? rf_backend_alloc(s->be, bytes) : malloc(bytes ? bytes : 1);
+}
+
+static void unbuf(const rf_infer *s, void *p) {
+    if (s->dev)
+        rf_backend_free(s->be, p);
+    else
+        free(p);
+}
 
 int rf_causal_dims_of(const rf_causal_model *m, rf_causal_dims *d) {
     memset(d, 0, sizeof *d);
@@ -59,10 +86,26 @@ int rf_causal_dims_of(const rf_causal_model *m, rf_causal_dims *d) {
 
 void rf_infer_free(rf_infer *s) {
     if (!s) return;
-    free(s->kc), free(s->vc), free(s->x), free(s->xn), free(s->qkv), free(s->atty);
-    free(s->tmp), free(s->ff1), free(s->ff2), free(s->mean), free(s->rstd), free(s->pos);
-    free(s->scores);
-    free(s->rope_cos), free(s->rope_sin);
+    float *f[] = {s->kc,
+                  s->vc,
+                  s->x,
+                  s->xn,
+                  s->qkv,
+                  s->atty,
+                  s->tmp,
+                  s->ff1,
+                  s->ff2,
+                  s->mean,
+                  s->rstd,
+                  s->scores,
+                  s->hid,
+                  s->hin,
+                  s->logits,
+                  (float *)s->ids_d,
+                  (float *)s->pos_d};
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++)
+        unbuf(s, f[i]);
+    free(s->pos), free(s->rope_cos), free(s->rope_sin);
     free(s);
 }
 
@@ -72,11 +115,9 @@ int rf_infer_new(const rf_causal_model *m, int cap, int chunk, rf_infer **out) {
     int rc = rf_causal_dims_of(m, &d);
     if (rc) return rc;
     const rf_backend *be = m->gpt2 ? m->gpt2->be : m->llama->be;
-    if (be != rf_backend_cpu()) /* it reads the parameters as host memory */
-        return rf_fail(RF_ERR_UNSUPPORTED,
-                       "inference: generation and perplexity run on the CPU backend only "
-                       "(the model is on %s)",
-                       be->name);
+    const rf_backend_slot need[] = {{"kv_attention_fwd", !be->kv_attention_fwd},
+                                    {"copy2d", !be->copy2d}};
+    if ((rc = rf_backend_check_slots(be, "inference", need, sizeof need / sizeof *need))) return rc;
     if (cap < 1 || cap > d.max_pos)
         return rf_fail(RF_ERR_RANGE, "inference: %d positions asked, the model has %d", cap,
                        d.max_pos);
@@ -85,26 +126,32 @@ int rf_infer_new(const rf_causal_model *m, int cap, int chunk, rf_infer **out) {
     rf_infer *s = calloc(1, sizeof *s);
     if (!s) return RF_ERR_NOMEM;
     s->m = *m, s->d = d, s->cap = cap, s->chunk = chunk;
+    s->be = be, s->dev = be != rf_backend_cpu();
     size_t M = (size_t)chunk, C = d.C, KW = (size_t)d.NKV * d.hd, A = (size_t)d.NH * d.hd,
            W = A + 2 * KW, F = d.F, kv = (size_t)d.L * cap * KW;
-    s->kc = malloc(kv * sizeof(float));
-    s->vc = malloc(kv * sizeof(float));
-    s->x = malloc(M * C * sizeof(float));
-    s->xn = malloc(M * C * sizeof(float));
-    s->qkv = malloc(M * W * sizeof(float));
-    s->atty = malloc(M * A * sizeof(float));
-    s->tmp = malloc(M * C * sizeof(float));
-    s->ff1 = malloc(M * 2 * F * sizeof(float));
-    s->ff2 = malloc(M * F * sizeof(float));
-    s->mean = malloc(M * sizeof(float));
-    s->rstd = malloc(M * sizeof(float));
+    s->kc = buf(s, kv * sizeof(float));
+    s->vc = buf(s, kv * sizeof(float));
+    s->x = buf(s, M * C * sizeof(float));
+    s->xn = buf(s, M * C * sizeof(float));
+    s->qkv = buf(s, M * W * sizeof(float));
+    s->atty = buf(s, M * A * sizeof(float));
+    s->tmp = buf(s, M * C * sizeof(float));
+    s->ff1 = buf(s, M * 2 * F * sizeof(float));
+    s->ff2 = buf(s, M * F * sizeof(float));
+    s->mean = buf(s, M * sizeof(float));
+    s->rstd = buf(s, M * sizeof(float));
+    s->scores = buf(s, (size_t)d.NH * M * cap * sizeof(float));
     s->pos = malloc(M * sizeof(int32_t));
-    if (!s->kc || !s->vc || !s->x || !s->xn || !s->qkv || !s->atty || !s->tmp || !s->ff1 ||
-        !s->ff2 || !s->mean || !s->rstd || !s->pos) {
+    bool ok = s->kc && s->vc && s->x && s->xn && s->qkv && s->atty && s->tmp && s->ff1 && s->ff2 &&
+              s->mean && s->rstd && s->scores && s->pos;
+    if (ok && s->dev)
+        ok = (s->ids_d = buf(s, M * sizeof(int32_t))) && (s->pos_d = buf(s, M * sizeof(int32_t))) &&
+             (s->hid = buf(s, M * C * sizeof(float)));
+    if (!ok) {
         rf_infer_free(s);
         return RF_ERR_NOMEM;
     }
-    if (m->llama) {
+    if (m->llama && !s->dev) {
         int half = d.hd / 2;
         s->rope_cos = malloc((size_t)cap * half * sizeof(float));
         s->rope_sin = malloc((size_t)cap * half * sizeof(float));
@@ -139,53 +186,6 @@ int rf_infer_cap(const rf_infer *s) {
 }
 const rf_causal_dims *rf_infer_dims(const rf_infer *s) {
     return &s->d;
-}
-
-static int ensure_scores(rf_infer *s) {
-    int t = omp_get_max_threads();
-    if (t <= s->threads) return RF_OK;
-    float *p = realloc(s->scores, (size_t)t * QB * s->cap * sizeof(float));
-    if (!p) return RF_ERR_NOMEM;
-    s->scores = p, s->threads = t;
-    return RF_OK;
-}
-
-/* atty[n, NH*hd] for the n new queries of qkv (positions len..len+n-1)
- * against the cached keys and values of layer l (which already hold them). */
-static void attend(rf_infer *s, int l, int n) {
-    const rf_causal_dims *d = &s->d;
-    int hd = d->hd, NH = d->NH, grp = d->NH / d->NKV, KW = d->NKV * hd, A = NH * hd, W = A + 2 * KW,
-        len = s->len, nqb = (n + QB - 1) / QB;
-    const float *kc = s->kc + (size_t)l * s->cap * KW, *vc = s->vc + (size_t)l * s->cap * KW;
-    float scale = 1.0f / sqrtf((float)hd);
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int task = 0; task < NH * nqb; task++) {
-        int h = task / nqb, t0 = task % nqb * QB, t1 = t0 + QB < n ? t0 + QB : n, g = h / grp;
-        int nq = t1 - t0, nk = len + t1;
-        float *S = s->scores + (size_t)omp_get_thread_num() * QB * s->cap;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hd, scale,
-                    s->qkv + (size_t)t0 * W + (size_t)h * hd, W, kc + (size_t)g * hd, KW, 0.0f, S,
-                    nk);
-        for (int r = 0; r < nq; r++) {
-            float *a = S + (size_t)r * nk;
-            int p = len + t0 + r; /* keys 0..p are visible */
-            float mx = a[0];
-            for (int j = 1; j <= p; j++)
-                mx = a[j] > mx ? a[j] : mx;
-            double sum = 0;
-            for (int j = 0; j <= p; j++) {
-                a[j] = expf(a[j] - mx);
-                sum += a[j];
-            }
-            float inv = (float)(1.0 / sum);
-            for (int j = 0; j <= p; j++)
-                a[j] *= inv;
-            for (int j = p + 1; j < nk; j++)
-                a[j] = 0;
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd, nk, 1.0f, S, nk,
-                    vc + (size_t)g * hd, KW, 0.0f, s->atty + (size_t)t0 * A + (size_t)h * hd, A);
-    }
 }
 
 /* out[n, OC] = inp[n, IC] W + b: W is [OC, IC] (nn.Linear) or, with
@@ -223,7 +223,7 @@ static void add_into(float *x, const float *y, size_t n) {
         x[i] = y[i] + x[i];
 }
 
-/* One chunk of n <= s->chunk tokens. */
+/* One chunk of n <= s->chunk tokens on the CPU. */
 static void chunk_forward(rf_infer *s, const int32_t *ids, int n, float *hidden) {
     const rf_causal_dims *d = &s->d;
     int C = d->C, F = d->F, hd = d->hd, KW = d->NKV * hd, A = d->NH * hd, W = A + 2 * KW;
@@ -251,7 +251,8 @@ static void chunk_forward(rf_infer *s, const int32_t *ids, int n, float *hidden)
             memcpy(kc + (size_t)t * KW, s->qkv + (size_t)t * W + A, sizeof(float) * KW);
             memcpy(vc + (size_t)t * KW, s->qkv + (size_t)t * W + A + KW, sizeof(float) * KW);
         }
-        attend(s, l, n);
+        rf_op_kv_attention_fwd(s->atty, s->scores, s->qkv, s->kc + (size_t)l * s->cap * KW,
+                               s->vc + (size_t)l * s->cap * KW, n, s->len, d->NH, d->NKV, hd);
         if (g) {
             const rf_gpt2_layer *w = &g->p.layers[l];
             float eps = g->cfg.layer_norm_epsilon;
@@ -282,6 +283,75 @@ static void chunk_forward(rf_infer *s, const int32_t *ids, int n, float *hidden)
     s->len += n;
 }
 
+/* The same through the backend's slots, on its memory. */
+static int chunk_forward_dev(rf_infer *s, const int32_t *ids, int n, float *hidden) {
+    const rf_causal_dims *d = &s->d;
+    const rf_backend *be = s->be;
+    int C = d->C, F = d->F, hd = d->hd, KW = d->NKV * hd, A = d->NH * hd, W = A + 2 * KW;
+    size_t nc = (size_t)n * C;
+    for (int t = 0; t < n; t++)
+        s->pos[t] = s->len + t;
+    rf_gpt2 *g = s->m.gpt2;
+    rf_llama *m = s->m.llama;
+    TRY(be->to_device(be, s->ids_d, ids, sizeof(int32_t) * (size_t)n));
+    TRY(be->to_device(be, s->pos_d, s->pos, sizeof(int32_t) * (size_t)n));
+    TRY(be->tokpos_fwd(be, s->x, s->ids_d, s->pos_d, g ? g->p.wte : m->p.wte, g ? g->p.wpe : NULL,
+                       1, n, C));
+    for (int l = 0; l < d->L; l++) {
+        float *kc = s->kc + (size_t)l * s->cap * KW, *vc = s->vc + (size_t)l * s->cap * KW;
+        if (g) {
+            const rf_gpt2_layer *w = &g->p.layers[l];
+            float eps = g->cfg.layer_norm_epsilon;
+            TRY(be->layernorm_fwd(be, s->xn, s->mean, s->rstd, s->x, w->ln1_w, w->ln1_b, n, C,
+                                  eps));
+            TRY(be->conv1d_fwd(be, s->qkv, s->xn, w->attn_w, w->attn_b, n, C, W));
+        } else {
+            const rf_llama_layer *w = &m->p.layers[l];
+            float theta = m->cfg.rope_theta;
+            TRY(be->rmsnorm_fwd(be, s->xn, s->rstd, s->x, w->ln1_w, n, C, m->cfg.rms_norm_eps));
+            TRY(be->linear_fwd(be, s->qkv, s->xn, w->qkv_w, NULL, n, C, W));
+            TRY(be->rope_fwd(be, s->qkv, s->qkv, s->pos_d, n, n, d->NH, hd, W, theta));
+            TRY(be->rope_fwd(be, s->qkv + A, s->qkv + A, s->pos_d, n, n, d->NKV, hd, W, theta));
+        }
+        /* the new keys and values into the cache, rows len.. */
+        size_t kb = (size_t)KW * sizeof(float), wb = (size_t)W * sizeof(float);
+        TRY(be->copy2d(be, kc + (size_t)s->len * KW, kb, s->qkv + A, wb, kb, (size_t)n));
+        TRY(be->copy2d(be, vc + (size_t)s->len * KW, kb, s->qkv + A + KW, wb, kb, (size_t)n));
+        TRY(be->kv_attention_fwd(be, s->atty, s->scores, s->qkv, kc, vc, n, s->len, d->NH, d->NKV,
+                                 hd));
+        if (g) {
+            const rf_gpt2_layer *w = &g->p.layers[l];
+            float eps = g->cfg.layer_norm_epsilon;
+            TRY(be->conv1d_fwd(be, s->tmp, s->atty, w->proj_w, w->proj_b, n, C, C));
+            TRY(be->residual_fwd(be, s->x, s->tmp, s->x, nc, 0.0f, 0)); /* x = tmp + x */
+            TRY(be->layernorm_fwd(be, s->xn, s->mean, s->rstd, s->x, w->ln2_w, w->ln2_b, n, C,
+                                  eps));
+            TRY(be->conv1d_fwd(be, s->ff1, s->xn, w->fc_w, w->fc_b, n, C, F));
+            TRY(be->gelu_tanh_fwd(be, s->ff2, s->ff1, (size_t)n * F));
+            TRY(be->conv1d_fwd(be, s->tmp, s->ff2, w->fcp_w, w->fcp_b, n, F, C));
+        } else {
+            const rf_llama_layer *w = &m->p.layers[l];
+            TRY(be->linear_fwd(be, s->tmp, s->atty, w->o_w, NULL, n, A, C));
+            TRY(be->residual_fwd(be, s->x, s->tmp, s->x, nc, 0.0f, 0));
+            TRY(be->rmsnorm_fwd(be, s->xn, s->rstd, s->x, w->ln2_w, n, C, m->cfg.rms_norm_eps));
+            TRY(be->linear_fwd(be, s->ff1, s->xn, w->gu_w, NULL, n, C, 2 * F));
+            TRY(be->swiglu_fwd(be, s->ff2, s->ff1, n, F));
+            TRY(be->linear_fwd(be, s->tmp, s->ff2, w->down_w, NULL, n, F, C));
+        }
+        TRY(be->residual_fwd(be, s->x, s->tmp, s->x, nc, 0.0f, 0));
+    }
+    if (hidden) {
+        if (g)
+            TRY(be->layernorm_fwd(be, s->hid, s->mean, s->rstd, s->x, g->p.lnf_w, g->p.lnf_b, n, C,
+                                  g->cfg.layer_norm_epsilon));
+        else
+            TRY(be->rmsnorm_fwd(be, s->hid, s->rstd, s->x, m->p.norm_w, n, C, m->cfg.rms_norm_eps));
+        TRY(be->to_host(be, hidden, s->hid, nc * sizeof(float)));
+    }
+    s->len += n;
+    return RF_OK;
+}
+
 int rf_infer_forward(rf_infer *s, const int32_t *ids, int n, float *hidden) {
     if (n < 0 || n > s->cap - s->len)
         return rf_fail(RF_ERR_RANGE, "inference: %d tokens after %d exceed the %d positions", n,
@@ -290,16 +360,35 @@ int rf_infer_forward(rf_infer *s, const int32_t *ids, int n, float *hidden) {
         if (ids[i] < 0 || ids[i] >= s->d.vocab)
             return rf_fail(RF_ERR_RANGE, "inference: token id %d outside the vocabulary (%d)",
                            ids[i], s->d.vocab);
-    int rc = ensure_scores(s);
-    if (rc) return rc;
     for (int i = 0; i < n; i += s->chunk) {
         int k = n - i < s->chunk ? n - i : s->chunk;
-        chunk_forward(s, ids + i, k, hidden ? hidden + (size_t)i * s->d.C : NULL);
+        float *h = hidden ? hidden + (size_t)i * s->d.C : NULL;
+        if (s->dev)
+            TRY(chunk_forward_dev(s, ids + i, k, h));
+        else
+            chunk_forward(s, ids + i, k, h);
     }
     return RF_OK;
 }
 
-void rf_infer_logits(const rf_infer *s, const float *h, int n, float *logits) {
+int rf_infer_logits(rf_infer *s, const float *h, int n, float *logits) {
     const float *w = s->m.gpt2 ? s->m.gpt2->p.wte : s->m.llama->p.head_w;
-    project(logits, h, w, NULL, n, s->d.C, s->d.vocab, false); /* rf_op_lm_head_fwd's product */
+    int C = s->d.C, V = s->d.vocab;
+    if (!s->dev) {
+        project(logits, h, w, NULL, n, C, V, false); /* rf_op_lm_head_fwd's product */
+        return RF_OK;
+    }
+    const rf_backend *be = s->be;
+    if (n > s->hn) { /* the head's input and output on the device, grown to n rows */
+        unbuf(s, s->hin), unbuf(s, s->logits);
+        s->hn = 0;
+        if (!(s->hin = buf(s, (size_t)n * C * sizeof(float))) ||
+            !(s->logits = buf(s, (size_t)n * V * sizeof(float))))
+            return rf_fail(RF_ERR_NOMEM, "inference: no %s memory for %d rows of logits", be->name,
+                           n);
+        s->hn = n;
+    }
+    TRY(be->to_device(be, s->hin, h, (size_t)n * C * sizeof(float)));
+    TRY(be->lm_head_fwd(be, s->logits, s->hin, w, n, C, V));
+    return be->to_host(be, logits, s->logits, (size_t)n * V * sizeof(float));
 }

@@ -40,7 +40,10 @@ int rf_causal_dims_of(const rf_causal_model *m, rf_causal_dims *d);
 typedef struct rf_infer rf_infer;
 
 /* A state for sequences of up to cap tokens (cap <= the model's positions),
- * running up to chunk new tokens per pass (scratch grows with it). */
+ * running up to chunk new tokens per pass (scratch grows with it: NH x chunk
+ * x cap floats of attention scores). On the model's backend: a device's
+ * state runs every step through its slots on its memory (the cache too);
+ * RF_ERR_UNSUPPORTED for a backend without kv_attention_fwd or copy2d. */
 int rf_infer_new(const rf_causal_model *m, int cap, int chunk, rf_infer **out);
 void rf_infer_free(rf_infer *s);
 /* Forgets the sequence (len = 0); the buffers stay. */
@@ -50,10 +53,12 @@ int rf_infer_cap(const rf_infer *s);
 const rf_causal_dims *rf_infer_dims(const rf_infer *s);
 
 /* Appends ids[0..n) at positions len.. (RF_ERR_RANGE past cap, or for an id
- * outside the vocabulary: nothing is appended then). hidden (may be NULL)
- * receives the n final hidden states [n, C]. */
+ * outside the vocabulary: nothing is appended then). hidden (host memory,
+ * may be NULL) receives the n final hidden states [n, C]. On a device a
+ * backend error may leave len short of the input. */
 int rf_infer_forward(rf_infer *s, const int32_t *ids, int n, float *hidden);
-/* logits[n, vocab] of hidden rows h[n, C] (the LM head). */
-void rf_infer_logits(const rf_infer *s, const float *h, int n, float *logits);
+/* logits[n, vocab] of hidden rows h[n, C] (the LM head); host memory both.
+ * RF_OK, or the backend's error (a device: its memory for n rows). */
+int rf_infer_logits(rf_infer *s, const float *h, int n, float *logits);
 
 #endif

@@ -411,3 +411,39 @@ void rf_op_causal_xent_bwd(float *dlogits, const float *logits, const float *lse
             d[k] += s * ((float)exp((double)z[k] - lse[n]) - (k == y));
     }
 }
+
+#define KV_QB 64 /* new queries per kv_attention task */
+
+void rf_op_kv_attention_fwd(float *out, float *scores, const float *qkv, const float *kc,
+                            const float *vc, int n, int len, int NH, int NKV, int hd) {
+    int grp = NH / NKV, KW = NKV * hd, A = NH * hd, W = A + 2 * KW, nqb = (n + KV_QB - 1) / KV_QB,
+        nkmax = len + n;
+    float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int task = 0; task < NH * nqb; task++) {
+        int h = task / nqb, t0 = task % nqb * KV_QB, t1 = t0 + KV_QB < n ? t0 + KV_QB : n,
+            g = h / grp, nq = t1 - t0, nk = len + t1;
+        float *S = scores + ((size_t)h * n + t0) * nkmax; /* this task's rows */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hd, scale,
+                    qkv + (size_t)t0 * W + (size_t)h * hd, W, kc + (size_t)g * hd, KW, 0.0f, S, nk);
+        for (int r = 0; r < nq; r++) {
+            float *a = S + (size_t)r * nk;
+            int p = len + t0 + r; /* keys 0..p are visible */
+            float mx = a[0];
+            for (int j = 1; j <= p; j++)
+                mx = a[j] > mx ? a[j] : mx;
+            double sum = 0;
+            for (int j = 0; j <= p; j++) {
+                a[j] = expf(a[j] - mx);
+                sum += a[j];
+            }
+            float inv = (float)(1.0 / sum);
+            for (int j = 0; j <= p; j++)
+                a[j] *= inv;
+            for (int j = p + 1; j < nk; j++)
+                a[j] = 0;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd, nk, 1.0f, S, nk,
+                    vc + (size_t)g * hd, KW, 0.0f, out + (size_t)t0 * A + (size_t)h * hd, A);
+    }
+}

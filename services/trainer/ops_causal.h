@@ -92,6 +92,19 @@ void rf_op_causal_attention_fwd(float *out, float *att, const float *qkv, const 
 void rf_op_causal_attention_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                 const float *att, int B, int T, int NH, int NKV, int hs);
 
+/* Attention of n new tokens over a key/value cache (inference, causal_infer.c):
+ * qkv [n, W] holds the new tokens' q | k | v (W = (NH + 2 NKV) hd; q the
+ * first NH hd columns), kc and vc [len + n, NKV hd] the keys and values of
+ * positions 0..len+n-1 (the new ones already appended), query t at position
+ * len + t seeing keys 0..len+t (grouped-query: query head h reads key/value
+ * head h / (NH / NKV)). out [n, NH hd]. scores: NH n (len + n) floats of
+ * working space. Per (head, block of 64 queries) one sgemm for the scores
+ * and one for the weighted values, the softmax in float with a double sum;
+ * tasks run in parallel, so results depend on the thread count only through
+ * OpenBLAS's choices (inference needs no bitwise reproducibility). */
+void rf_op_kv_attention_fwd(float *out, float *scores, const float *qkv, const float *kc,
+                            const float *vc, int n, int len, int NH, int NKV, int hd);
+
 /* The tied LM head: logits[N,V] = h[N,C] wte[V,C]^T (no bias). Backward adds
  * into dh (may be NULL) and into dwte, the embedding's own gradient, so the
  * two uses of the tied matrix sum in one buffer. An untied head is the same

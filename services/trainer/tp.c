@@ -27,13 +27,15 @@ static double comm_seconds;
 static uint64_t comm_bytes, comm_calls;
 
 /* A device's kernels run asynchronously: what they wrote is read by the
- * collective only after they are done (to_host waits for the queue). */
+ * collective only after they are done (to_host waits for the queue; that
+ * wait is the kernels' time, not the collective's). */
 static int allreduce(const rf_tp_group *g, void *x, size_t n, rf_comm_dtype t, rf_comm_op op) {
     int w = rf_comm_world(g->c);
-    double t0 = rf_now();
     float tmp;
     int rc = g->sync ? g->be->to_host(g->be, &tmp, g->sync, sizeof tmp) : RF_OK;
-    if (!rc) rc = rf_comm_allreduce(g->c, x, x, n, t, op);
+    if (rc) return rc;
+    double t0 = rf_now();
+    rc = rf_comm_allreduce(g->c, x, x, n, t, op);
     comm_seconds += rf_now() - t0;
     comm_bytes += 2 * (uint64_t)(w - 1) * n * rf_comm_dtype_size(t) / (uint64_t)w;
     comm_calls++;

@@ -8,10 +8,14 @@
 # Llama with the perplexity evaluation; each with checkpoints and clipping. A
 # run that ends here went through the backend for every touch of model memory
 # (issue 14: "the training step runs entirely through the backend"), and its
-# losses, export and evaluation must be the CPU's bit for bit. Then a
-# cpu-guarded BERT run stopped at step 2 and resumed ends on the uninterrupted
-# CPU run. (LoRA on cpu-guarded: lora_device_run.test.sh; data and pipeline
-# parallelism, ZeRO: dp_staged, pp_staged, causal_dp, lora_dp_staged.)
+# losses, export and evaluation must be the CPU's bit for bit; so must the
+# exports' greedy sample generations (`refinery eval --samples 3 --device`:
+# KV-cache inference through the backend's slots, causal_infer.c), the
+# report naming the device they ran on. Then a cpu-guarded BERT run stopped
+# at step 2 and resumed ends on the uninterrupted CPU run. (LoRA on
+# cpu-guarded: lora_device_run.test.sh; data, tensor and pipeline
+# parallelism, ZeRO: dp_staged, tp_staged, pp_staged, causal_dp,
+# lora_dp_staged.)
 set -euo pipefail
 bin=$REFINERY_BIN
 root=$REFINERY_ROOT
@@ -62,6 +66,21 @@ for case in "g tiny-gpt2-rand" "l tiny-llama-tied"; do
     lm_spec "${n}c" "$model" cpu; train "${n}c"
     lm_spec "${n}g" "$model" cpu-guarded; train "${n}g"
     same "${n}c" "${n}g" "$model on cpu-guarded vs cpu"
+    # the export's greedy sample generations (KV-cache inference) on each device
+    for dev in cpu cpu-guarded; do
+        "$bin" eval --model "${n}g/model" --data lm.jsonl --max-len 24 --samples 3 \
+            --device $dev >"${n}-$dev.json" 2>"${n}-$dev.log" || { cat "${n}-$dev.log"; exit 1; }
+    done
+    python3 - "${n}-cpu.json" "${n}-cpu-guarded.json" "$model" <<'PY'
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+sa, sb = a["samples"], b["samples"]
+assert len(sa) == 3 and all(s["new_tokens"] > 0 for s in sa), sa
+assert sa == sb, (sa, sb)
+assert (a["samples_device"], b["samples_device"]) == ("cpu", "cpu-guarded"), (a, b)
+print("  %s: 3 sample generations (%d new tokens) on cpu-guarded equal the CPU's" %
+      (sys.argv[3], sum(s["new_tokens"] for s in sa)))
+PY
 done
 
 # stopped after 2 steps on cpu-guarded, resumed there from its checkpoint

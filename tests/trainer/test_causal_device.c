@@ -4,10 +4,11 @@
  * (weights read into host memory then to_device, the batch uploaded, the export through to_host,
  * every op through the slots) and the CPU-only paths refuse it. Since its kernels are the CPU's,
  * two full fine-tuning steps on it must equal the CPU backend's bit for bit, with a unit hook
- * (what ZeRO-2/3 drive) called with the same events on both; and LoRA merging, tensor
- * parallelism and generation must refuse it with RF_ERR_UNSUPPORTED and a message naming the CPU
- * backend; a backend that lacks a causal kernel is refused at load. (The CUDA backend's numbers:
- * test_cuda_step.c; ZeRO-3 on the device path under mpirun: causal_dp.test.sh.) */
+ * (what ZeRO-2/3 drive) called with the same events on both; LoRA merging must refuse it with
+ * RF_ERR_UNSUPPORTED and a message naming the CPU backend; inference with a key/value cache runs
+ * on the test device cpu-guarded within round-off of the CPU's; a backend that lacks a causal
+ * kernel is refused at load. (The CUDA backend's numbers: test_cuda_step.c; ZeRO-3 on the device
+ * path under mpirun: causal_dp.test.sh; tensor parallelism: tp_staged.test.sh.) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -178,18 +179,76 @@ static void test_refusals(void **state) {
     assert_int_equal(rf_lora_new_llama(lm, &lc, 1, &lo), 0);
     expect_refusal(rf_lora_merge_llama(lo, lm), "llama: LoRA merging runs on the CPU backend only");
     rf_lora_free(lo);
-    rf_infer *s;
-    expect_refusal(rf_infer_new(&(rf_causal_model){.gpt2 = gm}, 8, 8, &s),
-                   "generation and perplexity run on the CPU backend only");
-    expect_refusal(rf_infer_new(&(rf_causal_model){.llama = lm}, 8, 8, &s),
-                   "generation and perplexity run on the CPU backend only");
-    /* on the CPU backend the same calls are accepted */
-    rf_model *gc = load("../causal/tiny-gpt2-rand", rf_backend_cpu());
-    assert_int_equal(rf_infer_new(&(rf_causal_model){.gpt2 = gc->impl}, 8, 8, &s), 0);
-    rf_infer_free(s);
-    rf_model_free(gc);
     rf_model_free(g);
     rf_model_free(l);
+}
+
+/* The causal model's one state (rf_causal_model) of a loaded rf_model. */
+static rf_causal_model causal_of(rf_model *m) {
+    return strcmp(m->ops->name, "gpt2") ? (rf_causal_model){.llama = m->impl}
+                                        : (rf_causal_model){.gpt2 = m->impl};
+}
+
+/* Inference with a key/value cache on a device (causal_infer.c's slot
+ * path) against the CPU's (its own fast path: direct sgemm, a RoPE table):
+ * on cpu-guarded, whose memory host code cannot touch, a 7-token prompt in
+ * chunks of 5 (a split prefill), then 4 tokens one at a time, the hidden
+ * states and logits of every step within 1e-5 of the CPU's (round-off: the
+ * two paths cut their products differently); then the cache reset and a
+ * prompt again. GPT-2, Llama (grouped-query heads) and the tied Llama. */
+static void test_infer_device(void **state) {
+    (void)state;
+    const rf_backend *guarded = rf_backend_cpu_guarded();
+    static const char *const models[] = {"../causal/tiny-gpt2-rand", "../causal/tiny-llama-rand",
+                                         "../causal/tiny-llama-tied"};
+    static const int32_t ids[] = {5, 17, 9, 33, 2, 41, 8, 60, 12, 7, 29};
+    for (size_t k = 0; k < sizeof models / sizeof *models; k++) {
+        rf_model *c = load(models[k], rf_backend_cpu()), *g = load(models[k], guarded);
+        rf_causal_model cc = causal_of(c), cg = causal_of(g);
+        rf_infer *sc, *sg;
+        assert_int_equal(rf_infer_new(&cc, 16, 5, &sc), RF_OK);
+        assert_int_equal(rf_infer_new(&cg, 16, 5, &sg), RF_OK);
+        const rf_causal_dims *d = rf_infer_dims(sc);
+        float *hc = malloc(sizeof(float) * 7 * d->C), *hg = malloc(sizeof(float) * 7 * d->C),
+              *lc = malloc(sizeof(float) * 7 * d->vocab),
+              *lg = malloc(sizeof(float) * 7 * d->vocab);
+        double worst_h = 0, worst_l = 0;
+        for (int round = 0; round < 2; round++) {
+            for (int at = 0; at < 11;) {
+                int n = at == 0 ? 7 : 1;
+                assert_int_equal(rf_infer_forward(sc, ids + at, n, hc), RF_OK);
+                assert_int_equal(rf_infer_forward(sg, ids + at, n, hg), RF_OK);
+                assert_int_equal(rf_infer_logits(sc, hc, n, lc), RF_OK);
+                assert_int_equal(rf_infer_logits(sg, hg, n, lg), RF_OK);
+                double eh = rel_err_floor(hg, hc, (size_t)n * d->C, 1e-6),
+                       el = rel_err_floor(lg, lc, (size_t)n * d->vocab, 1e-6);
+                worst_h = eh > worst_h ? eh : worst_h, worst_l = el > worst_l ? el : worst_l;
+                at += n;
+            }
+            assert_int_equal(rf_infer_len(sg), 11);
+            rf_infer_reset(sc), rf_infer_reset(sg);
+        }
+        print_message("%s: inference on %s vs the CPU: hidden %.2e, logits %.2e\n", models[k],
+                      guarded->name, worst_h, worst_l);
+        if (!(worst_h <= 1e-5 && worst_l <= 1e-5))
+            fail_msg("%s: device inference off the CPU's (%.3e, %.3e)", models[k], worst_h,
+                     worst_l);
+        free(hc), free(hg), free(lc), free(lg);
+        rf_infer_free(sc), rf_infer_free(sg);
+        rf_model_free(c), rf_model_free(g);
+    }
+    /* a backend without kv_attention_fwd cannot generate: refused, naming it */
+    rf_backend bare = *staged;
+    bare.name = "bare-device";
+    bare.kv_attention_fwd = NULL;
+    rf_model *m = load("../causal/tiny-gpt2-rand", staged);
+    rf_gpt2 *gm = m->impl;
+    const rf_backend *was = gm->be;
+    gm->be = &bare; /* the state reads the backend from the model */
+    rf_infer *s;
+    expect_refusal(rf_infer_new(&(rf_causal_model){.gpt2 = gm}, 8, 8, &s), "kv_attention_fwd");
+    gm->be = was;
+    rf_model_free(m);
 }
 
 /* A backend without the causal kernels (a device built before them) is
@@ -232,9 +291,8 @@ static void test_missing_kernels(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gpt2_steps),
-        cmocka_unit_test(test_llama_steps),
-        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_gpt2_steps),      cmocka_unit_test(test_llama_steps),
+        cmocka_unit_test(test_refusals),        cmocka_unit_test(test_infer_device),
         cmocka_unit_test(test_missing_kernels),
     };
     return cmocka_run_group_tests(tests, setup, NULL);

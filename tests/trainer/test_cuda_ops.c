@@ -326,16 +326,17 @@ static void test_tp_slots(void **state) {
         assert_int_equal(gpu->embed_rows_fwd(gpu, g_out, g_ids, g_w, lo, hi, (int)N, C), 0);
         check_exact("embed_rows_fwd", g_out, out, N * C);
         /* pt: BERT's positions n % T and types; else GPT-2's: the types array
-         * as positions (each < T), no types */
-        cpu->embed_add_fwd(cpu, out, pt ? NULL : types, types, wpe, pt ? wtt : NULL, B, T, C);
-        assert_int_equal(gpu->embed_add_fwd(gpu, g_out, pt ? NULL : g_types, g_types, g_wpe,
-                                            pt ? g_wtt : NULL, B, T, C),
+         * as positions (each < T), no types (NULL: never read) */
+        cpu->embed_add_fwd(cpu, out, pt ? NULL : types, pt ? types : NULL, wpe, pt ? wtt : NULL, B,
+                           T, C);
+        assert_int_equal(gpu->embed_add_fwd(gpu, g_out, pt ? NULL : g_types, pt ? g_types : NULL,
+                                            g_wpe, pt ? g_wtt : NULL, B, T, C),
                          0);
         check_exact("embed_add_fwd", g_out, out, N * C);
-        cpu->embed_rows_bwd(cpu, dw, pt ? dwpe : NULL, pt ? dwtt : NULL, dout, ids, types, lo, hi,
-                            B, T, C);
+        cpu->embed_rows_bwd(cpu, dw, pt ? dwpe : NULL, pt ? dwtt : NULL, dout, ids,
+                            pt ? types : NULL, lo, hi, B, T, C);
         assert_int_equal(gpu->embed_rows_bwd(gpu, g_dw, pt ? g_dwpe : NULL, pt ? g_dwtt : NULL,
-                                             g_dout, g_ids, g_types, lo, hi, B, T, C),
+                                             g_dout, g_ids, pt ? g_types : NULL, lo, hi, B, T, C),
                          0);
         check_exact("embed_rows_bwd dw", g_dw, dw, (size_t)rows * C);
         check_exact("embed_rows_bwd dwpe", g_dwpe, dwpe, (size_t)T * C);
@@ -398,6 +399,35 @@ static void test_vxent(void **state) {
         for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
             gfree(gs[i]);
         free(tgt), free(z), free(mx), free(tl), free(dz), free(se), free(gse);
+    }
+}
+
+/* Inference's attention over a key/value cache: n new queries after len
+ * cached positions, grouped-query heads, a prefill and a decode step. */
+static void test_kv_attention(void **state) {
+    (void)state;
+    need_gpu();
+    /* n, len, NH, NKV, hd */
+    static const int shapes[][5] = {
+        {1, 0, 1, 1, 4}, {7, 0, 4, 2, 16}, {1, 300, 9, 3, 64}, {65, 37, 12, 12, 64}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int n = shapes[s][0], len = shapes[s][1], NH = shapes[s][2], NKV = shapes[s][3],
+            hd = shapes[s][4], KW = NKV * hd, W = (NH + 2 * NKV) * hd;
+        size_t nqkv = (size_t)n * W, nkv = (size_t)(len + n) * KW, nout = (size_t)n * NH * hd,
+               nsc = (size_t)NH * n * (len + n);
+        float *qkv = rnd(nqkv, -1, 1), *kc = rnd(nkv, -1, 1), *vc = rnd(nkv, -1, 1),
+              *out = rnd(nout, 0, 0), *sc = rnd(nsc, 0, 0);
+        void *g_qkv = up(qkv, nqkv * 4), *g_kc = up(kc, nkv * 4), *g_vc = up(vc, nkv * 4),
+             *g_out = up(NULL, nout * 4), *g_sc = up(NULL, nsc * 4);
+        print_message("kv_attention n=%d after %d, heads %d over %d, hd %d\n", n, len, NH, NKV, hd);
+        cpu->kv_attention_fwd(cpu, out, sc, qkv, kc, vc, n, len, NH, NKV, hd);
+        assert_int_equal(
+            gpu->kv_attention_fwd(gpu, g_out, g_sc, g_qkv, g_kc, g_vc, n, len, NH, NKV, hd), 0);
+        check("kv_attention_fwd", g_out, out, nout, TOL);
+        void *gs[] = {g_qkv, g_kc, g_vc, g_out, g_sc};
+        for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
+            gfree(gs[i]);
+        free(qkv), free(kc), free(vc), free(out), free(sc);
     }
 }
 
@@ -1013,6 +1043,7 @@ int main(void) {
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_tp_slots),
         cmocka_unit_test(test_vxent),
+        cmocka_unit_test(test_kv_attention),
         cmocka_unit_test(test_pointwise),
         cmocka_unit_test(test_xent_argmax),
         cmocka_unit_test(test_optimizer),

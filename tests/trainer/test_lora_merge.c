@@ -42,7 +42,7 @@ static float *infer_logits(const rf_causal_model *cm, const int32_t *ids, int n)
     float *h = malloc(sizeof(float) * (size_t)n * d->C);
     float *lg = malloc(sizeof(float) * (size_t)n * d->vocab);
     assert_int_equal(rf_infer_forward(s, ids, n, h), RF_OK);
-    rf_infer_logits(s, h, n, lg);
+    assert_int_equal(rf_infer_logits(s, h, n, lg), RF_OK);
     free(h);
     rf_infer_free(s);
     return lg;

@@ -6,12 +6,13 @@
 // S = q k^T scale into att, a warp per row turns S into the masked softmax
 // (att, which the backward contract reads) and the dropped probabilities
 // (the hash of ops.c, element index (b*NHall + h0 + h)*Tq*T + t*T + j as on
-// the CPU, h0 and NHall placing a tensor-parallel shard's heads; into scratch), and out = P v goes
-// back to [B*Tq, C]. Backward: dv = P^T dout, dP = dout v^T, ds = p (dP - p.dP) scale by a warp per
-// row, dq = ds k, dk = ds^T q, each added into dqkv. cuBLAS products are deterministic on one GPU
-// model, and nothing uses atomics. (The first version, a warp per query row with one lane per key,
-// ran BERT-base at T 512 at a quarter of PyTorch eager's speed on an H100; its key loads were
-// uncoalesced. Not profiled.)
+// the CPU, h0 and NHall placing a tensor-parallel shard's heads; into
+// scratch), and out = P v goes back to [B*Tq, C]. Backward: dv = P^T dout,
+// dP = dout v^T, ds = p (dP - p.dP) scale by a warp per row, dq = ds k,
+// dk = ds^T q, each added into dqkv. cuBLAS products are deterministic on one
+// GPU model, and nothing uses atomics. (The first version, a warp per query
+// row with one lane per key, ran BERT-base at T 512 at a quarter of PyTorch
+// eager's speed on an H100; its key loads were uncoalesced. Not profiled.)
 #include "trainer/cuda/ops_cuda.cuh"
 
 // The context's head-major buffer with at least n floats.

@@ -196,6 +196,7 @@ static void init(int k) {
     b.embed_rows_fwd = rf_cu_embed_rows_fwd;
     b.embed_add_fwd = rf_cu_embed_add_fwd;
     b.embed_rows_bwd = rf_cu_embed_rows_bwd;
+    b.kv_attention_fwd = rf_cu_kv_attention_fwd;
     b.vxent_stats = rf_cu_vxent_stats;
     b.vxent_sumexp = rf_cu_vxent_sumexp;
     b.vxent_loss = rf_cu_vxent_loss;

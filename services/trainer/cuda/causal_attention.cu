@@ -226,3 +226,58 @@ int rf_cu_causal_attention_bwd(const rf_backend *be, float *dqkv, float *scratch
                                      0, s>>>(dqkv, scratch, dout, qkv, att, T, NH, NKV, hs);
     return cu_launched("causal_attention_bwd (keys)");
 }
+
+// Inference: n new queries over a key/value cache (twin of
+// rf_op_kv_attention_fwd). A warp per (query head, new token t) at position
+// len + t: its scores against keys 0..len+t into the scores scratch (global
+// memory, so the cache may be any length), the softmax with the sum in
+// double, then the weighted values with lanes over channels, keys in order.
+__global__ static void kv_attention_kernel(float *out, float *scores, const float *qkv,
+                                           const float *kc, const float *vc, int n, int len, int NH,
+                                           int NKV, int hd) {
+    int w = blockIdx.x * CA_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (w >= NH * n) return;
+    int h = w / n, t = w % n, g = h / (NH / NKV), KW = NKV * hd, A = NH * hd, W = A + 2 * KW;
+    int nk = len + t + 1;
+    float *S = scores + ((size_t)h * n + t) * (len + n);
+    const float *q = qkv + (size_t)t * W + (size_t)h * hd;
+    float scale = 1.0f / sqrtf((float)hd), mx = -INFINITY;
+    for (int j = lane; j < nk; j += 32) {
+        const float *k = kc + (size_t)j * KW + (size_t)g * hd;
+        float s = 0;
+        for (int i = 0; i < hd; i++)
+            s += q[i] * k[i];
+        s *= scale;
+        S[j] = s;
+        mx = fmaxf(mx, s);
+    }
+    mx = warp_max(mx);
+    double sum = 0;
+    for (int j = lane; j < nk; j += 32) {
+        float e = expf(S[j] - mx);
+        S[j] = e;
+        sum += e;
+    }
+    sum = warp_sum_d(sum);
+    __syncwarp();
+    float inv = (float)(1.0 / sum);
+    for (int i = lane; i < hd; i += 32) {
+        float o = 0;
+        for (int j = 0; j < nk; j++)
+            o += S[j] * inv * vc[(size_t)j * KW + (size_t)g * hd + i];
+        out[(size_t)t * A + (size_t)h * hd + i] = o;
+    }
+}
+
+int rf_cu_kv_attention_fwd(const rf_backend *be, float *out, float *scores, const float *qkv,
+                           const float *kc, const float *vc, int n, int len, int NH, int NKV,
+                           int hd) {
+    if (n <= 0) return RF_OK;
+    if (NKV <= 0 || NH % NKV)
+        return rf_fail(RF_ERR_INVALID, "cuda kv_attention: %d query heads over %d key/value heads",
+                       NH, NKV);
+    int warps = NH * n;
+    kv_attention_kernel<<<(warps + CA_WARPS - 1) / CA_WARPS, CA_WARPS * 32, 0,
+                          cu_ctx(be)->stream>>>(out, scores, qkv, kc, vc, n, len, NH, NKV, hd);
+    return cu_launched("kv_attention_fwd");
+}

@@ -104,7 +104,7 @@ __global__ static void embed_rows_bwd_kernel(float *dw, float *dwpe, float *dwtt
     int c = blockIdx.x * blockDim.x + threadIdx.x, h = blockIdx.y;
     if (c >= C) return;
     for (int n = 0; n < N; n++) {
-        int id = ids[n], t = n % T, ty = types[n];
+        int id = ids[n], t = n % T, ty = dwtt ? types[n] : 0; // types NULL without dwtt
         bool w = id >= lo && id < hi && (id - lo) % EMB_BUCKETS == h,
              p = dwpe && t % EMB_BUCKETS == h, y = dwtt && ty % EMB_BUCKETS == h;
         if (!(w || p || y)) continue;

@@ -113,7 +113,10 @@ int rf_cu_swiglu_bwd(const rf_backend *be, float *dgu, const float *dout, const 
 int rf_cu_gelu_tanh_fwd(const rf_backend *be, float *out, const float *inp, size_t n);
 int rf_cu_gelu_tanh_bwd(const rf_backend *be, float *dinp, const float *inp, const float *dout,
                         size_t n);
-// causal_attention.cu
+// causal_attention.cu (and the inference's attention over a key/value cache)
+int rf_cu_kv_attention_fwd(const rf_backend *be, float *out, float *scores, const float *qkv,
+                           const float *kc, const float *vc, int n, int len, int NH, int NKV,
+                           int hd);
 int rf_cu_causal_attention_fwd(const rf_backend *be, float *out, float *att, const float *qkv,
                                const uint8_t *valid, const int32_t *seg, int B, int T, int NH,
                                int NKV, int hs);
