@@ -9,8 +9,9 @@
  *   reproducibility across thread counts (which inference does not need);
  *   RoPE's cos/sin come from a table filled once per state with the op's own
  *   formula (rope_cs in ops_causal.c), not recomputed per token and layer;
- *   the attention is rf_op_kv_attention_fwd (per query head and block of new
- *   queries, one sgemm for the scores and one for the weighted values);
+ *   the attention is rf_op_kv_attention_fwd, called per block of QB new
+ *   queries so that its scores take NH x QB x cap floats (per query head,
+ *   one sgemm for the scores and one for the weighted values);
  * - on any other backend every step is one of its slots (backend.h: the
  *   training forward's, copy2d to append to the cache, kv_attention_fwd), on
  *   its memory: the cache, the activations and the scores live there, the
@@ -20,7 +21,6 @@
 
 #include <cblas.h>
 #include <math.h>
-#include <omp.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +28,8 @@
 #include "common/error.h"
 #include "trainer/ops.h"
 #include "trainer/ops_causal.h"
+
+#define QB 64 /* the CPU's attention: new queries per rf_op_kv_attention_fwd call */
 
 #define TRY(x)                                                                                     \
     do {                                                                                           \
@@ -43,7 +45,7 @@ struct rf_infer {
     int cap, chunk, len;
     float *kc, *vc; /* [L][cap][NKV * hd] */
     float *x, *xn, *qkv, *atty, *tmp, *ff1, *ff2, *mean, *rstd;
-    float *scores;              /* [NH][chunk][cap]: rf_op_kv_attention_fwd's */
+    float *scores;              /* [NH][chunk][cap] (CPU: [NH][QB][cap]): the attention's */
     int32_t *pos;               /* host */
     float *rope_cos, *rope_sin; /* CPU, Llama: [cap][hd / 2] */
     /* dev only: the ids and positions of a chunk, the hidden states and the
@@ -86,23 +88,8 @@ int rf_causal_dims_of(const rf_causal_model *m, rf_causal_dims *d) {
 
 void rf_infer_free(rf_infer *s) {
     if (!s) return;
-    float *f[] = {s->kc,
-                  s->vc,
-                  s->x,
-                  s->xn,
-                  s->qkv,
-                  s->atty,
-                  s->tmp,
-                  s->ff1,
-                  s->ff2,
-                  s->mean,
-                  s->rstd,
-                  s->scores,
-                  s->hid,
-                  s->hin,
-                  s->logits,
-                  (float *)s->ids_d,
-                  (float *)s->pos_d};
+    void *f[] = {s->kc,   s->vc,   s->x,      s->xn,  s->qkv, s->atty,   s->tmp,   s->ff1,  s->ff2,
+                 s->mean, s->rstd, s->scores, s->hid, s->hin, s->logits, s->ids_d, s->pos_d};
     for (size_t i = 0; i < sizeof f / sizeof *f; i++)
         unbuf(s, f[i]);
     free(s->pos), free(s->rope_cos), free(s->rope_sin);
@@ -140,7 +127,7 @@ int rf_infer_new(const rf_causal_model *m, int cap, int chunk, rf_infer **out) {
     s->ff2 = buf(s, M * F * sizeof(float));
     s->mean = buf(s, M * sizeof(float));
     s->rstd = buf(s, M * sizeof(float));
-    s->scores = buf(s, (size_t)d.NH * M * cap * sizeof(float));
+    s->scores = buf(s, (size_t)d.NH * (s->dev || M < QB ? M : QB) * cap * sizeof(float));
     s->pos = malloc(M * sizeof(int32_t));
     bool ok = s->kc && s->vc && s->x && s->xn && s->qkv && s->atty && s->tmp && s->ff1 && s->ff2 &&
               s->mean && s->rstd && s->scores && s->pos;
@@ -251,8 +238,10 @@ static void chunk_forward(rf_infer *s, const int32_t *ids, int n, float *hidden)
             memcpy(kc + (size_t)t * KW, s->qkv + (size_t)t * W + A, sizeof(float) * KW);
             memcpy(vc + (size_t)t * KW, s->qkv + (size_t)t * W + A + KW, sizeof(float) * KW);
         }
-        rf_op_kv_attention_fwd(s->atty, s->scores, s->qkv, s->kc + (size_t)l * s->cap * KW,
-                               s->vc + (size_t)l * s->cap * KW, n, s->len, d->NH, d->NKV, hd);
+        for (int t0 = 0; t0 < n; t0 += QB) /* blocks of queries: QB rows of scores */
+            rf_op_kv_attention_fwd(s->atty + (size_t)t0 * A, s->scores, s->qkv + (size_t)t0 * W,
+                                   s->kc + (size_t)l * s->cap * KW, s->vc + (size_t)l * s->cap * KW,
+                                   n - t0 < QB ? n - t0 : QB, s->len + t0, d->NH, d->NKV, hd);
         if (g) {
             const rf_gpt2_layer *w = &g->p.layers[l];
             float eps = g->cfg.layer_norm_epsilon;
@@ -381,7 +370,7 @@ int rf_infer_logits(rf_infer *s, const float *h, int n, float *logits) {
     const rf_backend *be = s->be;
     if (n > s->hn) { /* the head's input and output on the device, grown to n rows */
         unbuf(s, s->hin), unbuf(s, s->logits);
-        s->hn = 0;
+        s->hin = s->logits = NULL, s->hn = 0;
         if (!(s->hin = buf(s, (size_t)n * C * sizeof(float))) ||
             !(s->logits = buf(s, (size_t)n * V * sizeof(float))))
             return rf_fail(RF_ERR_NOMEM, "inference: no %s memory for %d rows of logits", be->name,
