@@ -126,24 +126,27 @@ void rf_op_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, c
     }
 }
 
-void rf_op_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N, int IC,
-                      int OC) {
+/* The linear layer with row strides (ldo, ldi, ldw, ...: tensor parallelism's
+ * views, ops.h); rf_op_linear_fwd/bwd are these with packed rows. */
+void rf_op_linear_ld_fwd(float *out, int ldo, const float *inp, int ldi, const float *w, int ldw,
+                         const float *b, int N, int IC, int OC) {
     int np = pieces(N, ROW_PIECES);
 #pragma omp parallel for schedule(dynamic, 1) /* even for one piece: see the top */
     for (int i = 0; i < np; i++) {
         int r0 = (int)((long)N * i / np), r1 = (int)((long)N * (i + 1) / np);
-        float *o = out + (size_t)r0 * OC;
+        float *o = out + (size_t)r0 * ldo;
         for (int n = 0; b && n < r1 - r0; n++)
-            memcpy(o + (size_t)n * OC, b, sizeof(float) * OC);
+            memcpy(o + (size_t)n * ldo, b, sizeof(float) * OC);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, OC, IC, 1.0f,
-                    inp + (size_t)r0 * IC, IC, w, IC, b ? 1.0f : 0.0f, o, OC);
+                    inp + (size_t)r0 * ldi, ldi, w, ldw, b ? 1.0f : 0.0f, o, ldo);
     }
 }
 
 /* Tasks: the row pieces of dinp, the pieces of dw, then db. dw is cut along
  * its longer side, so the operand every piece packs again is the smaller. */
-void rf_op_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                      const float *w, int N, int IC, int OC) {
+void rf_op_linear_ld_bwd(float *dinp, int lddi, float *dw, int lddw, float *db, const float *dout,
+                         int ldd, const float *inp, int ldi, const float *w, int ldw, int N, int IC,
+                         int OC) {
     int np = dinp ? pieces(N, ROW_PIECES) : 0, wp = dw ? pieces(N, W_PIECES) : 0,
         nt = np + wp + !!db;
     bool by_out = OC >= IC;
@@ -153,22 +156,32 @@ void rf_op_linear_bwd(float *dinp, float *dw, float *db, const float *dout, cons
         if (i < np) {
             int r0 = (int)((long)N * i / np), r1 = (int)((long)N * (i + 1) / np);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, IC, OC, 1.0f,
-                        dout + (size_t)r0 * OC, OC, w, IC, 1.0f, dinp + (size_t)r0 * IC, IC);
+                        dout + (size_t)r0 * ldd, ldd, w, ldw, 1.0f, dinp + (size_t)r0 * lddi, lddi);
         } else if (i < np + wp) {
             int j = i - np, c0 = (int)((long)wlen * j / wp), c1 = (int)((long)wlen * (j + 1) / wp);
             if (by_out)
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, IC, N, 1.0f,
-                            dout + c0, OC, inp, IC, 1.0f, dw + (size_t)c0 * IC, IC);
+                            dout + c0, ldd, inp, ldi, 1.0f, dw + (size_t)c0 * lddw, lddw);
             else
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, c1 - c0, N, 1.0f, dout, OC,
-                            inp + c0, IC, 1.0f, dw + c0, IC);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, c1 - c0, N, 1.0f, dout,
+                            ldd, inp + c0, ldi, 1.0f, dw + c0, lddw);
         } else {
             for (int n = 0; n < N; n++) /* each column summed in row order */
 #pragma omp simd
                 for (int o = 0; o < OC; o++)
-                    db[o] += dout[(size_t)n * OC + o];
+                    db[o] += dout[(size_t)n * ldd + o];
         }
     }
+}
+
+void rf_op_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N, int IC,
+                      int OC) {
+    rf_op_linear_ld_fwd(out, OC, inp, IC, w, IC, b, N, IC, OC);
+}
+
+void rf_op_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                      const float *w, int N, int IC, int OC) {
+    rf_op_linear_ld_bwd(dinp, IC, dw, IC, db, dout, OC, inp, IC, w, IC, N, IC, OC);
 }
 
 /* splitmix64 finaliser: a good 64-bit mix of (seed, index). */

@@ -35,8 +35,9 @@ void rf_op_linear_fwd(float *out, const float *inp, const float *w, const float 
 void rf_op_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                       const float *w, int N, int IC, int OC);
 
-/* Tensor parallelism's kernels (ops_tp.c; tp.h composes them with the tp
- * group's all-reduces). The linear layer with row strides (leading
+/* Tensor parallelism's kernels (the strided linear in ops.c, the rest in
+ * ops_tp.c; tp.h composes them with the tp group's all-reduces). The linear
+ * layer with row strides (leading
  * dimensions, in floats, >= the row lengths), so that a rank's slice of a
  * weight or an activation is a view: out[n, o] = sum_i inp[n, i] w[o, i] +
  * b[o] for n < N, o < OC, i < IC (b NULL: none); with every ld equal to its

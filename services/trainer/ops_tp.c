@@ -1,69 +1,14 @@
-/* CPU kernels of tensor parallelism (ops.h: rf_op_linear_ld_*, rf_op_embed_rows_*,
- * rf_op_embed_add_fwd): the pieces of tp.h's ops that touch model memory,
+/* CPU kernels of tensor parallelism (ops.h: rf_op_embed_rows_*,
+ * rf_op_embed_add_fwd, rf_op_vxent_*; the strided linear layer is ops.c's
+ * rf_op_linear_ld_*): the pieces of tp.h's ops that touch model memory,
  * which the CPU backend's table points at and a device backend supplies
- * twins of. The products follow ops.c's scheme: a fixed number of pieces
- * along an output dimension, each a single-threaded sgemm issued from inside
- * one OpenMP region (see the top of ops.c), here with leading dimensions so
- * that a rank's slice of a tensor is a view, not a copy. */
-#include <cblas.h>
+ * twins of. */
 #include <math.h>
-#include <stdbool.h>
 #include <string.h>
 
 #include "trainer/ops.h"
 
-#define ROW_PIECES 8 /* as ops.c */
-#define W_PIECES   4
-#define PIECE_MIN  128
-#define OMP_MIN    4096
-
-static int pieces(int n, int want) {
-    int p = n / PIECE_MIN;
-    return p < 1 ? 1 : p < want ? p : want;
-}
-
-void rf_op_linear_ld_fwd(float *out, int ldo, const float *inp, int ldi, const float *w, int ldw,
-                         const float *b, int N, int IC, int OC) {
-    int np = pieces(N, ROW_PIECES);
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int i = 0; i < np; i++) {
-        int r0 = (int)((long)N * i / np), r1 = (int)((long)N * (i + 1) / np);
-        float *o = out + (size_t)r0 * ldo;
-        for (int n = 0; b && n < r1 - r0; n++)
-            memcpy(o + (size_t)n * ldo, b, sizeof(float) * OC);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, OC, IC, 1.0f,
-                    inp + (size_t)r0 * ldi, ldi, w, ldw, b ? 1.0f : 0.0f, o, ldo);
-    }
-}
-
-void rf_op_linear_ld_bwd(float *dinp, int lddi, float *dw, int lddw, float *db, const float *dout,
-                         int ldd, const float *inp, int ldi, const float *w, int ldw, int N, int IC,
-                         int OC) {
-    int np = dinp ? pieces(N, ROW_PIECES) : 0, wp = pieces(N, W_PIECES), nt = np + wp + !!db;
-    bool by_out = OC >= IC;
-    int wlen = by_out ? OC : IC;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int i = 0; i < nt; i++) {
-        if (i < np) {
-            int r0 = (int)((long)N * i / np), r1 = (int)((long)N * (i + 1) / np);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, IC, OC, 1.0f,
-                        dout + (size_t)r0 * ldd, ldd, w, ldw, 1.0f, dinp + (size_t)r0 * lddi, lddi);
-        } else if (i < np + wp) {
-            int j = i - np, c0 = (int)((long)wlen * j / wp), c1 = (int)((long)wlen * (j + 1) / wp);
-            if (by_out)
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, IC, N, 1.0f,
-                            dout + c0, ldd, inp, ldi, 1.0f, dw + (size_t)c0 * lddw, lddw);
-            else
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, c1 - c0, N, 1.0f, dout,
-                            ldd, inp + c0, ldi, 1.0f, dw + c0, lddw);
-        } else {
-            for (int n = 0; n < N; n++) /* each column summed in row order */
-#pragma omp simd
-                for (int o = 0; o < OC; o++)
-                    db[o] += dout[(size_t)n * ldd + o];
-        }
-    }
-}
+#define OMP_MIN 4096 /* as ops.c */
 
 void rf_op_embed_rows_fwd(float *out, const int32_t *ids, const float *w, int lo, int hi, int N,
                           int C) {

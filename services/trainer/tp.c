@@ -1,5 +1,5 @@
-/* Tensor-parallel ops (tp.h): the group's backend's slots (ops_tp.c's
- * kernels on the CPU) and the group's all-reduces. */
+/* Tensor-parallel ops (tp.h): the group's backend's slots (ops.c's and
+ * ops_tp.c's kernels on the CPU) and the group's all-reduces. */
 #include "trainer/tp.h"
 
 #include <stdbool.h>

@@ -15,8 +15,8 @@
  *
  * Memory: the group's backend's. Everything runs through its slots
  * (linear_ld_*, embed_rows_*, embed_add_fwd, vxent_*: backend.h; on the CPU
- * ops_tp.c's kernels, OpenBLAS cut into fixed pieces so that no element
- * depends on the thread count), so a shard may live on a device; the
+ * ops.c's and ops_tp.c's kernels, OpenBLAS cut into fixed pieces so that no
+ * element depends on the thread count), so a shard may live on a device; the
  * all-reduces run on the group's communicator, which for device memory is an
  * NCCL group (rf_comm_dup_mem), after a wait for the backend's queue.
  *
