@@ -214,8 +214,9 @@ size_t rf_bert_tp_global_nparams(const rf_bert *m);
  * rank; *spans is the caller's to free). */
 int rf_bert_tp_spans_of(const rf_bert *m, int r, rf_tp_span **spans, size_t *n);
 /* Undoes the split: m becomes the whole model again with the parameters
- * full[rf_bert_tp_global_nparams(m)] (host memory; CPU backend), the whole
- * tensor table and no tp context. The training blocks must be released. */
+ * full[rf_bert_tp_global_nparams(m)] (host memory, copied to the model's
+ * backend), the whole tensor table and no tp context. The training blocks
+ * must be released. */
 int rf_bert_tp_merge(rf_bert *m, const float *full);
 const rf_tensor_info *rf_bert_tp_global_tensors(const rf_bert *m, size_t *n);
 

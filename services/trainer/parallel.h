@@ -47,8 +47,9 @@
  * (Llama: also key/value heads) or intermediate size not divisible by tp
  * (rf_model_tp_check), LoRA at tp > 1, more stages than
  * layers, a stages list not summing to the layers, a batch not divisible
- * into micro-batches, a backend other than the CPU, the per-checkpoint
- * callbacks (the trainer service's; they need the whole model on rank 0).
+ * into micro-batches, a backend without tensor parallelism's slots at tp > 1
+ * (backend.h), the per-checkpoint callbacks (the trainer service's; they
+ * need the whole model on rank 0).
  *
  * metrics.jsonl (rank 0) adds per step: step_s, compute_s (forward/backward
  * and the optimizer, without the tp collectives), comm_s (tp collectives,

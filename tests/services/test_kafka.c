@@ -51,11 +51,26 @@ static int mock_cmd(const char *verb, const char *name, int n) {
     return 0;
 }
 
+/* The brokers a test took down (bit b), brought back by its teardown even
+ * when an assertion ends it early, so one failure does not leave the next
+ * tests without a cluster. */
+static unsigned down_mask;
+
 static int broker_down(int b) {
-    return mock_cmd("down", NULL, b);
+    int rc = mock_cmd("down", NULL, b);
+    if (!rc) down_mask |= 1u << b;
+    return rc;
 }
 static int broker_up(int b) {
-    return mock_cmd("up", NULL, b);
+    int rc = mock_cmd("up", NULL, b);
+    if (!rc) down_mask &= ~(1u << b);
+    return rc;
+}
+static int brokers_back(void **state) {
+    (void)state;
+    for (int b = 1; b <= 3; b++)
+        if (down_mask & 1u << b) (void)broker_up(b);
+    return 0;
 }
 
 static int group_setup(void **state) {
@@ -85,12 +100,19 @@ static void make_topic(const char *topic, int partitions) {
     assert_int_equal(mock_cmd("topic", topic, partitions), 0);
 }
 
-static rf_kafka_producer *producer(int max_in_flight, double timeout_s) {
-    rf_kafka_opts o = {
-        .bootstrap = bootstrap, .max_in_flight = max_in_flight, .delivery_timeout_s = timeout_s};
+static rf_kafka_producer *producer_x(int max_in_flight, double timeout_s,
+                                     const char *const *extra) {
+    rf_kafka_opts o = {.bootstrap = bootstrap,
+                       .max_in_flight = max_in_flight,
+                       .delivery_timeout_s = timeout_s,
+                       .extra = extra};
     rf_kafka_producer *p;
     if (rf_kafka_producer_new(&o, &p) < 0) fail_msg("producer: %s", rf_errmsg());
     return p;
+}
+
+static rf_kafka_producer *producer(int max_in_flight, double timeout_s) {
+    return producer_x(max_in_flight, timeout_s, NULL);
 }
 
 static rf_kafka_consumer *consumer(const char *group, const char *topic) {
@@ -225,7 +247,10 @@ static void test_flush_reports_failure(void **state) {
                 bootstrap);
     const char *topic = unique("fail");
     make_topic(topic, 1);
-    rf_kafka_producer *p = producer(0, 1.5);
+    /* a request caught on a connection the fault cuts fails after
+     * socket.timeout.ms (60 s by default), not message.timeout.ms: 3 s here */
+    const char *const sock[] = {"socket.timeout.ms", "3000", NULL};
+    rf_kafka_producer *p = producer_x(0, 1.5, sock);
     produce_range(p, topic, 0, 10);
     assert_int_equal(rf_kafka_flush(p, 5), 0);
     for (int b = 1; b <= 3; b++)
@@ -234,11 +259,13 @@ static void test_flush_reports_failure(void **state) {
     rf_kafka_tracker t = {0};
     assert_int_equal(rf_kafka_produce_tracked(p, &t, topic, "k", 1, "tracked", 7), 0);
     produce_range(p, topic, 10, 20);
-    assert_int_equal(rf_kafka_wait(p, &t, 5), RF_ERR_IO);
+    /* (generous waits: the messages time out after 1.5 s, a request in
+     * flight after 3 s) */
+    assert_int_equal(rf_kafka_wait(p, &t, 30), RF_ERR_IO);
     assert_int_equal(t.failed, 1);
     assert_int_equal(t.delivered, 0);
     assert_non_null(strstr(rf_errmsg(), "timed out"));
-    assert_int_equal(rf_kafka_flush(p, 5), RF_ERR_IO);
+    assert_int_equal(rf_kafka_flush(p, 30), RF_ERR_IO);
     assert_non_null(strstr(rf_errmsg(), "not delivered"));
     assert_int_equal(rf_kafka_failed(p), 11);
     for (int b = 1; b <= 3; b++)
@@ -496,8 +523,8 @@ int main(void) {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_restart_resumes_from_commit),
         cmocka_unit_test(test_bounded_in_flight),
-        cmocka_unit_test(test_flush_reports_failure),
-        cmocka_unit_test(test_broker_down_up),
+        cmocka_unit_test_teardown(test_flush_reports_failure, brokers_back),
+        cmocka_unit_test_teardown(test_broker_down_up, brokers_back),
         cmocka_unit_test(test_rejects_topic),
         cmocka_unit_test(test_offset_out_of_range),
         cmocka_unit_test(test_retention_gap),
