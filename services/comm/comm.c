@@ -42,7 +42,14 @@ static int resolve_opts(const rf_comm_opts *in, rf_comm_opts *o) {
     if (o->mem != RF_COMM_HOST && o->mem != RF_COMM_DEVICE)
         return rf_fail(RF_ERR_INVALID, "comm: bad memory kind %d", (int)o->mem);
     int rc = env_seconds("REFINERY_COMM_TIMEOUT", &o->timeout_s);
-    return rc ? rc : env_seconds("REFINERY_BOOTSTRAP_TIMEOUT", &o->bootstrap_timeout_s);
+    if (!rc) rc = env_seconds("REFINERY_BOOTSTRAP_TIMEOUT", &o->bootstrap_timeout_s);
+    const char *ss = getenv("REFINERY_COMM_SYNC_SEND");
+    if (!rc && ss && *ss) {
+        if (strcmp(ss, "0") && strcmp(ss, "1"))
+            return rf_fail(RF_ERR_INVALID, "REFINERY_COMM_SYNC_SEND=%s: expected 0 or 1", ss);
+        o->sync_send = ss[0] == '1';
+    }
+    return rc;
 }
 
 /* *found = 0 when unset; RF_ERR_INVALID naming the variable when not an
@@ -341,8 +348,8 @@ static void describe(const rf_comm *c, const rf_comm_call *k, char *s, size_t n)
                  dtype_name(k->dtype), c->rank, c->world, k->kind == RF_COMM_K_SEND ? "to" : "from",
                  k->peer);
     else if (k->kind == RF_COMM_K_SENDRECV)
-        snprintf(s, n, "send-recv of %zu %s on rank %d of %d to peer %d from peer %d", k->count,
-                 dtype_name(k->dtype), c->rank, c->world, k->peer, k->peer2);
+        snprintf(s, n, "send-recv of %zu %s (receiving %zu) on rank %d of %d to peer %d from peer %d",
+                 k->count, dtype_name(k->dtype), k->count2, c->rank, c->world, k->peer, k->peer2);
     else if (k->kind == RF_COMM_K_BROADCAST)
         snprintf(s, n, "broadcast of %zu %s on rank %d of %d from root %d", k->count,
                  dtype_name(k->dtype), c->rank, c->world, k->peer);
@@ -375,6 +382,7 @@ static void extents(const rf_comm *c, const rf_comm_call *k, size_t *sbytes, siz
     *rbytes = k->count * es * (k->kind == RF_COMM_K_ALLGATHER ? w : 1);
     if (k->kind == RF_COMM_K_RECV || k->kind == RF_COMM_K_BROADCAST) *sbytes = 0;
     if (k->kind == RF_COMM_K_SEND) *rbytes = 0;
+    if (k->kind == RF_COMM_K_SENDRECV) *rbytes = k->count2 * es;
 }
 
 static int check_call(const rf_comm *c, const rf_comm_call *k) {
@@ -383,8 +391,9 @@ static int check_call(const rf_comm *c, const rf_comm_call *k) {
     if (k->kind != RF_COMM_K_BARRIER) {
         if (rf_comm_dtype_size(k->dtype) == 0)
             return rf_fail(RF_ERR_INVALID, "comm: bad dtype %d", (int)k->dtype);
-        if (k->count > ((size_t)1 << 40))
-            return rf_fail(RF_ERR_RANGE, "comm: count %zu is too large", k->count);
+        size_t most = k->count > k->count2 ? k->count : k->count2;
+        if (most > ((size_t)1 << 40))
+            return rf_fail(RF_ERR_RANGE, "comm: count %zu is too large", most);
     }
     if (k->kind == RF_COMM_K_ALLREDUCE || k->kind == RF_COMM_K_REDUCE_SCATTER) {
         if ((unsigned)k->op > RF_COMM_MIN)
@@ -397,7 +406,8 @@ static int check_call(const rf_comm *c, const rf_comm_call *k) {
                      k->kind == RF_COMM_K_ALLGATHER || k->kind == RF_COMM_K_SEND ||
                      k->kind == RF_COMM_K_SENDRECV;
     int needs_recv = k->kind != RF_COMM_K_SEND && k->kind != RF_COMM_K_BARRIER;
-    if (k->count > 0 && ((needs_send && !k->send) || (needs_recv && !k->recv)))
+    size_t rcount = k->kind == RF_COMM_K_SENDRECV ? k->count2 : k->count;
+    if ((k->count > 0 && needs_send && !k->send) || (rcount > 0 && needs_recv && !k->recv))
         return rf_fail(RF_ERR_INVALID, "comm: %s with a NULL buffer", kind_name(k->kind));
     if ((k->kind == RF_COMM_K_BROADCAST || k->kind == RF_COMM_K_SEND ||
          k->kind == RF_COMM_K_RECV) &&
@@ -409,7 +419,8 @@ static int check_call(const rf_comm *c, const rf_comm_call *k) {
     size_t es = rf_comm_dtype_size(k->dtype), sbytes, rbytes;
     extents(c, k, &sbytes, &rbytes);
     uintptr_t sa = (uintptr_t)k->send, ra = (uintptr_t)k->recv;
-    int overlap = needs_send && needs_recv && k->count > 0 && sa < ra + rbytes && ra < sa + sbytes;
+    int overlap = needs_send && needs_recv && sbytes > 0 && rbytes > 0 && sa < ra + rbytes &&
+                  ra < sa + sbytes;
     if (overlap) {
         uintptr_t at = (uintptr_t)c->rank * k->count * es;
         int in_place = k->kind == RF_COMM_K_ALLREDUCE        ? sa == ra
@@ -569,62 +580,72 @@ static int run(rf_comm *c, const rf_comm_call *k) {
 
 int rf_comm_iallreduce(rf_comm *c, const void *send, void *recv, size_t count, rf_comm_dtype t,
                        rf_comm_op op, rf_comm_req **req) {
-    return start(c, CALL(RF_COMM_K_ALLREDUCE, send, recv, count, t, op, 0, 0), req);
+    return start(c, CALL(RF_COMM_K_ALLREDUCE, send, recv, count, t, op, 0, 0, 0), req);
 }
 int rf_comm_ireduce_scatter(rf_comm *c, const void *send, void *recv, size_t count, rf_comm_dtype t,
                             rf_comm_op op, rf_comm_req **req) {
-    return start(c, CALL(RF_COMM_K_REDUCE_SCATTER, send, recv, count, t, op, 0, 0), req);
+    return start(c, CALL(RF_COMM_K_REDUCE_SCATTER, send, recv, count, t, op, 0, 0, 0), req);
 }
 int rf_comm_iallgather(rf_comm *c, const void *send, void *recv, size_t count, rf_comm_dtype t,
                        rf_comm_req **req) {
-    return start(c, CALL(RF_COMM_K_ALLGATHER, send, recv, count, t, RF_COMM_SUM, 0, 0), req);
+    return start(c, CALL(RF_COMM_K_ALLGATHER, send, recv, count, t, RF_COMM_SUM, 0, 0, 0), req);
 }
 int rf_comm_ibroadcast(rf_comm *c, void *buf, size_t count, rf_comm_dtype t, int root,
                        rf_comm_req **req) {
-    return start(c, CALL(RF_COMM_K_BROADCAST, buf, buf, count, t, RF_COMM_SUM, root, 0), req);
+    return start(c, CALL(RF_COMM_K_BROADCAST, buf, buf, count, t, RF_COMM_SUM, root, 0, 0), req);
 }
 int rf_comm_isend(rf_comm *c, const void *buf, size_t count, rf_comm_dtype t, int peer,
                   rf_comm_req **req) {
-    return start(c, CALL(RF_COMM_K_SEND, buf, NULL, count, t, RF_COMM_SUM, peer, 0), req);
+    return start(c, CALL(RF_COMM_K_SEND, buf, NULL, count, t, RF_COMM_SUM, peer, 0, 0), req);
 }
 int rf_comm_irecv(rf_comm *c, void *buf, size_t count, rf_comm_dtype t, int peer,
                   rf_comm_req **req) {
-    return start(c, CALL(RF_COMM_K_RECV, NULL, buf, count, t, RF_COMM_SUM, peer, 0), req);
+    return start(c, CALL(RF_COMM_K_RECV, NULL, buf, count, t, RF_COMM_SUM, peer, 0, 0), req);
 }
 int rf_comm_isendrecv(rf_comm *c, const void *send, int dst, void *recv, int src, size_t count,
                       rf_comm_dtype t, rf_comm_req **req) {
-    return start(c, CALL(RF_COMM_K_SENDRECV, send, recv, count, t, RF_COMM_SUM, dst, src), req);
+    return start(c, CALL(RF_COMM_K_SENDRECV, send, recv, count, t, RF_COMM_SUM, dst, src, count),
+                 req);
+}
+int rf_comm_isendrecv_n(rf_comm *c, const void *send, size_t scount, int dst, void *recv,
+                        size_t rcount, int src, rf_comm_dtype t, rf_comm_req **req) {
+    return start(c, CALL(RF_COMM_K_SENDRECV, send, recv, scount, t, RF_COMM_SUM, dst, src, rcount),
+                 req);
 }
 int rf_comm_ibarrier(rf_comm *c, rf_comm_req **req) {
-    return start(c, CALL(RF_COMM_K_BARRIER, NULL, NULL, 0, RF_COMM_U8, RF_COMM_SUM, 0, 0), req);
+    return start(c, CALL(RF_COMM_K_BARRIER, NULL, NULL, 0, RF_COMM_U8, RF_COMM_SUM, 0, 0, 0), req);
 }
 
 int rf_comm_allreduce(rf_comm *c, const void *send, void *recv, size_t count, rf_comm_dtype t,
                       rf_comm_op op) {
-    return run(c, CALL(RF_COMM_K_ALLREDUCE, send, recv, count, t, op, 0, 0));
+    return run(c, CALL(RF_COMM_K_ALLREDUCE, send, recv, count, t, op, 0, 0, 0));
 }
 int rf_comm_reduce_scatter(rf_comm *c, const void *send, void *recv, size_t count, rf_comm_dtype t,
                            rf_comm_op op) {
-    return run(c, CALL(RF_COMM_K_REDUCE_SCATTER, send, recv, count, t, op, 0, 0));
+    return run(c, CALL(RF_COMM_K_REDUCE_SCATTER, send, recv, count, t, op, 0, 0, 0));
 }
 int rf_comm_allgather(rf_comm *c, const void *send, void *recv, size_t count, rf_comm_dtype t) {
-    return run(c, CALL(RF_COMM_K_ALLGATHER, send, recv, count, t, RF_COMM_SUM, 0, 0));
+    return run(c, CALL(RF_COMM_K_ALLGATHER, send, recv, count, t, RF_COMM_SUM, 0, 0, 0));
 }
 int rf_comm_broadcast(rf_comm *c, void *buf, size_t count, rf_comm_dtype t, int root) {
-    return run(c, CALL(RF_COMM_K_BROADCAST, buf, buf, count, t, RF_COMM_SUM, root, 0));
+    return run(c, CALL(RF_COMM_K_BROADCAST, buf, buf, count, t, RF_COMM_SUM, root, 0, 0));
 }
 int rf_comm_send(rf_comm *c, const void *buf, size_t count, rf_comm_dtype t, int peer) {
-    return run(c, CALL(RF_COMM_K_SEND, buf, NULL, count, t, RF_COMM_SUM, peer, 0));
+    return run(c, CALL(RF_COMM_K_SEND, buf, NULL, count, t, RF_COMM_SUM, peer, 0, 0));
 }
 int rf_comm_recv(rf_comm *c, void *buf, size_t count, rf_comm_dtype t, int peer) {
-    return run(c, CALL(RF_COMM_K_RECV, NULL, buf, count, t, RF_COMM_SUM, peer, 0));
+    return run(c, CALL(RF_COMM_K_RECV, NULL, buf, count, t, RF_COMM_SUM, peer, 0, 0));
 }
 int rf_comm_sendrecv(rf_comm *c, const void *send, int dst, void *recv, int src, size_t count,
                      rf_comm_dtype t) {
-    return run(c, CALL(RF_COMM_K_SENDRECV, send, recv, count, t, RF_COMM_SUM, dst, src));
+    return run(c, CALL(RF_COMM_K_SENDRECV, send, recv, count, t, RF_COMM_SUM, dst, src, count));
+}
+int rf_comm_sendrecv_n(rf_comm *c, const void *send, size_t scount, int dst, void *recv,
+                       size_t rcount, int src, rf_comm_dtype t) {
+    return run(c, CALL(RF_COMM_K_SENDRECV, send, recv, scount, t, RF_COMM_SUM, dst, src, rcount));
 }
 int rf_comm_barrier(rf_comm *c) {
-    return run(c, CALL(RF_COMM_K_BARRIER, NULL, NULL, 0, RF_COMM_U8, RF_COMM_SUM, 0, 0));
+    return run(c, CALL(RF_COMM_K_BARRIER, NULL, NULL, 0, RF_COMM_U8, RF_COMM_SUM, 0, 0, 0));
 }
 
 int rf_comm_split(rf_comm *c, int color, int key, rf_comm **out) {

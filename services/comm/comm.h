@@ -96,6 +96,14 @@ typedef struct rf_comm_opts {
      * REFINERY_BOOTSTRAP_TIMEOUT overrides. */
     double bootstrap_timeout_s;
     rf_comm_mem mem; /* default RF_COMM_HOST */
+    /* Test knob, default 0; REFINERY_COMM_SYNC_SEND=1 sets it: the mpi
+     * backend's sends (send, sendrecv) complete only once the peer's matching
+     * receive has begun (MPI_Issend), as NCCL's do, instead of returning once
+     * MPI has buffered a small message. A schedule that needs that buffering
+     * (a send waited on before the peer posts its receive) then stops with a
+     * timeout here rather than only on a GPU group (the trainer's pipeline on
+     * a test device is run this way: pipeline.h). self and nccl ignore it. */
+    int sync_send;
 } rf_comm_opts;
 
 /* The defaults above, for callers that change one field. */
@@ -188,6 +196,11 @@ int rf_comm_recv(rf_comm *c, void *buf, size_t count, rf_comm_dtype t, int peer)
  * rank src into recv, both at once (a ring shift, a pipeline exchange). */
 int rf_comm_sendrecv(rf_comm *c, const void *send, int dst, void *recv, int src, size_t count,
                      rf_comm_dtype t);
+/* The same with scount elements sent and rcount received (dst and src may
+ * be one rank: a pipeline stage sends its neighbour an activation while
+ * receiving a gradient of another size from it). */
+int rf_comm_sendrecv_n(rf_comm *c, const void *send, size_t scount, int dst, void *recv,
+                       size_t rcount, int src, rf_comm_dtype t);
 int rf_comm_barrier(rf_comm *c);
 
 /* Asynchronous variants: on RF_OK *req is a request the caller must pass to
@@ -207,6 +220,8 @@ int rf_comm_irecv(rf_comm *c, void *buf, size_t count, rf_comm_dtype t, int peer
                   rf_comm_req **req);
 int rf_comm_isendrecv(rf_comm *c, const void *send, int dst, void *recv, int src, size_t count,
                       rf_comm_dtype t, rf_comm_req **req);
+int rf_comm_isendrecv_n(rf_comm *c, const void *send, size_t scount, int dst, void *recv,
+                        size_t rcount, int src, rf_comm_dtype t, rf_comm_req **req);
 int rf_comm_ibarrier(rf_comm *c, rf_comm_req **req);
 
 /* Completes the request (within opts.timeout_s from this call) and frees it,

@@ -71,6 +71,13 @@ static MPI_Op mop(rf_comm_op op) {
     return MPI_OP_NULL;
 }
 
+/* A point-to-point send: synchronous under opts.sync_send (comm.h). */
+static int isend(rf_comm *c, const void *buf, int n, MPI_Datatype t, int peer, MPI_Request *r) {
+    mpi_impl *m = c->impl;
+    return c->opts.sync_send ? MPI_Issend(buf, n, t, peer, TAG, m->comm, r)
+                             : MPI_Isend(buf, n, t, peer, TAG, m->comm, r);
+}
+
 static int mpi_start(rf_comm *c, const rf_comm_call *k, rf_comm_req *req) {
     mpi_impl *m = c->impl;
     mpi_req *q = (mpi_req *)req->be;
@@ -107,7 +114,7 @@ static int mpi_start(rf_comm *c, const rf_comm_call *k, rf_comm_req *req) {
         rc = MPI_Ibcast(k->recv, n, t, k->peer, m->comm, &q->r);
         break;
     case RF_COMM_K_SEND:
-        rc = MPI_Isend(k->send, n, t, k->peer, TAG, m->comm, &q->r);
+        rc = isend(c, k->send, n, t, k->peer, &q->r);
         break;
     case RF_COMM_K_RECV:
         rc = MPI_Irecv(k->recv, n, t, k->peer, TAG, m->comm, &q->r);
@@ -116,8 +123,11 @@ static int mpi_start(rf_comm *c, const rf_comm_call *k, rf_comm_req *req) {
         rc = MPI_Ibarrier(m->comm, &q->r);
         break;
     case RF_COMM_K_SENDRECV:
-        rc = MPI_Irecv(k->recv, n, t, k->peer2, TAG, m->comm, &q->r2);
-        if (rc == MPI_SUCCESS) rc = MPI_Isend(k->send, n, t, k->peer, TAG, m->comm, &q->r);
+        if (k->count2 > INT_MAX)
+            return rf_fail(RF_ERR_RANGE, "%zu elements: MPI takes at most %d per call", k->count2,
+                           INT_MAX);
+        rc = MPI_Irecv(k->recv, (int)k->count2, t, k->peer2, TAG, m->comm, &q->r2);
+        if (rc == MPI_SUCCESS) rc = isend(c, k->send, n, t, k->peer, &q->r);
         break;
     }
     if (rc != MPI_SUCCESS) {
@@ -166,9 +176,10 @@ static int mpi_test(rf_comm *c, rf_comm_req *req, int *done) {
     if (req->call.kind == RF_COMM_K_RECV || req->call.kind == RF_COMM_K_SENDRECV) {
         int got = 0;
         MPI_Get_count(&st, mtype(req->call.dtype), &got);
-        if ((size_t)got != req->call.count)
-            return rf_fail(RF_ERR_INVALID, "received %d elements, expected %zu", got,
-                           req->call.count);
+        size_t want =
+            req->call.kind == RF_COMM_K_SENDRECV ? req->call.count2 : req->call.count;
+        if ((size_t)got != want)
+            return rf_fail(RF_ERR_INVALID, "received %d elements, expected %zu", got, want);
     }
     return RF_OK;
 }

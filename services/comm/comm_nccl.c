@@ -151,7 +151,7 @@ static int nccl_start(rf_comm *c, const rf_comm_call *k, rf_comm_req *req) {
         r = ncclGroupStart();
         if (r == ncclSuccess) {
             ncclResult_t a = ncclSend(k->send, k->count, t, k->peer, m->comm, m->stream);
-            ncclResult_t b = ncclRecv(k->recv, k->count, t, k->peer2, m->comm, m->stream);
+            ncclResult_t b = ncclRecv(k->recv, k->count2, t, k->peer2, m->comm, m->stream);
             r = ncclGroupEnd();
             if (a != ncclSuccess && a != ncclInProgress) r = a;
             if (b != ncclSuccess && b != ncclInProgress) r = b;

@@ -86,4 +86,22 @@ else
     survivors_timed_out "fault-silent (mpirun exit $rc after ${took} ms)" 3 1
 fi
 
+# 4. Synchronous sends (REFINERY_COMM_SYNC_SEND=1, comm.h): every collective
+#    of `all` still passes at 2 ranks; a matched blocking pair completes and
+#    two ranks that both send first each time out (MPI's buffering would
+#    let that 1-element exchange through).
+if timeout -k 5 120 env REFINERY_COMM_SYNC_SEND=1 scripts/mpirun.sh -np 2 "$bin" all >"$log" 2>&1 &&
+    grep -q "all checks passed" "$log"; then
+    echo "ok: all checks at 2 ranks with synchronous sends"
+else
+    echo "FAIL: mpi_check all with REFINERY_COMM_SYNC_SEND=1:"; sed 's/^/    /' "$log"; fail=1
+fi
+timed env REFINERY_COMM_SYNC_SEND=1 REFINERY_COMM_TIMEOUT=$limit timeout -k 5 60 scripts/mpirun.sh -np 2 "$bin" sync-send
+n=$(grep -cE '^rank [01]: io after [0-9.]+ s: timeout: comm \(mpi\): send of 1 i32 on rank [01] of 2 to peer [01] did not complete' "$log")
+if [ $rc -eq 124 ] || [ $rc -eq 137 ] || grep -q '^FAIL' "$log" || [ "$n" -lt 1 ]; then
+    echo "FAIL: sync-send (exit $rc, $n of 2 ranks timed out):"; sed 's/^/    /' "$log"; fail=1
+else
+    echo "ok: sync-send: $n of 2 ranks' unmatched synchronous sends timed out (mpirun exit $rc after ${took} ms)"
+fi
+
 exit $fail

@@ -5,6 +5,9 @@
  *                          async overlap, split and every mesh of this size
  *   mpi_check fault-kill   the last rank kill -9s itself before a collective
  *   mpi_check fault-silent the last rank stays alive but never calls it
+ *   mpi_check sync-send    (2 ranks, REFINERY_COMM_SYNC_SEND=1) a blocking
+ *                          exchange in matching order completes, the same
+ *                          with both ranks sending first must time out
  *
  * Exit 0 when every check holds; 1 on a wrong result (with "FAIL: ..." on
  * stderr); in the fault modes the surviving ranks exit 3 after printing
@@ -180,6 +183,26 @@ static void check_ring(rf_comm *c, size_t n) {
             if (in[i] != from * 100000 + (int32_t)i) bad = i;
         CHECK(bad == n, "send-recv dir %d n %zu: wrong at %zu", dir, n, bad);
     }
+    /* Sizes that differ by direction (a pipeline stage's activation out,
+     * gradient in): rank r sends 3 + r % 5 + n elements, receives its
+     * source's count. */
+    for (int dir = 0; dir < 2; dir++) {
+        int to = dir ? prev : next, from = dir ? next : prev;
+        size_t ns = n + 3 + (size_t)(rank % 5), nr = n + 3 + (size_t)(from % 5);
+        int32_t *o2 = malloc(ns * sizeof *o2), *i2 = malloc(nr * sizeof *i2);
+        for (size_t i = 0; i < ns; i++)
+            o2[i] = rank * 100000 + (int32_t)i;
+        for (size_t i = 0; i < nr; i++)
+            i2[i] = -1;
+        OK(rf_comm_sendrecv_n(c, o2, ns, to, i2, nr, from, RF_COMM_I32));
+        bad = nr;
+        for (size_t i = 0; i < nr && bad == nr; i++)
+            if (i2[i] != from * 100000 + (int32_t)i) bad = i;
+        CHECK(bad == nr, "send-recv of %zu, receiving %zu, dir %d: wrong at %zu", ns, nr, dir,
+              bad);
+        free(o2);
+        free(i2);
+    }
     /* Blocking pairs: even ranks send first, odd ranks receive first. */
     if (world % 2 == 0) {
         int peer = rank ^ 1;
@@ -335,6 +358,42 @@ static int fault(rf_comm *c, int silent) {
     return 3;
 }
 
+/* Under REFINERY_COMM_SYNC_SEND=1 (comm.h's sync_send) on 2 ranks: a
+ * blocking send matched by a receive already waiting completes; two ranks
+ * that both send first wait for each other, which MPI's buffering of a small
+ * message would otherwise hide: each must fail with the timeout (exit 3 after
+ * printing it, as the fault modes). */
+static int sync_send(rf_comm *c) {
+    if (world != 2) {
+        fprintf(stderr, "FAIL: sync-send needs 2 ranks, not %d\n", world);
+        return 1;
+    }
+    int32_t v = rank, w = -1;
+    int peer = rank ^ 1;
+    if (rank == 0) {
+        OK(rf_comm_send(c, &v, 1, RF_COMM_I32, peer));
+        OK(rf_comm_recv(c, &w, 1, RF_COMM_I32, peer));
+    } else {
+        OK(rf_comm_recv(c, &w, 1, RF_COMM_I32, peer));
+        OK(rf_comm_send(c, &v, 1, RF_COMM_I32, peer));
+    }
+    if (w != peer) {
+        fprintf(stderr, "FAIL rank %d: matched pair got %d\n", rank, w);
+        return 1;
+    }
+    OK(rf_comm_barrier(c));
+    double t0 = rf_now();
+    int rc = rf_comm_send(c, &v, 1, RF_COMM_I32, peer); /* both first: neither receives */
+    double took = rf_now() - t0;
+    if (rc == RF_OK) {
+        fprintf(stderr, "FAIL rank %d: a synchronous send with no receive completed\n", rank);
+        return 1;
+    }
+    fprintf(stderr, "rank %d: %s after %.1f s: %s\n", rank, rf_err_name(rc), took, rf_errmsg());
+    rf_comm_destroy(c);
+    return 3;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "all";
     rf_comm *c;
@@ -346,6 +405,7 @@ int main(int argc, char **argv) {
     }
     if (strcmp(mode, "fault-kill") == 0) return fault(c, 0);
     if (strcmp(mode, "fault-silent") == 0) return fault(c, 1);
+    if (strcmp(mode, "sync-send") == 0) return sync_send(c);
     double t0 = rf_now();
     size_t sizes[] = {1, 7, 1000003};
     for (int k = 0; k < 3; k++) {
