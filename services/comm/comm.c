@@ -348,7 +348,8 @@ static void describe(const rf_comm *c, const rf_comm_call *k, char *s, size_t n)
                  dtype_name(k->dtype), c->rank, c->world, k->kind == RF_COMM_K_SEND ? "to" : "from",
                  k->peer);
     else if (k->kind == RF_COMM_K_SENDRECV)
-        snprintf(s, n, "send-recv of %zu %s (receiving %zu) on rank %d of %d to peer %d from peer %d",
+        snprintf(s, n,
+                 "send-recv of %zu %s (receiving %zu) on rank %d of %d to peer %d from peer %d",
                  k->count, dtype_name(k->dtype), k->count2, c->rank, c->world, k->peer, k->peer2);
     else if (k->kind == RF_COMM_K_BROADCAST)
         snprintf(s, n, "broadcast of %zu %s on rank %d of %d from root %d", k->count,

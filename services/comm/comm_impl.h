@@ -30,7 +30,7 @@ typedef struct rf_comm_call {
     size_t count;
     rf_comm_dtype dtype;
     rf_comm_op op;
-    int peer;  /* broadcast: root; send, recv, sendrecv: the rank sent to or received from */
+    int peer;      /* broadcast: root; send, recv, sendrecv: the rank sent to or received from */
     int peer2;     /* sendrecv: the rank received from */
     size_t count2; /* sendrecv: the elements received (count is those sent) */
 } rf_comm_call;

@@ -176,8 +176,7 @@ static int mpi_test(rf_comm *c, rf_comm_req *req, int *done) {
     if (req->call.kind == RF_COMM_K_RECV || req->call.kind == RF_COMM_K_SENDRECV) {
         int got = 0;
         MPI_Get_count(&st, mtype(req->call.dtype), &got);
-        size_t want =
-            req->call.kind == RF_COMM_K_SENDRECV ? req->call.count2 : req->call.count;
+        size_t want = req->call.kind == RF_COMM_K_SENDRECV ? req->call.count2 : req->call.count;
         if ((size_t)got != want)
             return rf_fail(RF_ERR_INVALID, "received %d elements, expected %zu", got, want);
     }

@@ -42,6 +42,13 @@ typedef struct step_times {
     double step, compute, comm, bubble, wait, bubble_frac;
 } step_times;
 
+/* A boundary buffer of the pool (cb_alloc). */
+typedef struct bbuf {
+    float *p;
+    size_t cap; /* floats */
+    bool used;
+} bbuf;
+
 typedef struct mesh {
     const rf_train_opts *o;
     const rf_dataset *data;
@@ -84,18 +91,19 @@ typedef struct mesh {
      * slots. On a device (staged: any backend but the CPU) checkpoints and
      * the final gather go through host copies; dp_dev and pp_dev carry the
      * collectives on the blocks (the NCCL twins of cm's dp and pp groups when
-     * be->device_memory, else cm's own groups). The pipeline's boundary
-     * buffers stay host memory on cm.pp_comm (MPI): the executor pre-posts
-     * its receives, which on NCCL's one stream per group would hold the sends
-     * queued behind them (a deadlock); a staged stage copies them through
-     * bin/bout (bcap floats each). tp_dev carries the tp ops' all-reduces
-     * (model_tp.h: the model's split borrows it). */
+     * be->device_memory, else cm's own groups). A staged stage's pipeline
+     * boundaries are backend memory too (pool, cb_alloc), moved over pp_dev
+     * by the paired executor (pipeline.h: NCCL runs a rank's sends and
+     * receives in the order issued, which the overlapped executor's early
+     * receives would deadlock); the CPU's are host memory on the overlapped
+     * one. tp_dev carries the tp ops' all-reduces (model_tp.h: the model's
+     * split borrows it). */
     const rf_backend *be;
     bool staged;
     void *sync; /* staged: a few bytes of backend memory that dev_wait reads */
     rf_comm *dp_dev, *pp_dev, *tp_dev;
-    float *bin, *bout;
-    size_t bcap;
+    bbuf *pool; /* staged: the boundary buffers, free when not used */
+    int npool, cappool;
     /* the step in progress */
     piece *pc;
     int npc, cappc;
@@ -296,24 +304,43 @@ static size_t cb_boundary(void *user, int edge, int micro) {
     return rf_model_boundary(x->m, p->n, p->T, x->st[edge + 1].u0);
 }
 
-/* A staged stage's device copies of a boundary: bin and bout with room for
- * the micro-batch's boundary floats (*nin at the stage's input, *nout at its
- * output; 0 where the stage has none). */
-static int boundary_bufs(mesh *x, int micro, size_t *nin, size_t *nout) {
-    *nin = x->pp_i > 0 ? cb_boundary(x, x->pp_i - 1, micro) : 0;
-    *nout = x->pp_i < x->pp - 1 ? cb_boundary(x, x->pp_i, micro) : 0;
-    size_t n = *nin > *nout ? *nin : *nout;
-    if (n <= x->bcap) return RF_OK;
-    rf_backend_free(x->be, x->bin);
-    rf_backend_free(x->be, x->bout);
-    x->bcap = 0;
-    x->bin = dev_alloc(x, n);
-    x->bout = dev_alloc(x, n);
-    if (!x->bin || !x->bout)
-        return rf_fail(RF_ERR_NOMEM, "train: no %s memory for a boundary of %zu floats",
-                       x->be->name, n);
-    x->bcap = n;
-    return RF_OK;
+/* The paired executor's boundary buffers on a staged stage (pipeline.h):
+ * backend memory from a pool, so that a step reuses the last step's buffers
+ * instead of allocating (cudaFree waits for the whole device). */
+static float *cb_alloc(void *user, size_t n) {
+    mesh *x = user;
+    int best = -1;
+    for (int i = 0; i < x->npool; i++)
+        if (!x->pool[i].used && x->pool[i].cap >= n &&
+            (best < 0 || x->pool[i].cap < x->pool[best].cap))
+            best = i;
+    if (best < 0) {
+        if (x->npool == x->cappool) {
+            int nc = x->cappool ? 2 * x->cappool : 8;
+            bbuf *pl = realloc(x->pool, (size_t)nc * sizeof *pl);
+            if (!pl) {
+                rf_fail(RF_ERR_NOMEM, "train: no memory for the boundary pool");
+                return NULL;
+            }
+            x->pool = pl;
+            x->cappool = nc;
+        }
+        float *p = dev_alloc(x, n);
+        if (!p) {
+            rf_fail(RF_ERR_NOMEM, "train: no %s memory for a boundary of %zu floats", x->be->name,
+                    n);
+            return NULL;
+        }
+        x->pool[best = x->npool++] = (bbuf){p, n, false};
+    }
+    x->pool[best].used = true;
+    return x->pool[best].p;
+}
+
+static void cb_release(void *user, float *p) {
+    mesh *x = user;
+    for (int i = 0; i < x->npool; i++)
+        if (x->pool[i].p == p) x->pool[i].used = false;
 }
 
 static int cb_forward(void *user, int micro, const float *in, float *out) {
@@ -324,19 +351,12 @@ static int cb_forward(void *user, int micro, const float *in, float *out) {
     int rc = rf_batch_collate(bb, x->data, p->idx, p->n);
     if (rc) return rc;
     rf_model_batch b = batch_of(x, bb);
-    size_t nin = 0, nout = 0;
-    const float *min = in;
-    float *mout = out;
-    if (x->staged && (in || out)) { /* the host's boundary buffers through bin/bout */
-        if ((rc = boundary_bufs(x, micro, &nin, &nout))) return rc;
-        if (in && (rc = x->be->to_device(x->be, x->bin, in, nin * sizeof(float)))) return rc;
-        min = in ? x->bin : NULL;
-        mout = out ? x->bout : NULL;
-    }
-    if ((rc = rf_model_forward_range(x->inst[k], &b, x->u0, x->u1, min, mout, x->o->dropout,
-                                     p->seed)))
+    /* in and out: host memory on the CPU, the backend's on a staged stage
+     * (cb_alloc), where out must be complete before the executor sends it */
+    if ((rc =
+             rf_model_forward_range(x->inst[k], &b, x->u0, x->u1, in, out, x->o->dropout, p->seed)))
         return rc;
-    if (mout != out && (rc = x->be->to_host(x->be, out, mout, nout * sizeof(float)))) return rc;
+    if (out && (rc = dev_wait(x))) return rc;
     if (x->pp_i == 0 && x->tp_i == 0)
         for (size_t i = 0; i < (size_t)bb->B * bb->T; i++)
             x->tokens += bb->valid[i];
@@ -355,20 +375,9 @@ static int cb_forward(void *user, int micro, const float *in, float *out) {
 static int cb_backward(void *user, int micro, const float *in, const float *dout, float *din) {
     (void)in;
     mesh *x = user;
-    size_t nin = 0, nout = 0;
-    const float *mdout = dout;
-    float *mdin = din;
-    int rc;
-    if (x->staged && (dout || din)) { /* as cb_forward: dout through bout, din through bin */
-        if ((rc = boundary_bufs(x, micro, &nin, &nout))) return rc;
-        if (dout && (rc = x->be->to_device(x->be, x->bout, dout, nout * sizeof(float)))) return rc;
-        mdout = dout ? x->bout : NULL;
-        mdin = din ? x->bin : NULL;
-    }
-    rc = rf_model_backward_range(x->inst[micro % x->ninst], x->u0, x->u1, mdout, mdin,
-                                 x->pc[micro].scale);
-    if (!rc && mdin != din) rc = x->be->to_host(x->be, din, mdin, nin * sizeof(float));
-    return rc;
+    int rc = rf_model_backward_range(x->inst[micro % x->ninst], x->u0, x->u1, dout, din,
+                                     x->pc[micro].scale);
+    return !rc && din ? dev_wait(x) : rc; /* as cb_forward's out */
 }
 
 /* The step's pieces: batches [pos, ...) of `order`, `group` of them. One
@@ -833,9 +842,12 @@ static void free_mesh(mesh *x) {
     if (x->m && x->m->hook == mesh_hook) (void)rf_model_set_hook(x->m, NULL, NULL);
     free(x->inst), free(x->bb);
     const rf_backend *be = x->be;
-    float *blocks[] = {x->P, x->G, x->M1, x->M2, x->E, x->EG, x->tmp, x->bin, x->bout};
+    float *blocks[] = {x->P, x->G, x->M1, x->M2, x->E, x->EG, x->tmp};
     for (size_t i = 0; be && i < sizeof blocks / sizeof blocks[0]; i++)
         rf_backend_free(be, blocks[i]);
+    for (int i = 0; be && i < x->npool; i++)
+        rf_backend_free(be, x->pool[i].p);
+    free(x->pool);
     if (be) rf_backend_free(be, x->sync);
     free(x->pc), free(x->st);
     if (x->dp_dev != x->cm.dp_comm) (void)rf_comm_destroy(x->dp_dev);
@@ -1130,7 +1142,15 @@ int rf_train_mesh(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
     size_t *order = malloc(n * sizeof *order);
     if (!order) rc = RF_ERR_NOMEM;
 
-    rf_pp_stage stage = {x, cb_boundary, cb_forward, cb_backward};
+    /* a staged stage: the paired executor on backend memory over pp_dev
+     * (NCCL on a GPU: pipeline.h); the CPU: the overlapped one, host memory */
+    rf_pp_stage stage = {.user = x,
+                         .boundary = cb_boundary,
+                         .forward = cb_forward,
+                         .backward = cb_backward,
+                         .paired = x->staged,
+                         .alloc = x->staged ? cb_alloc : NULL,
+                         .release = x->staged ? cb_release : NULL};
     double t0 = rf_now(), win_loss = 0;
     long win_n = 0, done_this_run = 0, timed = 0;
     uint64_t tokens = 0, bytes_before = x->bytes;
@@ -1154,8 +1174,7 @@ int rf_train_mesh(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
             rf_pp_stats ps = {0};
             uint64_t tp_b0;
             rf_tp_comm_stats(NULL, &tp_b0, NULL);
-            if (x->npc > 0 &&
-                (rc = rf_pp_run(x->pp > 1 ? x->cm.pp_comm : NULL, x->npc, &stage, &ps)))
+            if (x->npc > 0 && (rc = rf_pp_run(x->pp > 1 ? x->pp_dev : NULL, x->npc, &stage, &ps)))
                 break;
             double tp_s1;
             uint64_t tp_b1;

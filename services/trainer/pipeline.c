@@ -54,6 +54,7 @@ typedef struct run {
     int next_in, next_dout; /* the next receive of each kind to post */
     size_t live, peak;      /* boundary floats held */
     rf_pp_stats *stats;
+    bool lost; /* paired: a transfer failed, so its buffers may still be in use */
 } run;
 
 static void hold(run *r, size_t n) {
@@ -179,6 +180,145 @@ static int backward(run *r, int i) {
     return reap(r, false);
 }
 
+/* ---- the paired executor (pipeline.h) ---- */
+
+/* n floats of the stage's memory (its alloc, or malloc), counted as held. */
+static float *get(run *r, size_t n) {
+    float *b = r->st->alloc ? r->st->alloc(r->st->user, n) : malloc((n ? n : 1) * sizeof *b);
+    if (!b && !r->st->alloc) rf_fail(RF_ERR_NOMEM, "pipeline: no memory for %zu floats", n);
+    if (b) hold(r, n);
+    return b;
+}
+
+/* Gives back a buffer of n floats (NULL: none). After a failed transfer the
+ * transport may still write into it: it stays allocated (pipeline.h). */
+static void put(run *r, float *b, size_t n) {
+    if (!b || r->lost) return;
+    r->live -= n;
+    if (r->st->release)
+        r->st->release(r->st->user, b);
+    else
+        free(b);
+}
+
+/* One blocking transfer: sb (sn floats) to stage dst and/or rb (rn floats)
+ * from stage src, one grouped exchange when both. Its time is the stage's
+ * waiting. */
+static int xfer(run *r, const float *sb, size_t sn, int dst, float *rb, size_t rn, int src,
+                const char *what, int micro) {
+    double t = rf_now();
+    int rc = sb && rb ? rf_comm_sendrecv_n(r->pp, sb, sn, dst, rb, rn, src, RF_COMM_F32)
+             : sb     ? rf_comm_send(r->pp, sb, sn, RF_COMM_F32, dst)
+                      : rf_comm_recv(r->pp, rb, rn, RF_COMM_F32, src);
+    r->stats->recv_s += rf_now() - t;
+    if (rc) {
+        r->lost = true;
+        return fail_comm(rc, what, micro);
+    }
+    if (sb) r->stats->bytes_sent += sn * sizeof(float);
+    if (rb) r->stats->bytes_recv += rn * sizeof(float);
+    return RF_OK;
+}
+
+/* Allocates micro-batch i's input (edge s - 1) into r->in[i]. */
+static int get_in(run *r, int i) {
+    r->in_n[i] = r->st->boundary(r->st->user, r->s - 1, i);
+    return (r->in[i] = get(r, r->in_n[i])) ? RF_OK : RF_ERR_NOMEM;
+}
+
+/* F(i) into a new output buffer (*out NULL on the last stage). */
+static int paired_fwd(run *r, int i, float **out, size_t *n) {
+    *out = NULL;
+    *n = 0;
+    if (r->s < r->p - 1) {
+        *n = r->st->boundary(r->st->user, r->s, i);
+        if (!(*out = get(r, *n))) return RF_ERR_NOMEM;
+    }
+    double t = rf_now();
+    int rc = r->st->forward(r->st->user, i, r->in[i], *out);
+    r->stats->compute_s += rf_now() - t;
+    return rc;
+}
+
+/* B(k) with its received gradient dout (NULL on the last stage) into a new
+ * input gradient *din (NULL on stage 0); frees the input and dout. */
+static int paired_bwd(run *r, int k, float *dout, size_t nd, float **din, size_t *n) {
+    *din = NULL;
+    *n = 0;
+    if (r->s > 0) {
+        *n = r->st->boundary(r->st->user, r->s - 1, k);
+        if (!(*din = get(r, *n))) return RF_ERR_NOMEM;
+    }
+    double t = rf_now();
+    int rc = r->st->backward(r->st->user, k, r->in[k], dout, *din);
+    r->stats->compute_s += rf_now() - t;
+    put(r, dout, nd);
+    put(r, r->in[k], r->in_n[k]);
+    r->in[k] = NULL;
+    return rc;
+}
+
+static int run_paired(run *r) {
+    int s = r->s, m = r->m, w = rf_pp_warmup(r->p, s, m), rc = RF_OK;
+    bool first = s == 0, last = s == r->p - 1;
+    float *out = NULL, *dout = NULL, *din = NULL;
+    size_t no = 0, nd = 0, ni = 0;
+    for (int i = 0; i < w && !rc; i++) { /* warmup: never the last stage */
+        if (!first && !(rc = get_in(r, i)))
+            rc = xfer(r, NULL, 0, -1, r->in[i], r->in_n[i], s - 1, "receive of the activation", i);
+        if (!rc && !(rc = paired_fwd(r, i, &out, &no)))
+            rc = xfer(r, out, no, s + 1, NULL, 0, -1, "send of the activation", i);
+        put(r, out, no);
+        out = NULL;
+    }
+    if (!rc && w < m && !first && !(rc = get_in(r, w)))
+        rc = xfer(r, NULL, 0, -1, r->in[w], r->in_n[w], s - 1, "receive of the activation", w);
+    for (int k = 0; k < m - w && !rc; k++) { /* steady */
+        int i = w + k;
+        if ((rc = paired_fwd(r, i, &out, &no))) break;
+        if (!last) {
+            nd = r->st->boundary(r->st->user, s, k);
+            if (!(dout = get(r, nd))) rc = RF_ERR_NOMEM;
+            if (!rc)
+                rc = xfer(r, out, no, s + 1, dout, nd, s + 1,
+                          "send of the activation with the receive of the gradient", i);
+        }
+        put(r, out, no);
+        out = NULL;
+        if (rc) break;
+        rc = paired_bwd(r, k, dout, nd, &din, &ni);
+        dout = NULL;
+        if (!rc && !first) {
+            if (i + 1 < m && !(rc = get_in(r, i + 1)))
+                rc = xfer(r, din, ni, s - 1, r->in[i + 1], r->in_n[i + 1], s - 1,
+                          "send of the gradient with the receive of the activation", k);
+            else if (!rc)
+                rc = xfer(r, din, ni, s - 1, NULL, 0, -1, "send of the gradient", k);
+        }
+        put(r, din, ni);
+        din = NULL;
+    }
+    for (int k = m - w; k < m && !rc; k++) { /* cooldown: never the last stage */
+        nd = r->st->boundary(r->st->user, s, k);
+        if (!(dout = get(r, nd))) {
+            rc = RF_ERR_NOMEM;
+            break;
+        }
+        if ((rc = xfer(r, NULL, 0, -1, dout, nd, s + 1, "receive of the gradient", k))) break;
+        rc = paired_bwd(r, k, dout, nd, &din, &ni);
+        dout = NULL;
+        if (!rc && !first) rc = xfer(r, din, ni, s - 1, NULL, 0, -1, "send of the gradient", k);
+        put(r, din, ni);
+        din = NULL;
+    }
+    put(r, dout, nd);
+    for (int i = 0; i < m; i++) { /* inputs left by an error */
+        put(r, r->in[i], r->in_n[i]);
+        r->in[i] = NULL;
+    }
+    return rc;
+}
+
 int rf_pp_run(rf_comm *pp, int micro, const rf_pp_stage *st, rf_pp_stats *stats) {
     rf_pp_stats local;
     if (!stats) stats = &local;
@@ -215,12 +355,16 @@ int rf_pp_run(rf_comm *pp, int micro, const rf_pp_stage *st, rf_pp_stats *stats)
         rc = rf_fail_ctx(rc, "pipeline: barrier before the first micro-batch");
     double t0 = rf_now();
     stats->align_s = t0 - ta;
-    if (!rc) rc = post_recv(&r, false);
-    if (!rc) rc = post_recv(&r, true);
-    for (int k = 0; !rc && k < 2 * micro; k++)
-        rc = ops[k].kind == RF_PP_FWD ? forward(&r, ops[k].micro) : backward(&r, ops[k].micro);
+    if (!rc && st->paired) {
+        rc = run_paired(&r);
+    } else if (!rc) {
+        rc = post_recv(&r, false);
+        if (!rc) rc = post_recv(&r, true);
+        for (int k = 0; !rc && k < 2 * micro; k++)
+            rc = ops[k].kind == RF_PP_FWD ? forward(&r, ops[k].micro) : backward(&r, ops[k].micro);
+    }
     double t1 = rf_now();
-    if (!rc) rc = reap(&r, true);
+    if (!rc && !st->paired) rc = reap(&r, true);
     if (!rc && r.p > 1 && (rc = rf_comm_barrier(pp)))
         rc = rf_fail_ctx(rc, "pipeline: barrier after the last micro-batch");
     double t2 = rf_now();
@@ -231,8 +375,9 @@ int rf_pp_run(rf_comm *pp, int micro, const rf_pp_stage *st, rf_pp_stats *stats)
     stats->bubble = stats->step_s > 0 ? (stats->recv_s + stats->flush_s) / stats->step_s : 0;
     stats->peak_floats = r.peak;
     /* Buffers whose request is still pending (after an error) stay allocated
-     * on purpose (see pipeline.h); everything else is freed. */
-    for (int i = 0; i < micro && r.in; i++) {
+     * on purpose (see pipeline.h); everything else is freed (run_paired
+     * gave its own back). */
+    for (int i = 0; i < micro && r.in && !st->paired; i++) {
         if (r.in_req && !r.in_req[i]) free(r.in[i]);
         if (r.dout_req && !r.dout_req[i]) free(r.dout[i]);
     }

@@ -21,11 +21,9 @@
  * every stage asks the same `boundary` callback, which must give the same
  * count on both sides of an edge (every rank holds the batch's shapes).
  * Buffers are the executor's: an output is freed as soon as its send has
- * completed (tested after every operation), a received input is kept until
- * its micro-batch's backward has returned, a received gradient until that
- * backward has returned, and the gradient of the input until its send has
- * completed. One receive of each kind is posted ahead of need, so that a
- * message can arrive while the stage computes.
+ * completed, a received input is kept until its micro-batch's backward has
+ * returned, a received gradient until that backward has returned, and the
+ * gradient of the input until its send has completed.
  *
  * The bubble: every stage measures the seconds it waits for a receive and,
  * after its last operation, for its sends and for the rest of the group (a
@@ -34,16 +32,35 @@
  * stages. A barrier before the first operation lines the stages up (its time
  * is not counted: it is the previous step's imbalance, not the pipeline's).
  *
- * Host memory, the comm layer's MPI backend; CPU only so far. Not for NCCL
- * as it is: NCCL runs one rank's point-to-point operations in the order
- * issued (comm.h), so a receive posted ahead of need would hold back the
- * sends issued after it (stage 0's early receive of gradient 0 would block
- * its send of activation 0, which that gradient needs); a device pipeline
- * needs each send grouped with the receive it pairs with (Megatron's
- * batch_isend_irecv). */
+ * Two ways to move the boundaries, one schedule:
+ *   - overlapped (the default, host memory): the executor's buffers are
+ *     malloc'd, sends are asynchronous and one receive of each kind is posted
+ *     ahead of need, so a message can arrive while the stage computes. Right
+ *     for MPI; not for NCCL, which runs one rank's point-to-point operations
+ *     in the order issued (comm.h): stage 0's early receive of gradient 0
+ *     would hold back its send of activation 0, which that gradient needs.
+ *   - paired (rf_pp_stage.paired; the trainer's device stages): every
+ *     transfer is blocking, and in the steady phase each send travels with
+ *     the receive it pairs with as one rf_comm_sendrecv_n (Megatron's
+ *     send_forward_recv_backward / send_backward_recv_forward):
+ *         warmup    recv act(i) from s-1, F(i), send act(i) to s+1
+ *         (once)    recv act(w) from s-1
+ *         steady    F(w+k); [send act(w+k) to s+1 | recv grad(k) from s+1];
+ *                   B(k); [send grad(k) to s-1 | recv act(w+k+1) from s-1]
+ *                   (the last steady step sends only)
+ *         cooldown  recv grad(k) from s+1, B(k), send grad(k) to s-1
+ *     (a side a stage lacks is left out). Stage s's exchanges meet stage
+ *     s + 1's in the same order, so no transfer waits on one its peer issues
+ *     later: it needs no buffering by the transport, which the test device
+ *     checks by running it with synchronous sends (comm.h's sync_send). The
+ *     buffers come from the stage's alloc/release (its device memory, so
+ *     NCCL moves them without a host copy) or malloc. Nothing overlaps the
+ *     transfers here: the time a stage spends in them is its bubble.
+ * Either way the operations run in rf_pp_schedule's order. */
 #ifndef RF_TR_PIPELINE_H
 #define RF_TR_PIPELINE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -86,10 +103,22 @@ typedef struct rf_pp_stage {
     int (*forward)(void *user, int micro, const float *in, float *out);
     /* Backward of micro-batch `micro` (the same `in` as its forward). dout:
      * the gradient of the output received from the next stage (NULL on the
-     * last stage). din: where to ADD the gradient of `in`, zeroed by the
-     * executor (NULL on stage 0). Gradients of the stage's parameters
-     * accumulate across micro-batches, as in gradient accumulation. */
+     * last stage). din: where to WRITE the gradient of `in` (NULL on stage
+     * 0); its contents on entry are unspecified. Gradients of the stage's
+     * parameters accumulate across micro-batches, as in gradient
+     * accumulation. */
     int (*backward)(void *user, int micro, const float *in, const float *dout, float *din);
+    /* Optional. The paired executor (above) instead of the overlapped one. */
+    bool paired;
+    /* Optional, paired only (NULL, NULL: malloc and free): the boundary
+     * buffers' memory, n floats (n may be 0; contents unspecified), NULL with
+     * rf_fail's detail when there is none; release takes back what alloc
+     * gave. The pipeline group must be able to move that memory (a device's:
+     * an NCCL group). forward's out and backward's din must be complete in
+     * that memory when the callback returns (a device stage waits for its
+     * queue): the transfer that follows may run on another stream. */
+    float *(*alloc)(void *user, size_t n);
+    void (*release)(void *user, float *p);
 } rf_pp_stage;
 
 /* One rf_pp_run, seen from one stage. Seconds are wall time; step_s is from
@@ -99,7 +128,8 @@ typedef struct rf_pp_stats {
     int stages, stage, micro;
     double step_s;
     double compute_s; /* inside forward and backward */
-    double recv_s;    /* waiting for an activation or a gradient to arrive */
+    double recv_s;    /* waiting for an activation or a gradient to arrive (paired: the
+                       * time in every transfer, sends included) */
     double flush_s;   /* after the last operation: waiting for sends and the group */
     double align_s;   /* in the opening barrier (not in step_s: the previous step's imbalance) */
     double bubble;    /* (recv_s + flush_s) / step_s: this stage's idle share */

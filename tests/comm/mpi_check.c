@@ -198,8 +198,7 @@ static void check_ring(rf_comm *c, size_t n) {
         bad = nr;
         for (size_t i = 0; i < nr && bad == nr; i++)
             if (i2[i] != from * 100000 + (int32_t)i) bad = i;
-        CHECK(bad == nr, "send-recv of %zu, receiving %zu, dir %d: wrong at %zu", ns, nr, dir,
-              bad);
+        CHECK(bad == nr, "send-recv of %zu, receiving %zu, dir %d: wrong at %zu", ns, nr, dir, bad);
         free(o2);
         free(i2);
     }

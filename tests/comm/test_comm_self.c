@@ -131,6 +131,16 @@ static void test_broadcast_barrier_send_recv(void **state) {
     assert_int_equal(rf_comm_sendrecv(c, ring_out, 0, sr_in, 0, 2, RF_COMM_I32), RF_OK);
     assert_memory_equal(sr_in, ring_out, sizeof ring_out);
     assert_int_equal(rf_comm_sendrecv(c, ring_out, 0, sr_in, 1, 2, RF_COMM_I32), RF_ERR_INVALID);
+    /* With two counts: equal ones are the same copy, unequal ones cannot
+     * match a rank's own receive. */
+    int32_t sr_n[2] = {0};
+    assert_int_equal(rf_comm_sendrecv_n(c, ring_out, 2, 0, sr_n, 2, 0, RF_COMM_I32), RF_OK);
+    assert_memory_equal(sr_n, ring_out, sizeof ring_out);
+    assert_int_equal(rf_comm_sendrecv_n(c, ring_out, 2, 0, sr_n, 1, 0, RF_COMM_I32),
+                     RF_ERR_INVALID);
+    assert_non_null(strstr(rf_errmsg(), "sizes differ"));
+    assert_int_equal(rf_comm_sendrecv_n(c, ring_out, 1, 0, NULL, 1, 0, RF_COMM_I32),
+                     RF_ERR_INVALID); /* a NULL receive buffer */
     /* A message never received is freed with the communicator. */
     assert_int_equal(rf_comm_send(c, w, 0, RF_COMM_F64, 0), RF_OK);
     assert_false(rf_comm_broken(c));

@@ -6,7 +6,11 @@
 # compares every stage's gradients and the loss with one process running the
 # whole chain (bitwise, reported against 1e-6), checks that each stage ran
 # rf_pp_schedule's order, and measures the bubble of sleeping stages against
-# (p-1)/(m+p-1). The schedule itself is checked against hand-written tables
+# (p-1)/(m+p-1), with the overlapped and the paired executor (pipeline.h);
+# then at 2 and 4 ranks again with synchronous sends
+# (REFINERY_COMM_SYNC_SEND=1, comm.h): the paired executor is the one that
+# moves device boundaries over NCCL, whose sends wait for their receive, so
+# it must not need MPI's buffering. The schedule itself is checked against hand-written tables
 # in test_pipeline. ~3 s; tiny, so it runs under `make asan` too. Every
 # mpirun has an outer `timeout`. Skips (77) without mpirun or with a pp_check
 # built without MPI.
@@ -23,13 +27,17 @@ export LSAN_OPTIONS="${LSAN_OPTIONS:-}${LSAN_OPTIONS:+:}suppressions=$PWD/tests/
 fail=0
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-for np in 1 2 4; do
-    if timeout -k 5 180 scripts/mpirun.sh -np $np "$bin" >"$log" 2>&1 && grep -q "all checks passed at $np rank" "$log"; then
+for run in "1 0" "2 0" "4 0" "2 1" "4 1"; do
+    set -- $run
+    np=$1 sync=$2
+    what="$np rank(s)$([ "$sync" = 1 ] && echo ', synchronous sends')"
+    if timeout -k 5 180 env REFINERY_COMM_SYNC_SEND=$sync scripts/mpirun.sh -np $np "$bin" >"$log" 2>&1 &&
+        grep -q "all checks passed at $np rank" "$log"; then
         n=$(grep -c '^ok ' "$log")
-        echo "ok: $np rank(s): $n checks"
+        echo "ok: $what: $n checks"
         grep 'bubble' "$log" | sed 's/^/    /'
     else
-        echo "FAIL: pp_check at $np rank(s):"; sed 's/^/    /' "$log"; fail=1
+        echo "FAIL: pp_check at $what:"; sed 's/^/    /' "$log"; fail=1
     fi
 done
 exit $fail

@@ -12,7 +12,11 @@
  * order) and are reported as relative errors (bound 1e-6). The operations a
  * stage ran must be rf_pp_schedule's order. Meshes: pp = world, and at 4
  * ranks also dp 2 x pp 2 (the executor on the comm layer's pp sub-groups);
- * m = 1, 2, 4, 8 micro-batches.
+ * m = 1, 2, 4, 8 micro-batches; each with the overlapped executor and with
+ * the paired one (pipeline.h), whose buffers come from the stage's alloc
+ * filled with NaN and must all be given back. pp.test.sh runs this program
+ * again with synchronous sends (REFINERY_COMM_SYNC_SEND=1), under which a
+ * paired schedule that needed MPI's buffering would time out.
  *
  * Then the bubble: the same executor with stages that sleep (forward 10 ms,
  * backward 20 ms: equal stages whose timing does not depend on how many
@@ -20,6 +24,7 @@
  * idle share must be within 0.06 of (p - 1) / (m + p - 1), in one of at most
  * 3 runs (test_bubble). */
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -189,7 +194,25 @@ typedef struct stage {
     rf_pp_op *ran; /* the operations in the order they ran */
     int nran;
     double sleep_f; /* seconds: the sleeping stages of the bubble test (then no arithmetic) */
+    long live;      /* buffers of st_alloc not yet released (paired runs) */
 } stage;
+
+/* The paired executor's buffers: malloc'd and filled with NaN, so a stage
+ * that read a buffer before it was written would show it in the checks. */
+static float *st_alloc(void *user, size_t n) {
+    stage *s = user;
+    float *p = xcalloc(n, sizeof *p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = NAN;
+    s->live++;
+    return p;
+}
+
+static void st_release(void *user, float *p) {
+    stage *s = user;
+    s->live--;
+    free(p);
+}
 
 static size_t st_boundary(void *user, int edge, int micro) {
     stage *s = user;
@@ -246,6 +269,7 @@ static int st_backward(void *user, int micro, const float *in, const float *dout
     } else {
         memcpy(dy, dout, (size_t)n * D * sizeof(float));
     }
+    if (din) memset(din, 0, (size_t)n * D * sizeof(float)); /* range_bwd adds into it */
     range_bwd(s->t, s->l0, s->l1, a, dy, din, n);
     free(dy);
     for (int k = 0; k <= nl; k++)
@@ -279,7 +303,18 @@ static void report(const char *mesh, const char *what, double err, int bitwise) 
     g_fail |= bad;
 }
 
-static void test_equiv(rf_comm *pp, int dp_i, int m, const char *meshname) {
+/* The stage callbacks, for the overlapped or the paired executor. */
+static rf_pp_stage callbacks(stage *st, bool paired) {
+    return (rf_pp_stage){.user = st,
+                         .boundary = st_boundary,
+                         .forward = st_forward,
+                         .backward = st_backward,
+                         .paired = paired,
+                         .alloc = paired ? st_alloc : NULL,
+                         .release = paired ? st_release : NULL};
+}
+
+static void test_equiv(rf_comm *pp, int dp_i, int m, const char *meshname, bool paired) {
     int p = rf_comm_world(pp), s = rf_comm_rank(pp);
     toy run, ref;
     toy_init(&run);
@@ -289,13 +324,13 @@ static void test_equiv(rf_comm *pp, int dp_i, int m, const char *meshname) {
     st.l1 = LAYERS * (s + 1) / p;
     st.acts = xcalloc((size_t)m, sizeof *st.acts);
     st.ran = xcalloc(2 * (size_t)m, sizeof *st.ran);
-    rf_pp_stage cb = {&st, st_boundary, st_forward, st_backward};
+    rf_pp_stage cb = callbacks(&st, paired);
     rf_pp_stats stats;
     OK(rf_pp_run(pp, m, &cb, &stats));
     double loss_ref = reference(&ref, m, dp_i);
 
     char what[64], mesh[48];
-    snprintf(mesh, sizeof mesh, "%s m=%d", meshname, m);
+    snprintf(mesh, sizeof mesh, "%s m=%d%s", meshname, m, paired ? " paired" : "");
     /* the order the operations ran in */
     rf_pp_op *want = xcalloc(2 * (size_t)m, sizeof *want);
     OK(rf_pp_schedule(p, s, m, want));
@@ -324,6 +359,7 @@ static void test_equiv(rf_comm *pp, int dp_i, int m, const char *meshname) {
     int clean = 1;
     for (int i = 0; i < m; i++)
         clean &= st.acts[i] == NULL;
+    clean &= st.live == 0; /* every buffer of st_alloc given back */
     OK(rf_comm_allreduce(g_world, &clean, &clean, 1, RF_COMM_I32, RF_COMM_MIN));
     if (!clean) {
         if (rf_comm_rank(g_world) == 0) printf("FAIL  %-22s activations left over\n", mesh);
@@ -344,11 +380,13 @@ static void test_equiv(rf_comm *pp, int dp_i, int m, const char *meshname) {
  * work) adds idle time that is not the schedule's, so a run outside the
  * bound is repeated, up to 3 runs; every run is printed, and the check fails
  * when none is within it. */
-static void test_bubble(rf_comm *pp, int m, const char *meshname) {
+static void test_bubble(rf_comm *pp, int m, const char *meshname, bool paired) {
     int p = rf_comm_world(pp), s = rf_comm_rank(pp);
     stage st = {.p = p, .s = s, .m = m, .sleep_f = 0.010};
     st.ran = xcalloc(2 * (size_t)m, sizeof *st.ran);
-    rf_pp_stage cb = {&st, st_boundary, st_forward, st_backward};
+    rf_pp_stage cb = callbacks(&st, paired);
+    char nm[48];
+    snprintf(nm, sizeof nm, "%s%s", meshname, paired ? " paired" : "");
     int bad = 1;
     for (int run = 1; run <= 3 && bad; run++) {
         rf_pp_stats stats;
@@ -362,8 +400,7 @@ static void test_bubble(rf_comm *pp, int m, const char *meshname) {
             printf("%-5s %-22s bubble (sleeping stages, F 10 ms, B 20 ms) measured %.3f..%.3f "
                    "over the stages, theory (p-1)/(m+p-1) = %.3f, step %.3f s (run %d of at most "
                    "3)\n",
-                   bad ? (run < 3 ? "again" : "FAIL") : "ok", meshname, lo, hi, stats.theory, step,
-                   run);
+                   bad ? (run < 3 ? "again" : "FAIL") : "ok", nm, lo, hi, stats.theory, step, run);
         st.nran = 0; /* the next run records its operations afresh */
     }
     g_fail |= bad;
@@ -380,11 +417,13 @@ int main(void) {
         OK(rf_comm_mesh_init(g_world, meshes[k][0], 1, meshes[k][1], &mesh));
         char name[32];
         snprintf(name, sizeof name, "dp%d x pp%d", mesh.dp, mesh.pp);
-        for (int m = 1; m <= 8; m *= 2)
-            test_equiv(mesh.pp_comm, mesh.dp_i, m, name);
-        if (mesh.pp > 1 && mesh.dp == 1) {
-            test_bubble(mesh.pp_comm, 8, name);
-            if (mesh.pp == 2) test_bubble(mesh.pp_comm, 2, name);
+        for (int paired = 0; paired < 2; paired++) {
+            for (int m = 1; m <= 8; m *= 2)
+                test_equiv(mesh.pp_comm, mesh.dp_i, m, name, paired);
+            if (mesh.pp > 1 && mesh.dp == 1) {
+                test_bubble(mesh.pp_comm, 8, name, paired);
+                if (mesh.pp == 2) test_bubble(mesh.pp_comm, 2, name, paired);
+            }
         }
         OK(rf_comm_mesh_destroy(&mesh));
     }

@@ -4,8 +4,9 @@
 # host memory under a device's identity, memory that only its slots and the
 # collectives can touch) the mesh trainer (parallel.c) takes
 # every branch it takes for a GPU: the stage's blocks and the tied
-# embedding's copy from be->alloc, the boundaries copied to and from backend
-# buffers around each stage's forward and backward, the norm by the backend's
+# embedding's copy from be->alloc, the boundaries in backend memory moved by
+# the paired executor (pipeline.h; under synchronous sends, as NCCL's: a
+# schedule that needed MPI's buffering would time out), the norm by the backend's
 # sumsq, the tied gradient added by a slot, the initial weights, checkpoints
 # and the final gather through host copies (to_host/to_device), while MPI
 # carries what NCCL would on a GPU. Dropout off: each mesh on
@@ -20,6 +21,7 @@
 # MPI build.
 set -euo pipefail
 . "$REFINERY_ROOT/tests/trainer/mpi_lib.sh"
+export REFINERY_COMM_SYNC_SEND=1 # comm.h: sends complete once matched, as NCCL's
 
 # cls_lib.sh's data: 21 sequences, batch 8 x accum 2, 2 epochs = 4 steps
 . "$REFINERY_ROOT/tests/trainer/cls_lib.sh"

@@ -117,6 +117,8 @@ typedef struct one {
     int fail_at; /* fail the backward of this micro-batch (-1: never) */
 } one;
 
+static void one_stage(rf_pp_stage *st, one *o);
+
 static size_t one_boundary(void *u, int edge, int micro) {
     (void)u, (void)edge, (void)micro;
     fail_msg("boundary asked for with one stage");
@@ -139,23 +141,34 @@ static int one_bwd(void *u, int micro, const float *in, const float *dout, float
     return micro == o->fail_at ? rf_fail(RF_ERR_RANGE, "callback failed") : RF_OK;
 }
 
+/* One stage, with both executors (pipeline.h): no transfers, 1F1B order,
+ * a callback's error stops the run. */
 static void test_one_stage(void **state) {
     (void)state;
-    one o = {.fail_at = -1};
-    rf_pp_stage st = {&o, one_boundary, one_fwd, one_bwd};
+    for (int paired = 0; paired < 2; paired++) {
+        one o = {.fail_at = -1};
+        rf_pp_stage st = {.user = &o,
+                          .boundary = one_boundary,
+                          .forward = one_fwd,
+                          .backward = one_bwd,
+                          .paired = paired};
+        one_stage(&st, &o);
+    }
+}
+static void one_stage(rf_pp_stage *st, one *o) {
     rf_pp_stats stats;
-    assert_int_equal(rf_pp_run(NULL, 4, &st, &stats), RF_OK);
-    assert_string_equal(o.log, "F0 B0 F1 B1 F2 B2 F3 B3");
+    assert_int_equal(rf_pp_run(NULL, 4, st, &stats), RF_OK);
+    assert_string_equal(o->log, "F0 B0 F1 B1 F2 B2 F3 B3");
     assert_int_equal(stats.stages, 1);
     assert_true(stats.theory == 0.0);
     assert_int_equal(stats.bytes_sent, 0);
     assert_int_equal(stats.peak_floats, 0);
     assert_true(stats.compute_s <= stats.step_s);
     one f = {.fail_at = 1};
-    st.user = &f;
-    assert_int_equal(rf_pp_run(NULL, 4, &st, NULL), RF_ERR_RANGE);
+    st->user = &f;
+    assert_int_equal(rf_pp_run(NULL, 4, st, NULL), RF_ERR_RANGE);
     assert_string_equal(f.log, "F0 B0 F1 B1");
-    assert_int_equal(rf_pp_run(NULL, 0, &st, NULL), RF_ERR_INVALID);
+    assert_int_equal(rf_pp_run(NULL, 0, st, NULL), RF_ERR_INVALID);
 }
 
 int main(void) {

@@ -20,6 +20,7 @@
 # mpirun or an MPI build.
 set -euo pipefail
 . "$REFINERY_ROOT/tests/trainer/mpi_lib.sh"
+export REFINERY_COMM_SYNC_SEND=1 # comm.h: sends complete once matched, as NCCL's (tp x pp)
 
 # cls_lib.sh's data: 21 sequences, batch 8 x accum 2, 2 epochs = 4 steps
 . "$REFINERY_ROOT/tests/trainer/cls_lib.sh"
