@@ -649,6 +649,24 @@ int rf_comm_barrier(rf_comm *c) {
     return run(c, CALL(RF_COMM_K_BARRIER, NULL, NULL, 0, RF_COMM_U8, RF_COMM_SUM, 0, 0, 0));
 }
 
+int rf_comm_order_after(rf_comm *c, void *stream) {
+    if (!c || !stream)
+        return rf_fail(RF_ERR_INVALID, "comm: order after a NULL %s",
+                       c ? "stream" : "communicator");
+    if (!c->be->order_after || c->opts.mem != RF_COMM_DEVICE)
+        return rf_fail(RF_ERR_UNSUPPORTED,
+                       "comm (%s): ordering after a device stream needs a device group (nccl)",
+                       c->be->name);
+    int rc = c->be->order_after(c, stream);
+    if (rc) return rf_fail_ctx(rc, "comm (%s): ordering after the caller's stream", c->be->name);
+    c->ordered = 1;
+    return RF_OK;
+}
+
+int rf_comm_ordered(const rf_comm *c) {
+    return c && c->ordered;
+}
+
 int rf_comm_split(rf_comm *c, int color, int key, rf_comm **out) {
     *out = NULL;
     if (!c) return rf_fail(RF_ERR_INVALID, "comm: NULL communicator");

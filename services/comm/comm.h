@@ -171,6 +171,18 @@ rf_comm_mem rf_comm_mem_of(const rf_comm *c);
  * pair of memory kinds. */
 int rf_comm_dup_mem(rf_comm *c, rf_comm_mem mem, rf_comm **out);
 size_t rf_comm_dtype_size(rf_comm_dtype t);
+/* Device groups: orders each later operation of c after the work queued on
+ * `stream` (the cudaStream_t of the caller's kernels, on c's device) by the
+ * time the operation starts. The operation's own stream waits for an event
+ * recorded there, so the caller need not wait on the host for its kernels
+ * before a collective reads what they wrote; rf_comm_wait and the blocking
+ * calls still wait for the operation itself (and its timeout), after which
+ * anything the caller queues sees the result. RF_ERR_UNSUPPORTED for host
+ * groups (self, mpi), whose transports read memory from the host as they
+ * start; RF_ERR_INVALID for a NULL stream. */
+int rf_comm_order_after(rf_comm *c, void *stream);
+/* Whether rf_comm_order_after succeeded on c. */
+int rf_comm_ordered(const rf_comm *c);
 /* A test hook (process-wide; NULL, NULL: none, the default): enter() runs
  * before an operation on a host-memory group (self, mpi) starts, and leave()
  * once its request is over (rf_comm_wait, or a failed start), each with the

@@ -56,6 +56,8 @@ typedef struct rf_comm_backend {
      * (a dead peer would hang it); `finalize` is set for the world that
      * started the transport (MPI_Finalize) when the group is not broken. */
     int (*destroy)(rf_comm *c, int finalize);
+    /* Optional (NULL: RF_ERR_UNSUPPORTED): rf_comm_order_after. */
+    int (*order_after)(rf_comm *c, void *stream);
 } rf_comm_backend;
 
 /* State shared by a world and every group split from it. */
@@ -73,6 +75,7 @@ struct rf_comm {
     rf_comm_opts opts;
     int rank, world;
     int owns_transport; /* this world initialized MPI / NCCL */
+    int ordered;        /* rf_comm_order_after gave it a stream */
     void *impl;         /* the backend's */
 };
 

@@ -37,8 +37,10 @@ typedef struct nccl_impl {
     ncclComm_t comm; /* NULL once aborted */
     cudaStream_t stream;
     int device;
-    float *scratch;     /* one device float: the barrier's all-reduce */
-    rf_comm *bootstrap; /* the MPI world that carried the id, destroyed with us */
+    float *scratch;       /* one device float: the barrier's all-reduce */
+    rf_comm *bootstrap;   /* the MPI world that carried the id, destroyed with us */
+    cudaStream_t after;   /* rf_comm_order_after's stream (NULL: none) */
+    cudaEvent_t after_ev; /* recorded on it before each operation */
 } nccl_impl;
 
 typedef struct nccl_req {
@@ -117,6 +119,9 @@ static int nccl_start(rf_comm *c, const rf_comm_call *k, rf_comm_req *req) {
     if (!m->comm) return rf_fail(RF_ERR_IO, "the NCCL communicator was aborted");
     cudaError_t ce = cudaSetDevice(m->device);
     if (ce != cudaSuccess) return cuda_fail(ce, "cudaSetDevice");
+    if (m->after && ((ce = cudaEventRecord(m->after_ev, m->after)) != cudaSuccess ||
+                     (ce = cudaStreamWaitEvent(m->stream, m->after_ev, 0)) != cudaSuccess))
+        return cuda_fail(ce, "ordering after the caller's stream");
     ncclDataType_t t = ntype(k->dtype);
     ncclResult_t r = ncclSuccess;
     const char *what = "NCCL";
@@ -237,6 +242,7 @@ static int make_impl(rf_comm *out, int device, nccl_impl **mp) {
 
 static void free_impl(nccl_impl *m) {
     if (!m) return;
+    if (m->after_ev) cudaEventDestroy(m->after_ev);
     if (m->scratch) cudaFree(m->scratch);
     if (m->stream) cudaStreamDestroy(m->stream);
     free(m);
@@ -267,6 +273,16 @@ static int nccl_split(rf_comm *c, int color, int key, rf_comm *out) {
         return rc;
     }
     g->comm = nc;
+    return RF_OK;
+}
+
+static int nccl_order_after(rf_comm *c, void *stream) {
+    nccl_impl *m = c->impl;
+    cudaError_t ce = cudaSetDevice(m->device);
+    if (ce == cudaSuccess && !m->after_ev)
+        ce = cudaEventCreateWithFlags(&m->after_ev, cudaEventDisableTiming);
+    if (ce != cudaSuccess) return cuda_fail(ce, "cudaEventCreate");
+    m->after = (cudaStream_t)stream;
     return RF_OK;
 }
 
@@ -308,6 +324,7 @@ const rf_comm_backend rf_comm_nccl_backend = {
     .abandon = nccl_abandon,
     .split = nccl_split,
     .destroy = nccl_destroy,
+    .order_after = nccl_order_after,
 };
 
 int rf_comm_nccl_unique_id(unsigned char id[RF_COMM_NCCL_ID_BYTES]) {

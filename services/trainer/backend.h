@@ -43,6 +43,11 @@ struct rf_backend {
      * of data parallelism (comm.h) then take as RF_COMM_DEVICE (NCCL); false
      * for host memory (RF_COMM_HOST: MPI). */
     bool device_memory;
+    /* The queue the slots run on, in order (CUDA: the cudaStream_t); NULL
+     * for the CPU and its test devices. A device group ordered after it
+     * (comm.h's rf_comm_order_after) reads what the slots queued before a
+     * collective without a host wait for them. */
+    void *queue;
 
     /* memory */
     int (*alloc)(const rf_backend *be, void **out, size_t bytes); /* zeroed */

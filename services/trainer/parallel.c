@@ -100,7 +100,8 @@ typedef struct mesh {
      * split borrows it). */
     const rf_backend *be;
     bool staged;
-    void *sync; /* staged: a few bytes of backend memory that dev_wait reads */
+    void *sync;   /* staged: a few bytes of backend memory that dev_wait reads */
+    bool ordered; /* the device groups wait for the backend's queue on the device */
     rf_comm *dp_dev, *pp_dev, *tp_dev;
     bbuf *pool; /* staged: the boundary buffers, free when not used */
     int npool, cappool;
@@ -143,6 +144,14 @@ static int dev_wait(const mesh *x) {
     uint8_t b;
     int rc = x->be->to_host(x->be, &b, x->sync, 1);
     return rc ? rf_fail_ctx(rc, "train: waiting for the device") : RF_OK;
+}
+
+/* Before a collective or a pipeline transfer reads what the backend's
+ * kernels wrote (or writes what they read): nothing when the device groups
+ * are ordered after the backend's queue (device_groups: the transfer's
+ * stream waits for it on the device), else dev_wait. */
+static int coll_wait(const mesh *x) {
+    return x->ordered ? RF_OK : dev_wait(x);
 }
 
 /* The unit hook of every instance: it lets the causal models run backward
@@ -356,7 +365,7 @@ static int cb_forward(void *user, int micro, const float *in, float *out) {
     if ((rc =
              rf_model_forward_range(x->inst[k], &b, x->u0, x->u1, in, out, x->o->dropout, p->seed)))
         return rc;
-    if (out && (rc = dev_wait(x))) return rc;
+    if ((rc = coll_wait(x))) return rc;
     if (x->pp_i == 0 && x->tp_i == 0)
         for (size_t i = 0; i < (size_t)bb->B * bb->T; i++)
             x->tokens += bb->valid[i];
@@ -377,7 +386,9 @@ static int cb_backward(void *user, int micro, const float *in, const float *dout
     mesh *x = user;
     int rc = rf_model_backward_range(x->inst[micro % x->ninst], x->u0, x->u1, dout, din,
                                      x->pc[micro].scale);
-    return !rc && din ? dev_wait(x) : rc; /* as cb_forward's out */
+    /* din complete, and dout no longer read: the executor hands them to a
+     * transfer or back to the pool (pipeline.h) */
+    return rc ? rc : coll_wait(x);
 }
 
 /* The step's pieces: batches [pos, ...) of `order`, `group` of them. One
@@ -457,7 +468,7 @@ static int sync_and_update(mesh *x, const rf_adamw *opt, long step, float lr, fl
     size_t ne = x->ehi - x->elo;
     /* the tied head's part of the word embedding's gradient, to stage 0 */
     const rf_backend *be = x->be;
-    if ((rc = dev_wait(x))) return rc; /* the backward's gradients, before they travel */
+    if ((rc = coll_wait(x))) return rc; /* the backward's gradients, before they travel */
     if (x->tied && x->pp > 1) {
         if (x->pp_i == x->pp - 1) {
             x->bytes += ne * sizeof(float);
@@ -467,7 +478,7 @@ static int sync_and_update(mesh *x, const rf_adamw *opt, long step, float lr, fl
             if ((rc = rf_comm_recv(x->pp_dev, x->tmp, ne, RF_COMM_F32, x->pp - 1)))
                 return fail_comm(rc, "receive of the tied embedding's gradient");
             if ((rc = be->residual_bwd(be, x->G + (x->elo - x->plo), NULL, x->tmp, ne, 0.0f, 0)) ||
-                (rc = dev_wait(x)))
+                (rc = coll_wait(x)))
                 return rc;
         }
     }
@@ -499,7 +510,7 @@ static int sync_and_update(mesh *x, const rf_adamw *opt, long step, float lr, fl
                                                  x->P + alo, x->G + alo, x->M1, x->M2)))
         return rc;
     double t2 = rf_now();
-    if ((rc = dev_wait(x))) return rc; /* AdamW's parameters, before they travel */
+    if ((rc = coll_wait(x))) return rc; /* AdamW's parameters, before they travel */
     if (x->zero && x->dp > 1) {
         x->bytes += (uint64_t)(x->dp - 1) * x->blk * sizeof(float);
         rc = rf_comm_allgather(x->dp_dev, x->P + (size_t)x->dp_i * x->blk, x->P, x->blk,
@@ -947,6 +958,15 @@ static int device_groups(mesh *x) {
         x->tp_dev = x->cm.tp_comm;
         return rf_fail_ctx(rc, "train: the tensor-parallel group on %s memory", x->be->name);
     }
+    /* the NCCL twins' operations wait for the backend's queue on the device,
+     * so the host does not wait for it before each one (coll_wait) */
+    rf_comm *twins[] = {x->dp_dev, x->pp_dev, x->tp_dev},
+            *mine[] = {x->cm.dp_comm, x->cm.pp_comm, x->cm.tp_comm};
+    for (int i = 0; x->be->queue && i < 3; i++)
+        if (twins[i] != mine[i] && (rc = rf_comm_order_after(twins[i], x->be->queue)))
+            return rf_fail_ctx(rc, "train: ordering the device groups after the %s queue",
+                               x->be->name);
+    x->ordered = x->be->queue != NULL;
     rf_info("trainer", "rank %d: dp, pp and tp collectives on %s memory by %s", x->rank,
             x->be->name,
             rf_comm_backend_name(x->pp > 1   ? x->pp_dev

@@ -115,8 +115,11 @@ typedef struct rf_pp_stage {
      * rf_fail's detail when there is none; release takes back what alloc
      * gave. The pipeline group must be able to move that memory (a device's:
      * an NCCL group). forward's out and backward's din must be complete in
-     * that memory when the callback returns (a device stage waits for its
-     * queue): the transfer that follows may run on another stream. */
+     * that memory, and backward done reading dout, by the time a transfer
+     * on the pipeline group runs (a device stage waits for its queue before
+     * it returns, or its group is ordered after that queue: comm.h's
+     * rf_comm_order_after): the executor hands them to a transfer, which may
+     * run on another stream, or back to release for reuse. */
     float *(*alloc)(void *user, size_t n);
     void (*release)(void *user, float *p);
 } rf_pp_stage;

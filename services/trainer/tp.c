@@ -27,12 +27,15 @@ static double comm_seconds;
 static uint64_t comm_bytes, comm_calls;
 
 /* A device's kernels run asynchronously: what they wrote is read by the
- * collective only after they are done (to_host waits for the queue; that
- * wait is the kernels' time, not the collective's). */
+ * collective only after they are done: a group ordered after the backend's
+ * queue (comm.h) waits for them on the device; any other waits here on the
+ * host (to_host waits for the queue; that wait is the kernels' time, not the
+ * collective's). */
 static int allreduce(const rf_tp_group *g, void *x, size_t n, rf_comm_dtype t, rf_comm_op op) {
     int w = rf_comm_world(g->c);
     float tmp;
-    int rc = g->sync ? g->be->to_host(g->be, &tmp, g->sync, sizeof tmp) : RF_OK;
+    int rc = g->sync && !rf_comm_ordered(g->c) ? g->be->to_host(g->be, &tmp, g->sync, sizeof tmp)
+                                               : RF_OK;
     if (rc) return rc;
     double t0 = rf_now();
     rc = rf_comm_allreduce(g->c, x, x, n, t, op);

@@ -38,7 +38,8 @@ typedef struct rf_tp_group {
     rf_comm *c;           /* the tp group, for buffers of be's memory */
     const rf_backend *be; /* whose memory the tensors are */
     void *sync;           /* a few bytes of be's memory that to_host reads to wait for
-                           * be's queue before an all-reduce (NULL on the CPU) */
+                           * be's queue before an all-reduce (NULL on the CPU; not
+                           * read when c is ordered after be->queue: comm.h) */
 } rf_tp_group;
 
 /* Column-parallel linear: the rank holds OCl = OC/tp output rows of the

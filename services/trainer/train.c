@@ -252,9 +252,13 @@ static int dp_fail(int rc, const char *what) {
     return rf_fail_ctx(rc, "train: %s", what);
 }
 
-/* Waits for the work queued on the backend (to_host waits for it, backend.h). */
+/* Before a collective reads what the backend's kernels wrote: waits for the
+ * work queued on the backend (to_host waits for it, backend.h), unless the
+ * group is ordered after the backend's queue (rf_train_model: the
+ * collective's stream waits for it on the device, so backward goes on
+ * queueing kernels while a bucket's all-reduce waits). */
 static int dp_wait(dp_group *g) {
-    if (!g->staged) return RF_OK;
+    if (!g->staged || rf_comm_ordered(g->c)) return RF_OK;
     uint8_t x;
     int rc = g->be->to_host(g->be, &x, g->scratch, 1);
     return rc ? dp_fail(rc, "waiting for the device") : RF_OK;
@@ -716,8 +720,13 @@ int rf_train_model(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
         if ((rc = rf_comm_dup_mem(o->comm, RF_COMM_DEVICE, &dev)))
             return rf_fail_ctx(rc, "train: the device group for %s", mb.be->name);
         od.comm = dev;
-        rf_info("trainer", "rank %d of %d: collectives on %s memory by %s", rf_comm_rank(dev),
-                world, mb.be->name, rf_comm_backend_name(dev));
+        if (mb.be->queue && (rc = rf_comm_order_after(dev, mb.be->queue))) {
+            (void)rf_comm_destroy(dev);
+            return rf_fail_ctx(rc, "train: ordering the device group after %s", mb.be->name);
+        }
+        rf_info("trainer", "rank %d of %d: collectives on %s memory by %s%s", rf_comm_rank(dev),
+                world, mb.be->name, rf_comm_backend_name(dev),
+                rf_comm_ordered(dev) ? ", ordered after its stream" : "");
     }
     void *scratch = NULL;
     if ((rc = mb.be->alloc(mb.be, &scratch, scratch_bytes(world))))

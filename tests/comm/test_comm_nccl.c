@@ -175,6 +175,58 @@ static void test_dup_from_host(void **state) {
     assert_int_equal(rf_comm_destroy(h), RF_OK);
 }
 
+/* rf_comm_sendrecv_n to oneself (a world of one): the grouped send and
+ * receive of the pipeline's exchange. */
+static void test_sendrecv_n(void **state) {
+    (void)state;
+    need_gpu();
+    rf_comm *c = open_nccl();
+    float h[N];
+    fill(h, N, 5.0f);
+    float *a = dev(h, sizeof h), *b = dev(NULL, sizeof h);
+    assert_int_equal(rf_comm_sendrecv_n(c, a, N, 0, b, N, 0, RF_COMM_F32), RF_OK);
+    same(b, h, sizeof h);
+    cudaFree(a);
+    cudaFree(b);
+    assert_int_equal(rf_comm_destroy(c), RF_OK);
+}
+
+/* rf_comm_order_after: a collective reads what the caller's stream wrote
+ * before it was issued, with no host wait between (the trainer's device
+ * groups after the backend's stream). The stream is kept busy first (20
+ * memsets of 256 MiB), then copies the values in; the all-reduce issued at
+ * once must still see them. */
+static void test_order_after(void **state) {
+    (void)state;
+    need_gpu();
+    rf_comm *c = open_nccl();
+    assert_false(rf_comm_ordered(c));
+    cudaStream_t s;
+    assert_int_equal(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    assert_int_equal(rf_comm_order_after(c, NULL), RF_ERR_INVALID);
+    assert_int_equal(rf_comm_order_after(c, s), RF_OK);
+    assert_true(rf_comm_ordered(c));
+    float *h = NULL;
+    assert_int_equal(cudaMallocHost((void **)&h, N * sizeof *h), cudaSuccess);
+    fill(h, N, 3.0f);
+    size_t big = (size_t)256 << 20;
+    void *busy = NULL;
+    assert_int_equal(cudaMalloc(&busy, big), cudaSuccess);
+    float *a = dev(NULL, N * sizeof *h), *b = dev(NULL, N * sizeof *h);
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(cudaMemsetAsync(busy, i, big, s), cudaSuccess);
+    assert_int_equal(cudaMemcpyAsync(a, h, N * sizeof *h, cudaMemcpyHostToDevice, s), cudaSuccess);
+    assert_int_equal(rf_comm_allreduce(c, a, b, N, RF_COMM_F32, RF_COMM_SUM), RF_OK);
+    same(b, h, N * sizeof *h);
+    assert_int_equal(cudaStreamSynchronize(s), cudaSuccess);
+    cudaFree(busy);
+    cudaFree(a);
+    cudaFree(b);
+    cudaFreeHost(h);
+    assert_int_equal(rf_comm_destroy(c), RF_OK);
+    cudaStreamDestroy(s);
+}
+
 #else /* no CUDA in this build */
 
 static void no_cuda(void) {
@@ -196,14 +248,21 @@ static void test_dup_from_host(void **state) {
     (void)state;
     no_cuda();
 }
+static void test_sendrecv_n(void **state) {
+    (void)state;
+    no_cuda();
+}
+static void test_order_after(void **state) {
+    (void)state;
+    no_cuda();
+}
 #endif
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_collectives),
-        cmocka_unit_test(test_types),
-        cmocka_unit_test(test_async),
-        cmocka_unit_test(test_dup_from_host),
+        cmocka_unit_test(test_collectives), cmocka_unit_test(test_types),
+        cmocka_unit_test(test_async),       cmocka_unit_test(test_dup_from_host),
+        cmocka_unit_test(test_sendrecv_n),  cmocka_unit_test(test_order_after),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -141,6 +141,12 @@ static void test_broadcast_barrier_send_recv(void **state) {
     assert_non_null(strstr(rf_errmsg(), "sizes differ"));
     assert_int_equal(rf_comm_sendrecv_n(c, ring_out, 1, 0, NULL, 1, 0, RF_COMM_I32),
                      RF_ERR_INVALID); /* a NULL receive buffer */
+    /* Ordering after a device stream is for device groups only. */
+    int not_a_stream;
+    assert_int_equal(rf_comm_order_after(c, &not_a_stream), RF_ERR_UNSUPPORTED);
+    assert_non_null(strstr(rf_errmsg(), "needs a device group"));
+    assert_int_equal(rf_comm_order_after(c, NULL), RF_ERR_INVALID);
+    assert_false(rf_comm_ordered(c));
     /* A message never received is freed with the communicator. */
     assert_int_equal(rf_comm_send(c, w, 0, RF_COMM_F64, 0), RF_OK);
     assert_false(rf_comm_broken(c));

@@ -166,6 +166,7 @@ static void init(int k) {
     b.name = k ? "cuda-bf16" : "cuda";
     b.ctx = &ctx_storage[k];
     b.device_memory = true;
+    b.queue = ctx_storage[k].stream;
     b.alloc = cu_alloc;
     b.free = cu_free;
     b.zero = cu_zero;
