@@ -329,7 +329,7 @@ static void test_equiv(rf_comm *pp, int dp_i, int m, const char *meshname, bool 
     OK(rf_pp_run(pp, m, &cb, &stats));
     double loss_ref = reference(&ref, m, dp_i);
 
-    char what[64], mesh[48];
+    char what[64], mesh[64];
     snprintf(mesh, sizeof mesh, "%s m=%d%s", meshname, m, paired ? " paired" : "");
     /* the order the operations ran in */
     rf_pp_op *want = xcalloc(2 * (size_t)m, sizeof *want);
@@ -385,7 +385,7 @@ static void test_bubble(rf_comm *pp, int m, const char *meshname, bool paired) {
     stage st = {.p = p, .s = s, .m = m, .sleep_f = 0.010};
     st.ran = xcalloc(2 * (size_t)m, sizeof *st.ran);
     rf_pp_stage cb = callbacks(&st, paired);
-    char nm[48];
+    char nm[64];
     snprintf(nm, sizeof nm, "%s%s", meshname, paired ? " paired" : "");
     int bad = 1;
     for (int run = 1; run <= 3 && bad; run++) {
