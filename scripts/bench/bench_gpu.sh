@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # BENCH=gpu make bench: the trainer's CUDA backend against PyTorch on one GPU.
 # For MiniLM-L6 and a randomly initialised bert-base config, at sequence
-# lengths 128 and 512: tokens/s, MFU (6 N + 12 L T C FLOPs per token, N the
-# parameters without the embedding tables, against PEAK_TFLOPS, default 989 =
+# lengths 128 and 512, and a randomly initialised GPT-2 124M (causal attention)
+# at 1024: tokens/s, MFU (6 N + 12 L T C FLOPs per token, N the
+# parameters without the tables only looked up, against PEAK_TFLOPS, default 989 =
 # H100 SXM dense bf16) and peak device memory, for Refinery in fp32 (device
 # cuda) and with its products on bf16 tensor cores (cuda-bf16, "bf16-mm":
 # fp32 storage and every other op fp32, not full bf16 mixed precision) beside
@@ -23,18 +24,18 @@ MINILM=${MINILM:-build/models/minilm-l6}
 make --no-print-directory CUDA=1 BUILD=build-cuda build-cuda/trainer/bench_cuda_step >/dev/null || exit 1
 out=$(mktemp)
 run() { echo "+ $*" >&2; "$@" | tail -1 | tee -a "$out"; }
-for model in "$MINILM" bert-base; do
-    for seq in 128 512; do
-        batch=$([ "$seq" = 512 ] && echo 8 || echo 32)
-        for dev in cuda cuda-bf16; do
-            run build-cuda/trainer/bench_cuda_step --model "$model" --device "$dev" \
-                --batch "$batch" --seq "$seq" --steps "$STEPS" --peak-tflops "$PEAK"
-        done
-        for mode in eager compile; do
-            for prec in fp32 bf16; do
-                run "$PY" scripts/bench/gpu_torch.py --model "$model" --batch "$batch" --seq "$seq" \
-                    --steps "$STEPS" --mode "$mode" --precision "$prec" --peak-tflops "$PEAK"
-            done
+# model, sequence length, batch: BERT at 128 x 32 and 512 x 8, GPT-2 at 1024 x 8
+cases=("$MINILM 128 32" "$MINILM 512 8" "bert-base 128 32" "bert-base 512 8" "gpt2 1024 8")
+for c in "${cases[@]}"; do
+    read -r model seq batch <<<"$c"
+    for dev in cuda cuda-bf16; do
+        run build-cuda/trainer/bench_cuda_step --model "$model" --device "$dev" \
+            --batch "$batch" --seq "$seq" --steps "$STEPS" --peak-tflops "$PEAK"
+    done
+    for mode in eager compile; do
+        for prec in fp32 bf16; do
+            run "$PY" scripts/bench/gpu_torch.py --model "$model" --batch "$batch" --seq "$seq" \
+                --steps "$STEPS" --mode "$mode" --precision "$prec" --peak-tflops "$PEAK"
         done
     done
 done

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""PyTorch baseline for bench_gpu.sh: the same classifier (MiniLM-L6 from its
-folder, or a randomly initialised bert-base-uncased config), batch, sequence
-length and step (forward with dropout, backward, clip_grad_norm_ 1.0, AdamW)
-as bench_cuda_step, on the same GPU, in eager mode or torch.compile, fp32
-(TF32 off, as Refinery's fp32 mode) or bf16 autocast. Prints one JSON line
-with tokens/s, MFU by the same formula (6 N + 12 L T C per token, N without
-the embedding tables) and torch.cuda.max_memory_allocated. Refuses without a GPU."""
+"""PyTorch baseline for bench_gpu.sh: the same model (a BERT classifier:
+MiniLM-L6 from its folder or a randomly initialised bert-base-uncased config;
+or a randomly initialised GPT-2 124M, "gpt2", every position's next token a
+label), batch, sequence length and step (forward with dropout, backward,
+clip_grad_norm_ 1.0, AdamW) as bench_cuda_step, on the same GPU, in eager mode
+or torch.compile, fp32 (TF32 off, as Refinery's fp32 mode) or bf16 autocast.
+Prints one JSON line with tokens/s, MFU by the same formula (6 N + 12 L T C
+per token, N without the tables only looked up: BERT's three embedding
+tables, GPT-2's positions) and torch.cuda.max_memory_allocated. Refuses
+without a GPU."""
 import argparse
 import json
 import sys
@@ -25,12 +28,17 @@ a = ap.parse_args()
 if not torch.cuda.is_available():
     sys.exit("gpu_torch.py: no CUDA GPU visible to PyTorch; this baseline runs only on a GPU machine")
 
-from transformers import BertConfig, BertForSequenceClassification  # noqa: E402
+from transformers import (BertConfig, BertForSequenceClassification, GPT2Config,  # noqa: E402
+                          GPT2LMHeadModel)
 
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 torch.manual_seed(1)
-if a.model == "bert-base":
+causal = a.model == "gpt2"
+if causal:
+    cfg = GPT2Config()  # the defaults are GPT-2 124M's shape
+    model = GPT2LMHeadModel(cfg)
+elif a.model == "bert-base":
     cfg = BertConfig(num_labels=2)  # the defaults are bert-base-uncased's shape
     model = BertForSequenceClassification(cfg)
 else:
@@ -45,7 +53,7 @@ step_model = torch.compile(model) if a.mode == "compile" else model
 g = torch.Generator().manual_seed(2)
 ids = torch.randint(1000, cfg.vocab_size, (a.batch, a.seq), generator=g).cuda()
 mask = torch.ones_like(ids)
-labels = (torch.arange(a.batch) % 2).cuda()
+labels = ids if causal else (torch.arange(a.batch) % 2).cuda()
 
 
 def step():
@@ -68,9 +76,12 @@ for _ in range(a.steps):
 loss = loss.item()
 secs = time.perf_counter() - t0
 nparams = sum(p.numel() for p in model.parameters())
-emb = model.bert.embeddings
-n_emb = sum(p.numel() for m in (emb.word_embeddings, emb.position_embeddings,
-                                 emb.token_type_embeddings) for p in m.parameters())
+if causal:  # the tied head's wte counts once (parameters() lists it once)
+    n_emb = model.transformer.wpe.weight.numel()
+else:
+    emb = model.bert.embeddings
+    n_emb = sum(p.numel() for m in (emb.word_embeddings, emb.position_embeddings,
+                                     emb.token_type_embeddings) for p in m.parameters())
 flops_tok = 6.0 * (nparams - n_emb) + 12.0 * cfg.num_hidden_layers * a.seq * cfg.hidden_size
 tps = a.batch * a.seq * a.steps / secs
 print(json.dumps({"impl": "torch-" + a.mode, "device": torch.cuda.get_device_name(),

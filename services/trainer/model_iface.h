@@ -47,7 +47,7 @@
  * labels (-100 ignored), optional per-row positions and per-document segment
  * ids for packed sequences (ops_causal.h).
  *
- * Ownership: rf_model_load and rf_model_wrap return a heap rf_model that
+ * Ownership: rf_model_load and rf_model_sibling return a heap rf_model that
  * owns its implementation (rf_model_free frees both); rf_model_init_* fill a
  * caller's rf_model around an implementation the caller keeps owning (the
  * compatibility entry points rf_train(rf_bert *) etc. use it). */
@@ -168,7 +168,7 @@ struct rf_model {
     const rf_model_ops *ops;
     void *impl; /* rf_bert, rf_gpt2 or rf_llama */
     bool owns;  /* rf_model_free frees impl (and the rf_model) */
-    bool heap;  /* the rf_model itself was allocated by rf_model_wrap/_load */
+    bool heap;  /* the rf_model itself was allocated by rf_model_load/_sibling */
     rf_model_hook hook;
     void *hook_user;
     int r0, r1;       /* the unit range of the forward/backward in progress */

@@ -21,7 +21,9 @@ $(BUILD)/obj/services/trainer/ops.o: CFLAGS += -fno-trapping-math
 $(BUILD)/obj/services/trainer/ops_optim.o: CFLAGS += -fno-math-errno
 
 # A by-hand benchmark (not a test): training steps on one backend, for
-# scripts/bench/bench_gpu.sh (BENCH=gpu make bench).
+# scripts/bench/bench_gpu.sh (BENCH=gpu make bench). Built with everything so
+# that it cannot rot; tests/trainer/bench_step.test.sh checks its report.
+EXTRA_BINS += $(BUILD)/trainer/bench_cuda_step
 $(BUILD)/trainer/bench_cuda_step: $(BUILD)/obj/tests/trainer/bench_cuda_step.o \
     $(BUILD)/lib/librefinery_trainer.a $(BUILD)/lib/librefinery_tokenizer.a \
     $(BUILD)/lib/librefinery_comm.a $(BUILD)/lib/librefinery_common.a

@@ -1,17 +1,23 @@
 /* A by-hand benchmark (not a test; scripts/bench/bench_gpu.sh runs it): full
  * training steps (zero grad, forward with dropout, backward, clipping, AdamW)
- * of a BERT classifier on one backend, timed after warm-up. Prints one JSON
- * line: tokens/s (every position of the padded batch counts), the model
- * FLOPs per token and MFU against a peak given in TFLOP/s, and the device
- * memory in use after the steps (the backend allocates everything up front
- * and has no caching allocator, so this is the peak).
+ * of a model on one backend, timed after warm-up: a BERT classifier (a
+ * folder, or bert-base's shape randomly initialised), a causal LM (a GPT-2 or
+ * Llama folder, or GPT-2 124M's shape randomly initialised: "gpt2"; every
+ * position's next token is a label). Prints one JSON line: tokens/s (every
+ * position of the batch counts), the model FLOPs per token and MFU against a
+ * peak given in TFLOP/s, and the device memory in use after the steps (the
+ * backend allocates everything up front and has no caching allocator, so
+ * this is the peak).
  *
  * FLOPs per token (the llm.c / PaLM convention): 6 N + 12 L T C, where N is
- * the parameters that multiply activations (all but the three embedding
- * tables), L the layers, T the sequence length, C the hidden size (the QK^T
- * and PV products: 2 x 2 T C per token and layer forward, x3 with backward).
+ * the parameters that multiply activations (all but the tables only looked
+ * up: BERT's three embedding tables, GPT-2's positions, an untied Llama's
+ * token embedding; a tied head's embedding counts once, as the head), L the
+ * layers, T the sequence length, C the hidden size (the QK^T and PV products:
+ * 2 x 2 T C per token and layer forward, x3 with backward; the full T x T
+ * for causal models too, as llm.c counts).
  *
- * usage: bench_cuda_step --model DIR|bert-base --device cpu|cuda|cuda-bf16 --batch B
+ * usage: bench_cuda_step --model DIR|bert-base|gpt2 --device cpu|cuda|cuda-bf16 --batch B
  *        --seq T --steps N [--peak-tflops 989] */
 #include <math.h>
 #include <stdio.h>
@@ -21,7 +27,9 @@
 
 #include "common/error.h"
 #include "common/rng.h"
+#include "trainer/gpt2.h"
 #include "trainer/model.h"
+#include "trainer/model_iface.h"
 #include "trainer/optim.h"
 
 #ifdef REFINERY_CUDA
@@ -34,41 +42,79 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* bert-base-uncased's shape, randomly initialised (matrices uniform with std 0.02, LayerNorm
- * weights 1, biases 0). */
-static int random_bert_base(const rf_backend *be, rf_bert **out) {
-    rf_bert_config c = {.vocab_size = 30522,
-                        .hidden_size = 768,
-                        .num_layers = 12,
-                        .num_heads = 12,
-                        .intermediate_size = 3072,
-                        .max_position = 512,
-                        .type_vocab_size = 2,
-                        .num_labels = 2,
-                        .layer_norm_eps = 1e-12f,
-                        .initializer_range = 0.02f,
-                        .hidden_dropout = 0.1f,
-                        .attention_dropout = 0.1f,
-                        .classifier_dropout = 0.1f};
-    int rc = rf_bert_new(&c, be, out);
+/* Hugging Face's initialisation, roughly: matrices uniform with std 0.02,
+ * norm weights (the one-dimensional ".weight"s) 1, biases 0. */
+static int random_init(rf_model *m) {
+    rf_model_blocks b;
+    int rc = rf_model_blocks_of(m, &b);
     if (rc) return rc;
-    rf_bert *m = *out;
-    float *h = malloc(m->nparams * sizeof(float));
+    float *h = malloc(b.nparams * sizeof(float));
     if (!h) return RF_ERR_NOMEM;
     rf_rng r;
     rf_rng_seed(&r, 1);
-    for (size_t t = 0; t < m->ntensors; t++) {
-        const rf_tensor_info *ti = &m->tensors[t];
-        bool ln_w = strstr(ti->name, "LayerNorm.weight") != NULL;
+    for (size_t t = 0; t < b.ntensors; t++) {
+        const rf_tensor_info *ti = &b.tensors[t];
+        size_t n = strlen(ti->name);
+        bool norm_w = ti->ndim == 1 && n > 7 && !strcmp(ti->name + n - 7, ".weight");
         for (size_t i = 0; i < ti->numel; i++)
-            h[ti->offset + i] = ln_w ? 1.0f
+            h[ti->offset + i] = norm_w ? 1.0f
                                 : ti->ndim == 2
                                     ? (float)(0.02 * (rf_rng_double(&r) * 2 - 1) * 1.732)
                                     : 0.0f;
     }
-    rc = be->to_device(be, m->params, h, m->nparams * sizeof(float));
+    rc = b.be->to_device(b.be, b.params, h, b.nparams * sizeof(float));
     free(h);
     return rc;
+}
+
+/* bert-base-uncased's shape (dropout 0.1 as its config) or GPT-2 124M's,
+ * randomly initialised, into *m (which then owns the implementation). */
+static int random_model(const char *name, const rf_backend *be, rf_model *m) {
+    int rc;
+    if (!strcmp(name, "bert-base")) {
+        rf_bert_config c = {.vocab_size = 30522,
+                            .hidden_size = 768,
+                            .num_layers = 12,
+                            .num_heads = 12,
+                            .intermediate_size = 3072,
+                            .max_position = 512,
+                            .type_vocab_size = 2,
+                            .num_labels = 2,
+                            .layer_norm_eps = 1e-12f,
+                            .initializer_range = 0.02f,
+                            .hidden_dropout = 0.1f,
+                            .attention_dropout = 0.1f,
+                            .classifier_dropout = 0.1f};
+        rf_bert *b;
+        if ((rc = rf_bert_new(&c, be, &b))) return rc;
+        rf_model_init_bert(m, b);
+    } else {
+        rf_gpt2_config c = {.vocab_size = 50257,
+                            .n_positions = 1024,
+                            .n_embd = 768,
+                            .n_layer = 12,
+                            .n_head = 12,
+                            .n_inner = 3072,
+                            .layer_norm_epsilon = 1e-5f};
+        rf_gpt2 *g;
+        if ((rc = rf_gpt2_new_on(&c, be, &g))) return rc;
+        rf_model_init_gpt2(m, g);
+    }
+    m->owns = true; /* rf_model_free closes the implementation */
+    return random_init(m);
+}
+
+/* Parameters that multiply activations (see the FLOPs above). */
+static double matmul_params(const rf_model_blocks *b, const rf_model_info *in) {
+    double n = 0;
+    for (size_t t = 0; t < b->ntensors; t++) {
+        const char *nm = b->tensors[t].name;
+        bool lookup = !strcmp(in->arch, "bert")   ? strstr(nm, "_embeddings.weight") != NULL
+                      : !strcmp(in->arch, "gpt2") ? strstr(nm, "wpe.weight") != NULL
+                                                  : !in->tied && strstr(nm, "embed_tokens") != NULL;
+        if (!lookup) n += (double)b->tensors[t].numel;
+    }
+    return n;
 }
 
 int main(int argc, char **argv) {
@@ -94,47 +140,59 @@ int main(int argc, char **argv) {
         }
     }
     const rf_backend *be;
-    rf_bert *m = NULL;
+    rf_model local = {0}, *m = &local;
+    rf_model_blocks bl;
+    rf_model_info in = {0};
     int rc = rf_backend_for(device, &be);
-    if (!rc)
-        rc = strcmp(model, "bert-base") ? rf_bert_load(model, 2, 1, be, &m)
-                                        : random_bert_base(be, &m);
-    if (!rc) rc = rf_bert_enable_training(m);
+    if (!rc) {
+        rf_model_load_opts lo = {.num_labels = 2, .seed = 1};
+        rc = strcmp(model, "bert-base") && strcmp(model, "gpt2") ? rf_model_load(model, &lo, be, &m)
+                                                                 : random_model(model, be, m);
+    }
+    if (!rc) rc = rf_model_blocks_of(m, &bl);
+    if (!rc) rc = rf_model_enable_training(m, bl.nparams, bl.nparams);
+    if (!rc) rc = rf_model_blocks_of(m, &bl); /* now with the gradients and moments */
+    if (!rc) in = rf_model_info_of(m);
     if (rc) {
         fprintf(stderr, "bench_cuda_step: %s\n", rf_errmsg());
+        rf_model_free(m);
         return 1;
     }
-    const rf_bert_config *c = &m->cfg;
+    bool causal = in.task == RF_TASK_CAUSAL_LM;
     size_t N = (size_t)B * T;
-    int32_t *ids = malloc(N * 4), *types = calloc(N, 4), *labels = malloc((size_t)B * 4);
+    int32_t *ids = malloc(N * 4), *types = calloc(N, 4), *labels = malloc(N * 4);
     uint8_t *valid = malloc(N);
     rf_rng r;
     rf_rng_seed(&r, 2);
+    int lo_id = in.vocab > 2000 ? 1000 : 0;
     for (size_t i = 0; i < N; i++) {
-        ids[i] = (int32_t)(1000 + rf_rng_below(&r, (uint64_t)c->vocab_size - 1000));
+        ids[i] = (int32_t)(lo_id + rf_rng_below(&r, (uint64_t)(in.vocab - lo_id)));
         valid[i] = 1;
+        labels[i] = causal ? ids[i] : (int32_t)(i % 2); /* classify: the first B */
     }
-    for (int b = 0; b < B; b++)
-        labels[b] = b % 2;
-    rf_batch batch = {B, T, ids, types, labels, valid};
+    rf_model_batch batch = {.B = B, .T = T, .ids = ids, .labels = labels};
+    if (!causal) batch.types = types, batch.valid = valid;
     rf_adamw o = rf_adamw_defaults();
     double t0 = 0;
     float norm = 0;
     for (int s = 0; s < steps + 3 && !rc; s++) {
         if (s == 3) t0 = now(); /* 3 warm-up steps */
-        if (!(rc = rf_bert_zero_grad(m)) && !(rc = rf_bert_forward(m, &batch, true, (uint64_t)s)) &&
-            !(rc = rf_bert_backward(m, 1.0f)) && !(rc = rf_clip_grads_ex(m, o.clip_norm, &norm)))
-            rc = rf_adamw_update(m, &o, s, o.lr, 0, m->nparams, m->m, m->v);
+        if (!(rc = rf_model_zero_grad(m)) &&
+            !(rc = rf_model_forward(m, &batch, true, (uint64_t)s)) &&
+            !(rc = rf_model_backward(m, 1.0f)) && !(rc = rf_optim_clip(&bl, o.clip_norm, &norm)))
+            rc = rf_optim_adamw(&bl, &o, s, o.lr, 0, bl.nparams, bl.m, bl.v);
     }
     /* the last step's norm came back to the host: the device is idle */
     double secs = now() - t0;
+    float loss = 0;
+    long counted = 0;
+    if (!rc) rc = rf_model_loss(m, &loss, &counted);
     if (rc) {
         fprintf(stderr, "bench_cuda_step: %s\n", rf_errmsg());
+        rf_model_free(m);
         return 1;
     }
-    size_t emb = m->tensors[0].numel + m->tensors[1].numel + m->tensors[2].numel;
-    double n_mm = (double)(m->nparams - emb);
-    double flops_tok = 6.0 * n_mm + 12.0 * c->num_layers * (double)T * c->hidden_size;
+    double flops_tok = 6.0 * matmul_params(&bl, &in) + 12.0 * in.layers * (double)T * in.hidden;
     double tps = (double)N * steps / secs;
     double mfu = tps * flops_tok / (peak * 1e12);
     double mem_gib = -1;
@@ -144,12 +202,12 @@ int main(int argc, char **argv) {
         mem_gib = (double)(tot - fr) / (1024.0 * 1024 * 1024);
 #endif
     printf("{\"impl\":\"refinery\",\"device\":\"%s\",\"precision\":\"%s\",\"model\":\"%s\","
-           "\"params\":%zu,\"batch\":%d,\"seq\":%d,\"steps\":%d,\"seconds\":%.3f,"
-           "\"tokens_per_s\":%.1f,\"flops_per_token\":%.4g,\"mfu\":%.4f,\"peak_tflops\":%.1f,"
-           "\"device_mem_gib\":%.3f,\"loss\":%.5f}\n",
-           be->name, strcmp(be->name, "cuda-bf16") ? "fp32" : "bf16-mm", model, m->nparams, B, T,
-           steps, secs, tps, flops_tok, mfu, peak, mem_gib, m->loss);
-    rf_bert_free(m);
+           "\"arch\":\"%s\",\"params\":%zu,\"batch\":%d,\"seq\":%d,\"steps\":%d,"
+           "\"seconds\":%.3f,\"tokens_per_s\":%.1f,\"flops_per_token\":%.10g,\"mfu\":%.4f,"
+           "\"peak_tflops\":%.1f,\"device_mem_gib\":%.3f,\"loss\":%.5f}\n",
+           be->name, strcmp(be->name, "cuda-bf16") ? "fp32" : "bf16-mm", model, in.arch, bl.nparams,
+           B, T, steps, secs, tps, flops_tok, mfu, peak, mem_gib, loss);
+    rf_model_free(m);
     free(ids), free(types), free(labels), free(valid);
     return 0;
 }

@@ -827,10 +827,10 @@ static void test_causal_attention(void **state) {
     (void)state;
     need_gpu();
     /* B, T, NH, NKV, hs, padded valid, packed seg */
-    static const int shapes[][7] = {{1, 1, 1, 1, 32, 0, 0},     {2, 13, 6, 2, 20, 1, 0},
-                                    {3, 37, 6, 2, 64, 1, 1},    {2, 64, 4, 4, 96, 0, 1},
-                                    {2, 128, 12, 12, 64, 1, 1}, {1, 16, 2, 1, 256, 1, 0},
-                                    {1, 1024, 2, 1, 64, 0, 0}};
+    static const int shapes[][7] = {
+        {1, 1, 1, 1, 32, 0, 0},    {2, 13, 6, 2, 20, 1, 0},    {3, 37, 6, 2, 64, 1, 1},
+        {2, 64, 4, 4, 96, 0, 1},   {2, 128, 12, 12, 64, 1, 1}, {1, 16, 2, 1, 256, 1, 0},
+        {1, 1024, 2, 1, 64, 0, 0}, {1, 9, 4, 2, 320, 1, 1},    {1, 2100, 1, 1, 32, 1, 1}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int B = shapes[s][0], T = shapes[s][1], NH = shapes[s][2], NKV = shapes[s][3],
             hs = shapes[s][4], hv = shapes[s][5], hg = shapes[s][6], W = (NH + 2 * NKV) * hs;

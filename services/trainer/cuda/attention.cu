@@ -13,10 +13,12 @@
 // GPU model, and nothing uses atomics. (The first version, a warp per query
 // row with one lane per key, ran BERT-base at T 512 at a quarter of PyTorch
 // eager's speed on an H100; its key loads were uncoalesced. Not profiled.)
+// The head copies and the batched product are shared with the causal
+// attention (causal_attention.cu; declared in ops_cuda.cuh).
 #include "trainer/cuda/ops_cuda.cuh"
 
 // The context's head-major buffer with at least n floats.
-static int heads_buf(rf_cuda_ctx *c, size_t n) {
+int rf_cu_heads_buf(rf_cuda_ctx *c, size_t n) {
     return rf_cuda_grow(&c->heads, &c->heads_n, n, "attention heads");
 }
 
@@ -45,15 +47,15 @@ __global__ static void from_heads_kernel(float *x, int ld, int off, const float 
     *y = add ? *y + src[i] : src[i];
 }
 
-static int to_heads(rf_cuda_ctx *c, float *dst, const float *src, int ld, int off, int B, int Ts,
-                    int R, int C, int NH) {
+int rf_cu_to_heads(rf_cuda_ctx *c, float *dst, const float *src, int ld, int off, int B, int Ts,
+                   int R, int C, int NH) {
     size_t n = (size_t)B * R * C;
     to_heads_kernel<<<cu_blocks(n, 256), 256, 0, c->stream>>>(dst, src, ld, off, B, Ts, R, C, NH);
     return cu_launched("attention (to heads)");
 }
 
-static int from_heads(rf_cuda_ctx *c, float *x, int ld, int off, const float *src, int B, int Tx,
-                      int R, int C, int NH, bool add) {
+int rf_cu_from_heads(rf_cuda_ctx *c, float *x, int ld, int off, const float *src, int B, int Tx,
+                     int R, int C, int NH, bool add) {
     size_t n = (size_t)B * R * C;
     from_heads_kernel<<<cu_blocks(n, 256), 256, 0, c->stream>>>(x, ld, off, src, B, Tx, R, C, NH,
                                                                 add);
@@ -64,10 +66,10 @@ static int from_heads(rf_cuda_ctx *c, float *x, int ld, int off, const float *sr
 // column-major as cuBLAS (the row-major operands read transposed, as
 // matmul.cu). fp32 on cuda-bf16 too: that mode moves the layers' matrix
 // products to bf16, not attention's (not yet measured against its tolerances).
-static int gemm_batched(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                        int k, float alpha, const float *A, int lda, long long sa, const float *B,
-                        int ldb, long long sb, float beta, float *Cm, int ldc, long long sc,
-                        int count, const char *what) {
+int rf_cu_gemm_batched(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                       int k, float alpha, const float *A, int lda, long long sa, const float *B,
+                       int ldb, long long sb, float beta, float *Cm, int ldc, long long sc,
+                       int count, const char *what) {
     cublasComputeType_t ct = CUBLAS_COMPUTE_32F_PEDANTIC;
     return rf_cublas_check(cublasGemmStridedBatchedEx(c->blas, ta, tb, m, n, k, &alpha, A,
                                                       CUDA_R_32F, lda, sa, B, CUDA_R_32F, ldb, sb,
@@ -164,28 +166,28 @@ int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scr
     rf_cuda_ctx *c = cu_ctx(be);
     int hs = C / NH, Z = B * NH, rows = Z * Tq;
     size_t nq = (size_t)B * Tq * C, nk = (size_t)B * T * C;
-    if ((rc = heads_buf(c, 2 * nq + 2 * nk))) return rc;
+    if ((rc = rf_cu_heads_buf(c, 2 * nq + 2 * nk))) return rc;
     float *q = c->heads, *k = q + nq, *v = k + nk, *o = v + nk;
-    if ((rc = to_heads(c, q, qkv, 3 * C, 0, B, T, Tq, C, NH)) ||
-        (rc = to_heads(c, k, qkv, 3 * C, C, B, T, T, C, NH)) ||
-        (rc = to_heads(c, v, qkv, 3 * C, 2 * C, B, T, T, C, NH)))
+    if ((rc = rf_cu_to_heads(c, q, qkv, 3 * C, 0, B, T, Tq, C, NH)) ||
+        (rc = rf_cu_to_heads(c, k, qkv, 3 * C, C, B, T, T, C, NH)) ||
+        (rc = rf_cu_to_heads(c, v, qkv, 3 * C, 2 * C, B, T, T, C, NH)))
         return rc;
     // S (Tq x T, row-major) = q k^T scale: column-major S^T (T x Tq) = k (T x hs) q^T
     float scale = 1.0f / sqrtf((float)hs);
-    if ((rc = gemm_batched(c, CUBLAS_OP_T, CUBLAS_OP_N, T, Tq, hs, scale, k, hs, (long long)T * hs,
-                           q, hs, (long long)Tq * hs, 0.0f, att, T, (long long)Tq * T, Z,
-                           "attention_fwd (scores)")))
+    if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_T, CUBLAS_OP_N, T, Tq, hs, scale, k, hs,
+                                 (long long)T * hs, q, hs, (long long)Tq * hs, 0.0f, att, T,
+                                 (long long)Tq * T, Z, "attention_fwd (scores)")))
         return rc;
     float *pd = pdrop > 0 ? scratch : NULL;
     softmax_rows_kernel<<<cu_blocks(rows, ATT_WARPS), ATT_WARPS * 32, 0, c->stream>>>(
         att, pd, valid, NH, h0, NHall, Tq, T, rows, pdrop, seed);
     if ((rc = cu_launched("attention_fwd (softmax)"))) return rc;
     // o (Tq x hs) = P v: column-major o^T (hs x Tq) = v^T (hs x T) P^T (T x Tq)
-    if ((rc = gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, Tq, T, 1.0f, v, hs, (long long)T * hs,
-                           pd ? pd : att, T, (long long)Tq * T, 0.0f, o, hs, (long long)Tq * hs, Z,
-                           "attention_fwd (values)")))
+    if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, Tq, T, 1.0f, v, hs,
+                                 (long long)T * hs, pd ? pd : att, T, (long long)Tq * T, 0.0f, o,
+                                 hs, (long long)Tq * hs, Z, "attention_fwd (values)")))
         return rc;
-    return from_heads(c, out, C, 0, o, B, Tq, Tq, C, NH, false);
+    return rf_cu_from_heads(c, out, C, 0, o, B, Tq, Tq, C, NH, false);
 }
 
 int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const float *dout,
@@ -196,14 +198,14 @@ int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const
     rf_cuda_ctx *c = cu_ctx(be);
     int hs = C / NH, Z = B * NH, rows = Z * Tq;
     size_t nq = (size_t)B * Tq * C, nk = (size_t)B * T * C, natt = (size_t)rows * T;
-    if ((rc = heads_buf(c, 4 * nq + 4 * nk))) return rc;
+    if ((rc = rf_cu_heads_buf(c, 4 * nq + 4 * nk))) return rc;
     float *q = c->heads, *k = q + nq, *v = k + nk, *dO = v + nk, *dq = dO + nq, *dk = dq + nq,
           *dv = dk + nk;
     long long sq = (long long)Tq * hs, skv = (long long)T * hs, sa = (long long)Tq * T;
-    if ((rc = to_heads(c, q, qkv, 3 * C, 0, B, T, Tq, C, NH)) ||
-        (rc = to_heads(c, k, qkv, 3 * C, C, B, T, T, C, NH)) ||
-        (rc = to_heads(c, v, qkv, 3 * C, 2 * C, B, T, T, C, NH)) ||
-        (rc = to_heads(c, dO, dout, C, 0, B, Tq, Tq, C, NH)))
+    if ((rc = rf_cu_to_heads(c, q, qkv, 3 * C, 0, B, T, Tq, C, NH)) ||
+        (rc = rf_cu_to_heads(c, k, qkv, 3 * C, C, B, T, T, C, NH)) ||
+        (rc = rf_cu_to_heads(c, v, qkv, 3 * C, 2 * C, B, T, T, C, NH)) ||
+        (rc = rf_cu_to_heads(c, dO, dout, C, 0, B, Tq, Tq, C, NH)))
         return rc;
     // dv (T x hs) = P^T dout, P the dropped probabilities (into scratch when
     // dropout is on): column-major dv^T (hs x T) = dout^T (hs x Tq) P (Tq x T)
@@ -214,27 +216,27 @@ int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const
         if ((rc = cu_launched("attention_bwd (dropout)"))) return rc;
         pd = scratch;
     }
-    if ((rc = gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, Tq, 1.0f, dO, hs, sq, pd, T, sa,
-                           0.0f, dv, hs, skv, Z, "attention_bwd (values)")))
+    if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, Tq, 1.0f, dO, hs, sq, pd, T,
+                                 sa, 0.0f, dv, hs, skv, Z, "attention_bwd (values)")))
         return rc;
     // dP (Tq x T) = dout v^T into scratch: column-major dP^T (T x Tq) = v (T x hs) dout^T
-    if ((rc = gemm_batched(c, CUBLAS_OP_T, CUBLAS_OP_N, T, Tq, hs, 1.0f, v, hs, skv, dO, hs, sq,
-                           0.0f, scratch, T, sa, Z, "attention_bwd (probabilities)")))
+    if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_T, CUBLAS_OP_N, T, Tq, hs, 1.0f, v, hs, skv, dO, hs,
+                                 sq, 0.0f, scratch, T, sa, Z, "attention_bwd (probabilities)")))
         return rc;
     float scale = 1.0f / sqrtf((float)hs);
     softmax_bwd_rows_kernel<<<cu_blocks(rows, ATT_WARPS), ATT_WARPS * 32, 0, c->stream>>>(
         scratch, att, Tq, T, NH, h0, NHall, rows, scale, pdrop, seed);
     if ((rc = cu_launched("attention_bwd (softmax)"))) return rc;
     // dq (Tq x hs) = ds k: column-major dq^T (hs x Tq) = k^T (hs x T) ds^T (T x Tq)
-    if ((rc = gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, Tq, T, 1.0f, k, hs, skv, scratch, T, sa,
-                           0.0f, dq, hs, sq, Z, "attention_bwd (queries)")))
+    if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, Tq, T, 1.0f, k, hs, skv, scratch,
+                                 T, sa, 0.0f, dq, hs, sq, Z, "attention_bwd (queries)")))
         return rc;
     // dk (T x hs) = ds^T q: column-major dk^T (hs x T) = q^T (hs x Tq) ds (Tq x T)
-    if ((rc = gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, Tq, 1.0f, q, hs, sq, scratch, T, sa,
-                           0.0f, dk, hs, skv, Z, "attention_bwd (keys)")))
+    if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, Tq, 1.0f, q, hs, sq, scratch,
+                                 T, sa, 0.0f, dk, hs, skv, Z, "attention_bwd (keys)")))
         return rc;
-    if ((rc = from_heads(c, dqkv, 3 * C, 0, dq, B, T, Tq, C, NH, true)) ||
-        (rc = from_heads(c, dqkv, 3 * C, C, dk, B, T, T, C, NH, true)))
+    if ((rc = rf_cu_from_heads(c, dqkv, 3 * C, 0, dq, B, T, Tq, C, NH, true)) ||
+        (rc = rf_cu_from_heads(c, dqkv, 3 * C, C, dk, B, T, T, C, NH, true)))
         return rc;
-    return from_heads(c, dqkv, 3 * C, 2 * C, dv, B, T, T, C, NH, true);
+    return rf_cu_from_heads(c, dqkv, 3 * C, 2 * C, dv, B, T, T, C, NH, true);
 }

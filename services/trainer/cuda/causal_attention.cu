@@ -2,29 +2,28 @@
 // masks; twin of rf_op_causal_attention_fwd/bwd (ops_causal.c), same layout:
 // qkv[B*T, (NH + 2 NKV) hs], out[B*T, NH*hs], att[B,NH,T,T].
 //
-// Forward is one kernel: a warp per (sequence, query head, query row) holds
-// its score row (keys 0..t) in shared memory, so T is bounded by shared
-// memory (CA_MAX_T; no online softmax), takes the masked softmax (the sum in
-// double, as the CPU) and the product with V; the probabilities go to att,
-// zero above the diagonal and at masked keys, because backward reads them.
-// Backward is two kernels without atomics, every sum in a fixed order:
-//  1. a warp per query row: dp_j = dout_t . v_j, dot_t = sum_j p_j dp_j (into
-//     scratch, B*NH*T floats), ds_j = p_j (dp_j - dot_t) / sqrt(hs), and
-//     dq_t += sum_j ds_j k_j;
-//  2. a warp per (sequence, kv head, key row j), lanes over channels: for the
-//     group's query heads in order and queries t >= j in order, dp is
-//     recomputed (a warp sum), ds from the stored dot, dk_j += ds q_t and
-//     dv_j += p dout_t. The scratch holds one float per query row, so ds is
-//     not stored.
+// The products go through cuBLAS as the encoder's (attention.cu, whose head
+// copies and batched product this file shares), batched over (sequence, kv
+// head): q is copied head-major [B, NH, T, hs], so the grp = NH / NKV query
+// heads reading kv head g are grp T consecutive rows, one operand of
+// grp T x hs against k and v's T x hs ([B, NKV, T, hs]); the scores of a
+// batch entry are then grp T x T, att's own layout. Forward: S = q k^T scale
+// into att, a warp per row turns S into the masked softmax (keys j <= t,
+// valid, same document; the sum in double as the CPU; 0 elsewhere, and a
+// zero row when no key is seen), o = P v goes back to [B*T, NH*hs].
+// Backward: dv = P^T dout and dk = ds^T q sum the group's query heads inside
+// one product, dP = dout v^T into the context's dprobs, ds = p (dP - p.dP)
+// scale by a warp per row (the dot in double), dq = ds k; each added into
+// dqkv. Deterministic (cuBLAS on one GPU model, no atomics). The scores above
+// the diagonal are computed and discarded: twice the products' minimum, on
+// tensor-core-shaped calls. (The first version, a warp per query row holding
+// its scores in shared memory, had the encoder's first design, which ran
+// BERT-base at T 512 at a quarter of PyTorch eager's speed; it also bounded
+// T by shared memory, 2048, and the head size by registers, 256. Neither
+// bound is left.)
 #include "trainer/cuda/ops_cuda.cuh"
 
-#define CA_WARPS  4
-#define CA_MAX_T  2048 // CA_WARPS * (T + hs) floats of shared memory: 36 KiB at most
-#define CA_MAX_HS 256  // channels per head: CA_MAX_HS / 32 registers per lane in backward
-#define CA_REGS   (CA_MAX_HS / 32)
-
-static_assert(CA_WARPS * (CA_MAX_T + CA_MAX_HS) * sizeof(float) <= 48 * 1024,
-              "causal attention: shared memory above the default 48 KiB");
+#define CA_WARPS 4 // warps per block of the row kernels
 
 // Whether query t (segment st) sees key j of its sequence: valid and seg
 // already point at the sequence's row (NULL: no such mask).
@@ -33,198 +32,137 @@ __device__ __forceinline__ static bool ca_sees(const uint8_t *valid, const int32
     return j <= t && (!valid || valid[j]) && (!seg || seg[j] == st);
 }
 
-__global__ static void causal_attention_fwd_kernel(float *out, float *att, const float *qkv,
-                                                   const uint8_t *valid, const int32_t *seg, int T,
-                                                   int NH, int NKV, int hs) {
-    extern __shared__ float sh[];
-    int W = (NH + 2 * NKV) * hs, grp = NH / NKV, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / grp, t = blockIdx.y * CA_WARPS + warp;
-    float *row = sh + (size_t)warp * (T + hs), *sq = row + T;
-    if (t >= T) return;
+// A warp per row (b, h, t) of att: the scaled scores become the masked
+// softmax, 0 at the keys t does not see (above the diagonal included).
+__global__ static void causal_softmax_rows_kernel(float *att, const uint8_t *valid,
+                                                  const int32_t *seg, int NH, int T, size_t rows) {
+    size_t row = (size_t)blockIdx.x * CA_WARPS + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    int t = (int)(row % T), b = (int)(row / T / NH);
     const uint8_t *vb = valid ? valid + (size_t)b * T : NULL;
     const int32_t *sb = seg ? seg + (size_t)b * T : NULL;
     int st = sb ? sb[t] : 0;
-    const float *q = qkv + ((size_t)b * T + t) * W + (size_t)h * hs;
-    for (int i = lane; i < hs; i += 32)
-        sq[i] = q[i];
-    __syncwarp();
-    float scale = 1.0f / sqrtf((float)hs), mx = -INFINITY;
-    for (int j = lane; j <= t; j += 32) {
-        float s = 0;
-        if (ca_sees(vb, sb, st, t, j)) {
-            const float *k = qkv + ((size_t)b * T + j) * W + (size_t)(NH + g) * hs;
-            for (int i = 0; i < hs; i++)
-                s += sq[i] * k[i];
-            s *= scale;
-            mx = fmaxf(mx, s);
-        }
-        row[j] = s;
-    }
-    mx = warp_max(mx); // the same on every lane
-    float *a = att + ((size_t)bh * T + t) * T;
-    float *o = out + ((size_t)b * T + t) * NH * hs + (size_t)h * hs;
-    if (mx == -INFINITY) { // no key to attend to: zero probabilities and output
+    float *a = att + row * T, mx = -INFINITY;
+    for (int j = lane; j <= t; j += 32)
+        if (ca_sees(vb, sb, st, t, j)) mx = fmaxf(mx, a[j]);
+    mx = warp_max(mx);     // the same on every lane
+    if (mx == -INFINITY) { // no key to attend to: zero probabilities, so a zero output
         for (int j = lane; j < T; j += 32)
             a[j] = 0.0f;
-        for (int i = lane; i < hs; i += 32)
-            o[i] = 0.0f;
         return;
     }
     double sum = 0;
     for (int j = lane; j <= t; j += 32) {
-        float e = ca_sees(vb, sb, st, t, j) ? expf(row[j] - mx) : 0.0f;
-        row[j] = e;
+        float e = ca_sees(vb, sb, st, t, j) ? expf(a[j] - mx) : 0.0f;
+        a[j] = e;
         sum += e;
     }
     float inv = (float)(1.0 / warp_sum_d(sum));
-    for (int j = lane; j < T; j += 32) {
-        float p = j <= t ? row[j] * inv : 0.0f;
-        if (j <= t) row[j] = p;
-        a[j] = p;
-    }
-    __syncwarp();
-    for (int i = lane; i < hs; i += 32) {
-        const float *v = qkv + (size_t)b * T * W + (size_t)(NH + NKV + g) * hs + i;
-        float acc = 0;
-        for (int j = 0; j <= t; j++)
-            acc += row[j] * v[(size_t)j * W];
-        o[i] = acc;
-    }
+    for (int j = lane; j < T; j += 32)
+        a[j] = j <= t ? a[j] * inv : 0.0f;
 }
 
-static int check_shape(int T, int NH, int NKV, int hs, const char *what) {
+// A warp per row: ds = p (dp - sum_j p dp) scale, in place over dp (0 where
+// p is, as the CPU skips those keys).
+__global__ static void causal_softmax_bwd_rows_kernel(float *ds, const float *att, int T,
+                                                      size_t rows, float scale) {
+    size_t row = (size_t)blockIdx.x * CA_WARPS + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    const float *a = att + row * T;
+    float *d = ds + row * T;
+    double dot = 0;
+    for (int j = lane; j < T; j += 32)
+        if (a[j] != 0.0f) dot += (double)a[j] * d[j];
+    float fdot = (float)warp_sum_d(dot);
+    for (int j = lane; j < T; j += 32)
+        d[j] = a[j] != 0.0f ? a[j] * (d[j] - fdot) * scale : 0.0f;
+}
+
+static int check_shape(int NH, int NKV, int hs, const char *what) {
     if (NH <= 0 || NKV <= 0 || NH % NKV || hs <= 0)
         return rf_fail(RF_ERR_INVALID, "cuda %s: %d query heads, %d kv heads, head size %d", what,
                        NH, NKV, hs);
-    if (T > CA_MAX_T)
-        return rf_fail(RF_ERR_UNSUPPORTED,
-                       "cuda %s: sequence length %d above %d (a score row must fit in shared "
-                       "memory; no tiled kernel yet)",
-                       what, T, CA_MAX_T);
-    if (hs > CA_MAX_HS)
-        return rf_fail(RF_ERR_UNSUPPORTED, "cuda %s: head size %d above %d", what, hs, CA_MAX_HS);
     return RF_OK;
 }
 
 int rf_cu_causal_attention_fwd(const rf_backend *be, float *out, float *att, const float *qkv,
                                const uint8_t *valid, const int32_t *seg, int B, int T, int NH,
                                int NKV, int hs) {
-    int rc = check_shape(T, NH, NKV, hs, "causal_attention_fwd");
+    int rc = check_shape(NH, NKV, hs, "causal_attention_fwd");
     if (rc || B <= 0 || T <= 0) return rc;
-    dim3 grid((unsigned)B * NH, cu_blocks(T, CA_WARPS));
-    size_t shmem = (size_t)CA_WARPS * (T + hs) * sizeof(float);
-    causal_attention_fwd_kernel<<<grid, CA_WARPS * 32, shmem, cu_ctx(be)->stream>>>(
-        out, att, qkv, valid, seg, T, NH, NKV, hs);
-    return cu_launched("causal_attention_fwd");
-}
-
-__global__ static void causal_attention_bwd_q_kernel(float *dqkv, float *scratch, const float *dout,
-                                                     const float *qkv, const float *att, int T,
-                                                     int NH, int NKV, int hs) {
-    extern __shared__ float sh[];
-    int W = (NH + 2 * NKV) * hs, grp = NH / NKV, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / grp, t = blockIdx.y * CA_WARPS + warp;
-    float *row = sh + (size_t)warp * (T + hs), *sd = row + T;
-    if (t >= T) return;
-    const float *d = dout + ((size_t)b * T + t) * NH * hs + (size_t)h * hs;
-    for (int i = lane; i < hs; i += 32)
-        sd[i] = d[i];
-    __syncwarp();
-    const float *a = att + ((size_t)bh * T + t) * T;
-    double dot = 0;
-    for (int j = lane; j <= t; j += 32) {
-        float p = a[j], s = 0;
-        if (p != 0.0f) {
-            const float *v = qkv + ((size_t)b * T + j) * W + (size_t)(NH + NKV + g) * hs;
-            for (int i = 0; i < hs; i++)
-                s += sd[i] * v[i];
-        }
-        row[j] = s;
-        dot += (double)p * s;
-    }
-    float fdot = (float)warp_sum_d(dot), scale = 1.0f / sqrtf((float)hs);
-    if (lane == 0) scratch[(size_t)bh * T + t] = fdot;
-    for (int j = lane; j <= t; j += 32) {
-        float p = a[j];
-        row[j] = p != 0.0f ? p * (row[j] - fdot) * scale : 0.0f;
-    }
-    __syncwarp();
-    float *dq = dqkv + ((size_t)b * T + t) * W + (size_t)h * hs;
-    for (int i = lane; i < hs; i += 32) {
-        const float *k = qkv + (size_t)b * T * W + (size_t)(NH + g) * hs + i;
-        float acc = 0;
-        for (int j = 0; j <= t; j++)
-            acc += row[j] * k[(size_t)j * W];
-        dq[i] += acc;
-    }
-}
-
-__global__ static void causal_attention_bwd_kv_kernel(float *dqkv, const float *scratch,
-                                                      const float *dout, const float *qkv,
-                                                      const float *att, int T, int NH, int NKV,
-                                                      int hs) {
-    int W = (NH + 2 * NKV) * hs, grp = NH / NKV, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int b = blockIdx.x / NKV, g = blockIdx.x % NKV, j = blockIdx.y * CA_WARPS + warp;
-    if (j >= T) return;
+    rf_cuda_ctx *c = cu_ctx(be);
+    int W = (NH + 2 * NKV) * hs, Z = B * NKV, M = NH / NKV * T; // M: a group's query rows
+    size_t nq = (size_t)B * T * NH * hs, nk = (size_t)B * T * NKV * hs, rows = (size_t)B * NH * T;
+    if ((rc = rf_cu_heads_buf(c, 2 * nq + 2 * nk))) return rc;
+    float *q = c->heads, *k = q + nq, *v = k + nk, *o = v + nk;
+    if ((rc = rf_cu_to_heads(c, q, qkv, W, 0, B, T, T, NH * hs, NH)) ||
+        (rc = rf_cu_to_heads(c, k, qkv, W, NH * hs, B, T, T, NKV * hs, NKV)) ||
+        (rc = rf_cu_to_heads(c, v, qkv, W, (NH + NKV) * hs, B, T, T, NKV * hs, NKV)))
+        return rc;
+    long long sq = (long long)M * hs, skv = (long long)T * hs, sa = (long long)M * T;
+    // S (M x T, row-major) = q k^T scale: column-major S^T (T x M) = k (T x hs) q^T
     float scale = 1.0f / sqrtf((float)hs);
-    float v[CA_REGS], dk[CA_REGS], dv[CA_REGS];
-    const float *vj = qkv + ((size_t)b * T + j) * W + (size_t)(NH + NKV + g) * hs;
-#pragma unroll
-    for (int r = 0; r < CA_REGS; r++) {
-        int i = lane + 32 * r;
-        v[r] = i < hs ? vj[i] : 0.0f;
-        dk[r] = dv[r] = 0.0f;
-    }
-    for (int h = g * grp; h < (g + 1) * grp; h++) {
-        size_t bh = (size_t)b * NH + h;
-        for (int t = j; t < T; t++) {
-            float p = att[(bh * T + t) * T + j]; // the same on every lane
-            if (p == 0.0f) continue;
-            const float *d = dout + ((size_t)b * T + t) * NH * hs + (size_t)h * hs;
-            const float *q = qkv + ((size_t)b * T + t) * W + (size_t)h * hs;
-            float part = 0;
-#pragma unroll
-            for (int r = 0; r < CA_REGS; r++) {
-                int i = lane + 32 * r;
-                if (i < hs) part += d[i] * v[r];
-            }
-            float dp = warp_sum(part); // the same on every lane
-            float ds = p * (dp - scratch[bh * T + t]) * scale;
-#pragma unroll
-            for (int r = 0; r < CA_REGS; r++) {
-                int i = lane + 32 * r;
-                if (i < hs) {
-                    dk[r] += ds * q[i];
-                    dv[r] += p * d[i];
-                }
-            }
-        }
-    }
-    float *dkj = dqkv + ((size_t)b * T + j) * W + (size_t)(NH + g) * hs;
-    float *dvj = dqkv + ((size_t)b * T + j) * W + (size_t)(NH + NKV + g) * hs;
-#pragma unroll
-    for (int r = 0; r < CA_REGS; r++) {
-        int i = lane + 32 * r;
-        if (i < hs) {
-            dkj[i] += dk[r];
-            dvj[i] += dv[r];
-        }
-    }
+    if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_T, CUBLAS_OP_N, T, M, hs, scale, k, hs, skv, q, hs,
+                                 sq, 0.0f, att, T, sa, Z, "causal_attention_fwd (scores)")))
+        return rc;
+    causal_softmax_rows_kernel<<<cu_blocks(rows, CA_WARPS), CA_WARPS * 32, 0, c->stream>>>(
+        att, valid, seg, NH, T, rows);
+    if ((rc = cu_launched("causal_attention_fwd (softmax)"))) return rc;
+    // o (M x hs) = P v: column-major o^T (hs x M) = v^T (hs x T) P^T (T x M)
+    if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, M, T, 1.0f, v, hs, skv, att, T,
+                                 sa, 0.0f, o, hs, sq, Z, "causal_attention_fwd (values)")))
+        return rc;
+    return rf_cu_from_heads(c, out, NH * hs, 0, o, B, T, T, NH * hs, NH, false);
 }
 
+// scratch (B*NH*T floats by the slot's contract) is not needed: the score
+// gradients, B*NH*T*T floats, live in the context's dprobs.
 int rf_cu_causal_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const float *dout,
                                const float *qkv, const float *att, int B, int T, int NH, int NKV,
                                int hs) {
-    int rc = check_shape(T, NH, NKV, hs, "causal_attention_bwd");
+    (void)scratch;
+    int rc = check_shape(NH, NKV, hs, "causal_attention_bwd");
     if (rc || B <= 0 || T <= 0) return rc;
-    cudaStream_t s = cu_ctx(be)->stream;
-    size_t shmem = (size_t)CA_WARPS * (T + hs) * sizeof(float);
-    causal_attention_bwd_q_kernel<<<dim3((unsigned)B * NH, cu_blocks(T, CA_WARPS)), CA_WARPS * 32,
-                                    shmem, s>>>(dqkv, scratch, dout, qkv, att, T, NH, NKV, hs);
-    if ((rc = cu_launched("causal_attention_bwd (queries)"))) return rc;
-    causal_attention_bwd_kv_kernel<<<dim3((unsigned)B * NKV, cu_blocks(T, CA_WARPS)), CA_WARPS * 32,
-                                     0, s>>>(dqkv, scratch, dout, qkv, att, T, NH, NKV, hs);
-    return cu_launched("causal_attention_bwd (keys)");
+    rf_cuda_ctx *c = cu_ctx(be);
+    int W = (NH + 2 * NKV) * hs, Z = B * NKV, M = NH / NKV * T;
+    size_t nq = (size_t)B * T * NH * hs, nk = (size_t)B * T * NKV * hs, rows = (size_t)B * NH * T;
+    if ((rc = rf_cu_heads_buf(c, 3 * nq + 4 * nk)) ||
+        (rc = rf_cuda_grow(&c->dprobs, &c->dprobs_n, rows * T, "causal attention (dP)")))
+        return rc;
+    float *q = c->heads, *k = q + nq, *v = k + nk, *dO = v + nk, *dq = dO + nq, *dk = dq + nq,
+          *dv = dk + nk, *ds = c->dprobs;
+    if ((rc = rf_cu_to_heads(c, q, qkv, W, 0, B, T, T, NH * hs, NH)) ||
+        (rc = rf_cu_to_heads(c, k, qkv, W, NH * hs, B, T, T, NKV * hs, NKV)) ||
+        (rc = rf_cu_to_heads(c, v, qkv, W, (NH + NKV) * hs, B, T, T, NKV * hs, NKV)) ||
+        (rc = rf_cu_to_heads(c, dO, dout, NH * hs, 0, B, T, T, NH * hs, NH)))
+        return rc;
+    long long sq = (long long)M * hs, skv = (long long)T * hs, sa = (long long)M * T;
+    // dv (T x hs) = P^T dout over the group's M query rows: column-major
+    // dv^T (hs x T) = dout^T (hs x M) P (M x T)
+    if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, M, 1.0f, dO, hs, sq, att, T,
+                                 sa, 0.0f, dv, hs, skv, Z, "causal_attention_bwd (values)")))
+        return rc;
+    // dP (M x T) = dout v^T: column-major dP^T (T x M) = v (T x hs) dout^T
+    if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_T, CUBLAS_OP_N, T, M, hs, 1.0f, v, hs, skv, dO, hs,
+                                 sq, 0.0f, ds, T, sa, Z, "causal_attention_bwd (probabilities)")))
+        return rc;
+    causal_softmax_bwd_rows_kernel<<<cu_blocks(rows, CA_WARPS), CA_WARPS * 32, 0, c->stream>>>(
+        ds, att, T, rows, 1.0f / sqrtf((float)hs));
+    if ((rc = cu_launched("causal_attention_bwd (softmax)"))) return rc;
+    // dq (M x hs) = ds k: column-major dq^T (hs x M) = k^T (hs x T) ds^T (T x M)
+    if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, M, T, 1.0f, k, hs, skv, ds, T, sa,
+                                 0.0f, dq, hs, sq, Z, "causal_attention_bwd (queries)")))
+        return rc;
+    // dk (T x hs) = ds^T q over the group's rows: column-major dk^T (hs x T) = q^T (hs x M) ds
+    if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, M, 1.0f, q, hs, sq, ds, T, sa,
+                                 0.0f, dk, hs, skv, Z, "causal_attention_bwd (keys)")))
+        return rc;
+    if ((rc = rf_cu_from_heads(c, dqkv, W, 0, dq, B, T, T, NH * hs, NH, true)) ||
+        (rc = rf_cu_from_heads(c, dqkv, W, NH * hs, dk, B, T, T, NKV * hs, NKV, true)))
+        return rc;
+    return rf_cu_from_heads(c, dqkv, W, (NH + NKV) * hs, dv, B, T, T, NKV * hs, NKV, true);
 }
 
 // Inference: n new queries over a key/value cache (twin of

@@ -28,6 +28,8 @@ struct rf_cuda_ctx {
     float *codes; // NF4's 16 values then the 256 of the dynamic map (qlinear.cu)
     float *heads; // heads_n floats: q, k, v and their gradients per head (attention.cu)
     size_t heads_n;
+    float *dprobs; // dprobs_n floats: the causal backward's score gradients (causal_attention.cu)
+    size_t dprobs_n;
 };
 #define RF_CUDA_RED 128
 

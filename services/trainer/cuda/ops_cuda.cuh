@@ -50,6 +50,22 @@ int rf_cu_embed_rows_bwd(const rf_backend *be, float *dw, float *dwpe, float *dw
                          const float *dout, const int32_t *ids, const int32_t *types, int lo,
                          int hi, int B, int T, int C);
 // attention.cu
+// Shared with causal_attention.cu: the context's head-major buffer with at
+// least n floats; dst[B, NH, R, hs] = rows 0..R-1 of each of the B blocks of
+// Ts rows of src (row stride ld), columns off..off+C-1 (head h at off + h hs,
+// hs = C / NH), and its inverse into x (blocks of Tx rows; assigned, or added
+// when add); and C_z = alpha op(A_z) op(B_z) + beta C_z for z < count,
+// column-major, strides sa/sb/sc between the z, fp32 products on either
+// backend.
+int rf_cu_heads_buf(rf_cuda_ctx *c, size_t n);
+int rf_cu_to_heads(rf_cuda_ctx *c, float *dst, const float *src, int ld, int off, int B, int Ts,
+                   int R, int C, int NH);
+int rf_cu_from_heads(rf_cuda_ctx *c, float *x, int ld, int off, const float *src, int B, int Tx,
+                     int R, int C, int NH, bool add);
+int rf_cu_gemm_batched(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                       int k, float alpha, const float *A, int lda, long long sa, const float *B,
+                       int ldb, long long sb, float beta, float *Cm, int ldc, long long sc,
+                       int count, const char *what);
 int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scratch,
                         const float *qkv, const uint8_t *valid, int B, int T, int Tq, int C, int NH,
                         int h0, int NHall, float pdrop, uint64_t seed);
