@@ -4,7 +4,8 @@
  * norm-wise relative error ||gpu - cpu|| / ||cpu|| within 1e-5; dropout masks
  * bit for bit (the same hash on both devices). Backward kernels start from
  * non-zero gradients, so accumulation (+=) is checked too. The cuda-bf16
- * backend's linear layer (bf16 tensor-core products) within a stated 1e-2.
+ * backend's products (linear, Conv1D, the LM head, both attentions: bf16
+ * tensor cores) within a stated 1e-2.
  * LoRA's slots (lora, qlinear) likewise; the quantized weights' dequantization
  * (int8, nf4, q4_1) bit for bit.
  *
@@ -216,9 +217,8 @@ static void test_linear_bf16(void **state) {
     linear_cases(1e-2);
 }
 
-static void test_attention(void **state) {
-    (void)state;
-    need_gpu();
+/* Attention on gpu (the fp32 backend, or cuda-bf16) within tol. */
+static void attention_cases(double tol) {
     /* B, T, Tq, C, NH, dropout x 100, h0, NHall (a tensor-parallel shard's
      * heads [h0, h0 + NH) of NHall: the dropout masks of the global heads) */
     static const int shapes[][8] = {
@@ -249,18 +249,34 @@ static void test_attention(void **state) {
         assert_int_equal(gpu->attention_fwd(gpu, g_out, g_att, g_scr, g_qkv, g_valid, B, T, Tq, C,
                                             NH, h0, NHall, p, seed),
                          0);
-        check("attention_fwd out", g_out, out, nout, TOL);
-        check("attention_fwd att", g_att, att, natt, TOL);
+        check("attention_fwd out", g_out, out, nout, tol);
+        check("attention_fwd att", g_att, att, natt, tol);
         cpu->attention_bwd(cpu, dqkv, scr, dout, qkv, att, B, T, Tq, C, NH, h0, NHall, p, seed);
         assert_int_equal(gpu->attention_bwd(gpu, g_dqkv, g_scr, g_dout, g_qkv, g_att, B, T, Tq, C,
                                             NH, h0, NHall, p, seed),
                          0);
-        check("attention_bwd dqkv", g_dqkv, dqkv, nqkv, TOL);
+        check("attention_bwd dqkv", g_dqkv, dqkv, nqkv, tol);
         void *gs[] = {g_valid, g_qkv, g_out, g_att, g_scr, g_dout, g_dqkv};
         for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
             gfree(gs[i]);
         free(valid), free(qkv), free(out), free(att), free(scr), free(dout), free(dqkv);
     }
+}
+
+static void test_attention(void **state) {
+    (void)state;
+    need_gpu();
+    attention_cases(TOL);
+}
+
+/* cuda-bf16: the scores, values and their gradients on bf16 tensor cores: the
+ * linear layer's stated 1e-2 (rounding every product's inputs to bf16 in a
+ * numpy emulation at these shapes gave at most 3.3e-3 norm-wise). */
+static void test_attention_bf16(void **state) {
+    (void)state;
+    need_gpu();
+    if (rf_backend_for("cuda-bf16", &gpu)) RF_SKIP("%s", rf_errmsg());
+    attention_cases(1e-2);
 }
 
 /* Tensor parallelism's slots: the linear layer on strided views (a rank's
@@ -823,9 +839,8 @@ static void test_swiglu_gelu_tanh(void **state) {
     }
 }
 
-static void test_causal_attention(void **state) {
-    (void)state;
-    need_gpu();
+/* Causal attention on gpu (the fp32 backend, or cuda-bf16) within tol. */
+static void causal_attention_cases(double tol) {
     /* B, T, NH, NKV, hs, padded valid, packed seg */
     static const int shapes[][7] = {
         {1, 1, 1, 1, 32, 0, 0},    {2, 13, 6, 2, 20, 1, 0},    {3, 37, 6, 2, 64, 1, 1},
@@ -859,17 +874,31 @@ static void test_causal_attention(void **state) {
         assert_int_equal(gpu->causal_attention_fwd(gpu, g_out, g_att, g_qkv, hv ? g_valid : NULL,
                                                    hg ? g_seg : NULL, B, T, NH, NKV, hs),
                          0);
-        check("causal_attention_fwd out", g_out, out, nout, TOL);
-        check("causal_attention_fwd att", g_att, att, natt, TOL);
+        check("causal_attention_fwd out", g_out, out, nout, tol);
+        check("causal_attention_fwd att", g_att, att, natt, tol);
         rf_op_causal_attention_bwd(dqkv, scr, dout, qkv, att, B, T, NH, NKV, hs);
         assert_int_equal(
             gpu->causal_attention_bwd(gpu, g_dqkv, g_scr, g_dout, g_qkv, g_att, B, T, NH, NKV, hs),
             0);
-        check("causal_attention_bwd dqkv", g_dqkv, dqkv, nqkv, TOL);
+        check("causal_attention_bwd dqkv", g_dqkv, dqkv, nqkv, tol);
         void *gs[] = {g_valid, g_seg, g_qkv, g_out, g_att, g_scr, g_dout, g_dqkv};
         gfree_all(gs, sizeof gs / sizeof gs[0]);
         free(valid), free(seg), free(qkv), free(out), free(att), free(scr), free(dout), free(dqkv);
     }
+}
+
+static void test_causal_attention(void **state) {
+    (void)state;
+    need_gpu();
+    causal_attention_cases(TOL);
+}
+
+/* cuda-bf16: as test_attention_bf16. */
+static void test_causal_attention_bf16(void **state) {
+    (void)state;
+    need_gpu();
+    if (rf_backend_for("cuda-bf16", &gpu)) RF_SKIP("%s", rf_errmsg());
+    causal_attention_cases(1e-2);
 }
 
 static void test_causal_xent(void **state) {
@@ -1041,6 +1070,7 @@ int main(void) {
         cmocka_unit_test(test_linear),
         cmocka_unit_test(test_linear_bf16),
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_bf16),
         cmocka_unit_test(test_tp_slots),
         cmocka_unit_test(test_vxent),
         cmocka_unit_test(test_kv_attention),
@@ -1055,6 +1085,7 @@ int main(void) {
         cmocka_unit_test(test_copy2d),
         cmocka_unit_test(test_swiglu_gelu_tanh),
         cmocka_unit_test(test_causal_attention),
+        cmocka_unit_test(test_causal_attention_bf16),
         cmocka_unit_test(test_causal_xent),
         cmocka_unit_test(test_lora),
         cmocka_unit_test(test_qlinear),

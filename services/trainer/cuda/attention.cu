@@ -64,13 +64,17 @@ int rf_cu_from_heads(rf_cuda_ctx *c, float *x, int ld, int off, const float *src
 
 // Per (batch, head) z of `count`: C_z = alpha op(A_z) op(B_z) + beta C_z,
 // column-major as cuBLAS (the row-major operands read transposed, as
-// matmul.cu). fp32 on cuda-bf16 too: that mode moves the layers' matrix
-// products to bf16, not attention's (not yet measured against its tolerances).
+// matmul.cu). The compute type is the context's, as the layers' products:
+// pedantic fp32, or bf16 tensor cores with fp32 accumulation on cuda-bf16
+// (inputs rounded to bf16: the scores from q and k, the values from the
+// stored fp32 probabilities and v; a numpy emulation of that rounding at
+// test_cuda_ops' shapes put the outputs and gradients within 3.3e-3
+// norm-wise of fp32 products; the tests hold them to 1e-2).
 int rf_cu_gemm_batched(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                        int k, float alpha, const float *A, int lda, long long sa, const float *B,
                        int ldb, long long sb, float beta, float *Cm, int ldc, long long sc,
                        int count, const char *what) {
-    cublasComputeType_t ct = CUBLAS_COMPUTE_32F_PEDANTIC;
+    cublasComputeType_t ct = c->bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F_PEDANTIC;
     return rf_cublas_check(cublasGemmStridedBatchedEx(c->blas, ta, tb, m, n, k, &alpha, A,
                                                       CUDA_R_32F, lda, sa, B, CUDA_R_32F, ldb, sb,
                                                       &beta, Cm, CUDA_R_32F, ldc, sc, count, ct,

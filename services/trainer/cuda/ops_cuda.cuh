@@ -55,8 +55,8 @@ int rf_cu_embed_rows_bwd(const rf_backend *be, float *dw, float *dwpe, float *dw
 // Ts rows of src (row stride ld), columns off..off+C-1 (head h at off + h hs,
 // hs = C / NH), and its inverse into x (blocks of Tx rows; assigned, or added
 // when add); and C_z = alpha op(A_z) op(B_z) + beta C_z for z < count,
-// column-major, strides sa/sb/sc between the z, fp32 products on either
-// backend.
+// column-major, strides sa/sb/sc between the z, the context's compute type
+// (as rf_cu_gemm).
 int rf_cu_heads_buf(rf_cuda_ctx *c, size_t n);
 int rf_cu_to_heads(rf_cuda_ctx *c, float *dst, const float *src, int ld, int off, int B, int Ts,
                    int R, int C, int NH);
