@@ -3,7 +3,8 @@
 # scripts/device/pack.sh beside it: the GPU tests (what make test-gpu runs),
 # the SST-2 epoch on MiniLM-L6 (examples/sst2.yaml with trainer.device: cuda),
 # and the bench rows of scripts/bench/bench_gpu.sh (Refinery, then PyTorch
-# eager and torch.compile on the same GPU). Logs and bench.jsonl under $OUT
+# eager and torch.compile on the same GPU), with the per-slot profile of two
+# of them first. Logs, profile.jsonl and bench.jsonl under $OUT
 # (default ./gpu-out). Python runs with its own libraries: the packed ones
 # are given to Refinery's binaries only.
 set -u
@@ -36,6 +37,15 @@ echo "sst2 rc=$?"
 grep -E "accuracy|finished" "$OUT/sst2.log"
 B=$OUT/bench.jsonl
 bench() { timeout 300 "$@" 2>>"$OUT/bench.log" | tail -1 | tee -a "$B"; }
+# Where the step's time goes (bench_cuda_step --profile: each slot's share of
+# a profiled step) for the issue's target row and the causal row, bf16 and fp32
+for c in "bert-base 512 8" "gpt2 1024 8"; do
+    read -r m seq bs <<<"$c"
+    for d in cuda-bf16 cuda; do
+        timeout 300 env LD_LIBRARY_PATH=$RLIB $R/bin/bench_cuda_step --model $m --device $d \
+            --batch $bs --seq $seq --steps 5 --profile 3 2>>"$OUT/bench.log" >>"$OUT/profile.jsonl"
+    done
+done
 # model, sequence length, batch: the issue's target row and the causal
 # attention's first, as the lease may end before the rest
 for c in "bert-base 512 8" "gpt2 1024 8" "bert-base 128 32" "/tmp/rf/minilm 512 8" \

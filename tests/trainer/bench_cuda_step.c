@@ -17,8 +17,15 @@
  * 2 x 2 T C per token and layer forward, x3 with backward; the full T x T
  * for causal models too, as llm.c counts).
  *
+ * With --profile K, the model runs on the backend profiler
+ * (backend_profile.h), off for the timed steps; then K more steps are
+ * profiled and a line {"profile": ...} comes before the result line: per
+ * slot its calls and milliseconds per step and its share of the profiled
+ * time, most time first (each slot waits for the device, so the profiled
+ * steps are slower than the timed ones; the shares are the point).
+ *
  * usage: bench_cuda_step --model DIR|bert-base|gpt2 --device cpu|cuda|cuda-bf16 --batch B
- *        --seq T --steps N [--peak-tflops 989] */
+ *        --seq T --steps N [--peak-tflops 989] [--profile K] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +34,7 @@
 
 #include "common/error.h"
 #include "common/rng.h"
+#include "trainer/backend_profile.h"
 #include "trainer/gpt2.h"
 #include "trainer/model.h"
 #include "trainer/model_iface.h"
@@ -117,9 +125,49 @@ static double matmul_params(const rf_model_blocks *b, const rf_model_info *in) {
     return n;
 }
 
+/* One training step: zero grad, forward with dropout, backward, clipping,
+ * AdamW. */
+static int train_step(rf_model *m, const rf_model_batch *b, const rf_model_blocks *bl,
+                      const rf_adamw *o, int s) {
+    float norm = 0;
+    int rc;
+    if (!(rc = rf_model_zero_grad(m)) && !(rc = rf_model_forward(m, b, true, (uint64_t)s)) &&
+        !(rc = rf_model_backward(m, 1.0f)) && !(rc = rf_optim_clip(bl, o->clip_norm, &norm)))
+        rc = rf_optim_adamw(bl, o, s, o->lr, 0, bl->nparams, bl->m, bl->v);
+    return rc;
+}
+
+/* K profiled steps after the first `from`: the {"profile": ...} line. */
+static int profile_steps(rf_backend_profile *p, rf_model *m, const rf_model_batch *b,
+                         const rf_model_blocks *bl, const rf_adamw *o, int from, int K) {
+    rf_backend_profile_reset(p);
+    rf_backend_profile_enable(p, true);
+    double t0 = now();
+    int rc = RF_OK;
+    for (int s = from; s < from + K && !rc; s++)
+        rc = train_step(m, b, bl, o, s);
+    double wall = now() - t0;
+    rf_backend_profile_enable(p, false);
+    if (rc) return rc;
+    rf_slot_time rows[128];
+    size_t n = rf_backend_profile_rows(p, rows, 128);
+    if (n > 128) n = 128;
+    double total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += rows[i].seconds;
+    printf("{\"profile\":{\"steps\":%d,\"step_ms\":%.3f,\"slots_ms\":%.3f,\"slots\":[", K,
+           1e3 * wall / K, 1e3 * total / K);
+    for (size_t i = 0; i < n; i++)
+        printf("%s{\"slot\":\"%s\",\"calls\":%.2f,\"ms\":%.4f,\"share\":%.4f}", i ? "," : "",
+               rows[i].slot, (double)rows[i].calls / K, 1e3 * rows[i].seconds / K,
+               total > 0 ? rows[i].seconds / total : 0.0);
+    printf("]}}\n");
+    return RF_OK;
+}
+
 int main(int argc, char **argv) {
     const char *model = "bert-base", *device = "cuda";
-    int B = 32, T = 128, steps = 20;
+    int B = 32, T = 128, steps = 20, K = 0;
     double peak = 989.0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model"))
@@ -134,16 +182,27 @@ int main(int argc, char **argv) {
             steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--peak-tflops"))
             peak = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--profile"))
+            K = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "bench_cuda_step: unknown option %s\n", argv[i]);
             return 2;
         }
     }
-    const rf_backend *be;
+    if (B < 1 || T < 1 || steps < 1 || K < 0) {
+        fprintf(stderr, "bench_cuda_step: --batch, --seq and --steps must be positive, --profile "
+                        "not negative\n");
+        return 2;
+    }
+    const rf_backend *dev, *be;
+    rf_backend_profile *prof = NULL;
     rf_model local = {0}, *m = &local;
     rf_model_blocks bl;
     rf_model_info in = {0};
-    int rc = rf_backend_for(device, &be);
+    int rc = rf_backend_for(device, &dev);
+    be = dev;
+    if (!rc && K > 0 && !(rc = rf_backend_profile_new(dev, &prof)))
+        be = rf_backend_profile_backend(prof);
     if (!rc) {
         rf_model_load_opts lo = {.num_labels = 2, .seed = 1};
         rc = strcmp(model, "bert-base") && strcmp(model, "gpt2") ? rf_model_load(model, &lo, be, &m)
@@ -153,61 +212,59 @@ int main(int argc, char **argv) {
     if (!rc) rc = rf_model_enable_training(m, bl.nparams, bl.nparams);
     if (!rc) rc = rf_model_blocks_of(m, &bl); /* now with the gradients and moments */
     if (!rc) in = rf_model_info_of(m);
-    if (rc) {
-        fprintf(stderr, "bench_cuda_step: %s\n", rf_errmsg());
-        rf_model_free(m);
-        return 1;
-    }
-    bool causal = in.task == RF_TASK_CAUSAL_LM;
+    int32_t *ids = NULL, *types = NULL, *labels = NULL;
+    uint8_t *valid = NULL;
     size_t N = (size_t)B * T;
-    int32_t *ids = malloc(N * 4), *types = calloc(N, 4), *labels = malloc(N * 4);
-    uint8_t *valid = malloc(N);
-    rf_rng r;
-    rf_rng_seed(&r, 2);
-    int lo_id = in.vocab > 2000 ? 1000 : 0;
-    for (size_t i = 0; i < N; i++) {
-        ids[i] = (int32_t)(lo_id + rf_rng_below(&r, (uint64_t)(in.vocab - lo_id)));
-        valid[i] = 1;
-        labels[i] = causal ? ids[i] : (int32_t)(i % 2); /* classify: the first B */
-    }
-    rf_model_batch batch = {.B = B, .T = T, .ids = ids, .labels = labels};
-    if (!causal) batch.types = types, batch.valid = valid;
-    rf_adamw o = rf_adamw_defaults();
-    double t0 = 0;
-    float norm = 0;
-    for (int s = 0; s < steps + 3 && !rc; s++) {
-        if (s == 3) t0 = now(); /* 3 warm-up steps */
-        if (!(rc = rf_model_zero_grad(m)) &&
-            !(rc = rf_model_forward(m, &batch, true, (uint64_t)s)) &&
-            !(rc = rf_model_backward(m, 1.0f)) && !(rc = rf_optim_clip(&bl, o.clip_norm, &norm)))
-            rc = rf_optim_adamw(&bl, &o, s, o.lr, 0, bl.nparams, bl.m, bl.v);
-    }
-    /* the last step's norm came back to the host: the device is idle */
-    double secs = now() - t0;
+    if (!rc && (!(ids = malloc(N * 4)) || !(types = calloc(N, 4)) || !(labels = malloc(N * 4)) ||
+                !(valid = malloc(N))))
+        rc = rf_fail(RF_ERR_NOMEM, "batch of %zu tokens", N);
+    bool causal = in.task == RF_TASK_CAUSAL_LM;
+    double secs = 0;
     float loss = 0;
-    long counted = 0;
-    if (!rc) rc = rf_model_loss(m, &loss, &counted);
-    if (rc) {
-        fprintf(stderr, "bench_cuda_step: %s\n", rf_errmsg());
-        rf_model_free(m);
-        return 1;
+    if (!rc) {
+        rf_rng r;
+        rf_rng_seed(&r, 2);
+        int lo_id = in.vocab > 2000 ? 1000 : 0;
+        for (size_t i = 0; i < N; i++) {
+            ids[i] = (int32_t)(lo_id + rf_rng_below(&r, (uint64_t)(in.vocab - lo_id)));
+            valid[i] = 1;
+            labels[i] = causal ? ids[i] : (int32_t)(i % 2); /* classify: the first B */
+        }
+        rf_model_batch batch = {.B = B, .T = T, .ids = ids, .labels = labels};
+        if (!causal) batch.types = types, batch.valid = valid;
+        rf_adamw o = rf_adamw_defaults();
+        double t0 = 0;
+        for (int s = 0; s < steps + 3 && !rc; s++) {
+            if (s == 3) t0 = now(); /* 3 warm-up steps */
+            rc = train_step(m, &batch, &bl, &o, s);
+        }
+        /* the last step's norm came back to the host: the device is idle */
+        secs = now() - t0;
+        long counted = 0;
+        if (!rc) rc = rf_model_loss(m, &loss, &counted);
+        if (!rc && prof) rc = profile_steps(prof, m, &batch, &bl, &o, steps + 3, K);
     }
-    double flops_tok = 6.0 * matmul_params(&bl, &in) + 12.0 * in.layers * (double)T * in.hidden;
-    double tps = (double)N * steps / secs;
-    double mfu = tps * flops_tok / (peak * 1e12);
-    double mem_gib = -1;
+    if (!rc) {
+        double flops_tok = 6.0 * matmul_params(&bl, &in) + 12.0 * in.layers * (double)T * in.hidden;
+        double tps = (double)N * steps / secs;
+        double mfu = tps * flops_tok / (peak * 1e12);
+        double mem_gib = -1;
 #ifdef REFINERY_CUDA
-    size_t fr = 0, tot = 0;
-    if (be->device_memory && cudaMemGetInfo(&fr, &tot) == cudaSuccess)
-        mem_gib = (double)(tot - fr) / (1024.0 * 1024 * 1024);
+        size_t fr = 0, tot = 0;
+        if (be->device_memory && cudaMemGetInfo(&fr, &tot) == cudaSuccess)
+            mem_gib = (double)(tot - fr) / (1024.0 * 1024 * 1024);
 #endif
-    printf("{\"impl\":\"refinery\",\"device\":\"%s\",\"precision\":\"%s\",\"model\":\"%s\","
-           "\"arch\":\"%s\",\"params\":%zu,\"batch\":%d,\"seq\":%d,\"steps\":%d,"
-           "\"seconds\":%.3f,\"tokens_per_s\":%.1f,\"flops_per_token\":%.10g,\"mfu\":%.4f,"
-           "\"peak_tflops\":%.1f,\"device_mem_gib\":%.3f,\"loss\":%.5f}\n",
-           be->name, strcmp(be->name, "cuda-bf16") ? "fp32" : "bf16-mm", model, in.arch, bl.nparams,
-           B, T, steps, secs, tps, flops_tok, mfu, peak, mem_gib, loss);
+        printf("{\"impl\":\"refinery\",\"device\":\"%s\",\"precision\":\"%s\",\"model\":\"%s\","
+               "\"arch\":\"%s\",\"params\":%zu,\"batch\":%d,\"seq\":%d,\"steps\":%d,"
+               "\"seconds\":%.3f,\"tokens_per_s\":%.1f,\"flops_per_token\":%.10g,\"mfu\":%.4f,"
+               "\"peak_tflops\":%.1f,\"device_mem_gib\":%.3f,\"loss\":%.5f}\n",
+               dev->name, strcmp(dev->name, "cuda-bf16") ? "fp32" : "bf16-mm", model, in.arch,
+               bl.nparams, B, T, steps, secs, tps, flops_tok, mfu, peak, mem_gib, loss);
+    } else {
+        fprintf(stderr, "bench_cuda_step: %s\n", rf_errmsg());
+    }
     rf_model_free(m);
+    rf_backend_profile_free(prof);
     free(ids), free(types), free(labels), free(valid);
-    return 0;
+    return rc ? 1 : 0;
 }

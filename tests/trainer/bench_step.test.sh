@@ -10,8 +10,10 @@
 # 6 N + 12 L T C with N the parameters less the tables only looked up
 # (BERT's three embedding tables, GPT-2's positions, an untied Llama's token
 # embedding). The tiny models run on cpu-guarded, so the program touches
-# model memory through the backend only, as it must on a GPU. Bad arguments
-# get a message and a non-zero status. Under ASan (REFINERY_SANITIZED=1)
+# model memory through the backend only, as it must on a GPU. With --profile,
+# the per-slot breakdown (backend_profile.h) comes first, with the slots'
+# calls per step that the model must make, and the result is unchanged. Bad
+# arguments get a message and a non-zero status. Under ASan (REFINERY_SANITIZED=1)
 # only the tiny models run.
 set -u
 cd "$(dirname "$0")/../.."
@@ -92,8 +94,47 @@ else
     echo "SKIP bert-base and GPT-2 124M under ASan (two 110M-parameter models; they run in make test)"
 fi
 
+# --profile 2: the slots' breakdown of 2 more steps on the profiler
+# (backend_profile.h) before the result line, whose loss (of the timed steps,
+# before the profiled ones) must be the unprofiled run's.
+prof_args=(--model $fx/tiny-gpt2-rand --device cpu-guarded --batch 2 --seq 16 --steps 2)
+if timeout 120 "$bin" "${prof_args[@]}" >"$tmp/plain" 2>"$tmp/err" &&
+    timeout 120 "$bin" "${prof_args[@]}" --profile 2 >"$tmp/prof" 2>>"$tmp/err" &&
+    python3 - "$tmp/plain" "$tmp/prof" <<'PY'; then
+import json, sys
+plain = [json.loads(l) for l in open(sys.argv[1])]
+prof = [json.loads(l) for l in open(sys.argv[2])]
+bad = []
+if len(plain) != 1 or len(prof) != 2 or "profile" not in prof[0]:
+    sys.exit("expected one result line, and a profile line before it: %r" % [list(l) for l in prof])
+p, r = prof[0]["profile"], prof[1]
+calls = {s["slot"]: s["calls"] for s in p["slots"]}
+# once per step: the embedding, the LM head, the loss, the optimizer; the
+# attention once per layer backward (2 layers) and again for the recompute
+want = {"tokpos_fwd": 1, "tokpos_bwd": 1, "lm_head_fwd": 1, "causal_xent_fwd": 1,
+        "causal_xent_bwd": 1, "adamw": 1, "causal_attention_bwd": 2, "causal_attention_fwd": 4}
+for k, v in want.items():
+    if calls.get(k) != v: bad.append("%s: %r calls per step, expected %d" % (k, calls.get(k), v))
+ms = [s["ms"] for s in p["slots"]]
+if ms != sorted(ms, reverse=True): bad.append("slots not most time first")
+if abs(sum(s["share"] for s in p["slots"]) - 1) > 1e-3: bad.append("shares do not sum to 1")
+if not 0 < p["slots_ms"] <= p["step_ms"] + 1e-3: bad.append("slots_ms %r of step_ms %r" % (p["slots_ms"], p["step_ms"]))
+if r["loss"] != plain[0]["loss"]: bad.append("loss %r, unprofiled %r" % (r["loss"], plain[0]["loss"]))
+print("  profile: %d slots, %.3f of %.3f ms per step; %s" % (len(ms), p["slots_ms"], p["step_ms"],
+      ", ".join("%s %.0f%%" % (s["slot"], 100 * s["share"]) for s in p["slots"][:3])))
+if bad:
+    print("  " + "; ".join(bad))
+    sys.exit(1)
+PY
+    echo "PASS --profile (tiny-gpt2-rand on cpu-guarded)"
+else
+    echo "FAIL --profile (stderr: $(tail -2 "$tmp/err"))"
+    fail=1
+fi
+
 # Bad arguments: a message and a non-zero status, never a report.
-for args in "--model /nonexistent/model --device cpu" "--model gpt2 --device tpu" "--bogus 1"; do
+for args in "--model /nonexistent/model --device cpu" "--model gpt2 --device tpu" "--bogus 1" \
+    "--model gpt2 --device cpu --batch 0" "--model gpt2 --device cpu --profile -1"; do
     # shellcheck disable=SC2086
     if timeout 60 "$bin" $args >"$tmp/out" 2>"$tmp/err"; then
         echo "FAIL '$args' succeeded"
