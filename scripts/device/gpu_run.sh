@@ -5,7 +5,9 @@
 # and the bench rows of scripts/bench/bench_gpu.sh (Refinery, then PyTorch
 # eager and torch.compile on the same GPU), with the per-slot profile of two
 # of them first. Logs, profile.jsonl and bench.jsonl under $OUT
-# (default ./gpu-out). Python runs with its own libraries: the packed ones
+# (default ./gpu-out). STAGES picks the parts, in this order (default all:
+# "tests sst2 profile bench"), so that a second call can go on where a lease
+# or the 10-minute limit of a first one stopped. Python runs with its own libraries: the packed ones
 # are given to Refinery's binaries only.
 set -u
 cd "$(dirname "$0")/../.."
@@ -24,22 +26,26 @@ RLIB=$R/devlibs$dirs
 export REFINERY_ROOT=$PWD
 rf() { LD_LIBRARY_PATH=$RLIB "$@"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+STAGES=" ${STAGES:-tests sst2 profile bench} "
+stage() { [[ $STAGES == *" $1 "* ]]; }
 status=0
-for t in test_cuda_ops test_cuda_step test_comm_nccl; do
+stage tests && for t in test_cuda_ops test_cuda_step test_comm_nccl; do
     CMOCKA_MESSAGE_OUTPUT=stdout rf timeout 300 $R/bin/$t >"$OUT/$t.log" 2>&1
     rc=$?
     if [ $rc -ne 0 ]; then echo "FAIL $t (rc $rc)"; status=1
     elif grep -q '^\[  SKIPPED \]' "$OUT/$t.log"; then echo "FAIL $t: skipped on a GPU machine"; status=1
     else echo "PASS $t"; fi
 done
-rf timeout 600 $R/bin/refinery run .dev/sst2-gpu.yaml --out /tmp/sst2run --no-cache >"$OUT/sst2.log" 2>&1
-echo "sst2 rc=$?"
-grep -E "accuracy|finished" "$OUT/sst2.log"
+if stage sst2; then
+    rf timeout 600 $R/bin/refinery run .dev/sst2-gpu.yaml --out /tmp/sst2run --no-cache >"$OUT/sst2.log" 2>&1
+    echo "sst2 rc=$?"
+    grep -E "accuracy|finished" "$OUT/sst2.log"
+fi
 B=$OUT/bench.jsonl
 bench() { timeout 300 "$@" 2>>"$OUT/bench.log" | tail -1 | tee -a "$B"; }
 # Where the step's time goes (bench_cuda_step --profile: each slot's share of
 # a profiled step) for the issue's target row and the causal row, bf16 and fp32
-for c in "bert-base 512 8" "gpt2 1024 8"; do
+stage profile && for c in "bert-base 512 8" "gpt2 1024 8"; do
     read -r m seq bs <<<"$c"
     for d in cuda-bf16 cuda; do
         timeout 300 env LD_LIBRARY_PATH=$RLIB $R/bin/bench_cuda_step --model $m --device $d \
@@ -48,7 +54,7 @@ for c in "bert-base 512 8" "gpt2 1024 8"; do
 done
 # model, sequence length, batch: the issue's target row and the causal
 # attention's first, as the lease may end before the rest
-for c in "bert-base 512 8" "gpt2 1024 8" "bert-base 128 32" "/tmp/rf/minilm 512 8" \
+stage bench && for c in "bert-base 512 8" "gpt2 1024 8" "bert-base 128 32" "/tmp/rf/minilm 512 8" \
     "/tmp/rf/minilm 128 32"; do
     read -r m seq bs <<<"$c"
     for d in cuda cuda-bf16; do
