@@ -1,6 +1,6 @@
 /* The backend profiler: where a training step's device time goes, slot by
  * slot, on any backend, without a vendor profiler (a GPU machine lent for a
- * few minutes has none installed).
+ * few minutes has no package registry to install one from).
  *
  * rf_backend_profile_new wraps a backend ("inner") in a backend of its own
  * whose every slot forwards to inner's. While profiling is on, each slot
