@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/error.h"
+#include "common/sys.h"
 #include "trainer/backend_slots.h"
 
 /* Every slot's index, in the struct's order. */
@@ -41,12 +41,6 @@ struct rf_backend_profile {
     char name[64];
 };
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int p_alloc(const rf_backend *be, void **out, size_t bytes) {
     const rf_backend *in = ((const rf_backend_profile *)be->ctx)->inner;
     return in->alloc(in, out, bytes);
@@ -66,11 +60,11 @@ static int p_free(const rf_backend *be, void *p) {
         rf_backend_profile *prof_p = be->ctx;                                                      \
         const rf_backend *prof_in = prof_p->inner;                                                 \
         if (!prof_p->on) return prof_in->slot(prof_in, AFTER_BE args);                             \
-        double prof_t0 = now();                                                                    \
+        double prof_t0 = rf_now();                                                                 \
         int prof_rc = prof_in->slot(prof_in, AFTER_BE args);                                       \
         char prof_byte;                                                                            \
         int prof_waited = prof_in->to_host(prof_in, &prof_byte, prof_p->sync, 1);                  \
-        prof_p->seconds[SLOT_##slot] += now() - prof_t0;                                           \
+        prof_p->seconds[SLOT_##slot] += rf_now() - prof_t0;                                        \
         prof_p->calls[SLOT_##slot]++;                                                              \
         return prof_rc ? prof_rc : prof_waited;                                                    \
     }

@@ -30,9 +30,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/error.h"
+#include "common/sys.h"
 #include "common/rng.h"
 #include "trainer/backend_profile.h"
 #include "trainer/gpt2.h"
@@ -43,12 +43,6 @@
 #ifdef REFINERY_CUDA
 #include <cuda_runtime.h>
 #endif
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Hugging Face's initialisation, roughly: matrices uniform with std 0.02,
  * norm weights (the one-dimensional ".weight"s) 1, biases 0. */
@@ -142,11 +136,11 @@ static int profile_steps(rf_backend_profile *p, rf_model *m, const rf_model_batc
                          const rf_model_blocks *bl, const rf_adamw *o, int from, int K) {
     rf_backend_profile_reset(p);
     rf_backend_profile_enable(p, true);
-    double t0 = now();
+    double t0 = rf_now();
     int rc = RF_OK;
     for (int s = from; s < from + K && !rc; s++)
         rc = train_step(m, b, bl, o, s);
-    double wall = now() - t0;
+    double wall = rf_now() - t0;
     rf_backend_profile_enable(p, false);
     if (rc) return rc;
     rf_slot_time rows[128];
@@ -235,11 +229,11 @@ int main(int argc, char **argv) {
         rf_adamw o = rf_adamw_defaults();
         double t0 = 0;
         for (int s = 0; s < steps + 3 && !rc; s++) {
-            if (s == 3) t0 = now(); /* 3 warm-up steps */
+            if (s == 3) t0 = rf_now(); /* 3 warm-up steps */
             rc = train_step(m, &batch, &bl, &o, s);
         }
         /* the last step's norm came back to the host: the device is idle */
-        secs = now() - t0;
+        secs = rf_now() - t0;
         long counted = 0;
         if (!rc) rc = rf_model_loss(m, &loss, &counted);
         if (!rc && prof) rc = profile_steps(prof, m, &batch, &bl, &o, steps + 3, K);

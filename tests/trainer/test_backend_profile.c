@@ -12,20 +12,14 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include <cmocka.h>
 
 #include "common/error.h"
+#include "common/sys.h"
 #include "parity_util.h"
 #include "trainer/backend_profile.h"
 #include "trainer/model_iface.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static long calls_of(const rf_backend_profile *p, const char *slot) {
     rf_slot_time rows[64];
@@ -150,11 +144,11 @@ static void test_model_step(void **state) {
     for (long step = 1; step <= 3; step++) {
         for (int i = 0; i < 2; i++) {
             rf_model *x = i ? m : a;
-            double t0 = now();
+            double t0 = rf_now();
             assert_int_equal(rf_model_zero_grad(x), 0);
             assert_int_equal(rf_model_forward(x, &b, true, 0), 0);
             assert_int_equal(rf_model_backward(x, 1.0f), 0);
-            if (i) wall += now() - t0;
+            if (i) wall += rf_now() - t0;
         }
         assert_memory_equal(ab.grads, mb.grads, ab.nparams * sizeof(float));
         rf_slot_time rows[64];
