@@ -64,6 +64,19 @@ NVFLAGS  ?= -O3 -std=c++17 $(foreach a,$(CU_ARCHS),-gencode arch=compute_$(a),co
             -Iservices -MMD -MP
 LDLIBS   += -L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 -lcudart -lcublas -lnccl
 endif
+# CUDA=emu compiles the same .cu sources with the host C++ compiler against
+# tests/cuda_emu/ (a CPU emulator of the CUDA runtime, cuBLAS and NCCL at one
+# rank; its README says what it checks and what it cannot), so the GPU tests
+# run their kernels on a machine without a GPU: `make test-cuda-emu`.
+ifeq ($(CUDA),emu)
+NVCC     := tests/cuda_emu/cuemu-cc
+CU_GLOB   = $(call mod_dir,$(1))/*.cu $(call mod_dir,$(1))/cuda/*.cu
+CPPFLAGS += -DREFINERY_CUDA=1 -Itests/cuda_emu/include
+NVFLAGS  := -std=c++17 $(OPT) -g $(WARN) -ffp-contract=off -pthread -Itests/cuda_emu/include \
+            -Iservices -DREFINERY_CUDA=1 -MMD -MP $(SANITIZE)
+CUEMU_LIB := $(BUILD)/lib/libcuemu.a
+LDLIBS   += $(CUEMU_LIB) -lstdc++
+endif
 
 # Generated protobuf-c code lives in the `proto` pseudo-module.
 PROTO_SRC := $(BUILD)/gen/refinery.pb-c.c
@@ -154,6 +167,23 @@ $(BUILD)/obj/%.o: %.cu
 	@echo '  NVCC   $<'
 	$(Q)$(NVCC) $(NVFLAGS) -c $< -o $@
 
+ifeq ($(CUDA),emu)
+$(CUEMU_LIB): $(BUILD)/obj/tests/cuda_emu/cuemu.o
+	@mkdir -p $(@D)
+	@rm -f $@
+	@echo '  AR     $@'
+	$(Q)ar rcs $@ $^
+$(LIBS): | $(CUEMU_LIB)
+$(BUILD)/cuda_emu/selftest: $(BUILD)/obj/tests/cuda_emu/selftest.o $(CUEMU_LIB)
+	@mkdir -p $(@D)
+	@echo '  LD     $@'
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $< $(CUEMU_LIB)
+endif
+# What tests/cuda_emu/cuda_emu.test.sh runs, built in $(BUILD)-emu by make test
+# and make asan: the GPU tests and the emulator's own test.
+EMU_BINS = $(1)-emu/cuda_emu/selftest $(1)-emu/tests/trainer/test_cuda_ops \
+           $(1)-emu/tests/trainer/test_cuda_step $(1)-emu/tests/comm/test_comm_nccl
+
 $(BUILD)/refinery: $(CLI_OBJS) $(LIBS)
 	@echo '  LD     $@'
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(call group,$(LIBS)) $(LDLIBS)
@@ -198,6 +228,7 @@ fetch-models:
 
 test: deps
 	@$(MAKE) --no-print-directory all $(TEST_BINS) fetch-models
+	@$(MAKE) --no-print-directory CUDA=emu BUILD=$(BUILD)-emu $(call EMU_BINS,$(BUILD))
 	@BUILD=$(BUILD) SHARED=$(SHARED) tests/run.sh
 
 # Tests under AddressSanitizer + UndefinedBehaviorSanitizer, in their own tree.
@@ -205,6 +236,9 @@ asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \
 	  SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	  all $(patsubst $(BUILD)/%,build-asan/%,$(TEST_BINS)) fetch-models
+	@$(MAKE) --no-print-directory CUDA=emu BUILD=build-asan-emu OPT=-O1 \
+	  SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	  $(call EMU_BINS,build-asan)
 	@BUILD=build-asan SHARED=$(SHARED) REFINERY_SANITIZED=1 \
 	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 tests/run.sh
 

@@ -14,11 +14,12 @@ EXCLUDE_SRCS += services/comm/comm_mpi.c
 endif
 
 # comm_nccl.c is C compiled by gcc against the CUDA runtime and NCCL headers
-# (the Makefile's CUDA section links -lcudart -lnccl).
+# (the Makefile's CUDA section links -lcudart -lnccl); with CUDA=emu, against
+# tests/cuda_emu's (NCCL at one rank).
 CUDA_HOME ?= /usr/local/cuda
 ifeq ($(CUDA),1)
 $(BUILD)/obj/services/comm/%.o: CPPFLAGS += -I$(CUDA_HOME)/include
-else
+else ifneq ($(CUDA),emu)
 EXCLUDE_SRCS += services/comm/comm_nccl.c
 endif
 
@@ -31,7 +32,8 @@ $(BUILD)/comm/mpi_check: $(BUILD)/obj/tests/comm/mpi_check.o \
 	@mkdir -p $(@D)
 	@echo '  LD     $@'
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(COMM_MPI_LIBS) \
-	    $(if $(filter 1,$(CUDA)),-L$(CUDA_HOME)/lib64 -lcudart -lnccl) -lm
+	    $(if $(filter 1,$(CUDA)),-L$(CUDA_HOME)/lib64 -lcudart -lnccl) \
+	    $(if $(filter emu,$(CUDA)),$(CUEMU_LIB) -lstdc++) -lm
 
 # A by-hand benchmark (not a test): rf_comm_allreduce against MPI_Allreduce.
 $(BUILD)/obj/tests/comm/bench_allreduce.o: CPPFLAGS += $(COMM_MPI_CFLAGS)
@@ -40,4 +42,5 @@ $(BUILD)/comm/bench_allreduce: $(BUILD)/obj/tests/comm/bench_allreduce.o \
 	@mkdir -p $(@D)
 	@echo '  LD     $@'
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(COMM_MPI_LIBS) \
-	    $(if $(filter 1,$(CUDA)),-L$(CUDA_HOME)/lib64 -lcudart -lnccl) -lm
+	    $(if $(filter 1,$(CUDA)),-L$(CUDA_HOME)/lib64 -lcudart -lnccl) \
+	    $(if $(filter emu,$(CUDA)),$(CUEMU_LIB) -lstdc++) -lm

@@ -1,0 +1,207 @@
+// cuda_emu's own test: what it computes (warp shuffles, __syncthreads, the
+// cuBLAS products and their bf16 rounding, NCCL at one rank) against direct
+// answers, and that what CUDA leaves undefined stops the program instead of
+// passing (a lane gone before a full-mask shuffle, a barrier some threads
+// never reach, a launch beyond the grid limits). Prints one line per check;
+// exits 1 on the first that fails. Built and run by make test (CUDA=emu).
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int g_failed;
+static void check(bool ok, const char *what) {
+    std::printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+    if (!ok) g_failed = 1;
+}
+
+__global__ static void warp_sums(float *out, const float *in) {
+    float v = in[blockIdx.x * blockDim.x + threadIdx.x];
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    out[blockIdx.x * blockDim.x + threadIdx.x] = v; // every lane: its warp's sum
+}
+
+__global__ static void block_sum(float *out, const float *in, int n) {
+    __shared__ float s[128];
+    float v = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        v += in[i];
+    s[threadIdx.x] = v;
+    __syncthreads();
+    for (int w = 64; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) s[threadIdx.x] += s[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.y] = s[0];
+}
+
+__global__ static void lane_leaves(float *out) {
+    if (threadIdx.x == 7) return; // the bug: lane 7 misses the shuffle
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+}
+
+__global__ static void half_barrier(float *out) {
+    if (threadIdx.x < 64) __syncthreads(); // threads 64.. never arrive, then exit
+    out[threadIdx.x] = 1;
+}
+
+__global__ static void split_barrier(float *out) {
+    if (threadIdx.x < 16) // half the warp at a full-mask shuffle ...
+        out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+    else // ... the other half at a barrier: neither can go on
+        __syncthreads();
+}
+
+__global__ static void nothing(float *) {}
+
+// Runs f in a child process; true when the child died by abort().
+template <class F> static bool aborts(F f) {
+    std::fflush(stdout);
+    pid_t p = fork();
+    if (p == 0) {
+        freopen("/dev/null", "w", stderr);
+        f();
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(p, &st, 0);
+    return WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
+}
+
+static float bf16(float x) {
+    unsigned u;
+    std::memcpy(&u, &x, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    std::memcpy(&x, &u, 4);
+    return x;
+}
+
+int main() {
+    setvbuf(stdout, nullptr, _IOLBF, 0);
+    float *d = nullptr, *o = nullptr, h[256], r[256];
+    cudaMalloc((void **)&d, sizeof h);
+    cudaMalloc((void **)&o, sizeof h);
+    for (int i = 0; i < 256; i++)
+        h[i] = (float)(i % 13) - 6.0f;
+    cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);
+
+    warp_sums<<<2, 128>>>(o, d);
+    cudaMemcpy(r, o, sizeof r, cudaMemcpyDeviceToHost);
+    bool ok = cudaGetLastError() == cudaSuccess;
+    for (int w = 0; w < 8; w++) {
+        float s = 0;
+        for (int l = 0; l < 32; l++)
+            s += h[w * 32 + l];
+        for (int l = 0; l < 32; l++)
+            ok = ok && r[w * 32 + l] == s;
+    }
+    check(ok, "a butterfly of __shfl_xor_sync gives every lane its warp's sum");
+
+    block_sum<<<dim3(1, 3), 128>>>(o, d, 256);
+    cudaMemcpy(r, o, 3 * sizeof(float), cudaMemcpyDeviceToHost);
+    float s = 0;
+    for (int i = 0; i < 256; i++)
+        s += h[i];
+    check(r[0] == s && r[1] == s && r[2] == s, "a shared-memory tree over __syncthreads, 3 blocks");
+
+    float *fresh = nullptr, probe = 0;
+    cudaMalloc((void **)&fresh, 64);
+    cudaMemcpy(&probe, fresh + 5, 4, cudaMemcpyDeviceToHost); // never written: garbage
+    check(std::isnan(probe), "fresh device memory reads as NaN");
+    cudaFree(fresh);
+
+    check(aborts([&] { lane_leaves<<<1, 32>>>(o); }),
+          "a lane that returns before a full-mask shuffle stops the program");
+    check(aborts([&] { split_barrier<<<1, 32>>>(o); }),
+          "half a warp at a shuffle, half at __syncthreads: stops the program");
+    check(aborts([&] { warp_sums<<<1, 48>>>(o, d); }),
+          "a full-mask shuffle in a partial warp (48 threads) stops the program");
+    half_barrier<<<1, 128>>>(o); // the emulator's choice: exited threads do not hold a barrier up
+    check(cudaGetLastError() == cudaSuccess, "__syncthreads after some threads exited completes");
+
+    nothing<<<dim3(1, 70000), 32>>>(o);
+    check(cudaGetLastError() == cudaErrorInvalidConfiguration, "grid.y 70000 is refused at launch");
+    nothing<<<1, 2048>>>(o);
+    check(cudaGetLastError() == cudaErrorInvalidConfiguration, "2048 threads a block are refused");
+    check(cudaGetLastError() == cudaSuccess, "cudaGetLastError clears the error");
+
+    // C (3x2) = A^T (A stored 4x3, lda 5) B (4x2, ldb 4), column-major; beta 0 ignores NaN in C
+    cublasHandle_t bl;
+    cublasCreate(&bl);
+    float A[15], B[8], C[6], want[6];
+    for (int i = 0; i < 15; i++)
+        A[i] = 0.1f * (float)i + 1.0f / 3.0f;
+    for (int i = 0; i < 8; i++)
+        B[i] = 1.0f - 0.37f * (float)i;
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 2; j++) {
+            double t = 0;
+            for (int k = 0; k < 4; k++)
+                t += (double)A[k + i * 5] * B[k + j * 4];
+            want[i + j * 3] = (float)(2.0 * t);
+        }
+    float *dA, *dB, *dC, alpha = 2, beta = 0;
+    cudaMalloc((void **)&dA, sizeof A);
+    cudaMalloc((void **)&dB, sizeof B);
+    cudaMalloc((void **)&dC, sizeof C);
+    cudaMemcpy(dA, A, sizeof A, cudaMemcpyHostToDevice);
+    cudaMemcpy(dB, B, sizeof B, cudaMemcpyHostToDevice);
+    cublasStatus_t st = cublasGemmEx(bl, CUBLAS_OP_T, CUBLAS_OP_N, 3, 2, 4, &alpha, dA, CUDA_R_32F,
+                                     5, dB, CUDA_R_32F, 4, &beta, dC, CUDA_R_32F, 3,
+                                     CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT);
+    cudaMemcpy(C, dC, sizeof C, cudaMemcpyDeviceToHost);
+    check(st == CUBLAS_STATUS_SUCCESS && std::memcmp(C, want, sizeof C) == 0,
+          "cublasGemmEx, A transposed, lda > rows, beta 0 over NaN");
+    st = cublasGemmEx(bl, CUBLAS_OP_T, CUBLAS_OP_N, 3, 2, 4, &alpha, dA, CUDA_R_32F, 3, dB,
+                      CUDA_R_32F, 4, &beta, dC, CUDA_R_32F, 3, CUBLAS_COMPUTE_32F_PEDANTIC,
+                      CUBLAS_GEMM_DEFAULT);
+    check(st == CUBLAS_STATUS_INVALID_VALUE, "lda smaller than op(A)'s stored rows is refused");
+    st = cublasGemmEx(bl, CUBLAS_OP_T, CUBLAS_OP_N, 3, 2, 4, &alpha, dA, CUDA_R_32F, 5, dB,
+                      CUDA_R_32F, 4, &beta, dC, CUDA_R_32F, 3, CUBLAS_COMPUTE_32F_FAST_16BF,
+                      CUBLAS_GEMM_DEFAULT);
+    cudaMemcpy(C, dC, sizeof C, cudaMemcpyDeviceToHost);
+    double t = 0;
+    for (int k = 0; k < 4; k++)
+        t += (double)bf16(A[k]) * bf16(B[k]);
+    check(st == CUBLAS_STATUS_SUCCESS && C[0] == (float)(2.0 * t) && C[0] != want[0],
+          "FAST_16BF rounds the inputs to bf16");
+
+    // NCCL at one rank
+    ncclUniqueId id;
+    ncclGetUniqueId(&id);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    ncclComm_t c2;
+    check(ncclCommInitRankConfig(&c2, 2, id, 0, &cfg) != ncclSuccess, "NCCL: two ranks refused");
+    ncclComm_t c;
+    ncclCommInitRankConfig(&c, 1, id, 0, &cfg);
+    cudaMemset(o, 0, sizeof h);
+    ncclGroupStart();
+    ncclSend(d, 10, ncclFloat32, 0, c, nullptr);
+    ncclRecv(o, 10, ncclFloat32, 0, c, nullptr);
+    ncclResult_t nr = ncclGroupEnd();
+    cudaMemcpy(r, o, 11 * sizeof(float), cudaMemcpyDeviceToHost);
+    check(nr == ncclSuccess && std::memcmp(r, h, 10 * sizeof(float)) == 0 && r[10] == 0,
+          "NCCL: a grouped send and receive to oneself");
+    ncclGroupStart();
+    ncclSend(d, 10, ncclFloat32, 0, c, nullptr);
+    ncclRecv(o, 12, ncclFloat32, 0, c, nullptr);
+    check(ncclGroupEnd() == ncclInvalidUsage, "NCCL: a receive of another count than its send");
+    check(ncclRecv(o, 4, ncclFloat32, 0, c, nullptr) == ncclInvalidUsage,
+          "NCCL: a receive with no send (it would hang) is refused");
+    ncclCommDestroy(c);
+    cublasDestroy(bl);
+    cudaFree(dA);
+    cudaFree(dB);
+    cudaFree(dC);
+    cudaFree(d);
+    cudaFree(o);
+    check(cuemu_live_bytes() == 0, "every allocation freed");
+    return g_failed;
+}
