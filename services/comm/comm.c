@@ -437,6 +437,13 @@ static int check_call(const rf_comm *c, const rf_comm_call *k) {
         (k->peer < 0 || k->peer >= c->world || k->peer2 < 0 || k->peer2 >= c->world))
         return rf_fail(RF_ERR_INVALID, "comm: send-recv with peers %d, %d outside the group of %d",
                        k->peer, k->peer2, c->world);
+    /* To and from oneself the send is the receive: NCCL leaves unequal sizes
+     * undefined, MPI truncates, so every backend refuses them. */
+    if (k->kind == RF_COMM_K_SENDRECV && k->peer == c->rank && k->peer2 == c->rank &&
+        k->count2 != k->count)
+        return rf_fail(RF_ERR_INVALID,
+                       "comm: send-recv to oneself of %zu elements, receiving %zu: sizes differ",
+                       k->count, k->count2);
     return RF_OK;
 }
 

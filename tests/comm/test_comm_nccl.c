@@ -57,6 +57,9 @@ static void *dev(const void *host, size_t bytes) {
         assert_int_equal(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
     else
         assert_int_equal(cudaMemset(d, 0xff, bytes), cudaSuccess);
+    /* cudaMemset may still be queued on the legacy stream, which the NCCL
+     * stream (non-blocking) does not wait for */
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
     return d;
 }
 
@@ -184,6 +187,8 @@ static void test_sendrecv_n(void **state) {
     float h[N];
     fill(h, N, 5.0f);
     float *a = dev(h, sizeof h), *b = dev(NULL, sizeof h);
+    /* to oneself the send is the receive: unequal sizes are refused (comm.c) */
+    assert_int_equal(rf_comm_sendrecv_n(c, a, N, 0, b, N - 1, 0, RF_COMM_F32), RF_ERR_INVALID);
     assert_int_equal(rf_comm_sendrecv_n(c, a, N, 0, b, N, 0, RF_COMM_F32), RF_OK);
     same(b, h, sizeof h);
     cudaFree(a);

@@ -315,6 +315,14 @@ static void test_tp_slots(void **state) {
             gfree(gs[i]);
         free(x), free(w), free(b), free(out), free(dout), free(dx), free(dw), free(db);
     }
+    { /* a shard with no output columns (ldd 0): nothing flows back, dinp untouched */
+        float *dx = rnd(6, -1, 1);
+        void *g_dx = up(dx, 6 * 4), *g_x = up(dx, 6 * 4);
+        assert_int_equal(
+            gpu->linear_ld_bwd(gpu, g_dx, 3, NULL, 3, NULL, NULL, 0, g_x, 3, NULL, 3, 2, 3, 0), 0);
+        check_exact("linear_ld_bwd, no outputs", g_dx, dx, 6);
+        gfree(g_dx), gfree(g_x), free(dx);
+    }
     /* B, T, C, V, TV, lo, hi, position and type gradients */
     static const int emb[][8] = {
         {1, 1, 3, 4, 1, 2, 4, 1}, {2, 7, 37, 11, 2, 3, 9, 1}, {4, 128, 384, 1000, 2, 500, 1000, 0}};
@@ -445,6 +453,8 @@ static void test_kv_attention(void **state) {
             gfree(gs[i]);
         free(qkv), free(kc), free(vc), free(out), free(sc);
     }
+    /* no heads: nothing to launch (a grid of no blocks is a CUDA error) */
+    assert_int_equal(gpu->kv_attention_fwd(gpu, NULL, NULL, NULL, NULL, NULL, 3, 5, 0, 1, 8), 0);
 }
 
 static void test_pointwise(void **state) {

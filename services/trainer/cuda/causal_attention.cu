@@ -210,7 +210,8 @@ __global__ static void kv_attention_kernel(float *out, float *scores, const floa
 int rf_cu_kv_attention_fwd(const rf_backend *be, float *out, float *scores, const float *qkv,
                            const float *kc, const float *vc, int n, int len, int NH, int NKV,
                            int hd) {
-    if (n <= 0) return RF_OK;
+    if (n <= 0 || NH <= 0) return RF_OK; // no rows: no launch (a grid of 0 blocks is an error)
+    if (hd <= 0) return rf_fail(RF_ERR_INVALID, "cuda kv_attention: head size %d", hd);
     if (NKV <= 0 || NH % NKV)
         return rf_fail(RF_ERR_INVALID, "cuda kv_attention: %d query heads over %d key/value heads",
                        NH, NKV);

@@ -62,17 +62,19 @@ int rf_cu_linear_ld_bwd(const rf_backend *be, float *dinp, int lddi, float *dw, 
                         const float *dout, int ldd, const float *inp, int ldi, const float *w,
                         int ldw, int N, int IC, int OC) {
     rf_cuda_ctx *c = cu_ctx(be);
-    if (N <= 0) return RF_OK;
+    if (N <= 0 || OC <= 0) return RF_OK; // nothing flows back through no outputs
     float one = 1.0f;
     int rc;
     // dinp[N, IC] += dout[N, OC] w[OC, IC]: dinp^T (IC x N) = w^T-view (IC x OC) * dout^T (OC x N)
-    if (dinp && (rc = gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, ldw, dout, ldd, 1.0f, dinp,
-                           lddi, "linear_bwd (input)")))
+    if (IC > 0 && dinp &&
+        (rc = gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, ldw, dout, ldd, 1.0f, dinp, lddi,
+                   "linear_bwd (input)")))
         return rc;
     // dw[OC, IC] += dout^T inp: dw^T (IC x OC) = inp^T (IC x N) * dout (N x OC);
     // dw NULL: a frozen weight (LoRA's base)
-    if (dw && (rc = gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, ldi, dout, ldd, 1.0f, dw,
-                         lddw, "linear_bwd (weights)")))
+    if (IC > 0 && dw &&
+        (rc = gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, ldi, dout, ldd, 1.0f, dw, lddw,
+                   "linear_bwd (weights)")))
         return rc;
     if (!db) return RF_OK;
     // db[OC] += dout^T ones[N]: column-major dout^T is OC x N (ld ldd)
