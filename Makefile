@@ -75,7 +75,8 @@ CPPFLAGS += -DREFINERY_CUDA=1 -Itests/cuda_emu/include
 NVFLAGS  := -std=c++17 $(OPT) -g $(WARN) -ffp-contract=off -pthread -Itests/cuda_emu/include \
             -Iservices -DREFINERY_CUDA=1 -MMD -MP $(SANITIZE)
 CUEMU_LIB := $(BUILD)/lib/libcuemu.a
-LDLIBS   += $(CUEMU_LIB) -lstdc++
+# its NCCL is MPI between the processes of an mpirun (cuemu_nccl.cc)
+LDLIBS   += $(CUEMU_LIB) -lstdc++ $(COMM_MPI_LIBS)
 endif
 
 # Generated protobuf-c code lives in the `proto` pseudo-module.
@@ -168,21 +169,28 @@ $(BUILD)/obj/%.o: %.cu
 	$(Q)$(NVCC) $(NVFLAGS) -c $< -o $@
 
 ifeq ($(CUDA),emu)
-$(CUEMU_LIB): $(BUILD)/obj/tests/cuda_emu/cuemu.o
+$(CUEMU_LIB): $(BUILD)/obj/tests/cuda_emu/cuemu.o $(BUILD)/obj/tests/cuda_emu/cuemu_nccl.o
 	@mkdir -p $(@D)
 	@rm -f $@
 	@echo '  AR     $@'
 	$(Q)ar rcs $@ $^
 $(LIBS): | $(CUEMU_LIB)
+# relinked when the emulator changes
+$(BUILD)/refinery $(BUILD)/tests/trainer/test_cuda_ops $(BUILD)/tests/trainer/test_cuda_step \
+    $(BUILD)/tests/comm/test_comm_nccl: $(CUEMU_LIB)
+ifneq ($(COMM_MPI_LIBS),)
+$(BUILD)/obj/tests/cuda_emu/cuemu_nccl.o: CPPFLAGS += -DREFINERY_MPI=1 $(COMM_MPI_CFLAGS)
+endif
 $(BUILD)/cuda_emu/selftest: $(BUILD)/obj/tests/cuda_emu/selftest.o $(CUEMU_LIB)
 	@mkdir -p $(@D)
 	@echo '  LD     $@'
-	$(Q)$(CXX) $(LDFLAGS) -o $@ $< $(CUEMU_LIB)
+	$(Q)$(CXX) $(LDFLAGS) -o $@ $< $(CUEMU_LIB) $(COMM_MPI_LIBS)
 endif
 # What tests/cuda_emu/cuda_emu.test.sh runs, built in $(BUILD)-emu by make test
 # and make asan: the GPU tests and the emulator's own test.
 EMU_BINS = $(1)-emu/cuda_emu/selftest $(1)-emu/tests/trainer/test_cuda_ops \
-           $(1)-emu/tests/trainer/test_cuda_step $(1)-emu/tests/comm/test_comm_nccl
+           $(1)-emu/tests/trainer/test_cuda_step $(1)-emu/tests/comm/test_comm_nccl \
+           $(1)-emu/refinery
 
 $(BUILD)/refinery: $(CLI_OBJS) $(LIBS)
 	@echo '  LD     $@'

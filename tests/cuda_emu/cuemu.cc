@@ -4,6 +4,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "cuemu_int.h"
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +14,49 @@
 #include <mutex>
 #include <sys/mman.h>
 #include <ucontext.h>
+
+// Fibers switch by a few instructions of our own on x86-64 (glibc's
+// swapcontext makes a sigprocmask system call at every switch, and a block
+// switches at each barrier and warp operation of each thread); under
+// AddressSanitizer, which follows stacks through swapcontext only, and on
+// other machines, by ucontext.
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define CUEMU_ASM_SWITCH 1
+// Saves the callee-saved registers, MXCSR and the x87 control word on the
+// current stack, stores the stack pointer in *save and resumes the stack at
+// next (whose top holds the same, then a return address).
+extern "C" void cuemu_switch(void **save, void *next);
+asm(R"(
+    .text
+    .globl cuemu_switch
+    .type cuemu_switch, @function
+cuemu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size cuemu_switch, .-cuemu_switch
+    .section .note.GNU-stack,"",@progbits
+    .text
+)");
+#endif
 #include <vector>
 
 dim3 threadIdx, blockIdx, blockDim, gridDim;
@@ -30,28 +75,14 @@ size_t g_live = 0;
     std::abort();
 }
 
-// The device allocation holding [p, p + n), or die: a copy or memset that
-// leaves its allocation is what compute-sanitizer would report.
-void check_range(const void *p, size_t n, const char *what) {
-    if (!n || !p) return;
-    uintptr_t a = (uintptr_t)p;
-    std::lock_guard<std::mutex> g(g_lock);
-    auto it = g_mem.upper_bound(a);
-    if (it == g_mem.begin()) return; // not device memory: host (pinned or not)
-    --it;
-    if (a >= it->first + it->second) return; // host memory
-    if (a + n > it->first + it->second) {
-        char buf[160];
-        std::snprintf(buf, sizeof buf, "%zu bytes at offset %zu of a %zu-byte allocation", n,
-                      (size_t)(a - it->first), it->second);
-        die("%s: %s", what, buf);
-    }
-}
-
 // ---- the kernel scheduler ----
 enum fstate { F_RUN, F_BAR, F_WARP, F_DONE };
 struct fiber {
+#ifdef CUEMU_ASM_SWITCH
+    void *sp;
+#else
     ucontext_t ctx;
+#endif
     fstate st;
     dim3 tid;
     unsigned mask;
@@ -61,18 +92,57 @@ struct fiber {
 const size_t STACK = 256 * 1024;
 std::vector<fiber> g_fib;
 std::vector<char *> g_stacks;
+#ifdef CUEMU_ASM_SWITCH
+void *g_sched_sp;
+#else
 ucontext_t g_sched;
+#endif
 int g_cur;
 const std::function<void()> *g_body;
 const char *g_kernel;
 
 void fiber_main() {
     (*g_body)();
-    g_fib[g_cur].st = F_DONE; // uc_link returns to the scheduler
+    g_fib[g_cur].st = F_DONE;
+#ifdef CUEMU_ASM_SWITCH
+    void *dead;
+    cuemu_switch(&dead, g_sched_sp); // never resumed
+    __builtin_unreachable();
+#endif
+    // ucontext: uc_link returns to the scheduler
 }
 
 void yield_to_sched() {
+#ifdef CUEMU_ASM_SWITCH
+    cuemu_switch(&g_fib[g_cur].sp, g_sched_sp);
+#else
     swapcontext(&g_fib[g_cur].ctx, &g_sched);
+#endif
+}
+
+// Thread i's fiber, ready to start fiber_main on stack st.
+void fiber_start(fiber &f, char *st) {
+#ifdef CUEMU_ASM_SWITCH
+    // what cuemu_switch pops: control words, r15, r14, r13, r12, rbx, rbp, then
+    // the return address; fiber_main is entered with rsp = 8 mod 16, as after a call
+    uintptr_t top = ((uintptr_t)st + STACK) & ~(uintptr_t)15;
+    uint64_t *p = (uint64_t *)(top - 8 - 8 * 8);
+    uint32_t mxcsr = 0x1f80;
+    uint16_t fpucw = 0x037f;
+    __asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
+    __asm__ volatile("fnstcw %0" : "=m"(fpucw));
+    p[0] = (uint64_t)mxcsr | (uint64_t)fpucw << 32;
+    for (int k = 1; k <= 6; k++)
+        p[k] = 0;
+    p[7] = (uint64_t)(uintptr_t)fiber_main;
+    f.sp = p;
+#else
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = st;
+    f.ctx.uc_stack.ss_size = STACK;
+    f.ctx.uc_link = &g_sched;
+    makecontext(&f.ctx, fiber_main, 0);
+#endif
 }
 
 const char *state_name(fstate s) {
@@ -106,18 +176,18 @@ void run_block(int n) {
         f.st = F_RUN;
         f.mask = 0;
         f.tid = dim3(i % blockDim.x, i / blockDim.x % blockDim.y, i / (blockDim.x * blockDim.y));
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = g_stacks[i];
-        f.ctx.uc_stack.ss_size = STACK;
-        f.ctx.uc_link = &g_sched;
-        makecontext(&f.ctx, fiber_main, 0);
+        fiber_start(f, g_stacks[i]);
     }
     for (;;) {
         for (int i = 0; i < n; i++) {
             if (g_fib[i].st != F_RUN) continue;
             g_cur = i;
             threadIdx = g_fib[i].tid;
+#ifdef CUEMU_ASM_SWITCH
+            cuemu_switch(&g_sched_sp, g_fib[i].sp);
+#else
             swapcontext(&g_sched, &g_fib[i].ctx);
+#endif
         }
         // every thread now waits at a barrier or has exited
         int live = 0, at_bar = 0;
@@ -168,6 +238,24 @@ void run_block(int n) {
 }
 
 } // namespace
+
+// The device allocation holding [p, p + n), or die: a copy or memset that
+// leaves its allocation is what compute-sanitizer would report.
+void cuemu_check_range(const void *p, size_t n, const char *what) {
+    if (!n || !p) return;
+    uintptr_t a = (uintptr_t)p;
+    std::lock_guard<std::mutex> g(g_lock);
+    auto it = g_mem.upper_bound(a);
+    if (it == g_mem.begin()) return; // not device memory: host (pinned or not)
+    --it;
+    if (a >= it->first + it->second) return; // host memory
+    if (a + n > it->first + it->second) {
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "%zu bytes at offset %zu of a %zu-byte allocation", n,
+                      (size_t)(a - it->first), it->second);
+        die("%s: %s", what, buf);
+    }
+}
 
 namespace cuemu {
 
@@ -261,9 +349,6 @@ cudaError_t cudaGetDevice(int *d) {
     *d = 0;
     return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize(void) {
-    return cudaSuccess;
-}
 cudaError_t cudaMemGetInfo(size_t *fr, size_t *tot) {
     std::lock_guard<std::mutex> g(g_lock);
     *tot = (size_t)16 << 30;
@@ -300,8 +385,8 @@ cudaError_t cudaFreeHost(void *p) {
 }
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
     (void)kind;
-    check_range(dst, bytes, "cudaMemcpy destination");
-    check_range(src, bytes, "cudaMemcpy source");
+    cuemu_check_range(dst, bytes, "cudaMemcpy destination");
+    cuemu_check_range(src, bytes, "cudaMemcpy source");
     if (bytes) std::memmove(dst, src, bytes);
     return cudaSuccess;
 }
@@ -317,14 +402,14 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
     (void)s;
     if (width > dpitch || width > spitch) return cudaErrorInvalidValue;
     for (size_t r = 0; r < height; r++) {
-        check_range((char *)dst + r * dpitch, width, "cudaMemcpy2DAsync destination row");
-        check_range((const char *)src + r * spitch, width, "cudaMemcpy2DAsync source row");
+        cuemu_check_range((char *)dst + r * dpitch, width, "cudaMemcpy2DAsync destination row");
+        cuemu_check_range((const char *)src + r * spitch, width, "cudaMemcpy2DAsync source row");
         std::memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
     }
     return cudaSuccess;
 }
 cudaError_t cudaMemset(void *p, int value, size_t bytes) {
-    check_range(p, bytes, "cudaMemset");
+    cuemu_check_range(p, bytes, "cudaMemset");
     if (bytes) std::memset(p, value, bytes);
     return cudaSuccess;
 }
@@ -336,19 +421,28 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s) {
 struct cuemu_stream {
     unsigned flags;
 };
+// An event is the NCCL work queued on its stream when it was recorded
+// (kernels and copies complete at their call; collectives may not).
 struct cuemu_event {
     unsigned flags;
+    cudaStream_t stream;
+    uint64_t upto;
 };
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
     *s = new cuemu_stream{flags};
     return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    cuemu_nccl_wait(s, UINT64_MAX, true);
     delete s;
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-    (void)s;
+    cuemu_nccl_wait(s, UINT64_MAX, true);
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) {
+    cuemu_nccl_wait(nullptr, UINT64_MAX, true);
     return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
@@ -360,7 +454,7 @@ cudaError_t cudaEventCreate(cudaEvent_t *e) {
     return cudaEventCreateWithFlags(e, 0);
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
-    *e = new cuemu_event{flags};
+    *e = new cuemu_event{flags, nullptr, 0};
     return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
@@ -368,11 +462,14 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
     return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
-    (void)s;
-    return e ? cudaSuccess : cudaErrorInvalidValue;
+    if (!e) return cudaErrorInvalidValue;
+    e->stream = s;
+    e->upto = cuemu_nccl_issued(s);
+    return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) {
-    return e ? cudaSuccess : cudaErrorInvalidValue;
+    if (!e) return cudaErrorInvalidValue;
+    return cuemu_nccl_wait(e->stream, e->upto, false) ? cudaSuccess : cudaErrorNotReady;
 }
 
 size_t cuemu_live_bytes(void) {
@@ -512,178 +609,4 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
     return CUBLAS_STATUS_SUCCESS;
 }
 
-} // extern "C"
-
-// ---- NCCL, a world of one ----
-#include <nccl.h>
-
-#include <deque>
-#include <string>
-
-struct cuemu_nccl {
-    struct pending {
-        const void *buf;
-        size_t count;
-        ncclDataType_t type;
-    };
-    std::deque<pending> sends; // sends to oneself not yet received
-    std::string last;
-};
-
-namespace {
-int g_group = 0;                                                // ncclGroupStart depth
-std::deque<std::pair<ncclComm_t, cuemu_nccl::pending>> g_recvs; // receives inside a group
-
-size_t type_size(ncclDataType_t t) {
-    switch (t) {
-    case ncclInt8:
-    case ncclUint8:
-        return 1;
-    case ncclFloat16:
-    case ncclBfloat16:
-        return 2;
-    case ncclInt32:
-    case ncclUint32:
-    case ncclFloat32:
-        return 4;
-    default:
-        return 8;
-    }
-}
-
-ncclResult_t fail(ncclComm_t c, const char *why) {
-    if (c) c->last = why;
-    return ncclInvalidUsage;
-}
-
-ncclResult_t copy_op(ncclComm_t c, const void *send, void *recv, size_t count, ncclDataType_t t) {
-    if (!c) return ncclInvalidArgument;
-    if (count && (!send || !recv)) return fail(c, "NULL buffer");
-    size_t n = count * type_size(t);
-    check_range(send, n, "nccl send buffer");
-    check_range(recv, n, "nccl receive buffer");
-    if (n && send != recv) std::memmove(recv, send, n);
-    return ncclSuccess;
-}
-
-ncclResult_t match(ncclComm_t c, void *recv, size_t count, ncclDataType_t t) {
-    if (c->sends.empty()) return fail(c, "a receive from oneself with no send (would hang)");
-    cuemu_nccl::pending s = c->sends.front();
-    c->sends.pop_front();
-    if (s.count != count || s.type != t)
-        return fail(c, "a receive whose count or type differs from its send");
-    return copy_op(c, s.buf, recv, count, t);
-}
-} // namespace
-
-extern "C" {
-const char *ncclGetErrorString(ncclResult_t r) {
-    return r == ncclSuccess ? "no error" : r == ncclInvalidUsage ? "invalid usage" : "error";
-}
-const char *ncclGetLastError(ncclComm_t comm) {
-    return comm ? comm->last.c_str() : "";
-}
-ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
-    std::memset(id, 0, sizeof *id);
-    return ncclSuccess;
-}
-ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
-                                    ncclConfig_t *config) {
-    (void)id;
-    (void)config;
-    if (nranks != 1 || rank != 0) return ncclInvalidArgument; // the emulator is one process
-    *comm = new cuemu_nccl();
-    return ncclSuccess;
-}
-ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
-                           ncclConfig_t *config) {
-    (void)key;
-    (void)config;
-    if (!comm) return ncclInvalidArgument;
-    *newcomm = color == NCCL_SPLIT_NOCOLOR ? nullptr : new cuemu_nccl();
-    return ncclSuccess;
-}
-ncclResult_t ncclCommFinalize(ncclComm_t comm) {
-    if (!comm) return ncclInvalidArgument;
-    return comm->sends.empty() ? ncclSuccess : fail(comm, "finalized with a send never received");
-}
-ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-    delete comm;
-    return ncclSuccess;
-}
-ncclResult_t ncclCommAbort(ncclComm_t comm) {
-    delete comm;
-    return ncclSuccess;
-}
-ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *state) {
-    if (!comm) return ncclInvalidArgument;
-    *state = ncclSuccess;
-    return ncclSuccess;
-}
-ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) {
-    *count = 1;
-    return comm ? ncclSuccess : ncclInvalidArgument;
-}
-ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
-    *rank = 0;
-    return comm ? ncclSuccess : ncclInvalidArgument;
-}
-ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t,
-                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t s) {
-    (void)op;
-    (void)s;
-    return copy_op(comm, send, recv, count, t);
-}
-ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t t,
-                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t s) {
-    (void)op;
-    (void)s;
-    return copy_op(comm, send, recv, count, t);
-}
-ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t t,
-                           ncclComm_t comm, cudaStream_t s) {
-    (void)s;
-    return copy_op(comm, send, recv, count, t);
-}
-ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root,
-                           ncclComm_t comm, cudaStream_t s) {
-    (void)s;
-    if (root != 0) return fail(comm, "broadcast from a rank that does not exist");
-    return copy_op(comm, send, recv, count, t);
-}
-ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
-                      cudaStream_t s) {
-    (void)s;
-    if (!comm) return ncclInvalidArgument;
-    if (peer != 0) return fail(comm, "send to a rank that does not exist");
-    comm->sends.push_back({send, count, t});
-    return ncclSuccess;
-}
-ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
-                      cudaStream_t s) {
-    (void)s;
-    if (!comm) return ncclInvalidArgument;
-    if (peer != 0) return fail(comm, "receive from a rank that does not exist");
-    if (g_group) { // matched at ncclGroupEnd, when the group's sends are all posted
-        g_recvs.push_back({comm, {recv, count, t}});
-        return ncclSuccess;
-    }
-    return match(comm, recv, count, t);
-}
-ncclResult_t ncclGroupStart(void) {
-    g_group++;
-    return ncclSuccess;
-}
-ncclResult_t ncclGroupEnd(void) {
-    if (!g_group) return ncclInvalidUsage;
-    if (--g_group) return ncclSuccess;
-    ncclResult_t r = ncclSuccess;
-    while (!g_recvs.empty()) {
-        auto q = g_recvs.front();
-        g_recvs.pop_front();
-        ncclResult_t m = match(q.first, (void *)q.second.buf, q.second.count, q.second.type);
-        if (m && !r) r = m;
-    }
-    return r;
-}
 } // extern "C"

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The trainer's multi-GPU paths on emulated GPUs: `refinery train` with
+# trainer.device: cuda from the CUDA=emu build ($BUILD-emu/refinery, made by
+# make test), under scripts/mpirun.sh, each process standing for one GPU and
+# cuda_emu's NCCL carrying the device collectives between them over MPI
+# (cuemu_nccl.cc): the NCCL twins of the data, tensor and pipeline groups,
+# ordered after the backend's stream, ZeRO's reduce-scatters and gathers, the
+# paired pipeline executor's grouped send-receive. Each mesh must match the
+# single emulated GPU: the loss at every step and the exported weights within
+# 1e-5 relative (dp_compare.py; GPT-2's key biases, whose gradient is
+# analytically zero, within lr x steps absolute, as causal_dp.test.sh). The
+# tiny BERT classifier: dp 2 at ZeRO 0, 1 and 3, pp 2, dp 2 x pp 2, tp 2; the
+# tiny GPT-2: dp 2 at ZeRO 2, pp 2, tp 2. Under ASan (REFINERY_SANITIZED) dp
+# 2 ZeRO 1 and pp 2 only. This is NCCL's API on MPI, not NCCL: no GPU, no
+# NVLink, no NCCL kernels (tests/cuda_emu/README.md).
+set -euo pipefail
+export REFINERY_BIN=${REFINERY_BUILD:?}-emu/refinery
+[ -x "$REFINERY_BIN" ] || { echo "SKIP: $REFINERY_BIN is not built (make test builds it with CUDA=emu)"; exit 77; }
+. "$REFINERY_ROOT/tests/trainer/mpi_lib.sh"
+. "$REFINERY_ROOT/tests/trainer/cls_lib.sh"
+. "$REFINERY_ROOT/tests/trainer/causal_lib.sh"
+cls_jsonl data.jsonl
+causal_models tiny-gpt2-rand
+lm_jsonl lm.jsonl
+
+spec() { # spec NAME PARALLEL
+    printf 'trainer:\n  model: %s\n  train: data.jsonl\n  output: %s\n  device: cuda\n  epochs: 2\n  batch_size: 8\n  grad_accum: 2\n  lr: 0.003\n  warmup_ratio: 0.1\n  weight_decay: 0.01\n  clip_norm: 0.3\n  dropout: false\n  log_every: 0\n  threads: 1\n  max_len: 16\n  checkpoint_every: 1\n  class_weights: [1.0, 2.0]\n  parallel: %s\n' \
+        "$root/tests/fixtures/trainer/tiny-bert" "$1" "$2" >"$1.yaml"
+}
+lmspec() { # lmspec NAME PARALLEL
+    printf 'trainer:\n  task: causal_lm\n  model: tiny-gpt2-rand\n  train: lm.jsonl\n  output: %s\n  device: cuda\n  epochs: 2\n  batch_size: 4\n  grad_accum: 2\n  lr: 0.003\n  warmup_ratio: 0.1\n  weight_decay: 0.01\n  clip_norm: 0.5\n  max_len: 24\n  log_every: 0\n  threads: 1\n  checkpoint_every: 4\n  parallel: %s\n' \
+        "$1" "$2" >"$1.yaml"
+}
+train() { # train NAME NP
+    local t0=$SECONDS
+    mpi -np "$2" "$bin" train "$1.yaml" 2>"$1.log" || { tail -20 "$1.log"; exit 1; }
+    grep -q "collectives on cuda memory by nccl" "$1.log" || [ "$2" = 1 ] ||
+        { echo "$1: the device collectives did not go through NCCL"; exit 1; }
+    echo -n "$1 ($2 processes, $((SECONDS - t0)) s): "
+}
+
+spec b1 '{dp: 1}'; train b1 1; echo "one emulated GPU"
+lmspec g1 '{dp: 1}'; train g1 1; echo "one emulated GPU"
+bert=("bz1:2:{dp: 2, zero: 1}" "bpp2:2:{pp: 2, microbatches: 2}")
+gpt=()
+if [ -z "${REFINERY_SANITIZED:-}" ]; then
+    bert+=("bz0:2:{dp: 2, zero: 0}" "bz3:2:{dp: 2, zero: 3}" "bdp2pp2:4:{dp: 2, pp: 2, zero: 1, microbatches: 2}"
+        "btp2:2:{tp: 2}")
+    gpt=("gz2:2:{dp: 2, zero: 2}" "gpp2:2:{pp: 2, microbatches: 2}" "gtp2:2:{tp: 2}")
+fi
+for c in "${bert[@]}"; do
+    n=${c%%:*} rest=${c#*:}; np=${rest%%:*} par=${rest#*:}
+    spec "$n" "$par"; train "$n" "$np"
+    test "$(wc -l <"$n/metrics.jsonl")" = 4
+    echo -n "bert $par vs one: "; cmp_runs b1 "$n"
+done
+for c in ${gpt[@]+"${gpt[@]}"}; do
+    n=${c%%:*} rest=${c#*:}; np=${rest%%:*} par=${rest#*:}
+    lmspec "$n" "$par"; train "$n" "$np"
+    test "$(wc -l <"$n/metrics.jsonl")" = 8
+    echo -n "gpt2 $par vs one: "; cmp_runs g1 "$n" --abs-mid-third c_attn.bias 0.024
+done
+echo "nccl_mesh.test.sh: ok${REFINERY_SANITIZED:+ (reduced set under ASan)}"
