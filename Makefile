@@ -65,9 +65,11 @@ NVFLAGS  ?= -O3 -std=c++17 $(foreach a,$(CU_ARCHS),-gencode arch=compute_$(a),co
 LDLIBS   += -L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 -lcudart -lcublas -lnccl
 endif
 # CUDA=emu compiles the same .cu sources with the host C++ compiler against
-# tests/cuda_emu/ (a CPU emulator of the CUDA runtime, cuBLAS and NCCL at one
-# rank; its README says what it checks and what it cannot), so the GPU tests
-# run their kernels on a machine without a GPU: `make test-cuda-emu`.
+# tests/cuda_emu/ (a CPU emulator of the CUDA runtime, cuBLAS, and NCCL at one
+# rank or over MPI between mpirun's processes; its README says what it checks
+# and what it cannot), so the GPU tests and `refinery train` on device cuda
+# run their kernels on a machine without a GPU: make test and make asan build
+# them in $(BUILD)-emu (EMU_BINS) for tests/cuda_emu/*.test.sh.
 ifeq ($(CUDA),emu)
 NVCC     := tests/cuda_emu/cuemu-cc
 CU_GLOB   = $(call mod_dir,$(1))/*.cu $(call mod_dir,$(1))/cuda/*.cu
@@ -186,8 +188,8 @@ $(BUILD)/cuda_emu/selftest: $(BUILD)/obj/tests/cuda_emu/selftest.o $(CUEMU_LIB)
 	@echo '  LD     $@'
 	$(Q)$(CXX) $(LDFLAGS) -o $@ $< $(CUEMU_LIB) $(COMM_MPI_LIBS)
 endif
-# What tests/cuda_emu/cuda_emu.test.sh runs, built in $(BUILD)-emu by make test
-# and make asan: the GPU tests and the emulator's own test.
+# What tests/cuda_emu/*.test.sh run, built in $(1)-emu by make test and make
+# asan: the GPU tests, the emulator's own test, refinery for the meshes.
 EMU_BINS = $(1)-emu/cuda_emu/selftest $(1)-emu/tests/trainer/test_cuda_ops \
            $(1)-emu/tests/trainer/test_cuda_step $(1)-emu/tests/comm/test_comm_nccl \
            $(1)-emu/refinery

@@ -15,7 +15,7 @@ endif
 
 # comm_nccl.c is C compiled by gcc against the CUDA runtime and NCCL headers
 # (the Makefile's CUDA section links -lcudart -lnccl); with CUDA=emu, against
-# tests/cuda_emu's (NCCL at one rank).
+# tests/cuda_emu's (NCCL at one rank, or over MPI under mpirun).
 CUDA_HOME ?= /usr/local/cuda
 ifeq ($(CUDA),1)
 $(BUILD)/obj/services/comm/%.o: CPPFLAGS += -I$(CUDA_HOME)/include
@@ -33,7 +33,7 @@ $(BUILD)/comm/mpi_check: $(BUILD)/obj/tests/comm/mpi_check.o \
 	@echo '  LD     $@'
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(COMM_MPI_LIBS) \
 	    $(if $(filter 1,$(CUDA)),-L$(CUDA_HOME)/lib64 -lcudart -lnccl) \
-	    $(if $(filter emu,$(CUDA)),$(CUEMU_LIB) -lstdc++) -lm
+	    $(if $(filter emu,$(CUDA)),$(CUEMU_LIB) -lstdc++ $(COMM_MPI_LIBS)) -lm
 
 # A by-hand benchmark (not a test): rf_comm_allreduce against MPI_Allreduce.
 $(BUILD)/obj/tests/comm/bench_allreduce.o: CPPFLAGS += $(COMM_MPI_CFLAGS)
@@ -43,4 +43,4 @@ $(BUILD)/comm/bench_allreduce: $(BUILD)/obj/tests/comm/bench_allreduce.o \
 	@echo '  LD     $@'
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(COMM_MPI_LIBS) \
 	    $(if $(filter 1,$(CUDA)),-L$(CUDA_HOME)/lib64 -lcudart -lnccl) \
-	    $(if $(filter emu,$(CUDA)),$(CUEMU_LIB) -lstdc++) -lm
+	    $(if $(filter emu,$(CUDA)),$(CUEMU_LIB) -lstdc++ $(COMM_MPI_LIBS)) -lm

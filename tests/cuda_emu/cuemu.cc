@@ -14,6 +14,7 @@
 #include <mutex>
 #include <sys/mman.h>
 #include <ucontext.h>
+#include <vector>
 
 // Fibers switch by a few instructions of our own on x86-64 (glibc's
 // swapcontext makes a sigprocmask system call at every switch, and a block
@@ -57,7 +58,6 @@ cuemu_switch:
     .text
 )");
 #endif
-#include <vector>
 
 dim3 threadIdx, blockIdx, blockDim, gridDim;
 
