@@ -206,6 +206,14 @@ ncclResult_t mpi_rc(ncclComm_t c, int rc, const char *what) {
     MPI_Error_string(rc, msg, &len);
     return fail(c, std::string(what) + ": " + msg);
 }
+
+// The operation the MPI call (status rc) started as r: queued, or its error.
+ncclResult_t queue(ncclComm_t c, op &&o, int rc, MPI_Request r, const char *what) {
+    if (rc != MPI_SUCCESS) return mpi_rc(c, rc, what);
+    o.reqs.push_back(r);
+    enqueue(std::move(o));
+    return ncclSuccess;
+}
 #endif
 
 } // namespace
@@ -402,12 +410,9 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
                  ? MPI_Iallreduce(MPI_IN_PLACE, recv, (int)count, mpi_type(t), mpi_op(opn),
                                   comm->comm, &r)
                  : MPI_Iallreduce(src, recv, (int)count, mpi_type(t), mpi_op(opn), comm->comm, &r);
-    if (rc != MPI_SUCCESS) return mpi_rc(comm, rc, "allreduce");
-    o.reqs.push_back(r);
     if (opn == ncclAvg)
         o.avg_buf = recv, o.avg_count = count, o.avg_type = t, o.avg_n = comm->nranks;
-    enqueue(std::move(o));
-    return ncclSuccess;
+    return queue(comm, std::move(o), rc, r, "allreduce");
 #else
     (void)s;
     return fail(comm, "more than one rank needs an MPI build of the emulator");
@@ -429,12 +434,9 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclD
     MPI_Request r;
     int rc =
         MPI_Ireduce_scatter_block(src, recv, (int)count, mpi_type(t), mpi_op(opn), comm->comm, &r);
-    if (rc != MPI_SUCCESS) return mpi_rc(comm, rc, "reduce-scatter");
-    o.reqs.push_back(r);
     if (opn == ncclAvg)
         o.avg_buf = recv, o.avg_count = count, o.avg_type = t, o.avg_n = comm->nranks;
-    enqueue(std::move(o));
-    return ncclSuccess;
+    return queue(comm, std::move(o), rc, r, "reduce-scatter");
 #else
     (void)s;
     return fail(comm, "more than one rank needs an MPI build of the emulator");
@@ -456,10 +458,7 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataT
     MPI_Request r;
     int rc =
         MPI_Iallgather(src, (int)count, mpi_type(t), recv, (int)count, mpi_type(t), comm->comm, &r);
-    if (rc != MPI_SUCCESS) return mpi_rc(comm, rc, "all-gather");
-    o.reqs.push_back(r);
-    enqueue(std::move(o));
-    return ncclSuccess;
+    return queue(comm, std::move(o), rc, r, "all-gather");
 #else
     (void)s;
     return fail(comm, "more than one rank needs an MPI build of the emulator");
@@ -481,10 +480,7 @@ ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataT
     o.stream = s;
     MPI_Request r;
     int rc = MPI_Ibcast(recv, (int)count, mpi_type(t), root, comm->comm, &r);
-    if (rc != MPI_SUCCESS) return mpi_rc(comm, rc, "broadcast");
-    o.reqs.push_back(r);
-    enqueue(std::move(o));
-    return ncclSuccess;
+    return queue(comm, std::move(o), rc, r, "broadcast");
 #else
     (void)s;
     return fail(comm, "more than one rank needs an MPI build of the emulator");
@@ -506,10 +502,7 @@ ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t t, int peer
     o.stream = s;
     MPI_Request r;
     int rc = MPI_Isend(send, (int)count, mpi_type(t), peer, 1, comm->comm, &r);
-    if (rc != MPI_SUCCESS) return mpi_rc(comm, rc, "send");
-    o.reqs.push_back(r);
-    enqueue(std::move(o));
-    return ncclSuccess;
+    return queue(comm, std::move(o), rc, r, "send");
 #else
     (void)s;
     return fail(comm, "more than one rank needs an MPI build of the emulator");
@@ -536,10 +529,7 @@ ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t t, int peer, nccl
     MPI_Request r;
     // a message longer than count is an MPI error at completion (MPI_ERR_TRUNCATE), as NCCL's
     int rc = MPI_Irecv(recv, (int)count, mpi_type(t), peer, 1, comm->comm, &r);
-    if (rc != MPI_SUCCESS) return mpi_rc(comm, rc, "receive");
-    o.reqs.push_back(r);
-    enqueue(std::move(o));
-    return ncclSuccess;
+    return queue(comm, std::move(o), rc, r, "receive");
 #else
     (void)s;
     return fail(comm, "more than one rank needs an MPI build of the emulator");
