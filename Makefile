@@ -73,7 +73,7 @@ endif
 ifeq ($(CUDA),emu)
 NVCC     := tests/cuda_emu/cuemu-cc
 CU_GLOB   = $(call mod_dir,$(1))/*.cu $(call mod_dir,$(1))/cuda/*.cu
-CPPFLAGS += -DREFINERY_CUDA=1 -Itests/cuda_emu/include
+CPPFLAGS += -DREFINERY_CUDA=1 -DREFINERY_CUDA_EMU=1 -Itests/cuda_emu/include
 NVFLAGS  := -std=c++17 $(OPT) -g $(WARN) -ffp-contract=off -pthread -Itests/cuda_emu/include \
             -Iservices -DREFINERY_CUDA=1 -MMD -MP $(SANITIZE)
 CUEMU_LIB := $(BUILD)/lib/libcuemu.a

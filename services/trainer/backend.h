@@ -209,6 +209,12 @@ struct rf_backend {
 
     /* the optimizer (semantics: rf_op_sumsq, rf_op_scale, rf_op_adamw in ops.h) */
     int (*sumsq)(const rf_backend *be, double *out, const float *x, size_t n); /* *out on host */
+    /* The sum of squares over spans of x (offset and numel; decay unused):
+     * the spans' rf_op_sumsq added in order, into *out on the host, with one
+     * wait for the device however many spans (the sharded meshes' gradient
+     * norm, which counts some pieces of a buffer and not others). */
+    int (*sumsq_spans)(const rf_backend *be, double *out, const float *x,
+                       const rf_param_span *spans, size_t nspans);
     int (*scale)(const rf_backend *be, float *x, size_t n, float s);
     int (*adamw)(const rf_backend *be, float *params, const float *grads, float *mom1, float *mom2,
                  size_t lo, size_t hi, const rf_param_span *spans, size_t nspans,

@@ -403,6 +403,16 @@ static int sumsq(const rf_backend *be, double *out, const float *x, size_t n) {
     return RF_OK;
 }
 
+static int sumsq_spans(const rf_backend *be, double *out, const float *x,
+                       const rf_param_span *spans, size_t nspans) {
+    (void)be;
+    double s = 0;
+    for (size_t k = 0; k < nspans; k++)
+        s += rf_op_sumsq(x + spans[k].offset, spans[k].numel);
+    *out = s;
+    return RF_OK;
+}
+
 static int scale(const rf_backend *be, float *x, size_t n, float s) {
     (void)be;
     rf_op_scale(x, n, s);
@@ -509,6 +519,7 @@ static const rf_backend cpu = {
     .qlinear_fwd = qlinear_fwd,
     .qlinear_bwd = qlinear_bwd,
     .sumsq = sumsq,
+    .sumsq_spans = sumsq_spans,
     .scale = scale,
     .adamw = adamw,
 };

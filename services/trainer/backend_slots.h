@@ -215,6 +215,10 @@
        int N),                                                                                     \
       (be, dinp, dout, ldo, w, N))                                                                 \
     X(sumsq, (const rf_backend *be, double *out, const float *x, size_t n), (be, out, x, n))       \
+    X(sumsq_spans,                                                                                 \
+      (const rf_backend *be, double *out, const float *x, const rf_param_span *spans,              \
+       size_t nspans),                                                                             \
+      (be, out, x, spans, nspans))                                                                 \
     X(scale, (const rf_backend *be, float *x, size_t n, float s), (be, x, n, s))                   \
     X(adamw,                                                                                       \
       (const rf_backend *be, float *params, const float *grads, float *mom1, float *mom2,          \

@@ -443,22 +443,23 @@ static int build_pieces(mesh *x, const size_t *order, size_t n, size_t pos, size
 /* ---- after the pipeline: gradient sync, norm, AdamW ---- */
 
 /* The sum of squares of the gradients this rank counts (*s): its dp shard of
- * its stage's block, replicated tp spans on tp rank 0 only; by the backend's
- * sumsq, piece by piece. */
+ * its stage's block, replicated tp spans on tp rank 0 only; one sumsq_spans
+ * over those pieces, so one wait for a device however many tensors. */
 static int owned_sumsq(const mesh *x, double *s) {
-    size_t lo = x->plo + x->slo, hi = x->plo + x->shi;
+    size_t lo = x->plo + x->slo, hi = x->plo + x->shi, n = 0;
     *s = 0;
+    rf_param_span *pc = malloc(x->nspans * sizeof *pc);
+    if (!pc) return rf_fail(RF_ERR_NOMEM, "train: no memory for the gradient norm's spans");
     for (size_t k = 0; k < x->nspans; k++) {
         const rf_tp_span *sp = &x->spans[k];
         if (sp->replicated && x->tp_i != 0) continue;
         size_t a = sp->local > lo ? sp->local : lo;
         size_t b = sp->local + sp->n < hi ? sp->local + sp->n : hi;
-        double part = 0;
-        int rc = a < b ? x->be->sumsq(x->be, &part, x->G + (a - x->plo), b - a) : RF_OK;
-        if (rc) return rc;
-        *s += part;
+        if (a < b) pc[n++] = (rf_param_span){a - x->plo, b - a, false};
     }
-    return RF_OK;
+    int rc = x->be->sumsq_spans(x->be, s, x->G, pc, n);
+    free(pc);
+    return rc;
 }
 
 static int sync_and_update(mesh *x, const rf_adamw *opt, long step, float lr, float *norm,

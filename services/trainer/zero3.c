@@ -15,7 +15,9 @@ typedef struct unit {
 
 /* A gathered unit's parameters (N*b floats), or a unit's full gradient (N*b
  * floats, reduce-scattered in place: this rank's block lands at rank*b).
- * unit -1: free. */
+ * unit -1: free. A slot's buffer holds the largest unit (N*bmax floats): made
+ * at its first use and kept to the end, so that a step allocates and frees
+ * nothing (on a GPU cudaFree waits for the whole device). */
 typedef struct pslot {
     int unit;
     float *buf;
@@ -35,9 +37,10 @@ typedef struct gslot {
  * RF_COMM_DEVICE when be->device_memory). Arithmetic (zeroing, accumulating
  * the reduced blocks, the norm, clipping, AdamW) and copies go through the
  * backend; the host touches shard memory only through to_host/to_device.
- * Backend work may be queued asynchronously and the comm layer's stream is
- * not ordered with it, so every collective on a buffer the backend wrote is
- * preceded by be_wait. */
+ * Backend work may be queued asynchronously, so every collective on a buffer
+ * the backend wrote or still reads is preceded by be_wait, which waits on
+ * the host unless the group is ordered after the backend's queue on the
+ * device (train.c: rf_comm_order_after, NCCL). */
 struct rf_zero3 {
     rf_comm *c;
     rf_model *m;
@@ -53,6 +56,8 @@ struct rf_zero3 {
     uint64_t seq;
     int rc; /* first error of a hook event */
     uint64_t bytes;
+    size_t bmax; /* the largest unit's block */
+    float *tmp;  /* zero 2: gather's unit buffer (N*bmax floats), kept */
     size_t work, work_p, peak, peak_p;
 };
 
@@ -73,16 +78,28 @@ static void account(rf_zero3 *z, long dp, long dg) {
 }
 
 /* Waits for the work queued on the backend (backend.h: to_host waits for
- * it), so that a collective starts on finished buffers. Nothing to wait for
- * on the CPU. */
+ * it), so that a collective starts on finished buffers and overwrites none
+ * that queued kernels still read. Nothing to wait for on the CPU, nor on the
+ * host for a group ordered after the backend's queue (its operations wait
+ * for that queue on the device). */
 static int be_wait(rf_zero3 *z) {
-    if (z->be == rf_backend_cpu()) return RF_OK;
+    if (z->be == rf_backend_cpu() || rf_comm_ordered(z->c)) return RF_OK;
     double x;
     return z->be->to_host(z->be, &x, z->scalar, sizeof x);
 }
 
 static float *be_alloc(rf_zero3 *z, size_t n) {
     return rf_backend_alloc(z->be, n * sizeof(float));
+}
+
+/* *buf, a slot's buffer of N*bmax floats: made at its first use, counted in
+ * the working memory from then on. */
+static int slot_buf(rf_zero3 *z, float **buf, bool params) {
+    if (*buf) return RF_OK;
+    size_t n = z->bmax * (size_t)z->world;
+    if (!(*buf = be_alloc(z, n))) return RF_ERR_NOMEM;
+    account(z, params ? (long)n : 0, params ? 0 : (long)n);
+    return RF_OK;
 }
 
 static int fail(rf_zero3 *z, int rc, const char *what, int u) {
@@ -99,13 +116,13 @@ static int p_find(const rf_zero3 *z, int u) {
     return -1;
 }
 
+/* Slot i free again (its buffer kept). */
 static int p_drop(rf_zero3 *z, int i) {
     pslot *s = &z->ps[i];
     if (s->unit < 0) return RF_OK;
-    int rc = rf_comm_wait(s->req); /* a pending gather must end before its buffer goes */
-    account(z, -(long)(z->u[s->unit].b * (size_t)z->world), 0);
-    (void)z->be->free(z->be, s->buf);
-    *s = (pslot){.unit = -1};
+    int rc = rf_comm_wait(s->req); /* a pending gather must end before the slot is reused */
+    s->unit = -1;
+    s->req = NULL;
     return rc;
 }
 
@@ -114,19 +131,16 @@ static int p_start(rf_zero3 *z, int u, int *slot) {
     int i = z->ps[0].unit < 0 ? 0 : 1;
     if (z->ps[i].unit >= 0) return fail(z, RF_ERR_INVALID, "no free buffer for the all-gather", u);
     const unit *k = &z->u[u];
-    size_t n = k->b * (size_t)z->world;
-    float *buf = be_alloc(z, n);
-    if (!buf) return fail(z, RF_ERR_NOMEM, "no memory to gather the parameters", u);
+    if (slot_buf(z, &z->ps[i].buf, true))
+        return fail(z, RF_ERR_NOMEM, "no memory to gather the parameters", u);
     rf_comm_req *req;
+    /* also: the slot's last unit may still be read by queued kernels */
     int rc = be_wait(z);
-    if (!rc) rc = rf_comm_iallgather(z->c, z->p + k->soff, buf, k->b, RF_COMM_F32, &req);
-    if (rc) {
-        (void)z->be->free(z->be, buf);
-        return fail(z, rc, "all-gather of the parameters", u);
-    }
+    if (!rc) rc = rf_comm_iallgather(z->c, z->p + k->soff, z->ps[i].buf, k->b, RF_COMM_F32, &req);
+    if (rc) return fail(z, rc, "all-gather of the parameters", u);
     z->bytes += (uint64_t)(z->world - 1) * k->b * sizeof(float);
-    z->ps[i] = (pslot){u, buf, req};
-    account(z, (long)n, 0);
+    z->ps[i].unit = u;
+    z->ps[i].req = req;
     *slot = i;
     return RF_OK;
 }
@@ -153,7 +167,7 @@ static int p_use(rf_zero3 *z, int u, int next) {
 /* ---- gradient buffers ---- */
 
 /* Waits for slot i's reduce-scatter and adds its block into the gradient
- * shard, then frees the slot. */
+ * shard, then frees the slot (its buffer kept). */
 static int g_finish(rf_zero3 *z, int i) {
     gslot *s = &z->gs[i];
     if (s->unit < 0) return RF_OK;
@@ -170,9 +184,8 @@ static int g_finish(rf_zero3 *z, int i) {
             if (rc) fail(z, rc, "adding the reduced gradient block", s->unit);
         }
     }
-    account(z, 0, -(long)(k->b * (size_t)z->world));
-    (void)z->be->free(z->be, s->buf);
-    *s = (gslot){.unit = -1};
+    s->unit = -1;
+    s->req = NULL;
     return rc;
 }
 
@@ -181,11 +194,15 @@ static int g_begin(rf_zero3 *z, int u) {
     int rc = g_finish(z, i);
     if (rc) return rc;
     const unit *k = &z->u[u];
-    float *buf = be_alloc(z, k->b * (size_t)z->world); /* zeroed */
-    if (!buf) return fail(z, RF_ERR_NOMEM, "no memory for the gradient", u);
-    z->gs[i] = (gslot){u, buf, NULL, ++z->seq};
-    account(z, 0, (long)(k->b * (size_t)z->world));
-    rc = rf_model_bind_unit(z->m, u, NULL, buf);
+    gslot *s = &z->gs[i];
+    if (slot_buf(z, &s->buf, false)) return fail(z, RF_ERR_NOMEM, "no memory for the gradient", u);
+    /* the backward accumulates into it (queued after the last unit's add) */
+    if ((rc = z->be->zero(z->be, s->buf, k->b * (size_t)z->world * sizeof(float))))
+        return fail(z, rc, "zeroing the gradient buffer", u);
+    s->unit = u;
+    s->req = NULL;
+    s->seq = ++z->seq;
+    rc = rf_model_bind_unit(z->m, u, NULL, s->buf);
     return rc ? fail(z, rc, "binding the gradients", u) : RF_OK;
 }
 
@@ -256,6 +273,7 @@ int rf_zero3_new(rf_comm *c, rf_model *m, bool shard_params, rf_zero3 **out) {
         k->b = (k->hi - k->lo + (size_t)z->world - 1) / (size_t)z->world;
         k->soff = z->S;
         z->S += k->b;
+        if (k->b > z->bmax) z->bmax = k->b;
     }
     size_t n = z->S;
     z->p = shard_params ? be_alloc(z, n) : NULL; /* zeroed: the moments start at 0 */
@@ -310,6 +328,11 @@ int rf_zero3_free(rf_zero3 *z, bool restore) {
     (void)be->free(be, z->m1);
     (void)be->free(be, z->m2);
     (void)be->free(be, z->scalar);
+    for (int i = 0; i < 2; i++) {
+        (void)be->free(be, z->ps[i].buf);
+        (void)be->free(be, z->gs[i].buf);
+    }
+    (void)be->free(be, z->tmp);
     free(z);
     return rc;
 }
@@ -339,16 +362,15 @@ int rf_zero3_step(rf_zero3 *z, const rf_adamw *o, long step, float lr, float *no
      * one all-reduce of the scalar. */
     const rf_backend *be = z->be;
     double ss = 0;
-    for (int i = 0; i < z->nunits; i++) {
-        const unit *k = &z->u[i];
-        size_t n = real_len(z, k);
-        double part = 0;
-        int rc = n ? be->sumsq(be, &part, z->g + k->soff, n) : RF_OK;
-        if (rc) return fail(z, rc, "sum of squares of the gradient", i);
-        ss += part;
-    }
+    rf_param_span *pc = malloc((size_t)z->nunits * sizeof *pc);
+    if (!pc) return fail(z, RF_ERR_NOMEM, "sum of squares of the gradient", -1);
+    for (int i = 0; i < z->nunits; i++)
+        pc[i] = (rf_param_span){z->u[i].soff, real_len(z, &z->u[i]), false};
+    int rc = be->sumsq_spans(be, &ss, z->g, pc, (size_t)z->nunits);
+    free(pc);
+    if (rc) return fail(z, rc, "sum of squares of the gradient", -1);
     z->bytes += 2 * (uint64_t)(z->world - 1) * sizeof ss / (uint64_t)z->world;
-    int rc = be->to_device(be, z->scalar, &ss, sizeof ss);
+    rc = be->to_device(be, z->scalar, &ss, sizeof ss);
     if (!rc) rc = rf_comm_allreduce(z->c, z->scalar, z->scalar, 1, RF_COMM_F64, RF_COMM_SUM);
     if (!rc) rc = be->to_host(be, &ss, z->scalar, sizeof ss);
     if (rc) return fail(z, rc, "all-reduce of the gradient norm", -1);
@@ -379,11 +401,11 @@ static int gather(rf_zero3 *z, int which, float *full, bool on_host) {
     bool z2 = which == 0 && !z->shard_params; /* zero 2: every rank's pieces of m->params */
     rf_model_blocks mb = {0};
     int rc = z2 ? rf_model_blocks_of(z->m, &mb) : RF_OK;
-    size_t maxb = 0;
-    for (int i = 0; i < z->nunits; i++)
-        maxb = z->u[i].b > maxb ? z->u[i].b : maxb;
-    float *tmp = rc ? NULL : be_alloc(z, maxb * (size_t)z->world);
+    /* zero 2 gathers every step: its buffer is kept; zero 3's (checkpoints,
+     * the export) lives for the call */
+    float *tmp = z2 && z->tmp ? z->tmp : rc ? NULL : be_alloc(z, z->bmax * (size_t)z->world);
     if (!rc && !tmp) rc = rf_fail(RF_ERR_NOMEM, "train: zero %d: no memory to gather", z2 ? 2 : 3);
+    if (z2) z->tmp = tmp;
     if (!rc) rc = be_wait(z); /* AdamW has written the shards */
     for (int i = 0; i < z->nunits && !rc; i++) {
         const unit *k = &z->u[i];
@@ -407,7 +429,7 @@ static int gather(rf_zero3 *z, int which, float *full, bool on_host) {
             if (!rc && !on_host) rc = be_wait(z);
         }
     }
-    (void)be->free(be, tmp);
+    if (!z2) (void)be->free(be, tmp);
     return rc;
 }
 

@@ -14,7 +14,7 @@
  *
  * The model's unit hook (rf_model_hook) drives the communication:
  *   forward, unit u:  wait for u's all-gather (started as a prefetch while
- *                     u-1 ran, or now), point u's views at it, free the
+ *                     u-1 ran, or now), point u's views at it, release the
  *                     buffer of the unit before, start the all-gather of u+1;
  *   backward, unit u: the same in reverse order (the head's buffer is still
  *                     there from forward), plus a zeroed full-size gradient
@@ -24,8 +24,9 @@
  *                     gradient, when the buffer is needed again or at the end
  *                     of backward).
  * So a rank holds its shards (params, grads, moments: 4 psi / N floats plus
- * padding) and working buffers of at most two units' parameters and two
- * units' gradients at a time; rf_zero3_memory reports both.
+ * padding) and working buffers for two units' parameters and two units'
+ * gradients, each of the largest unit's size, made at first use and kept (a
+ * step allocates and frees nothing); rf_zero3_memory reports both.
  *
  * Every rank must raise the same events in the same order: a rank whose
  * slice of a micro-batch is empty calls rf_zero3_idle instead of

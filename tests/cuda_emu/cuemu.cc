@@ -6,6 +6,8 @@
 
 #include "cuemu_int.h"
 
+#include <atomic>
+#include <execinfo.h>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -67,6 +69,28 @@ std::mutex g_lock; // one kernel or runtime call at a time (shared memory is sta
 cudaError_t g_last = cudaSuccess;
 std::map<uintptr_t, size_t> g_mem; // device allocations: start -> bytes
 size_t g_live = 0;
+std::atomic<uint64_t> g_waits{0}; // cuemu_host_waits
+
+// CUEMU_STATS=1: the count of host waits, printed as the process ends;
+// CUEMU_STATS=trace: also the return addresses of the calls behind each
+// wait (for addr2line), as it happens.
+struct stats_at_exit {
+    ~stats_at_exit() {
+        if (std::getenv("CUEMU_STATS"))
+            std::fprintf(stderr, "cuda_emu: %llu host waits\n", (unsigned long long)g_waits.load());
+    }
+} g_stats_at_exit;
+
+void note_wait() {
+    g_waits++;
+    const char *e = std::getenv("CUEMU_STATS");
+    if (e && !std::strcmp(e, "trace")) {
+        void *pc[8];
+        int n = backtrace(pc, 8);
+        backtrace_symbols_fd(pc + 1, n - 1, 2);
+        std::fprintf(stderr, "--\n");
+    }
+}
 
 [[noreturn]] void die(const char *fmt, const char *a, const char *b = "") {
     std::fprintf(stderr, "cuda_emu: ");
@@ -371,6 +395,7 @@ cudaError_t cudaMallocHost(void **p, size_t bytes) {
 }
 cudaError_t cudaFree(void *p) {
     if (!p) return cudaSuccess;
+    note_wait();
     std::lock_guard<std::mutex> g(g_lock);
     auto it = g_mem.find((uintptr_t)p);
     if (it == g_mem.end()) return cudaErrorInvalidValue;
@@ -383,17 +408,23 @@ cudaError_t cudaFreeHost(void *p) {
     std::free(p);
     return cudaSuccess;
 }
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
-    (void)kind;
-    cuemu_check_range(dst, bytes, "cudaMemcpy destination");
-    cuemu_check_range(src, bytes, "cudaMemcpy source");
+static cudaError_t copy(void *dst, const void *src, size_t bytes, const char *to,
+                        const char *from) {
+    cuemu_check_range(dst, bytes, to);
+    cuemu_check_range(src, bytes, from);
     if (bytes) std::memmove(dst, src, bytes);
     return cudaSuccess;
 }
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
+    (void)kind;
+    note_wait();
+    return copy(dst, src, bytes, "cudaMemcpy destination", "cudaMemcpy source");
+}
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
                             cudaStream_t s) {
+    (void)kind;
     (void)s;
-    return cudaMemcpy(dst, src, bytes, kind);
+    return copy(dst, src, bytes, "cudaMemcpyAsync destination", "cudaMemcpyAsync source");
 }
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
                               size_t width, size_t height, enum cudaMemcpyKind kind,
@@ -438,10 +469,12 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    note_wait();
     cuemu_nccl_wait(s, UINT64_MAX, true);
     return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void) {
+    note_wait();
     cuemu_nccl_wait(nullptr, UINT64_MAX, true);
     return cudaSuccess;
 }
@@ -475,6 +508,9 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
 size_t cuemu_live_bytes(void) {
     std::lock_guard<std::mutex> g(g_lock);
     return g_live;
+}
+uint64_t cuemu_host_waits(void) {
+    return g_waits.load();
 }
 
 // ---- cuBLAS ----

@@ -25,6 +25,9 @@
 #include "trainer/backend.h"
 #include "trainer/ops_causal.h"
 #include "trainer/quant.h"
+#ifdef REFINERY_CUDA_EMU
+#include <cuda_runtime.h> /* cuemu_host_waits, the emulator's test hook */
+#endif
 
 #define TOL 1e-5
 
@@ -565,6 +568,44 @@ static void test_optimizer(void **state) {
         assert_true(fabs(a - b) <= 1e-12 * a);
         gfree(g_g);
         free(g);
+    }
+    /* sumsq_spans: 301 spans of one buffer, empty ones, adjacent ones and
+     * gaps between others, against the CPU's (its spans' rf_op_sumsq in
+     * order), then 2 large spans: one host wait however many spans, once
+     * the span table has grown (counted by the emulator; on a GPU not). */
+    {
+        size_t n = 400000, ns = 301;
+        rf_param_span *sp = malloc(ns * sizeof *sp);
+        for (size_t k = 0, at = 0; k < ns; k++) {
+            size_t len = k % 7 == 3 ? 0 : 1 + (k * 37) % 700;
+            sp[k] = (rf_param_span){at, len, false};
+            at += len + (k % 5 == 0 ? 11 : 0);
+            assert_true(at <= n);
+        }
+        float *g = rnd(n, -1, 1);
+        void *g_g = up(g, n * 4);
+        size_t counts[] = {ns, 0, 1};
+        double warm = 0; /* grows the span table first (cudaFree waits too) */
+        assert_int_equal(gpu->sumsq_spans(gpu, &warm, g_g, sp, ns), 0);
+        rf_param_span big[] = {{3, 150000, false}, {200001, 199999, false}};
+        for (int c = 0; c < 4; c++) {
+            const rf_param_span *s = c < 3 ? sp : big;
+            size_t k = c < 3 ? counts[c] : 2;
+            double a = -1, b = -1;
+#ifdef REFINERY_CUDA_EMU
+            uint64_t w0 = cuemu_host_waits();
+#endif
+            assert_int_equal(gpu->sumsq_spans(gpu, &b, g_g, s, k), 0);
+#ifdef REFINERY_CUDA_EMU
+            assert_int_equal(cuemu_host_waits() - w0, k > 0); /* none for nothing */
+#endif
+            assert_int_equal(cpu->sumsq_spans(cpu, &a, g, s, k), 0);
+            print_message("sumsq_spans %zu spans: cpu %.17g gpu %.17g\n", k, a, b);
+            assert_true(fabs(a - b) <= 1e-12 * a);
+            assert_true(k > 0 ? a > 0 : a == 0 && b == 0);
+        }
+        gfree(g_g);
+        free(g), free(sp);
     }
     /* AdamW over tensors of mixed decay flags: the whole range, then a shard
      * [lo, hi) cutting tensors, with its own moments; two steps each. */

@@ -30,8 +30,10 @@ struct rf_cuda_ctx {
     size_t heads_n;
     float *dprobs; // dprobs_n floats: the causal backward's score gradients (causal_attention.cu)
     size_t dprobs_n;
+    size_t *spans, *spans_host; // sumsq's span table, on the device and pinned (norm.cu)
+    size_t spans_n;             // spans it holds
 };
-#define RF_CUDA_RED 128
+#define RF_CUDA_RED 1040
 
 // Every slot starts here. The current device is per host thread: a slot
 // called from a thread other than the one that made the context (device

@@ -1,19 +1,47 @@
 // The global gradient norm's sum of squares and the clipping scale; twins of
-// rf_op_sumsq and rf_op_scale. The sum is deterministic: RF_OP_SUMSQ_CHUNKS
-// fixed chunks (one block each, a fixed tree inside the block), then one
-// thread adds the chunks in order. Not bitwise the CPU's (other tree), within
-// double rounding of it.
+// rf_op_sumsq (and the CPU's sumsq_spans) and rf_op_scale. The sum is
+// deterministic: fixed pieces of the spans' concatenation (one block each, a
+// fixed tree inside the block), then one block adds the pieces by a fixed
+// tree. Not bitwise the CPU's (other order), within double rounding of it.
+// One wait for the device per call, however many spans.
+#include <limits.h>
+
 #include "trainer/cuda/ops_cuda.cuh"
 #include "trainer/ops.h"
 
 #define NORM_THREADS 256
+// Blocks of the sum's first pass: at most enough to keep a GPU's memory busy
+// (a few per SM), fewer for a small sum; a function of the element count
+// only, so the sum does not depend on the device.
+#define SUMSQ_BLOCKS  1024
+#define SUMSQ_MIN_PER 8
 
-__global__ static void sumsq_chunks_kernel(double *red, const float *x, size_t n, size_t per) {
+// The spans as one virtual vector: tab holds (offset, numel, start) per
+// span, start the span's first index in the concatenation, increasing. Block
+// b sums the virtual indices [b * per, (b + 1) * per), each thread a fixed
+// stride of them, then a fixed tree; red[b] gets the block's sum.
+__global__ static void sumsq_spans_kernel(double *red, const float *x, const size_t *tab, int nsp,
+                                          size_t total, size_t per) {
     __shared__ double part[NORM_THREADS];
-    size_t a = (size_t)blockIdx.x * per, e = a + per < n ? a + per : n;
+    size_t a = (size_t)blockIdx.x * per, e = a + per < total ? a + per : total;
+    int lo = 0, hi = nsp - 1; // the last span starting at or before a
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (tab[3 * mid + 2] <= a)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
     double s = 0;
-    for (size_t i = a + threadIdx.x; i < e; i += NORM_THREADS)
-        s += (double)x[i] * x[i];
+    for (int k = lo; k < nsp && a < e; k++) {
+        size_t off = tab[3 * k], n = tab[3 * k + 1], at = tab[3 * k + 2];
+        size_t b = at + n < e ? at + n : e; // this span's part of [a, e)
+        for (size_t i = a + threadIdx.x; i < b; i += NORM_THREADS) {
+            float v = x[off + (i - at)];
+            s += (double)v * v;
+        }
+        a = b;
+    }
     part[threadIdx.x] = s;
     __syncthreads();
     for (int w = NORM_THREADS / 2; w > 0; w >>= 1) {
@@ -23,32 +51,85 @@ __global__ static void sumsq_chunks_kernel(double *red, const float *x, size_t n
     if (threadIdx.x == 0) red[blockIdx.x] = part[0];
 }
 
-__global__ static void sumsq_total_kernel(double *red, int chunks) {
+// red[n] = the sum of red[0, n): one block, each thread its stride in order,
+// then the fixed tree.
+__global__ static void sum_total_kernel(double *red, int n) {
+    __shared__ double part[NORM_THREADS];
     double s = 0;
-    for (int c = 0; c < chunks; c++)
-        s += red[c];
-    red[chunks] = s;
+    for (int i = threadIdx.x; i < n; i += NORM_THREADS)
+        s += red[i];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = NORM_THREADS / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) red[n] = part[0];
 }
 
-int rf_cu_sumsq(const rf_backend *be, double *out, const float *x, size_t n) {
+// The span table: 3 * n size_t in pinned host memory and on the device,
+// grown on demand (cudaFree and cudaFreeHost wait for the device first).
+static int span_table(rf_cuda_ctx *c, size_t n) {
+    if (n <= c->spans_n) return RF_OK;
+    if (c->spans) cudaFree(c->spans);
+    if (c->spans_host) cudaFreeHost(c->spans_host);
+    c->spans = c->spans_host = NULL;
+    c->spans_n = 0;
+    size_t bytes = 3 * n * sizeof(size_t);
+    int rc = rf_cuda_check(cudaMalloc((void **)&c->spans, bytes), "sumsq span table");
+    if (!rc)
+        rc = rf_cuda_check(cudaMallocHost((void **)&c->spans_host, bytes),
+                           "sumsq span table (pinned)");
+    if (!rc) c->spans_n = n;
+    return rc;
+}
+
+int rf_cu_sumsq_spans(const rf_backend *be, double *out, const float *x, const rf_param_span *spans,
+                      size_t nspans) {
     rf_cuda_ctx *c = cu_ctx(be);
     *out = 0;
-    if (!n) return RF_OK;
-    const int chunks = RF_OP_SUMSQ_CHUNKS;
-    static_assert(RF_OP_SUMSQ_CHUNKS + 1 <= RF_CUDA_RED, "reduction scratch too small");
-    size_t per = (n + chunks - 1) / chunks;
-    sumsq_chunks_kernel<<<chunks, NORM_THREADS, 0, c->stream>>>(c->red, x, n, per);
-    int rc = cu_launched("sumsq");
+    static_assert(SUMSQ_BLOCKS + 1 <= RF_CUDA_RED, "reduction scratch too small");
+    if (nspans > INT_MAX) return rf_fail(RF_ERR_INVALID, "sumsq: %zu spans", nspans);
+    int rc = span_table(c, nspans);
     if (rc) return rc;
-    sumsq_total_kernel<<<1, 1, 0, c->stream>>>(c->red, chunks);
+    // the table, empty spans left out; the host copy is free again when this
+    // returns, as the copy from it has then completed
+    size_t total = 0;
+    int nsp = 0;
+    for (size_t k = 0; k < nspans; k++) {
+        if (!spans[k].numel) continue;
+        c->spans_host[3 * nsp] = spans[k].offset;
+        c->spans_host[3 * nsp + 1] = spans[k].numel;
+        c->spans_host[3 * nsp + 2] = total;
+        total += spans[k].numel;
+        nsp++;
+    }
+    if (!total) return RF_OK;
+    // at least SUMSQ_MIN_PER elements a thread: a small sum takes few blocks
+    size_t want = (total + NORM_THREADS * SUMSQ_MIN_PER - 1) / (NORM_THREADS * SUMSQ_MIN_PER);
+    int blocks = want < SUMSQ_BLOCKS ? (int)want : SUMSQ_BLOCKS;
+    size_t per = (total + blocks - 1) / blocks;
+    if ((rc = rf_cuda_check(cudaMemcpyAsync(c->spans, c->spans_host, 3 * nsp * sizeof(size_t),
+                                            cudaMemcpyHostToDevice, c->stream),
+                            "sumsq (spans)")))
+        return rc;
+    sumsq_spans_kernel<<<blocks, NORM_THREADS, 0, c->stream>>>(c->red, x, c->spans, nsp, total,
+                                                               per);
+    if ((rc = cu_launched("sumsq"))) return rc;
+    sum_total_kernel<<<1, NORM_THREADS, 0, c->stream>>>(c->red, blocks);
     if ((rc = cu_launched("sumsq (total)")) ||
-        (rc = rf_cuda_check(cudaMemcpyAsync(c->red_host, c->red + chunks, sizeof(double),
+        (rc = rf_cuda_check(cudaMemcpyAsync(c->red_host, c->red + blocks, sizeof(double),
                                             cudaMemcpyDeviceToHost, c->stream),
                             "sumsq (to host)")) ||
         (rc = rf_cuda_check(cudaStreamSynchronize(c->stream), "sumsq")))
         return rc;
     *out = c->red_host[0];
     return RF_OK;
+}
+
+int rf_cu_sumsq(const rf_backend *be, double *out, const float *x, size_t n) {
+    rf_param_span whole = {0, n, false};
+    return rf_cu_sumsq_spans(be, out, x, &whole, 1);
 }
 
 __global__ static void scale_kernel(float *x, size_t n, float s) {

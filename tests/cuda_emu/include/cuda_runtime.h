@@ -71,6 +71,12 @@ cudaError_t cudaEventQuery(cudaEvent_t e);
 
 /* Test hook: the number of bytes of emulated device memory live now. */
 size_t cuemu_live_bytes(void);
+/* Test hook: the calls so far that make the host wait for the device on a
+ * GPU: cudaStreamSynchronize, cudaDeviceSynchronize, cudaMemcpy and cudaFree
+ * (which synchronises the device). With CUEMU_STATS set in the environment
+ * the process prints the count to stderr when it exits (CUEMU_STATS=trace:
+ * and the callers of each wait as it happens). */
+uint64_t cuemu_host_waits(void);
 
 #ifdef __cplusplus
 }
