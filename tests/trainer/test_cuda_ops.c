@@ -632,6 +632,38 @@ static void test_optimizer(void **state) {
         gfree(g_p), gfree(g_g), gfree(g_m), gfree(g_v);
         free(p), free(g), free(m), free(v);
     }
+    /* 130 tensors, the decay flag alternating in runs of 1-3, a gap (no
+     * tensor) after every 7th, an empty one: more runs than one launch
+     * takes (48), whole and as a shard cutting runs (the gaps' parameters
+     * must stay as they were, as on the CPU). */
+    {
+        size_t nt = 130, at = 0;
+        rf_param_span *many = malloc(nt * sizeof *many);
+        for (size_t t = 0; t < nt; t++) {
+            size_t len = t == 40 ? 0 : 1 + (t * 53) % 97;
+            many[t] = (rf_param_span){at, len, (t / (1 + t % 3)) % 2 == 0};
+            at += len + (t % 7 == 6 ? 5 : 0);
+        }
+        size_t ranges2[][2] = {{0, at}, {333, at - 200}};
+        for (int r = 0; r < 2; r++) {
+            size_t lo = ranges2[r][0], hi = ranges2[r][1], k = hi - lo;
+            float *p = rnd(at, -1, 1), *g = rnd(at, -1, 1), *m = rnd(k, 0, 0), *v = rnd(k, 0, 0);
+            void *g_p = up(p, at * 4), *g_g = up(g, at * 4), *g_m = up(NULL, k * 4),
+                 *g_v = up(NULL, k * 4);
+            for (long step = 0; step < 2; step++) { /* decay 0.5: a wrong flag shows */
+                rf_adamw_hp hp = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.5f, step};
+                cpu->adamw(cpu, p, g, m, v, lo, hi, many, nt, &hp);
+                assert_int_equal(gpu->adamw(gpu, g_p, g_g, g_m, g_v, lo, hi, many, nt, &hp), 0);
+            }
+            print_message("adamw %zu tensors [%zu, %zu) of %zu\n", nt, lo, hi, at);
+            check("adamw params", g_p, p, at, TOL);
+            check("adamw m", g_m, m, k, TOL);
+            check("adamw v", g_v, v, k, TOL);
+            gfree(g_p), gfree(g_g), gfree(g_m), gfree(g_v);
+            free(p), free(g), free(m), free(v);
+        }
+        free(many);
+    }
 }
 
 static void gfree_all(void **gs, size_t n) {

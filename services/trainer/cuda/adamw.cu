@@ -1,24 +1,50 @@
 // AdamW on the device; twin of rf_op_adamw (same operation order, the bias
 // corrections computed on the host in double as there). A range [lo, hi) of
 // the parameters updates with moments of that range only (a ZeRO shard).
-// Consecutive tensors with the same decay flag form one launch.
+// Consecutive tensors with the same decay flag form one run; up to
+// ADAMW_RUNS runs a launch. Each element's arithmetic is the CPU's.
 #include <math.h>
 
 #include "trainer/cuda/ops_cuda.cuh"
 
-__global__ static void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n,
-                                    float decay, float b1, float b2, float step_size,
+// Runs of the range, at most ADAMW_RUNS a launch, passed by value (a kernel's
+// parameters may take 4 KiB): run k updates elements [off, off + n) with its
+// decay factor, and starts at `at` in the runs' concatenation. One launch
+// covers a whole BERT layer's tensors (weights decay, biases and norms do
+// not: about 16 runs a layer) where a launch per run made ~200 a step.
+#define ADAMW_RUNS 48
+struct adamw_runs {
+    size_t off[ADAMW_RUNS], at[ADAMW_RUNS];
+    float decay[ADAMW_RUNS];
+    size_t total; // elements in all the runs
+    int n;
+};
+
+// One thread an element: the run holding concatenation index i (the last
+// starting at or before it), then the update of rf_op_adamw, in its order.
+// Moments are indexed from lo (a shard's own).
+__global__ static void adamw_kernel(float *p, const float *g, float *m, float *v, size_t lo,
+                                    adamw_runs r, float b1, float b2, float step_size,
                                     float bc2_sqrt, float eps) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float gi = g[i], pi = p[i] * decay, mi = m[i], vi = v[i];
+    if (i >= r.total) return;
+    int a = 0, b = r.n - 1;
+    while (a < b) {
+        int mid = (a + b + 1) / 2;
+        if (r.at[mid] <= i)
+            a = mid;
+        else
+            b = mid - 1;
+    }
+    size_t e = r.off[a] + (i - r.at[a]), k = e - lo;
+    float gi = g[e], pi = p[e] * r.decay[a], mi = m[k], vi = v[k];
     mi += (1.0f - b1) * (gi - mi);
     vi = b2 * vi + (1.0f - b2) * gi * gi;
     float denom = sqrtf(vi) / bc2_sqrt + eps;
     pi -= step_size * mi / denom;
-    p[i] = pi;
-    m[i] = mi;
-    v[i] = vi;
+    p[e] = pi;
+    m[k] = mi;
+    v[k] = vi;
 }
 
 int rf_cu_adamw(const rf_backend *be, float *params, const float *grads, float *mom1, float *mom2,
@@ -28,6 +54,9 @@ int rf_cu_adamw(const rf_backend *be, float *params, const float *grads, float *
     double bc1 = 1.0 - pow(b1, (double)(hp->step + 1)), bc2 = 1.0 - pow(b2, (double)(hp->step + 1));
     float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
     cudaStream_t s = cu_ctx(be)->stream;
+    adamw_runs r;
+    r.n = 0;
+    r.total = 0;
     size_t t = 0;
     while (t < nspans) {
         // a run of tensors with one decay flag, cut to [lo, hi)
@@ -39,15 +68,21 @@ int rf_cu_adamw(const rf_backend *be, float *params, const float *grads, float *
         size_t end = spans[u - 1].offset + spans[u - 1].numel;
         size_t e = end < hi ? end : hi;
         if (a < e) {
-            float decay = spans[t].decay ? 1.0f - lr * hp->weight_decay : 1.0f;
-            size_t n = e - a;
-            adamw_kernel<<<cu_blocks(n, 256), 256, 0, s>>>(params + a, grads + a, mom1 + (a - lo),
-                                                           mom2 + (a - lo), n, decay, b1, b2,
-                                                           step_size, bc2_sqrt, hp->eps);
-            int rc = cu_launched("adamw");
-            if (rc) return rc;
+            r.off[r.n] = a;
+            r.at[r.n] = r.total;
+            r.decay[r.n] = spans[t].decay ? 1.0f - lr * hp->weight_decay : 1.0f;
+            r.total += e - a;
+            r.n++;
         }
         t = u;
+        if (r.n == ADAMW_RUNS || (t == nspans && r.n > 0)) {
+            adamw_kernel<<<cu_blocks(r.total, 256), 256, 0, s>>>(
+                params, grads, mom1, mom2, lo, r, b1, b2, step_size, bc2_sqrt, hp->eps);
+            int rc = cu_launched("adamw");
+            if (rc) return rc;
+            r.n = 0;
+            r.total = 0;
+        }
     }
     return RF_OK;
 }
