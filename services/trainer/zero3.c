@@ -15,9 +15,11 @@ typedef struct unit {
 
 /* A gathered unit's parameters (N*b floats), or a unit's full gradient (N*b
  * floats, reduce-scattered in place: this rank's block lands at rank*b).
- * unit -1: free. A slot's buffer holds the largest unit (N*bmax floats): made
- * at its first use and kept to the end, so that a step allocates and frees
- * nothing (on a GPU cudaFree waits for the whole device). */
+ * unit -1: free. On a device a slot's buffer holds the largest unit (N*bmax
+ * floats), made at its first use and kept to the end, so that a step
+ * allocates and frees nothing (cudaMalloc waits for its memset, cudaFree for
+ * the whole device); in host memory, where allocation is cheap and memory is
+ * what ZeRO saves, a buffer of the unit's size per use. */
 typedef struct pslot {
     int unit;
     float *buf;
@@ -57,7 +59,8 @@ struct rf_zero3 {
     int rc; /* first error of a hook event */
     uint64_t bytes;
     size_t bmax; /* the largest unit's block */
-    float *tmp;  /* zero 2: gather's unit buffer (N*bmax floats), kept */
+    bool keep;   /* be->device_memory: slot buffers kept (pslot) */
+    float *tmp;  /* zero 2 on a device: gather's unit buffer (N*bmax floats), kept */
     size_t work, work_p, peak, peak_p;
 };
 
@@ -92,14 +95,23 @@ static float *be_alloc(rf_zero3 *z, size_t n) {
     return rf_backend_alloc(z->be, n * sizeof(float));
 }
 
-/* *buf, a slot's buffer of N*bmax floats: made at its first use, counted in
- * the working memory from then on. */
-static int slot_buf(rf_zero3 *z, float **buf, bool params) {
-    if (*buf) return RF_OK;
-    size_t n = z->bmax * (size_t)z->world;
+/* *buf, a slot's buffer for unit u (see pslot), counted in the working
+ * memory while held. */
+static int slot_take(rf_zero3 *z, float **buf, int u, bool params) {
+    if (*buf) return RF_OK; /* kept */
+    size_t n = (z->keep ? z->bmax : z->u[u].b) * (size_t)z->world;
     if (!(*buf = be_alloc(z, n))) return RF_ERR_NOMEM;
     account(z, params ? (long)n : 0, params ? 0 : (long)n);
     return RF_OK;
+}
+
+/* The slot of unit u done with its buffer: freed unless kept. */
+static void slot_release(rf_zero3 *z, float **buf, int u, bool params) {
+    if (z->keep || !*buf) return;
+    long n = (long)(z->u[u].b * (size_t)z->world);
+    account(z, params ? -n : 0, params ? 0 : -n);
+    (void)z->be->free(z->be, *buf);
+    *buf = NULL;
 }
 
 static int fail(rf_zero3 *z, int rc, const char *what, int u) {
@@ -121,6 +133,7 @@ static int p_drop(rf_zero3 *z, int i) {
     pslot *s = &z->ps[i];
     if (s->unit < 0) return RF_OK;
     int rc = rf_comm_wait(s->req); /* a pending gather must end before the slot is reused */
+    slot_release(z, &s->buf, s->unit, true);
     s->unit = -1;
     s->req = NULL;
     return rc;
@@ -131,7 +144,7 @@ static int p_start(rf_zero3 *z, int u, int *slot) {
     int i = z->ps[0].unit < 0 ? 0 : 1;
     if (z->ps[i].unit >= 0) return fail(z, RF_ERR_INVALID, "no free buffer for the all-gather", u);
     const unit *k = &z->u[u];
-    if (slot_buf(z, &z->ps[i].buf, true))
+    if (slot_take(z, &z->ps[i].buf, u, true))
         return fail(z, RF_ERR_NOMEM, "no memory to gather the parameters", u);
     rf_comm_req *req;
     /* also: the slot's last unit may still be read by queued kernels */
@@ -184,6 +197,7 @@ static int g_finish(rf_zero3 *z, int i) {
             if (rc) fail(z, rc, "adding the reduced gradient block", s->unit);
         }
     }
+    slot_release(z, &s->buf, s->unit, false);
     s->unit = -1;
     s->req = NULL;
     return rc;
@@ -195,9 +209,12 @@ static int g_begin(rf_zero3 *z, int u) {
     if (rc) return rc;
     const unit *k = &z->u[u];
     gslot *s = &z->gs[i];
-    if (slot_buf(z, &s->buf, false)) return fail(z, RF_ERR_NOMEM, "no memory for the gradient", u);
-    /* the backward accumulates into it (queued after the last unit's add) */
-    if ((rc = z->be->zero(z->be, s->buf, k->b * (size_t)z->world * sizeof(float))))
+    if (slot_take(z, &s->buf, u, false))
+        return fail(z, RF_ERR_NOMEM, "no memory for the gradient", u);
+    /* the backward accumulates into it: a kept buffer still holds the last
+     * unit's gradient (zeroed after that unit's add, in queue order); a new
+     * one comes zeroed */
+    if (z->keep && (rc = z->be->zero(z->be, s->buf, k->b * (size_t)z->world * sizeof(float))))
         return fail(z, rc, "zeroing the gradient buffer", u);
     s->unit = u;
     s->req = NULL;
@@ -253,6 +270,7 @@ int rf_zero3_new(rf_comm *c, rf_model *m, bool shard_params, rf_zero3 **out) {
     z->c = c;
     z->m = m;
     z->be = mb.be;
+    z->keep = mb.be->device_memory;
     z->shard_params = shard_params;
     z->world = rf_comm_world(c);
     z->rank = rf_comm_rank(c);
@@ -401,11 +419,12 @@ static int gather(rf_zero3 *z, int which, float *full, bool on_host) {
     bool z2 = which == 0 && !z->shard_params; /* zero 2: every rank's pieces of m->params */
     rf_model_blocks mb = {0};
     int rc = z2 ? rf_model_blocks_of(z->m, &mb) : RF_OK;
-    /* zero 2 gathers every step: its buffer is kept; zero 3's (checkpoints,
-     * the export) lives for the call */
-    float *tmp = z2 && z->tmp ? z->tmp : rc ? NULL : be_alloc(z, z->bmax * (size_t)z->world);
+    /* zero 2 gathers every step: on a device its buffer is kept; otherwise
+     * (and zero 3's: checkpoints, the export) it lives for the call */
+    bool keep = z2 && z->keep;
+    float *tmp = keep && z->tmp ? z->tmp : rc ? NULL : be_alloc(z, z->bmax * (size_t)z->world);
     if (!rc && !tmp) rc = rf_fail(RF_ERR_NOMEM, "train: zero %d: no memory to gather", z2 ? 2 : 3);
-    if (z2) z->tmp = tmp;
+    if (keep) z->tmp = tmp;
     if (!rc) rc = be_wait(z); /* AdamW has written the shards */
     for (int i = 0; i < z->nunits && !rc; i++) {
         const unit *k = &z->u[i];
@@ -429,7 +448,7 @@ static int gather(rf_zero3 *z, int which, float *full, bool on_host) {
             if (!rc && !on_host) rc = be_wait(z);
         }
     }
-    if (!z2) (void)be->free(be, tmp);
+    if (!keep) (void)be->free(be, tmp);
     return rc;
 }
 

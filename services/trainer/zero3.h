@@ -24,9 +24,11 @@
  *                     gradient, when the buffer is needed again or at the end
  *                     of backward).
  * So a rank holds its shards (params, grads, moments: 4 psi / N floats plus
- * padding) and working buffers for two units' parameters and two units'
- * gradients, each of the largest unit's size, made at first use and kept (a
- * step allocates and frees nothing); rf_zero3_memory reports both.
+ * padding) and working buffers of at most two units' parameters and two
+ * units' gradients at a time; rf_zero3_memory reports both. On a device
+ * (be->device_memory) those four buffers have the largest unit's size and
+ * are kept from their first use to the end, so that a step allocates and
+ * frees nothing (cudaFree synchronises the device).
  *
  * Every rank must raise the same events in the same order: a rank whose
  * slice of a micro-batch is empty calls rf_zero3_idle instead of
