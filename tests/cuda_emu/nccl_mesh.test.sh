@@ -12,8 +12,9 @@
 # tiny BERT classifier: dp 2 at ZeRO 0, 1 and 3, pp 2, dp 2 x pp 2, tp 2; the
 # tiny GPT-2: dp 2 at ZeRO 2, pp 2, tp 2. Under ASan (REFINERY_SANITIZED) dp
 # 2 ZeRO 1 and pp 2 only. Then the host waits per step of three meshes (tp
-# 2, ZeRO 3, pp 2; ZeRO 3 only under ASan). This is NCCL's API on MPI, not
-# NCCL: no GPU, no NVLink, no NCCL kernels (tests/cuda_emu/README.md).
+# 2, ZeRO 3, pp 2, and one GPU; ZeRO 3 only under ASan). This is NCCL's API
+# on MPI, not NCCL: no GPU, no NVLink, no NCCL kernels
+# (tests/cuda_emu/README.md).
 set -euo pipefail
 export REFINERY_BIN=${REFINERY_BUILD:?}-emu/refinery
 [ -x "$REFINERY_BIN" ] || { echo "SKIP: $REFINERY_BIN is not built (make test builds it with CUDA=emu)"; exit 77; }
@@ -66,15 +67,16 @@ done
 # host wait for a GPU (stream and device synchronisations, cudaMemcpy,
 # cudaFree; CUEMU_STATS), here of one mesh run for 1 and for 3 epochs, one
 # micro-batch a step (pp: two), no checkpoints. At most 16 per extra step on
-# the busiest rank (measured 6-12: each micro-batch's uploads and loss, the
-# norm, the logged loss's all-reduce); a norm summed per tensor took 170 at
-# tp 2, ZeRO-3's unit buffers allocated and freed per unit 45.
+# the busiest rank (measured 6-12: each micro-batch's four uploads and its
+# loss, the norm, the logged loss's all-reduce; 6 on one GPU); a norm summed
+# per tensor took 170 at tp 2, ZeRO-3's unit buffers allocated and freed per
+# unit 45.
 waits() { # waits NAME NP: the largest count over the ranks
     CUEMU_STATS=1 mpi -np "$2" "$bin" train "$1.yaml" 2>"$1.log" || { tail -20 "$1.log"; exit 1; }
     grep -o "cuda_emu: [0-9]* host waits" "$1.log" | awk '$2 > m {m = $2} END {print m + 0}'
 }
 wmesh=("wz3:2:{dp: 2, zero: 3}")
-[ -n "${REFINERY_SANITIZED:-}" ] || wmesh+=("wtp:2:{tp: 2}" "wpp:2:{pp: 2, microbatches: 2}")
+[ -n "${REFINERY_SANITIZED:-}" ] || wmesh+=("wtp:2:{tp: 2}" "wpp:2:{pp: 2, microbatches: 2}" "w1:1:{dp: 1}")
 for c in "${wmesh[@]}"; do
     n=${c%%:*} rest=${c#*:}; np=${rest%%:*} par=${rest#*:}
     for e in 1 3; do
@@ -85,7 +87,7 @@ for c in "${wmesh[@]}"; do
     s1=$(wc -l <"${n}1/metrics.jsonl") s3=$(wc -l <"${n}3/metrics.jsonl")
     [ "$w1" -gt 0 ] && [ "$s3" -gt "$s1" ] || { echo "$n: no count ($w1 waits) or no extra step ($s1, $s3)"; exit 1; }
     per=$(((w3 - w1 + s3 - s1 - 1) / (s3 - s1)))
-    echo "bert $par: $w1 host waits in $s1 steps, $w3 in $s3: $per per step (at most 16)"
+    echo "bert $par ($np processes): $w1 host waits in $s1 steps, $w3 in $s3: $per per step (at most 16)"
     [ "$per" -le 16 ] || { echo "$n: $per host waits per step"; exit 1; }
 done
 echo "nccl_mesh.test.sh: ok${REFINERY_SANITIZED:+ (reduced set under ASan)}"
