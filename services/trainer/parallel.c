@@ -83,6 +83,11 @@ typedef struct mesh {
     const rf_tp_span *spans;
     size_t nspans;
     rf_tp_span one;
+    /* what of G this rank counts in the gradient norm: its shard [slo, shi)
+     * of the stage, a tp span replicated on every tp rank only on tp rank 0;
+     * stage coordinates (own_pieces) */
+    rf_param_span *own;
+    size_t nown;
     const rf_tensor_info *gtab; /* the whole model's table */
     size_t ngtab, gnp;
     rf_model_blocks lb; /* the local table and the backend (the optimizer's spans) */
@@ -442,24 +447,28 @@ static int build_pieces(mesh *x, const size_t *order, size_t n, size_t pos, size
 
 /* ---- after the pipeline: gradient sync, norm, AdamW ---- */
 
-/* The sum of squares of the gradients this rank counts (*s): its dp shard of
- * its stage's block, replicated tp spans on tp rank 0 only; one sumsq_spans
- * over those pieces, so one wait for a device however many tensors. */
-static int owned_sumsq(const mesh *x, double *s) {
-    size_t lo = x->plo + x->slo, hi = x->plo + x->shi, n = 0;
-    *s = 0;
-    rf_param_span *pc = malloc(x->nspans * sizeof *pc);
-    if (!pc) return rf_fail(RF_ERR_NOMEM, "train: no memory for the gradient norm's spans");
+/* The pieces of G whose squares this rank counts in the norm (see own):
+ * fixed once the stage and the shard are, so built once, by setup_stage. */
+static int own_pieces(mesh *x) {
+    size_t lo = x->plo + x->slo, hi = x->plo + x->shi;
+    x->nown = 0;
+    if (!(x->own = malloc((x->nspans ? x->nspans : 1) * sizeof *x->own)))
+        return rf_fail(RF_ERR_NOMEM, "train: no memory for the gradient norm's spans");
     for (size_t k = 0; k < x->nspans; k++) {
         const rf_tp_span *sp = &x->spans[k];
         if (sp->replicated && x->tp_i != 0) continue;
         size_t a = sp->local > lo ? sp->local : lo;
         size_t b = sp->local + sp->n < hi ? sp->local + sp->n : hi;
-        if (a < b) pc[n++] = (rf_param_span){a - x->plo, b - a, false};
+        if (a < b) x->own[x->nown++] = (rf_param_span){a - x->plo, b - a, false};
     }
-    int rc = x->be->sumsq_spans(x->be, s, x->G, pc, n);
-    free(pc);
-    return rc;
+    return RF_OK;
+}
+
+/* The sum of squares of the gradients this rank counts (*s): its dp shard of
+ * its stage's block, replicated tp spans on tp rank 0 only; one sumsq_spans
+ * over those pieces, so one wait for a device however many tensors. */
+static int owned_sumsq(const mesh *x, double *s) {
+    return x->be->sumsq_spans(x->be, s, x->G, x->own, x->nown);
 }
 
 static int sync_and_update(mesh *x, const rf_adamw *opt, long step, float lr, float *norm,
@@ -843,6 +852,7 @@ static int setup_stage(mesh *x, size_t accum) {
         if (!rc && x->has_copy) rc = rf_model_bind_unit(x->inst[k], 0, x->E, x->EG);
     }
     if (!rc) rc = rf_model_blocks_of(x->m, &x->lb); /* the local table stays */
+    if (!rc) rc = own_pieces(x);
     return rc;
 }
 
@@ -861,7 +871,7 @@ static void free_mesh(mesh *x) {
         rf_backend_free(be, x->pool[i].p);
     free(x->pool);
     if (be) rf_backend_free(be, x->sync);
-    free(x->pc), free(x->st);
+    free(x->pc), free(x->st), free(x->own);
     if (x->dp_dev != x->cm.dp_comm) (void)rf_comm_destroy(x->dp_dev);
     if (x->pp_dev != x->cm.pp_comm) (void)rf_comm_destroy(x->pp_dev);
     if (x->tp_dev != x->cm.tp_comm) (void)rf_comm_destroy(x->tp_dev);

@@ -58,9 +58,10 @@ struct rf_zero3 {
     uint64_t seq;
     int rc; /* first error of a hook event */
     uint64_t bytes;
-    size_t bmax; /* the largest unit's block */
-    bool keep;   /* be->device_memory: slot buffers kept (pslot) */
-    float *tmp;  /* zero 2 on a device: gather's unit buffer (N*bmax floats), kept */
+    size_t bmax;        /* the largest unit's block */
+    bool keep;          /* be->device_memory: slot buffers kept (pslot) */
+    float *tmp;         /* zero 2 on a device: gather's unit buffer (N*bmax floats), kept */
+    rf_param_span *own; /* per unit, this rank's real piece of g (the norm's spans) */
     size_t work, work_p, peak, peak_p;
 };
 
@@ -293,6 +294,9 @@ int rf_zero3_new(rf_comm *c, rf_model *m, bool shard_params, rf_zero3 **out) {
         z->S += k->b;
         if (k->b > z->bmax) z->bmax = k->b;
     }
+    z->own = malloc((z->nunits > 0 ? (size_t)z->nunits : 1) * sizeof *z->own);
+    for (int i = 0; z->own && i < z->nunits; i++)
+        z->own[i] = (rf_param_span){z->u[i].soff, real_len(z, &z->u[i]), false};
     size_t n = z->S;
     z->p = shard_params ? be_alloc(z, n) : NULL; /* zeroed: the moments start at 0 */
     z->g = be_alloc(z, n);
@@ -300,7 +304,7 @@ int rf_zero3_new(rf_comm *c, rf_model *m, bool shard_params, rf_zero3 **out) {
     z->m2 = be_alloc(z, n);
     void *sc = NULL;
     if (!z->be->alloc(z->be, &sc, sizeof(double))) z->scalar = sc;
-    if ((shard_params && !z->p) || !z->g || !z->m1 || !z->m2 || !z->scalar) {
+    if ((shard_params && !z->p) || !z->g || !z->m1 || !z->m2 || !z->scalar || !z->own) {
         rf_zero3_free(z, false);
         return rf_fail(RF_ERR_NOMEM, "train: zero 3: no memory for the shards");
     }
@@ -340,6 +344,7 @@ int rf_zero3_free(rf_zero3 *z, bool restore) {
         if (!rc) rc = r;
     }
     free(z->u);
+    free(z->own);
     const rf_backend *be = z->be; /* free(NULL) is a no-op on every backend */
     (void)be->free(be, z->p);
     (void)be->free(be, z->g);
@@ -380,12 +385,7 @@ int rf_zero3_step(rf_zero3 *z, const rf_adamw *o, long step, float lr, float *no
      * one all-reduce of the scalar. */
     const rf_backend *be = z->be;
     double ss = 0;
-    rf_param_span *pc = malloc((size_t)z->nunits * sizeof *pc);
-    if (!pc) return fail(z, RF_ERR_NOMEM, "sum of squares of the gradient", -1);
-    for (int i = 0; i < z->nunits; i++)
-        pc[i] = (rf_param_span){z->u[i].soff, real_len(z, &z->u[i]), false};
-    int rc = be->sumsq_spans(be, &ss, z->g, pc, (size_t)z->nunits);
-    free(pc);
+    int rc = be->sumsq_spans(be, &ss, z->g, z->own, (size_t)z->nunits);
     if (rc) return fail(z, rc, "sum of squares of the gradient", -1);
     z->bytes += 2 * (uint64_t)(z->world - 1) * sizeof ss / (uint64_t)z->world;
     rc = be->to_device(be, z->scalar, &ss, sizeof ss);

@@ -16,13 +16,25 @@
 #define SUMSQ_BLOCKS  1024
 #define SUMSQ_MIN_PER 8
 
+// The sum of the block's NORM_THREADS values s by a fixed tree, returned to
+// thread 0 (the others get a partial sum). Every thread of the block calls it.
+__device__ static double block_sum(double s) {
+    __shared__ double part[NORM_THREADS];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = NORM_THREADS / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    return part[threadIdx.x];
+}
+
 // The spans as one virtual vector: tab holds (offset, numel, start) per
 // span, start the span's first index in the concatenation, increasing. Block
 // b sums the virtual indices [b * per, (b + 1) * per), each thread a fixed
 // stride of them, then a fixed tree; red[b] gets the block's sum.
 __global__ static void sumsq_spans_kernel(double *red, const float *x, const size_t *tab, int nsp,
                                           size_t total, size_t per) {
-    __shared__ double part[NORM_THREADS];
     size_t a = (size_t)blockIdx.x * per, e = a + per < total ? a + per : total;
     int lo = 0, hi = nsp - 1; // the last span starting at or before a
     while (lo < hi) {
@@ -42,29 +54,18 @@ __global__ static void sumsq_spans_kernel(double *red, const float *x, const siz
         }
         a = b;
     }
-    part[threadIdx.x] = s;
-    __syncthreads();
-    for (int w = NORM_THREADS / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) red[blockIdx.x] = part[0];
+    s = block_sum(s);
+    if (threadIdx.x == 0) red[blockIdx.x] = s;
 }
 
 // red[n] = the sum of red[0, n): one block, each thread its stride in order,
 // then the fixed tree.
 __global__ static void sum_total_kernel(double *red, int n) {
-    __shared__ double part[NORM_THREADS];
     double s = 0;
     for (int i = threadIdx.x; i < n; i += NORM_THREADS)
         s += red[i];
-    part[threadIdx.x] = s;
-    __syncthreads();
-    for (int w = NORM_THREADS / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) red[n] = part[0];
+    s = block_sum(s);
+    if (threadIdx.x == 0) red[n] = s;
 }
 
 // The span table: 3 * n size_t in pinned host memory and on the device,
