@@ -258,6 +258,28 @@ int rf_device_check(const char *device);
 void *rf_backend_alloc(const rf_backend *be, size_t bytes);
 /* be->free of p; NULL is ignored, as free(3). */
 void rf_backend_free(const rf_backend *be, void *p);
+/* A model's per-batch inputs (ids, types, positions, masks, labels) as the
+ * pieces of one host buffer and of one backend block laid out alike, each
+ * piece 16-byte aligned, so a batch reaches the backend with one to_device:
+ * on a GPU one host wait a micro-batch instead of one a piece. */
+#define RF_INPUTS_MAX 8
+typedef struct rf_inputs {
+    unsigned char *host;           /* malloc'd; owned */
+    unsigned char *dev;            /* backend memory; owned */
+    size_t off[RF_INPUTS_MAX + 1]; /* piece i is [off[i], off[i] + size_i); off[n] the end */
+    int n;
+} rf_inputs;
+/* Replaces *in (freeing its blocks) with n pieces of sizes[i] bytes; on
+ * failure (RF_ERR_NOMEM, or RF_ERR_INVALID for n outside [1, RF_INPUTS_MAX])
+ * *in is unchanged. */
+int rf_inputs_alloc(rf_inputs *in, const rf_backend *be, int n, const size_t *sizes);
+/* Piece i in the host buffer and in the backend block. */
+void *rf_inputs_host(const rf_inputs *in, int i);
+void *rf_inputs_dev(const rf_inputs *in, int i);
+/* The host buffer's pieces [0, k) to the backend block, in one to_device. */
+int rf_inputs_send(const rf_inputs *in, const rf_backend *be, int k);
+/* Frees both blocks; *in is then empty (a second call is a no-op). */
+void rf_inputs_free(rf_inputs *in, const rf_backend *be);
 /* RF_OK when be is the CPU backend, else RF_ERR_UNSUPPORTED: "<who>: <what>
  * runs on the CPU backend only (trainer.device: cpu)". */
 int rf_backend_need_cpu(const rf_backend *be, const char *who, const char *what);

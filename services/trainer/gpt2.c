@@ -274,16 +274,7 @@ void rf_gpt2_free(rf_gpt2 *m) {
     free(m->da.res);
     rf_backend_free(be, m->acts);
     rf_backend_free(be, m->dacts);
-    rf_backend_free(be, m->ids_dev);
-    rf_backend_free(be, m->labels_dev);
-    rf_backend_free(be, m->pos_dev);
-    rf_backend_free(be, m->seg_dev);
-    rf_backend_free(be, m->valid_dev);
-    free(m->ids);
-    free(m->labels);
-    free(m->pos);
-    free(m->seg);
-    free(m->valid);
+    rf_inputs_free(&m->in, be);
     free(m->tgt);
     rf_backend_free(be, m->tgt_dev);
     rf_backend_free(be, m->se);
@@ -524,33 +515,29 @@ int rf_gpt2_reserve(rf_gpt2 *m, int B, int T) {
     float *a = rf_backend_alloc(be, n * sizeof(float)),
           *d = train ? rf_backend_alloc(be, ng * sizeof(float)) : NULL;
     size_t nt = (size_t)nB * T, ni = sizeof(int32_t) * nt;
-    int32_t *ids = malloc(ni), *lab = malloc(ni), *pos = malloc(ni), *seg = malloc(ni);
-    uint8_t *valid = malloc(nt);
-    int32_t *ids_d = rf_backend_alloc(be, ni), *lab_d = rf_backend_alloc(be, ni),
-            *pos_d = rf_backend_alloc(be, ni), *seg_d = rf_backend_alloc(be, ni);
-    uint8_t *valid_d = rf_backend_alloc(be, nt);
     int32_t *tgt = malloc(ni), *tgt_d = rf_backend_alloc(be, ni);
     double *se = rf_backend_alloc(be, sizeof(double) * nt);
-    if (!a || (train && !d) || !ids || !lab || !pos || !seg || !valid || !tgt || !tgt_d || !se ||
-        !ids_d || !lab_d || !pos_d || !seg_d || !valid_d) {
-        rf_backend_free(be, a), rf_backend_free(be, d), rf_backend_free(be, ids_d),
-            rf_backend_free(be, lab_d);
-        rf_backend_free(be, pos_d), rf_backend_free(be, seg_d), rf_backend_free(be, valid_d);
+    /* ids, labels, positions, segments, valid: one upload a forward */
+    size_t pieces[5] = {ni, ni, ni, ni, nt};
+    rf_inputs in = {0};
+    if (!a || (train && !d) || !tgt || !tgt_d || !se || rf_inputs_alloc(&in, be, 5, pieces)) {
+        rf_backend_free(be, a), rf_backend_free(be, d);
         rf_backend_free(be, tgt_d), rf_backend_free(be, se);
-        free(ids), free(lab), free(pos), free(seg), free(valid), free(tgt);
+        free(tgt);
         return RF_ERR_NOMEM;
     }
-    rf_backend_free(be, m->acts), rf_backend_free(be, m->dacts), rf_backend_free(be, m->ids_dev);
-    rf_backend_free(be, m->labels_dev), rf_backend_free(be, m->pos_dev),
-        rf_backend_free(be, m->seg_dev);
-    rf_backend_free(be, m->valid_dev);
-    free(m->ids), free(m->labels), free(m->valid);
+    rf_backend_free(be, m->acts), rf_backend_free(be, m->dacts);
+    rf_inputs_free(&m->in, be);
     rf_backend_free(be, m->tgt_dev), rf_backend_free(be, m->se);
-    free(m->pos), free(m->seg), free(m->tgt);
-    m->acts = a, m->dacts = d, m->ids = ids, m->labels = lab, m->valid = valid;
-    m->pos = pos, m->seg = seg, m->tgt = tgt, m->tgt_dev = tgt_d, m->se = se;
-    m->ids_dev = ids_d, m->labels_dev = lab_d, m->pos_dev = pos_d, m->seg_dev = seg_d;
-    m->valid_dev = valid_d;
+    free(m->tgt);
+    m->in = in;
+    m->ids = rf_inputs_host(&in, 0), m->labels = rf_inputs_host(&in, 1);
+    m->pos = rf_inputs_host(&in, 2), m->seg = rf_inputs_host(&in, 3);
+    m->valid = rf_inputs_host(&in, 4);
+    m->ids_dev = rf_inputs_dev(&in, 0), m->labels_dev = rf_inputs_dev(&in, 1);
+    m->pos_dev = rf_inputs_dev(&in, 2), m->seg_dev = rf_inputs_dev(&in, 3);
+    m->valid_dev = rf_inputs_dev(&in, 4);
+    m->acts = a, m->dacts = d, m->tgt = tgt, m->tgt_dev = tgt_d, m->se = se;
     m->nacts = n, m->ngrads = ng, m->capB = nB, m->capT = T;
     return RF_OK;
 }
@@ -629,12 +616,7 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
         m->seg[n] = bt->seg ? bt->seg[n] : 0;
     }
     m->B = B, m->T = T, m->has_labels = labels != NULL, m->packed = bt->seg != NULL;
-    size_t ni = sizeof(int32_t) * (size_t)N; /* the batch on the backend, once per forward */
-    TRY(be->to_device(be, m->ids_dev, m->ids, ni));
-    TRY(be->to_device(be, m->labels_dev, m->labels, ni));
-    TRY(be->to_device(be, m->pos_dev, m->pos, ni));
-    TRY(be->to_device(be, m->seg_dev, m->seg, ni));
-    TRY(be->to_device(be, m->valid_dev, m->valid, (size_t)N));
+    TRY(rf_inputs_send(&m->in, be, 5)); /* the batch on the backend: one upload */
     /* the views for this B x T (the arena holds capB x capT) */
     layout(m, &m->a, m->acts, B, T, false);
     rf_gpt2_acts *a = &m->a;

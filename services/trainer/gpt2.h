@@ -78,7 +78,8 @@ typedef struct rf_gpt2 {
     size_t nacts, ngrads;
     rf_gpt2_acts a, da;
 
-    int B, T;                          /* the last forward's batch, kept for backward */
+    int B, T;     /* the last forward's batch, kept for backward */
+    rf_inputs in; /* the pieces below, host and backend: one upload a forward */
     int32_t *ids, *labels, *pos, *seg; /* host copies (checks, tp) */
     uint8_t *valid;
     int32_t *ids_dev, *labels_dev, *pos_dev, *seg_dev; /* backend copies (the slots) */

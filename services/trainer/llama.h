@@ -68,6 +68,7 @@ typedef struct rf_llama {
     size_t nacts, ngrads;
     rf_llama_acts a, da;
     int B, T;
+    rf_inputs in; /* the pieces below, host and backend: one upload a forward */
     int32_t *ids, *labels, *pos, *seg; /* host copies (checks, tp) */
     uint8_t *valid;
     int32_t *ids_dev, *labels_dev, *pos_dev, *seg_dev; /* backend copies (the slots) */

@@ -316,10 +316,7 @@ void rf_bert_free(rf_bert *m) {
     rf_backend_free(be, m->v);
     rf_backend_free(be, m->acts);
     rf_backend_free(be, m->dacts);
-    rf_backend_free(be, m->ids_dev);
-    rf_backend_free(be, m->types_dev);
-    rf_backend_free(be, m->labels_dev);
-    rf_backend_free(be, m->valid_dev);
+    rf_inputs_free(&m->in, be);
     rf_backend_free(be, m->class_weights_dev);
     free(m->p.layers);
     free(m->g.layers);
@@ -538,20 +535,19 @@ int rf_bert_reserve(rf_bert *m, int B, int T) {
     free(la);
     rf_backend_free(be, m->acts);
     rf_backend_free(be, m->dacts);
-    rf_backend_free(be, m->ids_dev);
-    rf_backend_free(be, m->types_dev);
-    rf_backend_free(be, m->labels_dev);
-    rf_backend_free(be, m->valid_dev);
     m->acts = rf_backend_alloc(be, n * sizeof(float));
     m->dacts = rf_backend_alloc(be, ng * sizeof(float));
-    m->ids_dev = rf_backend_alloc(be, (size_t)B * T * sizeof(int32_t));
-    m->types_dev = rf_backend_alloc(be, (size_t)B * T * sizeof(int32_t));
-    m->valid_dev = rf_backend_alloc(be, (size_t)B * T);
-    m->labels_dev = rf_backend_alloc(be, (size_t)B * sizeof(int32_t));
+    size_t nt = (size_t)B * T, pieces[4] = {nt * sizeof(int32_t), nt * sizeof(int32_t), nt,
+                                            (size_t)B * sizeof(int32_t)};
+    int irc = rf_inputs_alloc(&m->in, be, 4, pieces);
+    m->ids_dev = irc ? NULL : rf_inputs_dev(&m->in, 0);
+    m->types_dev = irc ? NULL : rf_inputs_dev(&m->in, 1);
+    m->valid_dev = irc ? NULL : rf_inputs_dev(&m->in, 2);
+    m->labels_dev = irc ? NULL : rf_inputs_dev(&m->in, 3);
     m->capB = B;
     m->capT = T;
     m->nacts = n;
-    if (!m->acts || !m->dacts || !m->ids_dev || !m->types_dev || !m->valid_dev || !m->labels_dev) {
+    if (!m->acts || !m->dacts || irc) {
         m->capB = m->capT = 0;
         return rf_fail(RF_ERR_NOMEM, "model: no memory for activations of %dx%d", B, T);
     }
@@ -619,10 +615,11 @@ int rf_bert_forward_range(rf_bert *m, const rf_batch *bt, bool train, uint64_t d
             return rf_fail(RF_ERR_RANGE, "model: label %d outside [0, %d)", bt->labels[b], K);
     rc = rf_bert_reserve(m, B, T);
     if (rc) return rc;
-    TRY(be->to_device(be, m->ids_dev, bt->ids, N * sizeof(int32_t)));
-    TRY(be->to_device(be, m->types_dev, bt->types, N * sizeof(int32_t)));
-    TRY(be->to_device(be, m->valid_dev, bt->valid, N));
-    if (bt->labels) TRY(be->to_device(be, m->labels_dev, bt->labels, (size_t)B * sizeof(int32_t)));
+    memcpy(rf_inputs_host(&m->in, 0), bt->ids, N * sizeof(int32_t));
+    memcpy(rf_inputs_host(&m->in, 1), bt->types, N * sizeof(int32_t));
+    memcpy(rf_inputs_host(&m->in, 2), bt->valid, N);
+    if (bt->labels) memcpy(rf_inputs_host(&m->in, 3), bt->labels, (size_t)B * sizeof(int32_t));
+    TRY(rf_inputs_send(&m->in, be, bt->labels ? 4 : 3)); /* one upload */
     m->last = *bt;
     m->last_train = train;
     m->last_seed = dropout_seed;

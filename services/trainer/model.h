@@ -78,7 +78,10 @@ typedef struct rf_bert {
     int capB, capT;      /* activation arena capacity */
     float *acts, *dacts; /* dacts: the gradients, two layer regions (model.c's layout) */
     size_t nacts;        /* floats in acts */
-    int32_t *labels_dev; /* copies of the last batch kept for backward */
+    /* the last batch on the backend, kept for backward: the pieces of in
+     * (ids, types, valid, labels), sent with one upload a forward */
+    rf_inputs in;
+    int32_t *labels_dev;
     int32_t *ids_dev, *types_dev;
     uint8_t *valid_dev;
     rf_batch last;

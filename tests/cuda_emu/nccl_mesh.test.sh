@@ -66,11 +66,12 @@ done
 # Host waits per optimizer step: the emulator counts the calls that make the
 # host wait for a GPU (stream and device synchronisations, cudaMemcpy,
 # cudaFree; CUEMU_STATS), here of one mesh run for 1 and for 3 epochs, one
-# micro-batch a step (pp: two), no checkpoints. At most 16 per extra step on
-# the busiest rank (measured 6-12: each micro-batch's four uploads and its
-# loss, the norm, the logged loss's all-reduce; 6 on one GPU); a norm summed
-# per tensor took 170 at tp 2, ZeRO-3's unit buffers allocated and freed per
-# unit 45.
+# micro-batch a step (pp: two), no checkpoints. At most 10 per extra step on
+# the busiest rank (measured 3-9: each micro-batch's one upload of its inputs
+# and its loss, the norm, the logged loss's all-reduce; 3 on one GPU). Before:
+# a norm summed per tensor took 170 at tp 2, ZeRO-3's unit buffers allocated
+# and freed per unit 45, an upload per input (ids, types, mask, labels) 6 on
+# one GPU.
 waits() { # waits NAME NP: the largest count over the ranks
     CUEMU_STATS=1 mpi -np "$2" "$bin" train "$1.yaml" 2>"$1.log" || { tail -20 "$1.log"; exit 1; }
     grep -o "cuda_emu: [0-9]* host waits" "$1.log" | awk '$2 > m {m = $2} END {print m + 0}'
@@ -87,7 +88,7 @@ for c in "${wmesh[@]}"; do
     s1=$(wc -l <"${n}1/metrics.jsonl") s3=$(wc -l <"${n}3/metrics.jsonl")
     [ "$w1" -gt 0 ] && [ "$s3" -gt "$s1" ] || { echo "$n: no count ($w1 waits) or no extra step ($s1, $s3)"; exit 1; }
     per=$(((w3 - w1 + s3 - s1 - 1) / (s3 - s1)))
-    echo "bert $par ($np processes): $w1 host waits in $s1 steps, $w3 in $s3: $per per step (at most 16)"
-    [ "$per" -le 16 ] || { echo "$n: $per host waits per step"; exit 1; }
+    echo "bert $par ($np processes): $w1 host waits in $s1 steps, $w3 in $s3: $per per step (at most 10)"
+    [ "$per" -le 10 ] || { echo "$n: $per host waits per step"; exit 1; }
 done
 echo "nccl_mesh.test.sh: ok${REFINERY_SANITIZED:+ (reduced set under ASan)}"
