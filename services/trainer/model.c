@@ -661,9 +661,9 @@ int rf_bert_forward_range(rf_bert *m, const rf_batch *bt, bool train, uint64_t d
         int Tq = last ? 1 : T;
         size_t Nq = (size_t)B * Tq;
         const float *xq = x;
-        if (last) {
-            for (int b = 0; b < B; b++)
-                TRY(be->copy(be, a.cls + (size_t)b * C, x + (size_t)b * T * C, C * sizeof(float)));
+        if (last) { /* row 0 of each sequence, in one copy */
+            TRY(be->copy2d(be, a.cls, C * sizeof(float), x, (size_t)T * C * sizeof(float),
+                           C * sizeof(float), (size_t)B));
             xq = a.cls;
         }
         if (tp) { /* QKV column-parallel by heads, attention on the local heads, output

@@ -22,43 +22,71 @@ int rf_cu_heads_buf(rf_cuda_ctx *c, size_t n) {
     return rf_cuda_grow(&c->heads, &c->heads_n, n, "attention heads");
 }
 
-// dst[B, NH, R, hs] = rows 0..R-1 of each of the B blocks of Ts rows of
-// src (row stride ld), columns off.. off+C-1 (head h at off + h hs).
-__global__ static void to_heads_kernel(float *dst, const float *src, int ld, int off, int B, int Ts,
-                                       int R, int C, int NH) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)B * R * C;
+// The pieces by value: a launch's grid.y picks one.
+struct heads_pieces {
+    rf_cu_heads_piece p[RF_CU_HEADS_MAX];
+};
+
+// Piece blockIdx.y: its buf[B, NH, R, hs] = rows 0..R-1 of each of the B
+// blocks of Ts rows of src (row stride ld), columns off..off+C-1 (head h at
+// off + h hs).
+__global__ static void to_heads_kernel(heads_pieces ps, const float *src, int ld, int B, int Ts) {
+    const rf_cu_heads_piece p = ps.p[blockIdx.y];
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)B * p.R * p.C;
     if (i >= n) return;
-    int hs = C / NH, d = (int)(i % hs);
+    int hs = p.C / p.NH, d = (int)(i % hs);
     size_t r = i / hs;
-    int t = (int)(r % R), bh = (int)(r / R), b = bh / NH, h = bh % NH;
-    dst[i] = src[((size_t)b * Ts + t) * ld + off + (size_t)h * hs + d];
+    int t = (int)(r % p.R), bh = (int)(r / p.R), b = bh / p.NH, h = bh % p.NH;
+    p.buf[i] = src[((size_t)b * Ts + t) * ld + p.off + (size_t)h * hs + d];
 }
 
 // The inverse into x (row stride ld, blocks of Tx rows, columns off..):
 // assigned, or added when add.
-__global__ static void from_heads_kernel(float *x, int ld, int off, const float *src, int B, int Tx,
-                                         int R, int C, int NH, bool add) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)B * R * C;
+__global__ static void from_heads_kernel(float *x, int ld, int B, int Tx, heads_pieces ps,
+                                         bool add) {
+    const rf_cu_heads_piece p = ps.p[blockIdx.y];
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)B * p.R * p.C;
     if (i >= n) return;
-    int hs = C / NH, d = (int)(i % hs);
+    int hs = p.C / p.NH, d = (int)(i % hs);
     size_t r = i / hs;
-    int t = (int)(r % R), bh = (int)(r / R), b = bh / NH, h = bh % NH;
-    float *y = x + ((size_t)b * Tx + t) * ld + off + (size_t)h * hs + d;
-    *y = add ? *y + src[i] : src[i];
+    int t = (int)(r % p.R), bh = (int)(r / p.R), b = bh / p.NH, h = bh % p.NH;
+    float *y = x + ((size_t)b * Tx + t) * ld + p.off + (size_t)h * hs + d;
+    *y = add ? *y + p.buf[i] : p.buf[i];
 }
 
-int rf_cu_to_heads(rf_cuda_ctx *c, float *dst, const float *src, int ld, int off, int B, int Ts,
-                   int R, int C, int NH) {
-    size_t n = (size_t)B * R * C;
-    to_heads_kernel<<<cu_blocks(n, 256), 256, 0, c->stream>>>(dst, src, ld, off, B, Ts, R, C, NH);
+// The pieces as the kernels take them, and the blocks of the largest (0
+// when every piece is empty: nothing to launch).
+static int heads_grid(const rf_cu_heads_piece *p, int n, int B, heads_pieces *ps,
+                      unsigned *blocks) {
+    if (n < 1 || n > RF_CU_HEADS_MAX)
+        return rf_fail(RF_ERR_INVALID, "cuda attention: %d head pieces", n);
+    size_t most = 0;
+    for (int k = 0; k < n; k++) {
+        ps->p[k] = p[k];
+        size_t e = (size_t)B * p[k].R * p[k].C;
+        if (e > most) most = e;
+    }
+    *blocks = most ? cu_blocks(most, 256) : 0;
+    return RF_OK;
+}
+
+int rf_cu_to_heads_n(rf_cuda_ctx *c, const rf_cu_heads_piece *p, int n, const float *src, int ld,
+                     int B, int Ts) {
+    heads_pieces ps;
+    unsigned blocks = 0;
+    int rc = heads_grid(p, n, B, &ps, &blocks);
+    if (rc || !blocks) return rc;
+    to_heads_kernel<<<dim3(blocks, n), 256, 0, c->stream>>>(ps, src, ld, B, Ts);
     return cu_launched("attention (to heads)");
 }
 
-int rf_cu_from_heads(rf_cuda_ctx *c, float *x, int ld, int off, const float *src, int B, int Tx,
-                     int R, int C, int NH, bool add) {
-    size_t n = (size_t)B * R * C;
-    from_heads_kernel<<<cu_blocks(n, 256), 256, 0, c->stream>>>(x, ld, off, src, B, Tx, R, C, NH,
-                                                                add);
+int rf_cu_from_heads_n(rf_cuda_ctx *c, float *x, int ld, int B, int Tx, const rf_cu_heads_piece *p,
+                       int n, bool add) {
+    heads_pieces ps;
+    unsigned blocks = 0;
+    int rc = heads_grid(p, n, B, &ps, &blocks);
+    if (rc || !blocks) return rc;
+    from_heads_kernel<<<dim3(blocks, n), 256, 0, c->stream>>>(x, ld, B, Tx, ps, add);
     return cu_launched("attention (from heads)");
 }
 
@@ -172,10 +200,8 @@ int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scr
     size_t nq = (size_t)B * Tq * C, nk = (size_t)B * T * C;
     if ((rc = rf_cu_heads_buf(c, 2 * nq + 2 * nk))) return rc;
     float *q = c->heads, *k = q + nq, *v = k + nk, *o = v + nk;
-    if ((rc = rf_cu_to_heads(c, q, qkv, 3 * C, 0, B, T, Tq, C, NH)) ||
-        (rc = rf_cu_to_heads(c, k, qkv, 3 * C, C, B, T, T, C, NH)) ||
-        (rc = rf_cu_to_heads(c, v, qkv, 3 * C, 2 * C, B, T, T, C, NH)))
-        return rc;
+    rf_cu_heads_piece qkvp[3] = {{q, 0, Tq, C, NH}, {k, C, T, C, NH}, {v, 2 * C, T, C, NH}};
+    if ((rc = rf_cu_to_heads_n(c, qkvp, 3, qkv, 3 * C, B, T))) return rc;
     // S (Tq x T, row-major) = q k^T scale: column-major S^T (T x Tq) = k (T x hs) q^T
     float scale = 1.0f / sqrtf((float)hs);
     if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_T, CUBLAS_OP_N, T, Tq, hs, scale, k, hs,
@@ -191,7 +217,8 @@ int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scr
                                  (long long)T * hs, pd ? pd : att, T, (long long)Tq * T, 0.0f, o,
                                  hs, (long long)Tq * hs, Z, "attention_fwd (values)")))
         return rc;
-    return rf_cu_from_heads(c, out, C, 0, o, B, Tq, Tq, C, NH, false);
+    rf_cu_heads_piece op = {o, 0, Tq, C, NH};
+    return rf_cu_from_heads_n(c, out, C, B, Tq, &op, 1, false);
 }
 
 int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const float *dout,
@@ -206,10 +233,10 @@ int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const
     float *q = c->heads, *k = q + nq, *v = k + nk, *dO = v + nk, *dq = dO + nq, *dk = dq + nq,
           *dv = dk + nk;
     long long sq = (long long)Tq * hs, skv = (long long)T * hs, sa = (long long)Tq * T;
-    if ((rc = rf_cu_to_heads(c, q, qkv, 3 * C, 0, B, T, Tq, C, NH)) ||
-        (rc = rf_cu_to_heads(c, k, qkv, 3 * C, C, B, T, T, C, NH)) ||
-        (rc = rf_cu_to_heads(c, v, qkv, 3 * C, 2 * C, B, T, T, C, NH)) ||
-        (rc = rf_cu_to_heads(c, dO, dout, C, 0, B, Tq, Tq, C, NH)))
+    rf_cu_heads_piece qkvp[3] = {{q, 0, Tq, C, NH}, {k, C, T, C, NH}, {v, 2 * C, T, C, NH}},
+                      dop = {dO, 0, Tq, C, NH};
+    if ((rc = rf_cu_to_heads_n(c, qkvp, 3, qkv, 3 * C, B, T)) ||
+        (rc = rf_cu_to_heads_n(c, &dop, 1, dout, C, B, Tq)))
         return rc;
     // dv (T x hs) = P^T dout, P the dropped probabilities (into scratch when
     // dropout is on): column-major dv^T (hs x T) = dout^T (hs x Tq) P (Tq x T)
@@ -239,8 +266,6 @@ int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const
     if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, Tq, 1.0f, q, hs, sq, scratch,
                                  T, sa, 0.0f, dk, hs, skv, Z, "attention_bwd (keys)")))
         return rc;
-    if ((rc = rf_cu_from_heads(c, dqkv, 3 * C, 0, dq, B, T, Tq, C, NH, true)) ||
-        (rc = rf_cu_from_heads(c, dqkv, 3 * C, C, dk, B, T, T, C, NH, true)))
-        return rc;
-    return rf_cu_from_heads(c, dqkv, 3 * C, 2 * C, dv, B, T, T, C, NH, true);
+    rf_cu_heads_piece dp[3] = {{dq, 0, Tq, C, NH}, {dk, C, T, C, NH}, {dv, 2 * C, T, C, NH}};
+    return rf_cu_from_heads_n(c, dqkv, 3 * C, B, T, dp, 3, true);
 }

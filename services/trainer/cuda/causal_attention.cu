@@ -97,10 +97,10 @@ int rf_cu_causal_attention_fwd(const rf_backend *be, float *out, float *att, con
     size_t nq = (size_t)B * T * NH * hs, nk = (size_t)B * T * NKV * hs, rows = (size_t)B * NH * T;
     if ((rc = rf_cu_heads_buf(c, 2 * nq + 2 * nk))) return rc;
     float *q = c->heads, *k = q + nq, *v = k + nk, *o = v + nk;
-    if ((rc = rf_cu_to_heads(c, q, qkv, W, 0, B, T, T, NH * hs, NH)) ||
-        (rc = rf_cu_to_heads(c, k, qkv, W, NH * hs, B, T, T, NKV * hs, NKV)) ||
-        (rc = rf_cu_to_heads(c, v, qkv, W, (NH + NKV) * hs, B, T, T, NKV * hs, NKV)))
-        return rc;
+    rf_cu_heads_piece qkvp[3] = {{q, 0, T, NH * hs, NH},
+                                 {k, NH * hs, T, NKV * hs, NKV},
+                                 {v, (NH + NKV) * hs, T, NKV * hs, NKV}};
+    if ((rc = rf_cu_to_heads_n(c, qkvp, 3, qkv, W, B, T))) return rc;
     long long sq = (long long)M * hs, skv = (long long)T * hs, sa = (long long)M * T;
     // S (M x T, row-major) = q k^T scale: column-major S^T (T x M) = k (T x hs) q^T
     float scale = 1.0f / sqrtf((float)hs);
@@ -114,7 +114,8 @@ int rf_cu_causal_attention_fwd(const rf_backend *be, float *out, float *att, con
     if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, M, T, 1.0f, v, hs, skv, att, T,
                                  sa, 0.0f, o, hs, sq, Z, "causal_attention_fwd (values)")))
         return rc;
-    return rf_cu_from_heads(c, out, NH * hs, 0, o, B, T, T, NH * hs, NH, false);
+    rf_cu_heads_piece op = {o, 0, T, NH * hs, NH};
+    return rf_cu_from_heads_n(c, out, NH * hs, B, T, &op, 1, false);
 }
 
 // scratch (B*NH*T floats by the slot's contract) is not needed: the score
@@ -133,10 +134,12 @@ int rf_cu_causal_attention_bwd(const rf_backend *be, float *dqkv, float *scratch
         return rc;
     float *q = c->heads, *k = q + nq, *v = k + nk, *dO = v + nk, *dq = dO + nq, *dk = dq + nq,
           *dv = dk + nk, *ds = c->dprobs;
-    if ((rc = rf_cu_to_heads(c, q, qkv, W, 0, B, T, T, NH * hs, NH)) ||
-        (rc = rf_cu_to_heads(c, k, qkv, W, NH * hs, B, T, T, NKV * hs, NKV)) ||
-        (rc = rf_cu_to_heads(c, v, qkv, W, (NH + NKV) * hs, B, T, T, NKV * hs, NKV)) ||
-        (rc = rf_cu_to_heads(c, dO, dout, NH * hs, 0, B, T, T, NH * hs, NH)))
+    rf_cu_heads_piece qkvp[3] = {{q, 0, T, NH * hs, NH},
+                                 {k, NH * hs, T, NKV * hs, NKV},
+                                 {v, (NH + NKV) * hs, T, NKV * hs, NKV}},
+                      dop = {dO, 0, T, NH * hs, NH};
+    if ((rc = rf_cu_to_heads_n(c, qkvp, 3, qkv, W, B, T)) ||
+        (rc = rf_cu_to_heads_n(c, &dop, 1, dout, NH * hs, B, T)))
         return rc;
     long long sq = (long long)M * hs, skv = (long long)T * hs, sa = (long long)M * T;
     // dv (T x hs) = P^T dout over the group's M query rows: column-major
@@ -159,10 +162,10 @@ int rf_cu_causal_attention_bwd(const rf_backend *be, float *dqkv, float *scratch
     if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, M, 1.0f, q, hs, sq, ds, T, sa,
                                  0.0f, dk, hs, skv, Z, "causal_attention_bwd (keys)")))
         return rc;
-    if ((rc = rf_cu_from_heads(c, dqkv, W, 0, dq, B, T, T, NH * hs, NH, true)) ||
-        (rc = rf_cu_from_heads(c, dqkv, W, NH * hs, dk, B, T, T, NKV * hs, NKV, true)))
-        return rc;
-    return rf_cu_from_heads(c, dqkv, W, (NH + NKV) * hs, dv, B, T, T, NKV * hs, NKV, true);
+    rf_cu_heads_piece dp[3] = {{dq, 0, T, NH * hs, NH},
+                               {dk, NH * hs, T, NKV * hs, NKV},
+                               {dv, (NH + NKV) * hs, T, NKV * hs, NKV}};
+    return rf_cu_from_heads_n(c, dqkv, W, B, T, dp, 3, true);
 }
 
 // Inference: n new queries over a key/value cache (twin of

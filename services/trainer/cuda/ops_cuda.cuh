@@ -51,17 +51,27 @@ int rf_cu_embed_rows_bwd(const rf_backend *be, float *dw, float *dwpe, float *dw
                          int hi, int B, int T, int C);
 // attention.cu
 // Shared with causal_attention.cu: the context's head-major buffer with at
-// least n floats; dst[B, NH, R, hs] = rows 0..R-1 of each of the B blocks of
-// Ts rows of src (row stride ld), columns off..off+C-1 (head h at off + h hs,
-// hs = C / NH), and its inverse into x (blocks of Tx rows; assigned, or added
-// when add); and C_z = alpha op(A_z) op(B_z) + beta C_z for z < count,
-// column-major, strides sa/sb/sc between the z, the context's compute type
-// (as rf_cu_gemm).
+// least n floats; each piece's buf[B, NH, R, hs] = rows 0..R-1 of each of
+// the B blocks of Ts rows of src (row stride ld), columns off..off+C-1 (head
+// h at off + h hs, hs = C / NH), and its inverse into x (blocks of Tx rows;
+// assigned, or added when add); and C_z = alpha op(A_z) op(B_z) + beta C_z
+// for z < count, column-major, strides sa/sb/sc between the z, the context's
+// compute type (as rf_cu_gemm).
 int rf_cu_heads_buf(rf_cuda_ctx *c, size_t n);
-int rf_cu_to_heads(rf_cuda_ctx *c, float *dst, const float *src, int ld, int off, int B, int Ts,
-                   int R, int C, int NH);
-int rf_cu_from_heads(rf_cuda_ctx *c, float *x, int ld, int off, const float *src, int B, int Tx,
-                     int R, int C, int NH, bool add);
+// A head piece: buf is [B, NH, R, hs] (hs = C / NH), the head-major copy
+// of columns off..off+C-1 of a row-major matrix, rows 0..R-1 of each block.
+// The _n forms move up to RF_CU_HEADS_MAX pieces of one matrix in one launch
+// (q, k and v out of qkv; dq, dk and dv into dqkv); an empty piece moves
+// nothing.
+#define RF_CU_HEADS_MAX 3
+typedef struct rf_cu_heads_piece {
+    float *buf;
+    int off, R, C, NH;
+} rf_cu_heads_piece;
+int rf_cu_to_heads_n(rf_cuda_ctx *c, const rf_cu_heads_piece *p, int n, const float *src, int ld,
+                     int B, int Ts);
+int rf_cu_from_heads_n(rf_cuda_ctx *c, float *x, int ld, int B, int Tx, const rf_cu_heads_piece *p,
+                       int n, bool add);
 int rf_cu_gemm_batched(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                        int k, float alpha, const float *A, int lda, long long sa, const float *B,
                        int ldb, long long sb, float beta, float *Cm, int ldc, long long sc,
