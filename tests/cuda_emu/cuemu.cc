@@ -6,6 +6,7 @@
 
 #include "cuemu_int.h"
 
+#include <algorithm>
 #include <atomic>
 #include <execinfo.h>
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <vector>
@@ -70,16 +72,50 @@ cudaError_t g_last = cudaSuccess;
 std::map<uintptr_t, size_t> g_mem; // device allocations: start -> bytes
 size_t g_live = 0;
 std::atomic<uint64_t> g_waits{0}; // cuemu_host_waits
+std::atomic<uint64_t> g_ops{0};   // cuemu_device_ops
+std::mutex g_ops_lock;            // g_by_name
+std::map<std::string, uint64_t> g_by_name;
 
-// CUEMU_STATS=1: the count of host waits, printed as the process ends;
-// CUEMU_STATS=trace: also the return addresses of the calls behind each
-// wait (for addr2line), as it happens.
+// CUEMU_STATS=1: the counts of host waits and device operations, printed as
+// the process ends; CUEMU_STATS=trace: also the return addresses of the
+// calls behind each wait (for addr2line), as it happens; CUEMU_STATS=ops:
+// also the operations by name, most first. CUEMU_TRACE_OP=NAME prints the
+// return addresses behind each operation of that name (a kernel's, or
+// cudaMemcpyAsync, cublasGemmEx, ...).
 struct stats_at_exit {
     ~stats_at_exit() {
-        if (std::getenv("CUEMU_STATS"))
-            std::fprintf(stderr, "cuda_emu: %llu host waits\n", (unsigned long long)g_waits.load());
+        const char *e = std::getenv("CUEMU_STATS");
+        if (!e) return;
+        std::fprintf(stderr, "cuda_emu: %llu host waits, %llu device operations\n",
+                     (unsigned long long)g_waits.load(), (unsigned long long)g_ops.load());
+        std::vector<std::pair<uint64_t, std::string>> v;
+        for (auto &kv : g_by_name)
+            v.push_back({kv.second, kv.first});
+        std::sort(v.begin(), v.end(), [](auto &a, auto &b) { return a.first > b.first; });
+        for (auto &p : v)
+            std::fprintf(stderr, "cuda_emu: %10llu %s\n", (unsigned long long)p.first,
+                         p.second.c_str());
     }
 } g_stats_at_exit;
+
+// One operation queued for the device (a kernel, a cuBLAS call, an
+// asynchronous copy or memset): each is a host API call and a command in a
+// GPU's stream, whatever its size.
+void note_op(const char *name) {
+    g_ops++;
+    const char *e = std::getenv("CUEMU_STATS");
+    if (e && !std::strcmp(e, "ops")) {
+        std::lock_guard<std::mutex> g(g_ops_lock);
+        g_by_name[name]++;
+    }
+    const char *t = std::getenv("CUEMU_TRACE_OP"); // the callers of one operation
+    if (t && !std::strcmp(t, name)) {
+        void *pc[8];
+        int n = backtrace(pc, 8);
+        backtrace_symbols_fd(pc + 1, n - 1, 2);
+        std::fprintf(stderr, "--\n");
+    }
+}
 
 void note_wait() {
     g_waits++;
@@ -318,6 +354,7 @@ void launch(const char *name, dim3 grid, dim3 block, size_t shmem, cudaStream_t 
         g_last = cudaErrorInvalidConfiguration;
         return;
     }
+    note_op(name);
     g_kernel = name;
     g_body = &body;
     gridDim = grid;
@@ -424,6 +461,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
                             cudaStream_t s) {
     (void)kind;
     (void)s;
+    note_op("cudaMemcpyAsync");
     return copy(dst, src, bytes, "cudaMemcpyAsync destination", "cudaMemcpyAsync source");
 }
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
@@ -432,6 +470,7 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
     (void)kind;
     (void)s;
     if (width > dpitch || width > spitch) return cudaErrorInvalidValue;
+    note_op("cudaMemcpy2DAsync");
     for (size_t r = 0; r < height; r++) {
         cuemu_check_range((char *)dst + r * dpitch, width, "cudaMemcpy2DAsync destination row");
         cuemu_check_range((const char *)src + r * spitch, width, "cudaMemcpy2DAsync source row");
@@ -446,6 +485,7 @@ cudaError_t cudaMemset(void *p, int value, size_t bytes) {
 }
 cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s) {
     (void)s;
+    note_op("cudaMemsetAsync");
     return cudaMemset(p, value, bytes);
 }
 
@@ -512,6 +552,9 @@ size_t cuemu_live_bytes(void) {
 uint64_t cuemu_host_waits(void) {
     return g_waits.load();
 }
+uint64_t cuemu_device_ops(void) {
+    return g_ops.load();
+}
 
 // ---- cuBLAS ----
 struct cuemu_blas {
@@ -559,6 +602,7 @@ cublasStatus_t cublasSgemv(cublasHandle_t h, cublasOperation_t t, int m, int n, 
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (m < 0 || n < 0 || lda < (m > 1 ? m : 1) || !incx || !incy)
         return CUBLAS_STATUS_INVALID_VALUE;
+    note_op("cublasSgemv");
     int ny = t == CUBLAS_OP_N ? m : n, nx = t == CUBLAS_OP_N ? n : m;
     for (int i = 0; i < ny; i++) {
         double s = 0;
@@ -622,6 +666,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
     (void)algo;
     cublasStatus_t st = gemm_check(h, ta, tb, m, n, k, lda, ldb, ldc, at, bt, ct, compute);
     if (st) return st;
+    note_op("cublasGemmEx");
     return gemm1(ta, tb, m, n, k, *(const float *)alpha, (const float *)A, lda, (const float *)B,
                  ldb, *(const float *)beta, (float *)C, ldc,
                  compute == CUBLAS_COMPUTE_32F_FAST_16BF);
@@ -638,6 +683,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
     cublasStatus_t st = gemm_check(h, ta, tb, m, n, k, lda, ldb, ldc, at, bt, ct, compute);
     if (st) return st;
     if (count < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    note_op("cublasGemmStridedBatchedEx");
     for (int b = 0; b < count; b++)
         gemm1(ta, tb, m, n, k, *(const float *)alpha, (const float *)A + b * sa, lda,
               (const float *)B + b * sb, ldb, *(const float *)beta, (float *)C + b * sc, ldc,

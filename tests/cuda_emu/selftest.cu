@@ -126,8 +126,16 @@ int main() {
     half_barrier<<<1, 128>>>(o); // the emulator's choice: exited threads do not hold a barrier up
     check(cudaGetLastError() == cudaSuccess, "__syncthreads after some threads exited completes");
 
+    uint64_t ops0 = cuemu_device_ops();
     nothing<<<dim3(1, 70000), 32>>>(o);
     check(cudaGetLastError() == cudaErrorInvalidConfiguration, "grid.y 70000 is refused at launch");
+    check(cuemu_device_ops() == ops0, "a refused launch is not counted as a device operation");
+    nothing<<<3, 32>>>(o);
+    cudaMemsetAsync(o, 0, 4, nullptr);
+    cudaMemcpyAsync(o + 1, o, 4, cudaMemcpyDeviceToDevice, nullptr);
+    cudaMemcpy(o + 1, o, 4, cudaMemcpyDeviceToDevice); // a wait, not a queued operation
+    check(cuemu_device_ops() == ops0 + 3,
+          "a launch, an async memset and an async copy: 3 operations");
     nothing<<<1, 2048>>>(o);
     check(cudaGetLastError() == cudaErrorInvalidConfiguration, "2048 threads a block are refused");
     check(cudaGetLastError() == cudaSuccess, "cudaGetLastError clears the error");
@@ -153,9 +161,11 @@ int main() {
     cudaMalloc((void **)&dC, sizeof C);
     cudaMemcpy(dA, A, sizeof A, cudaMemcpyHostToDevice);
     cudaMemcpy(dB, B, sizeof B, cudaMemcpyHostToDevice);
+    uint64_t ops1 = cuemu_device_ops();
     cublasStatus_t st = cublasGemmEx(bl, CUBLAS_OP_T, CUBLAS_OP_N, 3, 2, 4, &alpha, dA, CUDA_R_32F,
                                      5, dB, CUDA_R_32F, 4, &beta, dC, CUDA_R_32F, 3,
                                      CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT);
+    check(cuemu_device_ops() == ops1 + 1, "a cuBLAS call is one device operation");
     cudaMemcpy(C, dC, sizeof C, cudaMemcpyDeviceToHost);
     check(st == CUBLAS_STATUS_SUCCESS && std::memcmp(C, want, sizeof C) == 0,
           "cublasGemmEx, A transposed, lda > rows, beta 0 over NaN");

@@ -77,6 +77,10 @@ size_t cuemu_live_bytes(void);
  * the process prints the count to stderr when it exits (CUEMU_STATS=trace:
  * and the callers of each wait as it happens). */
 uint64_t cuemu_host_waits(void);
+/* Test hook: the operations queued for the device so far: kernel launches,
+ * cuBLAS calls, asynchronous copies and memsets (NCCL's are not counted).
+ * CUEMU_STATS prints the count too; CUEMU_STATS=ops and the count by name. */
+uint64_t cuemu_device_ops(void);
 
 #ifdef __cplusplus
 }
