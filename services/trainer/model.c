@@ -537,13 +537,14 @@ int rf_bert_reserve(rf_bert *m, int B, int T) {
     rf_backend_free(be, m->dacts);
     m->acts = rf_backend_alloc(be, n * sizeof(float));
     m->dacts = rf_backend_alloc(be, ng * sizeof(float));
-    size_t nt = (size_t)B * T, pieces[4] = {nt * sizeof(int32_t), nt * sizeof(int32_t), nt,
-                                            (size_t)B * sizeof(int32_t)};
-    int irc = rf_inputs_alloc(&m->in, be, 4, pieces);
+    size_t nt = (size_t)B * T, nb = (size_t)B * sizeof(int32_t),
+           pieces[5] = {nt * sizeof(int32_t), nt * sizeof(int32_t), nt, nb, nb};
+    int irc = rf_inputs_alloc(&m->in, be, 5, pieces);
     m->ids_dev = irc ? NULL : rf_inputs_dev(&m->in, 0);
     m->types_dev = irc ? NULL : rf_inputs_dev(&m->in, 1);
     m->valid_dev = irc ? NULL : rf_inputs_dev(&m->in, 2);
-    m->labels_dev = irc ? NULL : rf_inputs_dev(&m->in, 3);
+    m->cls_rows_dev = irc ? NULL : rf_inputs_dev(&m->in, 3);
+    m->labels_dev = irc ? NULL : rf_inputs_dev(&m->in, 4);
     m->capB = B;
     m->capT = T;
     m->nacts = n;
@@ -618,8 +619,11 @@ int rf_bert_forward_range(rf_bert *m, const rf_batch *bt, bool train, uint64_t d
     memcpy(rf_inputs_host(&m->in, 0), bt->ids, N * sizeof(int32_t));
     memcpy(rf_inputs_host(&m->in, 1), bt->types, N * sizeof(int32_t));
     memcpy(rf_inputs_host(&m->in, 2), bt->valid, N);
-    if (bt->labels) memcpy(rf_inputs_host(&m->in, 3), bt->labels, (size_t)B * sizeof(int32_t));
-    TRY(rf_inputs_send(&m->in, be, bt->labels ? 4 : 3)); /* one upload */
+    int32_t *rows = rf_inputs_host(&m->in, 3);
+    for (int b = 0; b < B; b++)
+        rows[b] = b * T;
+    if (bt->labels) memcpy(rf_inputs_host(&m->in, 4), bt->labels, (size_t)B * sizeof(int32_t));
+    TRY(rf_inputs_send(&m->in, be, bt->labels ? 5 : 4)); /* one upload */
     m->last = *bt;
     m->last_train = train;
     m->last_seed = dropout_seed;
@@ -825,9 +829,13 @@ int rf_bert_backward_range(rf_bert *m, float loss_scale, int u0, int u1, const f
             TRY(be->linear_bwd(be, dxin, G->qkv_w, G->qkv_b, D->qkv, x, P->qkv_w, (int)N, C,
                                3 * C));
         }
-        for (int b = 0; l == last && b < B; b++) /* the [CLS] rows' residual gradient */
-            TRY(be->residual_bwd(be, dxin + (size_t)b * T * C, NULL, d.cls + (size_t)b * C, C, 0,
-                                 0));
+        /* the [CLS] rows' residual gradient, dxin[b T] += d.cls[b]: a
+         * scatter-add of B rows, which is the embedding backward's with the
+         * rows' indices as ids (one launch, not one a row; one add an element,
+         * as before) */
+        if (l == last)
+            TRY(be->embed_rows_bwd(be, dxin, NULL, NULL, d.cls, m->cls_rows_dev, NULL, 0, B * T, B,
+                                   1, C));
         TRY(unit_event(m, 1 + l, RF_UNIT_BWD_DONE));
     }
     if (u0 > 0) /* the gradient of the residual stream the stage before sent */

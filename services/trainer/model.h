@@ -79,10 +79,11 @@ typedef struct rf_bert {
     float *acts, *dacts; /* dacts: the gradients, two layer regions (model.c's layout) */
     size_t nacts;        /* floats in acts */
     /* the last batch on the backend, kept for backward: the pieces of in
-     * (ids, types, valid, labels), sent with one upload a forward */
+     * (ids, types, valid, the [CLS] rows' indices b T, labels), sent with
+     * one upload a forward */
     rf_inputs in;
     int32_t *labels_dev;
-    int32_t *ids_dev, *types_dev;
+    int32_t *ids_dev, *types_dev, *cls_rows_dev;
     uint8_t *valid_dev;
     rf_batch last;
     float *class_weights_dev; /* [num_labels] loss weights, NULL = unweighted */

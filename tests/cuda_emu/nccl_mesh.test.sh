@@ -72,9 +72,10 @@ done
 # a norm summed per tensor took 170 at tp 2, ZeRO-3's unit buffers allocated
 # and freed per unit 45, an upload per input (ids, types, mask, labels) 6 on
 # one GPU. The device operations (kernels, cuBLAS calls, asynchronous copies
-# and memsets; NCCL's not counted) at most 190 per step (measured 154 on one
-# GPU, 167-175 on the meshes; each is a host API call and a command in a
-# GPU's stream): an op launched per tensor or per row would exceed it.
+# and memsets; NCCL's not counted) at most 190 per step (measured 148 on one
+# GPU, 165-169 on the meshes, 176-197 before the attention's head copies and
+# the [CLS] rows took one launch each; each is a host API call and a command
+# in a GPU's stream): an op launched per tensor or per row would exceed it.
 waits() { # waits NAME NP: the largest counts over the ranks (waits, operations)
     CUEMU_STATS=1 mpi -np "$2" "$bin" train "$1.yaml" 2>"$1.log" || { tail -20 "$1.log"; exit 1; }
     grep -o "cuda_emu: [0-9]* host waits, [0-9]* device operations" "$1.log" |
