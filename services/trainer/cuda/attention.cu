@@ -72,7 +72,7 @@ static int heads_grid(const rf_cu_heads_piece *p, int n, int B, heads_pieces *ps
 
 int rf_cu_to_heads_n(rf_cuda_ctx *c, const rf_cu_heads_piece *p, int n, const float *src, int ld,
                      int B, int Ts) {
-    heads_pieces ps;
+    heads_pieces ps = {}; // unused pieces zero
     unsigned blocks = 0;
     int rc = heads_grid(p, n, B, &ps, &blocks);
     if (rc || !blocks) return rc;
@@ -82,7 +82,7 @@ int rf_cu_to_heads_n(rf_cuda_ctx *c, const rf_cu_heads_piece *p, int n, const fl
 
 int rf_cu_from_heads_n(rf_cuda_ctx *c, float *x, int ld, int B, int Tx, const rf_cu_heads_piece *p,
                        int n, bool add) {
-    heads_pieces ps;
+    heads_pieces ps = {}; // unused pieces zero
     unsigned blocks = 0;
     int rc = heads_grid(p, n, B, &ps, &blocks);
     if (rc || !blocks) return rc;
