@@ -274,10 +274,7 @@ void rf_gpt2_free(rf_gpt2 *m) {
     free(m->da.res);
     rf_backend_free(be, m->acts);
     rf_backend_free(be, m->dacts);
-    rf_inputs_free(&m->in, be);
-    free(m->tgt);
-    rf_backend_free(be, m->tgt_dev);
-    rf_backend_free(be, m->se);
+    rf_causal_io_free(&m->io, be);
     if (m->tp) { /* model_tp.c's context (freed here so the evaluator needs no tp code) */
         rf_backend_free(m->tp->g.be, m->tp->g.sync);
         free(m->tp->full);
@@ -514,30 +511,12 @@ int rf_gpt2_reserve(rf_gpt2 *m, int B, int T) {
     bool train = m->training || m->dacts;
     float *a = rf_backend_alloc(be, n * sizeof(float)),
           *d = train ? rf_backend_alloc(be, ng * sizeof(float)) : NULL;
-    size_t nt = (size_t)nB * T, ni = sizeof(int32_t) * nt;
-    int32_t *tgt = malloc(ni), *tgt_d = rf_backend_alloc(be, ni);
-    double *se = rf_backend_alloc(be, sizeof(double) * nt);
-    /* ids, labels, positions, segments, valid: one upload a forward */
-    size_t pieces[5] = {ni, ni, ni, ni, nt};
-    rf_inputs in = {0};
-    if (!a || (train && !d) || !tgt || !tgt_d || !se || rf_inputs_alloc(&in, be, 5, pieces)) {
+    if (!a || (train && !d) || rf_causal_io_alloc(&m->io, be, (size_t)nB * T)) {
         rf_backend_free(be, a), rf_backend_free(be, d);
-        rf_backend_free(be, tgt_d), rf_backend_free(be, se);
-        free(tgt);
         return RF_ERR_NOMEM;
     }
     rf_backend_free(be, m->acts), rf_backend_free(be, m->dacts);
-    rf_inputs_free(&m->in, be);
-    rf_backend_free(be, m->tgt_dev), rf_backend_free(be, m->se);
-    free(m->tgt);
-    m->in = in;
-    m->ids = rf_inputs_host(&in, 0), m->labels = rf_inputs_host(&in, 1);
-    m->pos = rf_inputs_host(&in, 2), m->seg = rf_inputs_host(&in, 3);
-    m->valid = rf_inputs_host(&in, 4);
-    m->ids_dev = rf_inputs_dev(&in, 0), m->labels_dev = rf_inputs_dev(&in, 1);
-    m->pos_dev = rf_inputs_dev(&in, 2), m->seg_dev = rf_inputs_dev(&in, 3);
-    m->valid_dev = rf_inputs_dev(&in, 4);
-    m->acts = a, m->dacts = d, m->tgt = tgt, m->tgt_dev = tgt_d, m->se = se;
+    m->acts = a, m->dacts = d;
     m->nacts = n, m->ngrads = ng, m->capB = nB, m->capT = T;
     return RF_OK;
 }
@@ -608,15 +587,15 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
         if (bt->pos[n] < 0 || bt->pos[n] >= c->n_positions)
             return rf_fail(RF_ERR_RANGE, "gpt2: position %d outside [0, %d)", bt->pos[n],
                            c->n_positions);
-    memcpy(m->ids, ids, sizeof(int32_t) * N);
+    memcpy(m->io.ids, ids, sizeof(int32_t) * N);
     for (int n = 0; n < N; n++) {
-        m->valid[n] = bt->valid ? bt->valid[n] != 0 : 1;
-        m->labels[n] = labels ? labels[n] : -100;
-        m->pos[n] = bt->pos ? bt->pos[n] : n % T;
-        m->seg[n] = bt->seg ? bt->seg[n] : 0;
+        m->io.valid[n] = bt->valid ? bt->valid[n] != 0 : 1;
+        m->io.labels[n] = labels ? labels[n] : -100;
+        m->io.pos[n] = bt->pos ? bt->pos[n] : n % T;
+        m->io.seg[n] = bt->seg ? bt->seg[n] : 0;
     }
     m->B = B, m->T = T, m->has_labels = labels != NULL, m->packed = bt->seg != NULL;
-    TRY(rf_inputs_send(&m->in, be, 5)); /* the batch on the backend: one upload */
+    TRY(rf_causal_io_send(&m->io, be)); /* the batch on the backend: one upload */
     /* the views for this B x T (the arena holds capB x capT) */
     layout(m, &m->a, m->acts, B, T, false);
     rf_gpt2_acts *a = &m->a;
@@ -630,10 +609,11 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
     if (u0 == 0) {
         TRY(event(m, 0, RF_UNIT_FWD, rf_cu_fwd_next(0, false, u1, n_units, true)));
         if (tp) { /* the word embedding vocabulary-parallel, then positions */
-            TRY(tp->embed_fwd(&tp->g, a->res[0], m->ids_dev, m->pos_dev, NULL, m->p.wte, &tp->vocab,
-                              m->p.wpe, NULL, B, T, C));
+            TRY(tp->embed_fwd(&tp->g, a->res[0], m->io.ids_dev, m->io.pos_dev, NULL, m->p.wte,
+                              &tp->vocab, m->p.wpe, NULL, B, T, C));
         } else {
-            TRY(be->tokpos_fwd(be, a->res[0], m->ids_dev, m->pos_dev, m->p.wte, m->p.wpe, B, T, C));
+            TRY(be->tokpos_fwd(be, a->res[0], m->io.ids_dev, m->io.pos_dev, m->p.wte, m->p.wpe, B,
+                               T, C));
         }
     }
     for (int l = 0; l < c->n_layer; l++) {
@@ -646,8 +626,8 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
         /* tp: q_l | k_l | v_l of the local heads (column-parallel), the output
          * projection row-parallel: its bias added once, then the sum */
         TRY(proj_fwd(m, l, RF_PROJ_QKV, y->qkv, y->ln1, w->attn_w, w->attn_b, N, C, 3 * Cl));
-        TRY(be->causal_attention_fwd(be, y->atty, y->att, y->qkv, m->valid_dev,
-                                     m->packed ? m->seg_dev : NULL, B, T, NHl, NHl, C / NH));
+        TRY(be->causal_attention_fwd(be, y->atty, y->att, y->qkv, m->io.valid_dev,
+                                     m->packed ? m->io.seg_dev : NULL, B, T, NHl, NHl, C / NH));
         TRY(proj_fwd(m, l, RF_PROJ_O, y->res2, y->atty, w->proj_w, !tp || !tp->r ? w->proj_b : NULL,
                      N, Cl, C));
         if (tp) TRY(tp->sum(&tp->g, y->res2, (size_t)N * C));
@@ -671,17 +651,17 @@ int rf_gpt2_forward_range(rf_gpt2 *m, const rf_causal_batch *bt, int u0, int u1,
     if (tp) { /* the rank's vocabulary columns, the loss over the group */
         TRY(tp->colpar_fwd(&tp->g, a->logits, Vl, a->lnf, m->p.wte, C, NULL, N, C, Vl));
         if (labels) {
-            m->counted = rf_causal_targets(m->tgt, m->labels, B, T);
-            TRY(be->to_device(be, m->tgt_dev, m->tgt, sizeof(int32_t) * (size_t)N));
-            TRY(tp->xent_fwd(&tp->g, &m->loss, a->losses, a->lse, m->se, a->logits, Vl, m->tgt_dev,
-                             &tp->vocab, N));
+            m->counted = rf_causal_targets(m->io.tgt, m->io.labels, B, T);
+            TRY(be->to_device(be, m->io.tgt_dev, m->io.tgt, sizeof(int32_t) * (size_t)N));
+            TRY(tp->xent_fwd(&tp->g, &m->loss, a->losses, a->lse, m->io.se, a->logits, Vl,
+                             m->io.tgt_dev, &tp->vocab, N));
         }
         return RF_OK;
     }
     TRY(be->lm_head_fwd(be, a->logits, a->lnf, m->p.wte, N, C, V));
     if (labels)
         TRY(be->causal_xent_fwd(be, &m->loss, &m->counted, a->lse, a->losses, a->logits,
-                                m->labels_dev, B, T, V));
+                                m->io.labels_dev, B, T, V));
     return RF_OK;
 }
 
@@ -716,10 +696,10 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
 
     if (u1 == n_units) {
         if (tp)
-            TRY(tp->xent_bwd(&tp->g, d->logits, Vl, a->logits, Vl, a->lse, m->se, m->tgt_dev,
+            TRY(tp->xent_bwd(&tp->g, d->logits, Vl, a->logits, Vl, a->lse, m->io.se, m->io.tgt_dev,
                              &tp->vocab, N, loss_scale));
         else
-            TRY(be->causal_xent_bwd(be, d->logits, a->logits, a->lse, m->labels_dev, B, T, V,
+            TRY(be->causal_xent_bwd(be, d->logits, a->logits, a->lse, m->io.labels_dev, B, T, V,
                                     loss_scale));
         TRY(event(m, 0, RF_UNIT_BWD, rf_cu_bwd_next(0, true, u0, u1))); /* tied head */
         if (tp)
@@ -757,8 +737,8 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
                      N, Cl, C));
         /* the layer's probabilities again (layout; atty gets the values it
          * holds); the probability slot of the gradient arena is the scratch */
-        TRY(be->causal_attention_fwd(be, y->atty, y->att, y->qkv, m->valid_dev,
-                                     m->packed ? m->seg_dev : NULL, B, T, NHl, NHl, C / NH));
+        TRY(be->causal_attention_fwd(be, y->atty, y->att, y->qkv, m->io.valid_dev,
+                                     m->packed ? m->io.seg_dev : NULL, B, T, NHl, NHl, C / NH));
         TRY(be->causal_attention_bwd(be, dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NHl, NHl,
                                      C / NH));
         TRY(proj_bwd(m, l, RF_PROJ_QKV, dy->ln1, g->attn_w, g->attn_b, dy->qkv, y->ln1, w->attn_w,
@@ -774,13 +754,13 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
     }
     TRY(event(m, 0, RF_UNIT_BWD, rf_cu_bwd_next(0, false, u0, u1)));
     if (tp) {
-        TRY(tp->embed_bwd(&tp->g, m->g.wte, NULL, NULL, d->res[0], m->ids_dev, NULL, &tp->vocab, B,
-                          T, C));
-        TRY(be->tokpos_bwd(be, NULL, m->g.wpe, d->res[0], m->ids_dev, m->pos_dev, B, T, C, V,
+        TRY(tp->embed_bwd(&tp->g, m->g.wte, NULL, NULL, d->res[0], m->io.ids_dev, NULL, &tp->vocab,
+                          B, T, C));
+        TRY(be->tokpos_bwd(be, NULL, m->g.wpe, d->res[0], m->io.ids_dev, m->io.pos_dev, B, T, C, V,
                            c->n_positions));
     } else if (m->g.wte) { /* NULL: a frozen embedding (LoRA) */
-        TRY(be->tokpos_bwd(be, m->g.wte, m->g.wpe, d->res[0], m->ids_dev, m->pos_dev, B, T, C, V,
-                           c->n_positions));
+        TRY(be->tokpos_bwd(be, m->g.wte, m->g.wpe, d->res[0], m->io.ids_dev, m->io.pos_dev, B, T, C,
+                           V, c->n_positions));
     }
     TRY(event(m, 0, RF_UNIT_BWD_DONE, -1));
     return RF_OK;

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "trainer/backend.h"     /* rf_backend */
+#include "trainer/causal_io.h"   /* rf_causal_io */
 #include "trainer/model.h"       /* rf_tensor_info */
 #include "trainer/model_iface.h" /* rf_model_hook */
 #include "trainer/ops_causal.h"  /* rf_causal_batch */
@@ -78,13 +79,9 @@ typedef struct rf_gpt2 {
     size_t nacts, ngrads;
     rf_gpt2_acts a, da;
 
-    int B, T;     /* the last forward's batch, kept for backward */
-    rf_inputs in; /* the pieces below, host and backend: one upload a forward */
-    int32_t *ids, *labels, *pos, *seg; /* host copies (checks, tp) */
-    uint8_t *valid;
-    int32_t *ids_dev, *labels_dev, *pos_dev, *seg_dev; /* backend copies (the slots) */
-    uint8_t *valid_dev;
-    bool packed; /* the last batch had seg */
+    int B, T;        /* the last forward's batch, kept for backward */
+    rf_causal_io io; /* the batch's inputs (one upload a forward), targets, sums */
+    bool packed;     /* the last batch had seg */
     bool has_labels;
     float *logits; /* view into acts (backend memory): [B*T, vocab_size] of the last forward */
     float loss;    /* mean causal-LM loss of the last forward (0 without labels) */
@@ -103,12 +100,8 @@ typedef struct rf_gpt2 {
      * computes input gradients only). */
     struct rf_lora *lora;
     /* Tensor parallelism (rf_gpt2_tp_split; model_tp.h): NULL for the whole
-     * model. tgt and se are the vocabulary-parallel loss's shifted targets
-     * (host, and tgt_dev the backend's copy) and sums of exps (the backend's
-     * memory); reserve sizes them. */
+     * model. The vocabulary-parallel loss uses io.tgt and io.se. */
     struct rf_bert_tp *tp;
-    int32_t *tgt, *tgt_dev;
-    double *se;
 } rf_gpt2;
 
 /* A model for cfg with every parameter zero, on the CPU backend; _on: on

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "trainer/backend.h"     /* rf_backend */
+#include "trainer/causal_io.h"   /* rf_causal_io */
 #include "trainer/model.h"       /* rf_tensor_info */
 #include "trainer/model_iface.h" /* rf_model_hook */
 #include "trainer/ops_causal.h"  /* rf_causal_batch */
@@ -68,12 +69,8 @@ typedef struct rf_llama {
     size_t nacts, ngrads;
     rf_llama_acts a, da;
     int B, T;
-    rf_inputs in; /* the pieces below, host and backend: one upload a forward */
-    int32_t *ids, *labels, *pos, *seg; /* host copies (checks, tp) */
-    uint8_t *valid;
-    int32_t *ids_dev, *labels_dev, *pos_dev, *seg_dev; /* backend copies (the slots) */
-    uint8_t *valid_dev;
-    bool packed; /* the last batch had seg */
+    rf_causal_io io; /* the batch's inputs (one upload a forward), targets, sums */
+    bool packed;     /* the last batch had seg */
     bool has_labels;
     float *logits, loss;
     int counted;
@@ -90,12 +87,8 @@ typedef struct rf_llama {
      * computes input gradients only). */
     struct rf_lora *lora;
     /* Tensor parallelism (rf_llama_tp_split; model_tp.h): NULL for the whole
-     * model. tgt and se are the vocabulary-parallel loss's shifted targets
-     * (host, and tgt_dev the backend's copy) and sums of exps (the backend's
-     * memory); reserve sizes them. */
+     * model. The vocabulary-parallel loss uses io.tgt and io.se. */
     struct rf_bert_tp *tp;
-    int32_t *tgt, *tgt_dev;
-    double *se;
 } rf_llama;
 
 /* As rf_gpt2_new / rf_gpt2_new_on, rf_gpt2_load / rf_gpt2_load_on: the
