@@ -62,7 +62,7 @@ CPPFLAGS += -DREFINERY_CUDA=1
 NVFLAGS  ?= -O3 -std=c++17 $(foreach a,$(CU_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
             -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter \
             -Iservices -MMD -MP
-LDLIBS   += -L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 -lcudart -lcublas -lnccl
+LDLIBS   += -L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 -lcudart -lcublas -lcublasLt -lnccl
 endif
 # CUDA=emu compiles the same .cu sources with the host C++ compiler against
 # tests/cuda_emu/ (a CPU emulator of the CUDA runtime, cuBLAS, and NCCL at one

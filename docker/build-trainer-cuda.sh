@@ -3,7 +3,7 @@
 # Builds localhost/refinery-trainer-cuda:<version>: refinery-trainer compiled with CUDA=1
 # (nvcc from CUDA_HOME, default /usr/local/cuda) into build-cuda/, its ldd closure
 # collected by docker/collect.sh, plus the CUDA runtime libraries the CUDA=1 build links
-# (-lcudart -lcublas -lnccl; libcublasLt is libcublas's dependency). libcublas is added
+# (-lcudart -lcublas -lcublasLt -lnccl; libcublasLt is also libcublas's dependency). libcublas is added
 # even when the linker's --as-needed dropped it from the binary (the trainer service
 # does not call the cuBLAS kernels yet). Unlike the other images the binary is built on
 # this machine, not in the Debian builder (which has no CUDA toolkit): build on a

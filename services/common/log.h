@@ -7,6 +7,10 @@
 
 #include <stdio.h>
 
+#ifdef __cplusplus /* included by CUDA */
+extern "C" {
+#endif
+
 typedef enum rf_log_level {
     RF_LOG_DEBUG = 0,
     RF_LOG_INFO = 1,
@@ -27,5 +31,9 @@ void rf_log(rf_log_level level, const char *comp, const char *fmt, ...)
 #define rf_info(comp, ...)  rf_log(RF_LOG_INFO, comp, __VA_ARGS__)
 #define rf_warn(comp, ...)  rf_log(RF_LOG_WARN, comp, __VA_ARGS__)
 #define rf_error(comp, ...) rf_log(RF_LOG_ERROR, comp, __VA_ARGS__)
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,6 +1,7 @@
 // cuda_emu's runtime: memory, streams and events, the kernel scheduler
 // (fibers, barriers, warp operations) and the cuBLAS calls, on the CPU.
 // See README.md for what it checks and what it cannot.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -688,6 +689,179 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
         gemm1(ta, tb, m, n, k, *(const float *)alpha, (const float *)A + b * sa, lda,
               (const float *)B + b * sb, ldb, *(const float *)beta, (float *)C + b * sc, ldc,
               compute == CUBLAS_COMPUTE_32F_FAST_16BF);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// ---- cuBLASLt: the descriptors keep what is set; the product is gemm1's ----
+struct cuemu_lt {
+    int unused;
+};
+struct cuemu_lt_desc {
+    cublasComputeType_t compute;
+    cudaDataType_t scale;
+    int32_t ta, tb;
+    uint32_t epilogue;
+    const float *bias;
+};
+struct cuemu_lt_layout {
+    cudaDataType type;
+    uint64_t rows, cols;
+    int64_t ld;
+};
+struct cuemu_lt_pref {
+    uint64_t workspace;
+    uint32_t align[4];
+};
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
+    *h = new cuemu_lt{0};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute,
+                                        cudaDataType_t scale) {
+    *d = new cuemu_lt_desc{compute, scale, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT,
+                           nullptr};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+    delete d;
+    return CUBLAS_STATUS_SUCCESS;
+}
+// buf holds size bytes for attr: INVALID_VALUE when size is not the attribute's
+} // extern "C"
+template <class T> static cublasStatus_t lt_set(T *dst, const void *buf, size_t size) {
+    if (!buf || size != sizeof *dst) return CUBLAS_STATUS_INVALID_VALUE;
+    std::memcpy(dst, buf, size);
+    return CUBLAS_STATUS_SUCCESS;
+}
+extern "C" {
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
+                                              cublasLtMatmulDescAttributes_t attr, const void *buf,
+                                              size_t size) {
+    if (!d) return CUBLAS_STATUS_NOT_INITIALIZED;
+    switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+        return lt_set(&d->ta, buf, size);
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+        return lt_set(&d->tb, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+        return lt_set(&d->epilogue, buf, size);
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+        return lt_set(&d->bias, buf, size);
+    }
+    return CUBLAS_STATUS_INVALID_VALUE;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType type,
+                                          uint64_t rows, uint64_t cols, int64_t ld) {
+    *l = nullptr;
+    if (ld < (int64_t)(rows > 1 ? rows : 1)) return CUBLAS_STATUS_INVALID_VALUE;
+    *l = new cuemu_lt_layout{type, rows, cols, ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+    delete l;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+    *p = new cuemu_lt_pref{0, {256, 256, 256, 256}};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+    delete p;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                    cublasLtMatmulPreferenceAttributes_t attr,
+                                                    const void *buf, size_t size) {
+    if (!p) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) return lt_set(&p->workspace, buf, size);
+    if (attr >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES &&
+        attr <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES)
+        return lt_set(&p->align[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], buf, size);
+    return CUBLAS_STATUS_INVALID_VALUE;
+}
+// The product's m, n, k from the layouts, or INVALID_VALUE when they do not fit together.
+static cublasStatus_t lt_shape(const cuemu_lt_desc *d, const cuemu_lt_layout *a,
+                               const cuemu_lt_layout *b, const cuemu_lt_layout *c,
+                               const cuemu_lt_layout *dl, int *m, int *n, int *k) {
+    if (!d || !a || !b || !c || !dl) return CUBLAS_STATUS_NOT_INITIALIZED;
+    uint64_t am = d->ta == CUBLAS_OP_N ? a->rows : a->cols,
+             ak = d->ta == CUBLAS_OP_N ? a->cols : a->rows;
+    uint64_t bk = d->tb == CUBLAS_OP_N ? b->rows : b->cols,
+             bn = d->tb == CUBLAS_OP_N ? b->cols : b->rows;
+    if (ak != bk || c->rows != am || c->cols != bn || dl->rows != am || dl->cols != bn ||
+        am > INT32_MAX || bn > INT32_MAX || ak > INT32_MAX)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    *m = (int)am, *n = (int)bn, *k = (int)ak;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static bool lt_types_ok(const cuemu_lt_desc *d, const cuemu_lt_layout *a, const cuemu_lt_layout *b,
+                        const cuemu_lt_layout *c, const cuemu_lt_layout *dl) {
+    return d->scale == CUDA_R_32F && a->type == CUDA_R_32F && b->type == CUDA_R_32F &&
+           c->type == CUDA_R_32F && dl->type == CUDA_R_32F &&
+           (d->compute == CUBLAS_COMPUTE_32F || d->compute == CUBLAS_COMPUTE_32F_PEDANTIC ||
+            d->compute == CUBLAS_COMPUTE_32F_FAST_16BF ||
+            d->compute == CUBLAS_COMPUTE_32F_FAST_TF32) &&
+           (d->epilogue == CUBLASLT_EPILOGUE_DEFAULT || d->epilogue == CUBLASLT_EPILOGUE_BIAS);
+}
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dl,
+                                              cublasLtMatmulPreference_t p, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[],
+                                              int *returned) {
+    *returned = 0;
+    if (!h || !p) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (requested <= 0) return CUBLAS_STATUS_INVALID_VALUE;
+    int m, n, k;
+    cublasStatus_t st = lt_shape(d, a, b, c, dl, &m, &n, &k);
+    if (st) return st;
+    if (!lt_types_ok(d, a, b, c, dl)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    results[0] = cublasLtMatmulHeuristicResult_t{};
+    results[0].algo.data[0] = 1; // the one algorithm: gemm1
+    results[0].state = CUBLAS_STATUS_SUCCESS;
+    results[0].wavesCount = 1.0f;
+    *returned = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha,
+                              const void *A, cublasLtMatrixLayout_t a, const void *B,
+                              cublasLtMatrixLayout_t b, const void *beta, const void *C,
+                              cublasLtMatrixLayout_t c, void *D, cublasLtMatrixLayout_t dl,
+                              const cublasLtMatmulAlgo_t *algo, void *workspace,
+                              size_t workspace_bytes, cudaStream_t stream) {
+    (void)workspace, (void)workspace_bytes, (void)stream;
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    int m, n, k;
+    cublasStatus_t st = lt_shape(d, a, b, c, dl, &m, &n, &k);
+    if (st) return st;
+    if (!lt_types_ok(d, a, b, c, dl)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!algo || algo->data[0] != 1 || (d->epilogue == CUBLASLT_EPILOGUE_BIAS && !d->bias))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    note_op("cublasLtMatmul");
+    float al = *(const float *)alpha, be = *(const float *)beta;
+    const float *Af = (const float *)A, *Bf = (const float *)B, *Cf = (const float *)C;
+    float *Df = (float *)D;
+    bool bf16 = d->compute == CUBLAS_COMPUTE_32F_FAST_16BF;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            double s = 0;
+            for (int q = 0; q < k; q++) {
+                float x = d->ta == CUBLAS_OP_N ? Af[(size_t)i + (size_t)q * a->ld]
+                                               : Af[(size_t)q + (size_t)i * a->ld];
+                float y = d->tb == CUBLAS_OP_N ? Bf[(size_t)q + (size_t)j * b->ld]
+                                               : Bf[(size_t)j + (size_t)q * b->ld];
+                if (bf16) x = bf16_round(x), y = bf16_round(y);
+                s += (double)x * y;
+            }
+            double r = al * s;
+            if (be != 0.0f) r += (double)be * Cf[(size_t)i + (size_t)j * c->ld];
+            if (d->epilogue == CUBLASLT_EPILOGUE_BIAS) r += d->bias[i];
+            Df[(size_t)i + (size_t)j * dl->ld] = (float)r;
+        }
     return CUBLAS_STATUS_SUCCESS;
 }
 

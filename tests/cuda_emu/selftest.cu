@@ -4,6 +4,7 @@
 // passing (a lane gone before a full-mask shuffle, a barrier some threads
 // never reach, a launch beyond the grid limits). Prints one line per check;
 // exits 1 on the first that fails. Built and run by make test (CUDA=emu).
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -182,6 +183,69 @@ int main() {
         t += (double)bf16(A[k]) * bf16(B[k]);
     check(st == CUBLAS_STATUS_SUCCESS && C[0] == (float)(2.0 * t) && C[0] != want[0],
           "FAST_16BF rounds the inputs to bf16");
+
+    // cuBLASLt: the same product with a bias per row of C in the epilogue
+    cublasLtHandle_t lt;
+    cublasLtCreate(&lt);
+    cublasLtMatmulDesc_t md;
+    cublasLtMatmulDescCreate(&md, CUBLAS_COMPUTE_32F_PEDANTIC, CUDA_R_32F);
+    int32_t opT = CUBLAS_OP_T;
+    uint32_t epi = CUBLASLT_EPILOGUE_BIAS;
+    check(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_TRANSA, &epi, 2) ==
+              CUBLAS_STATUS_INVALID_VALUE,
+          "cuBLASLt: an attribute of the wrong size is refused");
+    cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof opT);
+    cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    float bias[3] = {0.5f, -1.25f, 3.0f}, *dbias;
+    cudaMalloc((void **)&dbias, sizeof bias);
+    cudaMemcpy(dbias, bias, sizeof bias, cudaMemcpyHostToDevice);
+    cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dbias, sizeof dbias);
+    cublasLtMatrixLayout_t la, lb, lc, lbad;
+    cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, 4, 3, 5);
+    cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, 4, 2, 4);
+    cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, 3, 2, 3);
+    check(cublasLtMatrixLayoutCreate(&lbad, CUDA_R_32F, 4, 2, 3) == CUBLAS_STATUS_INVALID_VALUE,
+          "cuBLASLt: a leading dimension below the rows is refused");
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    cublasLtMatmulHeuristicResult_t hr;
+    int got = 0;
+    st = cublasLtMatmulAlgoGetHeuristic(lt, md, la, lb, lc, lc, pref, 1, &hr, &got);
+    check(st == CUBLAS_STATUS_SUCCESS && got == 1 && hr.state == CUBLAS_STATUS_SUCCESS,
+          "cuBLASLt: the heuristic gives an algorithm for fp32");
+    check(cublasLtMatmulAlgoGetHeuristic(lt, md, lb, lb, lc, lc, pref, 1, &hr, &got) ==
+                  CUBLAS_STATUS_INVALID_VALUE &&
+              got == 0,
+          "cuBLASLt: layouts that do not make the product are refused");
+    cudaMemset(dC, 0xff, sizeof C);
+    ops1 = cuemu_device_ops();
+    st = cublasLtMatmul(lt, md, &alpha, dA, la, dB, lb, &beta, dC, lc, dC, lc, &hr.algo, nullptr, 0,
+                        nullptr);
+    check(cuemu_device_ops() == ops1 + 1, "cuBLASLt: a product is one device operation");
+    cudaMemcpy(C, dC, sizeof C, cudaMemcpyDeviceToHost);
+    bool same = st == CUBLAS_STATUS_SUCCESS;
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 2; j++) {
+            double u = 0;
+            for (int k = 0; k < 4; k++)
+                u += (double)A[k + i * 5] * B[k + j * 4];
+            same = same && C[i + j * 3] == (float)(2.0 * u + bias[i]);
+        }
+    check(same, "cuBLASLt: the bias epilogue adds bias[row] before the one rounding, beta 0 "
+                "over NaN");
+    cublasLtMatrixLayout_t l16;
+    cublasLtMatrixLayoutCreate(&l16, CUDA_R_16BF, 4, 3, 5);
+    check(cublasLtMatmulAlgoGetHeuristic(lt, md, l16, lb, lc, lc, pref, 1, &hr, &got) ==
+              CUBLAS_STATUS_NOT_SUPPORTED,
+          "cuBLASLt: a type the emulator does not compute is NOT_SUPPORTED");
+    cublasLtMatrixLayoutDestroy(l16);
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(md);
+    cublasLtDestroy(lt);
+    cudaFree(dbias);
 
     // NCCL at one rank
     ncclUniqueId id;

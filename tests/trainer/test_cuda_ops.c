@@ -74,6 +74,39 @@ static void check(const char *what, const void *d, const float *h, size_t n, dou
     free(g);
 }
 
+/* The emulator's count of device operations (tests/cuda_emu): a product
+ * with a bias is one cuBLASLt call (its epilogue adds the bias; matmul.cu),
+ * or two (the bias kernel, then cublasGemmEx) where cuBLASLt is not used.
+ * A real GPU does not count them: ops_expect checks only on the emulator. */
+static uint64_t ops_now(void) {
+#ifdef REFINERY_CUDA_EMU
+    return cuemu_device_ops();
+#else
+    return 0;
+#endif
+}
+
+static void ops_expect(const char *what, uint64_t o0, uint64_t n) {
+#ifdef REFINERY_CUDA_EMU
+    uint64_t got = cuemu_device_ops() - o0;
+    print_message("  %-34s %llu device operation(s)\n", what, (unsigned long long)got);
+    if (got != n)
+        fail_msg("%s: %llu device operations, expected %llu", what, (unsigned long long)got,
+                 (unsigned long long)n);
+#else
+    (void)what, (void)o0, (void)n;
+#endif
+}
+
+/* A copy of b (n floats) on the device 4 bytes past a 16-byte boundary, where
+ * cuBLASLt's bias epilogue is not used; *base is the block to free. */
+static float *up_unaligned(const float *b, int n, void **base) {
+    *base = up(NULL, ((size_t)n + 1) * 4);
+    float *p = (float *)((char *)*base + 4);
+    if (gpu->to_device(gpu, p, b, (size_t)n * 4)) fail_msg("to_device: %s", rf_errmsg());
+    return p;
+}
+
 static void check_exact(const char *what, const void *d, const float *h, size_t n) {
     float *g = down(d, n);
     size_t bad = 0;
@@ -182,8 +215,19 @@ static void linear_cases(double tol) {
              *g_dw = up(dw, nw * 4), *g_db = up(db, OC * 4);
         print_message("linear N=%d IC=%d OC=%d bias=%d dinp=%d\n", N, IC, OC, hb, hd);
         cpu->linear_fwd(cpu, out, x, w, hb ? b : NULL, N, IC, OC);
+        uint64_t o0 = ops_now();
         assert_int_equal(gpu->linear_fwd(gpu, g_out, g_x, g_w, hb ? g_b : NULL, N, IC, OC), 0);
+        ops_expect("linear_fwd", o0, 1);
         check("linear_fwd", g_out, out, no, tol);
+        if (hb) { /* the fallback: the bias kernel, then the product */
+            void *base;
+            float *b4 = up_unaligned(b, OC, &base);
+            o0 = ops_now();
+            assert_int_equal(gpu->linear_fwd(gpu, g_out, g_x, g_w, b4, N, IC, OC), 0);
+            ops_expect("linear_fwd (bias unaligned)", o0, 2);
+            check("linear_fwd (bias unaligned)", g_out, out, no, tol);
+            gfree(base);
+        }
         cpu->linear_bwd(cpu, hd ? dx : NULL, dw, hb ? db : NULL, dout, x, w, N, IC, OC);
         assert_int_equal(gpu->linear_bwd(gpu, hd ? g_dx : NULL, g_dw, hb ? g_db : NULL, g_dout, g_x,
                                          g_w, N, IC, OC),
@@ -302,8 +346,10 @@ static void test_tp_slots(void **state) {
              *g_dw = up(dw, nw * 4), *g_db = up(db, OC * 4);
         print_message("linear_ld N=%d IC=%d OC=%d +%d per row bias=%d\n", N, IC, OC, ex, hb);
         cpu->linear_ld_fwd(cpu, out, ldo, x, ldi, w, ldw, hb ? b : NULL, N, IC, OC);
+        uint64_t o0 = ops_now();
         assert_int_equal(
             gpu->linear_ld_fwd(gpu, g_out, ldo, g_x, ldi, g_w, ldw, hb ? g_b : NULL, N, IC, OC), 0);
+        ops_expect("linear_ld_fwd", o0, 1);
         check("linear_ld_fwd (gaps untouched)", g_out, out, no, TOL);
         cpu->linear_ld_bwd(cpu, dx, ldi, dw, ldw, hb ? db : NULL, dout, ldo, x, ldi, w, ldw, N, IC,
                            OC);
@@ -733,8 +779,19 @@ static void conv1d_lm_head_cases(double tol) {
              *g_dw = up(dw, nw * 4), *g_db = up(db, OC * 4);
         print_message("conv1d N=%d IC=%d OC=%d bias=%d dinp=%d dw=%d\n", N, IC, OC, hb, hd, hw);
         rf_op_conv1d_fwd(out, x, w, hb ? b : NULL, N, IC, OC);
+        uint64_t o0 = ops_now();
         assert_int_equal(gpu->conv1d_fwd(gpu, g_out, g_x, g_w, hb ? g_b : NULL, N, IC, OC), 0);
+        ops_expect("conv1d_fwd", o0, 1);
         check("conv1d_fwd", g_out, out, no, tol);
+        if (hb) { /* the fallback: the bias kernel, then the product */
+            void *base;
+            float *b4 = up_unaligned(b, OC, &base);
+            o0 = ops_now();
+            assert_int_equal(gpu->conv1d_fwd(gpu, g_out, g_x, g_w, b4, N, IC, OC), 0);
+            ops_expect("conv1d_fwd (bias unaligned)", o0, 2);
+            check("conv1d_fwd (bias unaligned)", g_out, out, no, tol);
+            gfree(base);
+        }
         rf_op_conv1d_bwd(hd ? dx : NULL, hw ? dw : NULL, hb ? db : NULL, dout, x, w, N, IC, OC);
         assert_int_equal(gpu->conv1d_bwd(gpu, hd ? g_dx : NULL, hw ? g_dw : NULL, hb ? g_db : NULL,
                                          g_dout, g_x, g_w, N, IC, OC),

@@ -138,6 +138,8 @@ static int make_ctx(rf_cuda_ctx *c, bool bf16) {
     if (!rc) rc = pick_device(&c->device);
     if (rc) return rc;
     c->bf16 = bf16;
+    if (pthread_mutex_init(&c->lt_mu, NULL))
+        return rf_fail(RF_ERR_INTERNAL, "cuda: cannot make the cuBLASLt lock");
     if ((rc = rf_cuda_check(cudaSetDevice(c->device), "cudaSetDevice")) ||
         (rc = rf_cuda_check(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
                             "stream")) ||

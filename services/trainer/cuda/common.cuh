@@ -3,13 +3,17 @@
 #ifndef RF_TR_CUDA_COMMON_CUH
 #define RF_TR_CUDA_COMMON_CUH
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
+#include <pthread.h>
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common/error.h"
 #include "trainer/backend.h"
+
+struct rf_cu_lt_plan; // matmul.cu
 
 // All device state of one backend: nothing is static in the kernels' files.
 struct rf_cuda_ctx {
@@ -32,6 +36,13 @@ struct rf_cuda_ctx {
     size_t dprobs_n;
     size_t *spans, *spans_host; // sumsq's span table, on the device and pinned (norm.cu)
     size_t spans_n;             // spans it holds
+    // cuBLASLt, for the products with a bias (matmul.cu), set up on first use
+    pthread_mutex_t lt_mu;          // guards the fields below and the plans' descriptors
+    int lt_state;                   // 0 not yet tried, 1 on, -1 off
+    cublasLtHandle_t lt;            // its handle (the stream is given at each call)
+    void *lt_ws;                    // its workspace (matmul.cu's RF_CU_LT_WORKSPACE bytes)
+    struct rf_cu_lt_plan *lt_plans; // one per product shape and alignment, found once
+    int lt_nplans;
 };
 #define RF_CUDA_RED 1040
 

@@ -4,6 +4,11 @@
 // bits on every run on one GPU model (no atomics mode), so results are
 // deterministic. fp32 mode uses
 // CUBLAS_PEDANTIC_MATH (backend_cuda.cu): no TF32.
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
 #include "trainer/cuda/ops_cuda.cuh"
 
 // C = op(A) op(B) + beta C in column-major terms, fp32 storage; the compute
@@ -23,6 +28,170 @@ static int gemm(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int 
                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
                 const char *what) {
     return rf_cu_gemm(c, ta, tb, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc, what);
+}
+
+// A product with a bias in cuBLASLt's epilogue (CUBLASLT_EPILOGUE_BIAS): C =
+// op(A) op(B) + bias, the bias one per row of column-major C, in one call.
+// Without it the bias kernel writes C first and the product reads it back
+// (beta 1): a launch and a pass over the output more. The sum and the bias
+// are added before one rounding instead of two: within the fp32 tests'
+// 1e-5 of the CPU twin.
+//
+// A plan per product shape and pointer alignment: the descriptors and the
+// heuristic's algorithm, found once. A shape for which the heuristic has no
+// algorithm at the context's compute type (cuBLASLt need not have every
+// one cublasGemmEx has), a bias not 16-byte aligned, a full plan table, or
+// REFINERY_CUBLASLT=0 take the bias kernel and cublasGemmEx; each of the
+// first two is logged once (which one a GPU takes is what its run reports).
+#define RF_CU_LT_PLANS     64
+#define RF_CU_LT_WORKSPACE ((size_t)32 << 20) // NVIDIA's suggestion for Hopper
+
+enum { LT_TA, LT_TB, LT_M, LT_N, LT_K, LT_LDA, LT_LDB, LT_LDC, LT_AL_A, LT_AL_B, LT_AL_C, LT_KEY };
+
+struct rf_cu_lt_plan {
+    int key[LT_KEY];
+    bool ok; // an algorithm was found: else this shape takes the fallback
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, c; // c also describes the output (in place)
+    cublasLtMatmulAlgo_t algo;
+};
+
+// The largest power of two up to 256 that p is aligned to (the heuristic's
+// default assumption is 256: a pointer inside an arena is often less).
+static uint32_t align_of(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    uint32_t r = 256;
+    while (r > 1 && a % r)
+        r >>= 1;
+    return r;
+}
+
+// With lt_mu held: cuBLASLt set up, or false when it is off.
+static bool lt_on(rf_cuda_ctx *c) {
+    if (c->lt_state) return c->lt_state > 0;
+    c->lt_state = -1;
+    const char *e = getenv("REFINERY_CUBLASLT");
+    if (e && !strcmp(e, "0")) {
+        rf_info("trainer", "cuda: cuBLASLt off (REFINERY_CUBLASLT=0): a bias kernel before each "
+                           "product with a bias");
+        return false;
+    }
+    cublasStatus_t st = cublasLtCreate(&c->lt);
+    cudaError_t ce = st ? cudaSuccess : cudaMalloc(&c->lt_ws, RF_CU_LT_WORKSPACE);
+    c->lt_plans = (rf_cu_lt_plan *)calloc(RF_CU_LT_PLANS, sizeof *c->lt_plans);
+    if (st || ce != cudaSuccess || !c->lt_plans) {
+        (void)cudaGetLastError(); // a failed cudaMalloc is not the next launch's error
+        rf_warn("trainer",
+                "cuda: cuBLASLt not used (status %d, %s): a bias kernel before each product "
+                "with a bias",
+                (int)st, cudaGetErrorString(ce));
+        if (!st) (void)cublasLtDestroy(c->lt);
+        cudaFree(c->lt_ws);
+        free(c->lt_plans);
+        c->lt = NULL, c->lt_ws = NULL, c->lt_plans = NULL;
+        return false;
+    }
+    c->lt_state = 1;
+    return true;
+}
+
+static void lt_drop(rf_cu_lt_plan *p) {
+    if (p->desc) (void)cublasLtMatmulDescDestroy(p->desc);
+    if (p->a) (void)cublasLtMatrixLayoutDestroy(p->a);
+    if (p->b) (void)cublasLtMatrixLayoutDestroy(p->b);
+    if (p->c) (void)cublasLtMatrixLayoutDestroy(p->c);
+    p->desc = NULL, p->a = p->b = p->c = NULL;
+    p->ok = false;
+}
+
+// The descriptors and the heuristic's first algorithm for the key's product.
+static bool lt_make(rf_cuda_ctx *c, rf_cu_lt_plan *p) {
+    const int *k = p->key;
+    cublasComputeType_t ct = c->bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F_PEDANTIC;
+    int32_t ta = k[LT_TA], tb = k[LT_TB];
+    uint32_t epi = CUBLASLT_EPILOGUE_BIAS, al[4] = {(uint32_t)k[LT_AL_A], (uint32_t)k[LT_AL_B],
+                                                    (uint32_t)k[LT_AL_C], (uint32_t)k[LT_AL_C]};
+    uint64_t ws = RF_CU_LT_WORKSPACE;
+    bool na = ta == CUBLAS_OP_N, nb = tb == CUBLAS_OP_N;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t r = {};
+    int got = 0;
+    bool ok =
+        !cublasLtMatmulDescCreate(&p->desc, ct, CUDA_R_32F) &&
+        !cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) &&
+        !cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) &&
+        !cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) &&
+        !cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, na ? k[LT_M] : k[LT_K],
+                                    na ? k[LT_K] : k[LT_M], k[LT_LDA]) &&
+        !cublasLtMatrixLayoutCreate(&p->b, CUDA_R_32F, nb ? k[LT_K] : k[LT_N],
+                                    nb ? k[LT_N] : k[LT_K], k[LT_LDB]) &&
+        !cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, k[LT_M], k[LT_N], k[LT_LDC]) &&
+        !cublasLtMatmulPreferenceCreate(&pref) &&
+        !cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                              sizeof ws);
+    for (int i = 0; ok && i < 4; i++)
+        ok = !cublasLtMatmulPreferenceSetAttribute(
+            pref,
+            (cublasLtMatmulPreferenceAttributes_t)(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i),
+            &al[i], sizeof al[i]);
+    ok = ok &&
+         !cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &r,
+                                         &got) &&
+         got > 0 && r.state == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= RF_CU_LT_WORKSPACE;
+    if (pref) (void)cublasLtMatmulPreferenceDestroy(pref);
+    if (!ok) {
+        lt_drop(p);
+        rf_info("trainer",
+                "cuda: cuBLASLt has no algorithm for the %s product %d x %d x %d (op %d %d, "
+                "alignment %d %d %d): a bias kernel, then cublasGemmEx",
+                c->bf16 ? "bf16" : "fp32", k[LT_M], k[LT_N], k[LT_K], ta, tb, k[LT_AL_A],
+                k[LT_AL_B], k[LT_AL_C]);
+        return false;
+    }
+    p->algo = r.algo;
+    return true;
+}
+
+// With lt_mu held: the plan for this product, made if new; NULL when the
+// table is full.
+static rf_cu_lt_plan *lt_plan(rf_cuda_ctx *c, const int *key) {
+    for (int i = 0; i < c->lt_nplans; i++)
+        if (!memcmp(c->lt_plans[i].key, key, sizeof c->lt_plans[i].key)) return &c->lt_plans[i];
+    if (c->lt_nplans == RF_CU_LT_PLANS) return NULL;
+    rf_cu_lt_plan *p = &c->lt_plans[c->lt_nplans++];
+    memcpy(p->key, key, sizeof p->key);
+    p->ok = lt_make(c, p);
+    return p;
+}
+
+// C (m x n, ld ldc) = op(A) op(B) + bias through cuBLASLt; false when this
+// product takes the fallback (nothing queued then).
+static bool lt_bias_gemm(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                         int k, const float *A, int lda, const float *B, int ldb, const float *bias,
+                         float *C, int ldc, const char *what) {
+    if ((uintptr_t)bias % 16) return false;
+    int key[LT_KEY] = {(int)ta,          (int)tb,         m, n, k, lda, ldb, ldc, (int)align_of(A),
+                       (int)align_of(B), (int)align_of(C)};
+    pthread_mutex_lock(&c->lt_mu);
+    rf_cu_lt_plan *p = lt_on(c) ? lt_plan(c, key) : NULL;
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    bool done = false;
+    if (p && p->ok) {
+        const float one = 1.0f, zero = 0.0f;
+        st = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                            sizeof bias);
+        if (!st)
+            st = cublasLtMatmul(c->lt, p->desc, &one, A, p->a, B, p->b, &zero, C, p->c, C, p->c,
+                                &p->algo, c->lt_ws, RF_CU_LT_WORKSPACE, c->stream);
+        if (st) { // refused at the call: this shape takes the fallback from now on
+            rf_warn("trainer", "cuda: %s: cuBLASLt status %d: a bias kernel, then cublasGemmEx",
+                    what, (int)st);
+            lt_drop(p);
+        }
+        done = !st;
+    }
+    pthread_mutex_unlock(&c->lt_mu);
+    return done;
 }
 
 __global__ static void bias_rows_kernel(float *out, const float *b, int OC, size_t total) {
@@ -46,14 +215,17 @@ int rf_cu_linear_ld_fwd(const rf_backend *be, float *out, int ldo, const float *
     rf_cuda_ctx *c = cu_ctx(be);
     if (N <= 0 || OC <= 0) return RF_OK;
     float beta = 0.0f;
+    int rc;
+    // out^T[OC, N] = w^T... : C(OC x N) = op(A = w, IC x OC)^T * (B = inp^T, IC x N)
+    if (b && lt_bias_gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, ldw, inp, ldi, b, out, ldo,
+                          "linear_fwd"))
+        return RF_OK;
     if (b) { // out = b, then out += inp w^T, as the CPU twin
         size_t total = (size_t)N * OC;
         bias_rows_ld_kernel<<<cu_blocks(total, 256), 256, 0, c->stream>>>(out, ldo, b, OC, total);
-        int rc = cu_launched("linear_fwd (bias)");
-        if (rc) return rc;
+        if ((rc = cu_launched("linear_fwd (bias)"))) return rc;
         beta = 1.0f;
     }
-    // out^T[OC, N] = w^T... : C(OC x N) = op(A = w, IC x OC)^T * (B = inp^T, IC x N)
     return gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, ldw, inp, ldi, beta, out, ldo,
                 "linear_fwd");
 }
@@ -101,14 +273,17 @@ int rf_cu_conv1d_fwd(const rf_backend *be, float *out, const float *inp, const f
     rf_cuda_ctx *c = cu_ctx(be);
     if (N <= 0 || OC <= 0) return RF_OK;
     float beta = 0.0f;
+    int rc;
+    // out^T (OC x N) = w^T (OC x IC, ld OC) * inp^T (IC x N, ld IC)
+    if (b && lt_bias_gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, IC, w, OC, inp, IC, b, out, OC,
+                          "conv1d_fwd"))
+        return RF_OK;
     if (b) { // out = b, then out += inp w, as the CPU twin
         size_t total = (size_t)N * OC;
         bias_rows_kernel<<<cu_blocks(total, 256), 256, 0, c->stream>>>(out, b, OC, total);
-        int rc = cu_launched("conv1d_fwd (bias)");
-        if (rc) return rc;
+        if ((rc = cu_launched("conv1d_fwd (bias)"))) return rc;
         beta = 1.0f;
     }
-    // out^T (OC x N) = w^T (OC x IC, ld OC) * inp^T (IC x N, ld IC)
     return gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, IC, w, OC, inp, IC, beta, out, OC,
                 "conv1d_fwd");
 }
