@@ -4,7 +4,7 @@
 # the SST-2 epoch on MiniLM-L6 (examples/sst2.yaml with trainer.device: cuda),
 # and the bench rows of scripts/bench/bench_gpu.sh (Refinery, then PyTorch
 # eager and torch.compile on the same GPU), with the per-slot profile of two
-# of them first. Logs, profile.jsonl and bench.jsonl under $OUT
+# of them first. Logs, profile.jsonl, bench.jsonl and bench-nolt.jsonl under $OUT
 # (default ./gpu-out). STAGES picks the parts, in this order (default all:
 # "tests sst2 profile bench"), so that a second call can go on where a lease
 # or the 10-minute limit of a first one stopped. Python runs with its own libraries: the packed ones
@@ -65,5 +65,13 @@ stage bench && for c in "bert-base 512 8" "gpt2 1024 8" "bert-base 128 32" "/tmp
             bench python3 scripts/bench/gpu_torch.py --model $m --batch $bs --seq $seq --steps 20 --mode $mode --precision $p
         done
     done
+done
+# The issue's target row again with cuBLASLt off (REFINERY_CUBLASLT=0: a bias
+# kernel before each product with a bias), after the bench stage's default
+# rows: what the bias epilogue buys (into bench-nolt.jsonl)
+stage bench && for d in cuda-bf16 cuda; do
+    REFINERY_CUBLASLT=0 timeout 300 env LD_LIBRARY_PATH=$RLIB $R/bin/bench_cuda_step \
+        --model bert-base --device $d --batch 8 --seq 512 --steps 20 2>>"$OUT/bench.log" |
+        tail -1 | tee -a "$OUT/bench-nolt.jsonl"
 done
 exit $status
