@@ -673,6 +673,25 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                  compute == CUBLAS_COMPUTE_32F_FAST_16BF);
 }
 
+// The pointer arrays are device memory, as cuBLAS wants them: here host memory.
+cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
+                                   int m, int n, int k, const void *alpha, const void *const A[],
+                                   cudaDataType at, int lda, const void *const B[], cudaDataType bt,
+                                   int ldb, const void *beta, void *const C[], cudaDataType ct,
+                                   int ldc, int count, cublasComputeType_t compute,
+                                   cublasGemmAlgo_t algo) {
+    (void)algo;
+    cublasStatus_t st = gemm_check(h, ta, tb, m, n, k, lda, ldb, ldc, at, bt, ct, compute);
+    if (st) return st;
+    if (count < 0 || (count > 0 && (!A || !B || !C))) return CUBLAS_STATUS_INVALID_VALUE;
+    note_op("cublasGemmBatchedEx");
+    for (int b = 0; b < count; b++)
+        gemm1(ta, tb, m, n, k, *(const float *)alpha, (const float *)A[b], lda, (const float *)B[b],
+              ldb, *(const float *)beta, (float *)C[b], ldc,
+              compute == CUBLAS_COMPUTE_32F_FAST_16BF);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta,
                                           cublasOperation_t tb, int m, int n, int k,
                                           const void *alpha, const void *A, cudaDataType_t at,

@@ -184,6 +184,36 @@ int main() {
     check(st == CUBLAS_STATUS_SUCCESS && C[0] == (float)(2.0 * t) && C[0] != want[0],
           "FAST_16BF rounds the inputs to bf16");
 
+    // the pointer-array batched product: entry 0 the product above, entry 1 the same A
+    // against B's second column only (n 1 of C's 2: C1 = want's second column)
+    float *dC1, hC1[3];
+    cudaMalloc((void **)&dC1, 3 * sizeof(float));
+    const void *hAs[2] = {dA, dA}, *hBs[2] = {dB, dB + 4};
+    void *hCs[2] = {dC, dC1};
+    const void **dAs, **dBs;
+    void **dCs;
+    cudaMalloc((void **)&dAs, sizeof hAs);
+    cudaMalloc((void **)&dBs, sizeof hBs);
+    cudaMalloc((void **)&dCs, sizeof hCs);
+    cudaMemcpy(dAs, hAs, sizeof hAs, cudaMemcpyHostToDevice);
+    cudaMemcpy(dBs, hBs, sizeof hBs, cudaMemcpyHostToDevice);
+    cudaMemcpy(dCs, hCs, sizeof hCs, cudaMemcpyHostToDevice);
+    cudaMemset(dC, 0xff, sizeof C);
+    ops1 = cuemu_device_ops();
+    st = cublasGemmBatchedEx(bl, CUBLAS_OP_T, CUBLAS_OP_N, 3, 1, 4, &alpha, dAs, CUDA_R_32F, 5, dBs,
+                             CUDA_R_32F, 4, &beta, dCs, CUDA_R_32F, 3, 2,
+                             CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT);
+    check(cuemu_device_ops() == ops1 + 1, "a batched product is one device operation");
+    cudaMemcpy(C, dC, sizeof C, cudaMemcpyDeviceToHost);
+    cudaMemcpy(hC1, dC1, sizeof hC1, cudaMemcpyDeviceToHost);
+    check(st == CUBLAS_STATUS_SUCCESS && std::memcmp(C, want, 3 * sizeof(float)) == 0 &&
+              std::memcmp(hC1, want + 3, sizeof hC1) == 0,
+          "cublasGemmBatchedEx: each entry its own pointers");
+    cudaFree(dAs);
+    cudaFree(dBs);
+    cudaFree(dCs);
+    cudaFree(dC1);
+
     // cuBLASLt: the same product with a bias per row of C in the epilogue
     cublasLtHandle_t lt;
     cublasLtCreate(&lt);

@@ -1,20 +1,26 @@
 // Multi-head self-attention with padding masks; twin of
 // rf_op_attention_fwd/bwd (same layout: qkv[B*T, 3C], att[B,NH,Tq,T]).
 //
-// The products go through cuBLAS, batched over (batch, head): q, k and v are
-// first copied head-major ([B, NH, T, hs], the context's heads buffer), then
-// S = q k^T scale into att, a warp per row turns S into the masked softmax
-// (att, which the backward contract reads) and the dropped probabilities
-// (the hash of ops.c, element index (b*NHall + h0 + h)*Tq*T + t*T + j as on
-// the CPU, h0 and NHall placing a tensor-parallel shard's heads; into
-// scratch), and out = P v goes back to [B*Tq, C]. Backward: dv = P^T dout,
-// dP = dout v^T, ds = p (dP - p.dP) scale by a warp per row, dq = ds k,
-// dk = ds^T q, each added into dqkv. cuBLAS products are deterministic on one
-// GPU model, and nothing uses atomics. (The first version, a warp per query
-// row with one lane per key, ran BERT-base at T 512 at a quarter of PyTorch
-// eager's speed on an H100; its key loads were uncoalesced. Not profiled.)
-// The head copies and the batched product are shared with the causal
-// attention (causal_attention.cu; declared in ops_cuda.cuh).
+// The products go through cuBLAS, batched over (batch, head) with a pointer
+// per (batch, head) and operand (cublasGemmBatchedEx): each head's q, k and v
+// are read where they are in qkv (row stride 3C), the output is written
+// into out (row stride C), and the backward adds dq, dk and dv straight into
+// dqkv (beta 1), so no head-major copy is made. One launch fills the pointer
+// lists (the context's ptrs). S = q k^T scale into att, a warp per row turns
+// S into the masked softmax (att, which the backward contract reads) and the
+// dropped probabilities (the hash of ops.c, element index (b*NHall + h0 +
+// h)*Tq*T + t*T + j as on the CPU, h0 and NHall placing a tensor-parallel
+// shard's heads; into scratch), and out = P v. Backward: dv = P^T dout, dP =
+// dout v^T, ds = p (dP - p.dP) scale by a warp per row, dq = ds k, dk = ds^T
+// q. cuBLAS products are deterministic on one GPU model, and nothing uses
+// atomics. (The first version, a warp per query row with one lane per key,
+// ran BERT-base at T 512 at a quarter of PyTorch eager's speed on an H100;
+// its key loads were uncoalesced. The second copied q, k, v and the output
+// head-major around strided-batched products: four more passes over a
+// B T C matrix forward and seven backward.) The head copies and the
+// strided-batched product stay for the causal attention (causal_attention.cu,
+// whose grouped query heads are one operand per kv head; declared in
+// ops_cuda.cuh).
 #include "trainer/cuda/ops_cuda.cuh"
 
 // The context's head-major buffer with at least n floats.
@@ -110,6 +116,49 @@ int rf_cu_gemm_batched(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t t
                            what);
 }
 
+// The pointer lists of one attention call: list i's entry z (b = z / NH, h =
+// z % NH) is base[i] + b sb[i] + h sh[i] floats; by value to the kernel.
+#define ATT_LISTS_MAX 9
+struct att_lists {
+    const float *base[ATT_LISTS_MAX];
+    long long sb[ATT_LISTS_MAX], sh[ATT_LISTS_MAX];
+};
+
+__global__ static void att_lists_kernel(const float **out, att_lists L, int Z, int NH) {
+    int z = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+    if (z >= Z) return;
+    out[(size_t)i * Z + z] =
+        L.base[i] + (long long)(z / NH) * L.sb[i] + (long long)(z % NH) * L.sh[i];
+}
+
+// n lists of Z pointers into the context's ptrs (list i at ptrs + i Z), in
+// one launch; *lists gets their start. The lists are read by the products
+// queued after this launch on the same stream, before the next call refills
+// them.
+static int att_fill(rf_cuda_ctx *c, const att_lists *L, int n, int Z, int NH,
+                    const float ***lists) {
+    // ptrs is float storage: two floats a pointer (cudaMalloc aligns it for both)
+    int rc = rf_cuda_grow(&c->ptrs, &c->ptrs_n, 2 * (size_t)n * Z, "attention pointer lists");
+    if (rc) return rc;
+    *lists = (const float **)(void *)c->ptrs;
+    att_lists_kernel<<<dim3(cu_blocks((size_t)Z, 256), n), 256, 0, c->stream>>>(*lists, *L, Z, NH);
+    return cu_launched("attention (pointer lists)");
+}
+
+// C_z = alpha op(A_z) op(B_z) + beta C_z for the Z pointers of each list,
+// column-major, the context's compute type (as rf_cu_gemm_batched).
+static int gemm_lists(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                      int k, float alpha, const float *const *A, int lda, const float *const *B,
+                      int ldb, float beta, const float *const *Cm, int ldc, int Z,
+                      const char *what) {
+    cublasComputeType_t ct = c->bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F_PEDANTIC;
+    return rf_cublas_check(
+        cublasGemmBatchedEx(c->blas, ta, tb, m, n, k, &alpha, (const void *const *)A, CUDA_R_32F,
+                            lda, (const void *const *)B, CUDA_R_32F, ldb, &beta, (void *const *)Cm,
+                            CUDA_R_32F, ldc, Z, ct, CUBLAS_GEMM_DEFAULT),
+        what);
+}
+
 #define ATT_WARPS 8
 
 // Where the dropout masks of row `row` of att ([B, NH, Tq, T], heads [h0, h0 +
@@ -196,29 +245,28 @@ int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scr
     int rc = check_shape(C, NH, h0, NHall);
     if (rc || B <= 0 || Tq <= 0) return rc;
     rf_cuda_ctx *c = cu_ctx(be);
-    int hs = C / NH, Z = B * NH, rows = Z * Tq;
-    size_t nq = (size_t)B * Tq * C, nk = (size_t)B * T * C;
-    if ((rc = rf_cu_heads_buf(c, 2 * nq + 2 * nk))) return rc;
-    float *q = c->heads, *k = q + nq, *v = k + nk, *o = v + nk;
-    rf_cu_heads_piece qkvp[3] = {{q, 0, Tq, C, NH}, {k, C, T, C, NH}, {v, 2 * C, T, C, NH}};
-    if ((rc = rf_cu_to_heads_n(c, qkvp, 3, qkv, 3 * C, B, T))) return rc;
-    // S (Tq x T, row-major) = q k^T scale: column-major S^T (T x Tq) = k (T x hs) q^T
-    float scale = 1.0f / sqrtf((float)hs);
-    if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_T, CUBLAS_OP_N, T, Tq, hs, scale, k, hs,
-                                 (long long)T * hs, q, hs, (long long)Tq * hs, 0.0f, att, T,
-                                 (long long)Tq * T, Z, "attention_fwd (scores)")))
-        return rc;
+    int hs = C / NH, Z = B * NH, rows = Z * Tq, W = 3 * C;
+    long long sx = (long long)T * W, sa = (long long)NH * Tq * T, ha = (long long)Tq * T;
     float *pd = pdrop > 0 ? scratch : NULL;
+    enum { Q, K, V, ATT, P, OUT, NL };
+    att_lists L = {{qkv, qkv + C, qkv + 2 * C, att, pd ? pd : att, out},
+                   {sx, sx, sx, sa, sa, (long long)Tq * C},
+                   {hs, hs, hs, ha, ha, hs}};
+    const float **l;
+    if ((rc = att_fill(c, &L, NL, Z, NH, &l))) return rc;
+    // S (Tq x T, row-major) = q k^T scale: column-major S^T (T x Tq) = k (T x hs) q^T, the
+    // head's k and q read in qkv (row stride 3C)
+    float scale = 1.0f / sqrtf((float)hs);
+    if ((rc = gemm_lists(c, CUBLAS_OP_T, CUBLAS_OP_N, T, Tq, hs, scale, l + K * Z, W, l + Q * Z, W,
+                         0.0f, l + ATT * Z, T, Z, "attention_fwd (scores)")))
+        return rc;
     softmax_rows_kernel<<<cu_blocks(rows, ATT_WARPS), ATT_WARPS * 32, 0, c->stream>>>(
         att, pd, valid, NH, h0, NHall, Tq, T, rows, pdrop, seed);
     if ((rc = cu_launched("attention_fwd (softmax)"))) return rc;
-    // o (Tq x hs) = P v: column-major o^T (hs x Tq) = v^T (hs x T) P^T (T x Tq)
-    if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, Tq, T, 1.0f, v, hs,
-                                 (long long)T * hs, pd ? pd : att, T, (long long)Tq * T, 0.0f, o,
-                                 hs, (long long)Tq * hs, Z, "attention_fwd (values)")))
-        return rc;
-    rf_cu_heads_piece op = {o, 0, Tq, C, NH};
-    return rf_cu_from_heads_n(c, out, C, B, Tq, &op, 1, false);
+    // o (Tq x hs) = P v: column-major o^T (hs x Tq) = v^T (hs x T) P^T (T x Tq), into the
+    // head's columns of out (row stride C)
+    return gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, Tq, T, 1.0f, l + V * Z, W, l + P * Z, T,
+                      0.0f, l + OUT * Z, C, Z, "attention_fwd (values)");
 }
 
 int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const float *dout,
@@ -227,45 +275,41 @@ int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const
     int rc = check_shape(C, NH, h0, NHall);
     if (rc || B <= 0 || Tq <= 0) return rc;
     rf_cuda_ctx *c = cu_ctx(be);
-    int hs = C / NH, Z = B * NH, rows = Z * Tq;
-    size_t nq = (size_t)B * Tq * C, nk = (size_t)B * T * C, natt = (size_t)rows * T;
-    if ((rc = rf_cu_heads_buf(c, 4 * nq + 4 * nk))) return rc;
-    float *q = c->heads, *k = q + nq, *v = k + nk, *dO = v + nk, *dq = dO + nq, *dk = dq + nq,
-          *dv = dk + nk;
-    long long sq = (long long)Tq * hs, skv = (long long)T * hs, sa = (long long)Tq * T;
-    rf_cu_heads_piece qkvp[3] = {{q, 0, Tq, C, NH}, {k, C, T, C, NH}, {v, 2 * C, T, C, NH}},
-                      dop = {dO, 0, Tq, C, NH};
-    if ((rc = rf_cu_to_heads_n(c, qkvp, 3, qkv, 3 * C, B, T)) ||
-        (rc = rf_cu_to_heads_n(c, &dop, 1, dout, C, B, Tq)))
-        return rc;
-    // dv (T x hs) = P^T dout, P the dropped probabilities (into scratch when
-    // dropout is on): column-major dv^T (hs x T) = dout^T (hs x Tq) P (Tq x T)
-    const float *pd = att;
+    int hs = C / NH, Z = B * NH, rows = Z * Tq, W = 3 * C;
+    size_t natt = (size_t)rows * T;
+    long long sx = (long long)T * W, sa = (long long)NH * Tq * T, ha = (long long)Tq * T;
+    // P: the dropped probabilities (into scratch when dropout is on); S: dP, then ds, in scratch
+    const float *pd = pdrop > 0 ? scratch : att;
+    enum { Q, K, V, DO, P, S, DQ, DK, DV, NL };
+    att_lists L = {{qkv, qkv + C, qkv + 2 * C, dout, pd, scratch, dqkv, dqkv + C, dqkv + 2 * C},
+                   {sx, sx, sx, (long long)Tq * C, sa, sa, sx, sx, sx},
+                   {hs, hs, hs, hs, ha, ha, hs, hs, hs}};
+    const float **l;
+    if ((rc = att_fill(c, &L, NL, Z, NH, &l))) return rc;
     if (pdrop > 0) {
         dropout_rows_kernel<<<cu_blocks(natt, 256), 256, 0, c->stream>>>(
             scratch, att, Tq, T, NH, h0, NHall, natt, pdrop, seed);
         if ((rc = cu_launched("attention_bwd (dropout)"))) return rc;
-        pd = scratch;
     }
-    if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, Tq, 1.0f, dO, hs, sq, pd, T,
-                                 sa, 0.0f, dv, hs, skv, Z, "attention_bwd (values)")))
+    // dv (T x hs) += P^T dout: column-major dv^T (hs x T) = dout^T (hs x Tq) P (Tq x T), added
+    // into the head's columns of dqkv (beta 1; row strides C and 3C)
+    if ((rc = gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, Tq, 1.0f, l + DO * Z, C, l + P * Z, T,
+                         1.0f, l + DV * Z, W, Z, "attention_bwd (values)")))
         return rc;
-    // dP (Tq x T) = dout v^T into scratch: column-major dP^T (T x Tq) = v (T x hs) dout^T
-    if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_T, CUBLAS_OP_N, T, Tq, hs, 1.0f, v, hs, skv, dO, hs,
-                                 sq, 0.0f, scratch, T, sa, Z, "attention_bwd (probabilities)")))
+    // dP (Tq x T) = dout v^T into scratch (over P, which is no longer read): column-major
+    // dP^T (T x Tq) = v (T x hs) dout^T
+    if ((rc = gemm_lists(c, CUBLAS_OP_T, CUBLAS_OP_N, T, Tq, hs, 1.0f, l + V * Z, W, l + DO * Z, C,
+                         0.0f, l + S * Z, T, Z, "attention_bwd (probabilities)")))
         return rc;
     float scale = 1.0f / sqrtf((float)hs);
     softmax_bwd_rows_kernel<<<cu_blocks(rows, ATT_WARPS), ATT_WARPS * 32, 0, c->stream>>>(
         scratch, att, Tq, T, NH, h0, NHall, rows, scale, pdrop, seed);
     if ((rc = cu_launched("attention_bwd (softmax)"))) return rc;
-    // dq (Tq x hs) = ds k: column-major dq^T (hs x Tq) = k^T (hs x T) ds^T (T x Tq)
-    if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, Tq, T, 1.0f, k, hs, skv, scratch,
-                                 T, sa, 0.0f, dq, hs, sq, Z, "attention_bwd (queries)")))
+    // dq (Tq x hs) += ds k: column-major dq^T (hs x Tq) = k^T (hs x T) ds^T (T x Tq)
+    if ((rc = gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, Tq, T, 1.0f, l + K * Z, W, l + S * Z, T,
+                         1.0f, l + DQ * Z, W, Z, "attention_bwd (queries)")))
         return rc;
-    // dk (T x hs) = ds^T q: column-major dk^T (hs x T) = q^T (hs x Tq) ds (Tq x T)
-    if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, Tq, 1.0f, q, hs, sq, scratch,
-                                 T, sa, 0.0f, dk, hs, skv, Z, "attention_bwd (keys)")))
-        return rc;
-    rf_cu_heads_piece dp[3] = {{dq, 0, Tq, C, NH}, {dk, C, T, C, NH}, {dv, 2 * C, T, C, NH}};
-    return rf_cu_from_heads_n(c, dqkv, 3 * C, B, T, dp, 3, true);
+    // dk (T x hs) += ds^T q: column-major dk^T (hs x T) = q^T (hs x Tq) ds (Tq x T)
+    return gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, Tq, 1.0f, l + Q * Z, W, l + S * Z, T,
+                      1.0f, l + DK * Z, W, Z, "attention_bwd (keys)");
 }

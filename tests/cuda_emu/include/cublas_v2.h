@@ -54,6 +54,12 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                             int lda, const void *B, cudaDataType_t bt, int ldb, const void *beta,
                             void *C, cudaDataType_t ct, int ldc, cublasComputeType_t compute,
                             cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
+                                   int m, int n, int k, const void *alpha, const void *const A[],
+                                   cudaDataType at, int lda, const void *const B[], cudaDataType bt,
+                                   int ldb, const void *beta, void *const C[], cudaDataType ct,
+                                   int ldc, int count, cublasComputeType_t compute,
+                                   cublasGemmAlgo_t algo);
 cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta,
                                           cublasOperation_t tb, int m, int n, int k,
                                           const void *alpha, const void *A, cudaDataType_t at,
