@@ -712,6 +712,10 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
 }
 
 // ---- cuBLASLt: the descriptors keep what is set; the product is gemm1's ----
+static std::atomic<int> g_lt_refuse{0}; // cuemu_lt_refuse: 1 pedantic, 2 every compute type
+void cuemu_lt_refuse(int pedantic, int all) {
+    g_lt_refuse = all ? 2 : pedantic ? 1 : 0;
+}
 struct cuemu_lt {
     int unused;
 };
@@ -838,7 +842,9 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     int m, n, k;
     cublasStatus_t st = lt_shape(d, a, b, c, dl, &m, &n, &k);
     if (st) return st;
-    if (!lt_types_ok(d, a, b, c, dl)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!lt_types_ok(d, a, b, c, dl) || g_lt_refuse == 2 ||
+        (g_lt_refuse == 1 && d->compute == CUBLAS_COMPUTE_32F_PEDANTIC))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
     results[0] = cublasLtMatmulHeuristicResult_t{};
     results[0].algo.data[0] = 1; // the one algorithm: gemm1
     results[0].state = CUBLAS_STATUS_SUCCESS;

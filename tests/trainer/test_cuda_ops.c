@@ -257,6 +257,40 @@ static void test_linear(void **state) {
 /* cuda-bf16: the products' inputs rounded to bf16 (8 significant bits),
  * accumulated in fp32: stated tolerance 1e-2 norm-wise (the rounding of two
  * inputs, about 2^-8 each, averaged over the summed dimension). */
+#ifdef REFINERY_CUDA_EMU
+/* What a GPU whose cuBLASLt has no pedantic fp32 algorithm, or none at all,
+ * gets (the emulator's heuristic told to refuse them; new shapes, so that
+ * new plans are made): plain fp32 compute in the epilogue, then the bias
+ * kernel and cublasGemmEx; the same result within TOL either way. Built on
+ * the emulator only (a GPU's heuristic cannot be told to refuse). */
+static void test_linear_lt_fallbacks(void **state) {
+    (void)state;
+    need_gpu();
+    static const int shapes[][3] = {{5, 7, 11}, {6, 9, 13}}; /* N, IC, OC */
+    for (int s = 0; s < 2; s++) {
+        int N = shapes[s][0], IC = shapes[s][1], OC = shapes[s][2];
+        size_t ni = (size_t)N * IC, no = (size_t)N * OC, nw = (size_t)OC * IC;
+        float *x = rnd(ni, -1, 1), *w = rnd(nw, -0.1f, 0.1f), *b = rnd(OC, -1, 1),
+              *out = rnd(no, 0, 0);
+        void *g_x = up(x, ni * 4), *g_w = up(w, nw * 4), *g_b = up(b, OC * 4),
+             *g_out = up(NULL, no * 4);
+        cpu->linear_fwd(cpu, out, x, w, b, N, IC, OC);
+        cuemu_lt_refuse(s == 0, s == 1);
+        uint64_t o0 = ops_now();
+        int rc = gpu->linear_fwd(gpu, g_out, g_x, g_w, g_b, N, IC, OC);
+        cuemu_lt_refuse(0, 0);
+        assert_int_equal(rc, 0);
+        ops_expect(s == 0 ? "linear_fwd (no pedantic algorithm)" : "linear_fwd (no algorithm)", o0,
+                   s == 0 ? 1 : 2);
+        check("linear_fwd", g_out, out, no, TOL);
+        void *gs[] = {g_x, g_w, g_b, g_out};
+        for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
+            gfree(gs[i]);
+        free(x), free(w), free(b), free(out);
+    }
+}
+#endif
+
 static void test_linear_bf16(void **state) {
     (void)state;
     need_gpu();
@@ -1208,6 +1242,9 @@ int main(void) {
         cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_linear),
+#ifdef REFINERY_CUDA_EMU
+        cmocka_unit_test(test_linear_lt_fallbacks),
+#endif
         cmocka_unit_test(test_linear_bf16),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_bf16),

@@ -104,10 +104,10 @@ static void lt_drop(rf_cu_lt_plan *p) {
     p->ok = false;
 }
 
-// The descriptors and the heuristic's first algorithm for the key's product.
-static bool lt_make(rf_cuda_ctx *c, rf_cu_lt_plan *p) {
+// The descriptors and the heuristic's first algorithm for the key's product
+// at compute type ct; false (p dropped) when there is none.
+static bool lt_try(rf_cuda_ctx *c, rf_cu_lt_plan *p, cublasComputeType_t ct) {
     const int *k = p->key;
-    cublasComputeType_t ct = c->bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F_PEDANTIC;
     int32_t ta = k[LT_TA], tb = k[LT_TB];
     uint32_t epi = CUBLASLT_EPILOGUE_BIAS, al[4] = {(uint32_t)k[LT_AL_A], (uint32_t)k[LT_AL_B],
                                                     (uint32_t)k[LT_AL_C], (uint32_t)k[LT_AL_C]};
@@ -139,17 +139,31 @@ static bool lt_make(rf_cuda_ctx *c, rf_cu_lt_plan *p) {
                                          &got) &&
          got > 0 && r.state == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= RF_CU_LT_WORKSPACE;
     if (pref) (void)cublasLtMatmulPreferenceDestroy(pref);
-    if (!ok) {
+    if (ok)
+        p->algo = r.algo;
+    else
         lt_drop(p);
-        rf_info("trainer",
-                "cuda: cuBLASLt has no algorithm for the %s product %d x %d x %d (op %d %d, "
-                "alignment %d %d %d): a bias kernel, then cublasGemmEx",
-                c->bf16 ? "bf16" : "fp32", k[LT_M], k[LT_N], k[LT_K], ta, tb, k[LT_AL_A],
-                k[LT_AL_B], k[LT_AL_C]);
-        return false;
-    }
-    p->algo = r.algo;
-    return true;
+    return ok;
+}
+
+// A plan at the context's compute type: bf16 tensor cores (FAST_16BF) on
+// cuda-bf16; on cuda, pedantic fp32 as cublasGemmEx, else plain fp32
+// compute (cuBLASLt uses TF32 only when asked for FAST_TF32), which holds
+// the same 1e-5 against the CPU. Logged once when neither has an algorithm.
+static bool lt_make(rf_cuda_ctx *c, rf_cu_lt_plan *p) {
+    static const cublasComputeType_t fp32[] = {CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_COMPUTE_32F},
+                                     bf16[] = {CUBLAS_COMPUTE_32F_FAST_16BF};
+    const cublasComputeType_t *ct = c->bf16 ? bf16 : fp32;
+    int n = c->bf16 ? 1 : 2;
+    for (int i = 0; i < n; i++)
+        if (lt_try(c, p, ct[i])) return true;
+    const int *k = p->key;
+    rf_info("trainer",
+            "cuda: cuBLASLt has no algorithm for the %s product %d x %d x %d (op %d %d, "
+            "alignment %d %d %d): a bias kernel, then cublasGemmEx",
+            c->bf16 ? "bf16" : "fp32", k[LT_M], k[LT_N], k[LT_K], k[LT_TA], k[LT_TB], k[LT_AL_A],
+            k[LT_AL_B], k[LT_AL_C]);
+    return false;
 }
 
 // With lt_mu held: the plan for this product, made if new; NULL when the

@@ -81,6 +81,11 @@ uint64_t cuemu_host_waits(void);
  * cuBLAS calls, asynchronous copies and memsets (NCCL's are not counted).
  * CUEMU_STATS prints the count too; CUEMU_STATS=ops and the count by name. */
 uint64_t cuemu_device_ops(void);
+/* Test hook: cuBLASLt's heuristic refuses (NOT_SUPPORTED) the pedantic fp32
+ * compute type when pedantic is non-zero, every compute type when all is,
+ * as a real GPU's may; both 0 (the default) restores it. Plans made before
+ * keep their algorithm. */
+void cuemu_lt_refuse(int pedantic, int all);
 
 #ifdef __cplusplus
 }
