@@ -116,27 +116,17 @@ int rf_cu_gemm_batched(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t t
                            what);
 }
 
-// The pointer lists of one attention call: list i's entry z (b = z / NH, h =
-// z % NH) is base[i] + b sb[i] + h sh[i] floats; by value to the kernel.
-#define ATT_LISTS_MAX 9
-struct att_lists {
-    const float *base[ATT_LISTS_MAX];
-    long long sb[ATT_LISTS_MAX], sh[ATT_LISTS_MAX];
-};
-
-__global__ static void att_lists_kernel(const float **out, att_lists L, int Z, int NH) {
+__global__ static void att_lists_kernel(const float **out, rf_cu_att_lists L, int Z, int NH) {
     int z = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
     if (z >= Z) return;
     out[(size_t)i * Z + z] =
         L.base[i] + (long long)(z / NH) * L.sb[i] + (long long)(z % NH) * L.sh[i];
 }
 
-// n lists of Z pointers into the context's ptrs (list i at ptrs + i Z), in
-// one launch; *lists gets their start. The lists are read by the products
-// queued after this launch on the same stream, before the next call refills
-// them.
-static int att_fill(rf_cuda_ctx *c, const att_lists *L, int n, int Z, int NH,
-                    const float ***lists) {
+int rf_cu_att_fill(rf_cuda_ctx *c, const rf_cu_att_lists *L, int n, int Z, int NH,
+                   const float ***lists) {
+    if (n < 1 || n > RF_CU_ATT_LISTS_MAX)
+        return rf_fail(RF_ERR_INVALID, "cuda attention: %d pointer lists", n);
     // ptrs is float storage: two floats a pointer (cudaMalloc aligns it for both)
     int rc = rf_cuda_grow(&c->ptrs, &c->ptrs_n, 2 * (size_t)n * Z, "attention pointer lists");
     if (rc) return rc;
@@ -145,12 +135,10 @@ static int att_fill(rf_cuda_ctx *c, const att_lists *L, int n, int Z, int NH,
     return cu_launched("attention (pointer lists)");
 }
 
-// C_z = alpha op(A_z) op(B_z) + beta C_z for the Z pointers of each list,
-// column-major, the context's compute type (as rf_cu_gemm_batched).
-static int gemm_lists(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                      int k, float alpha, const float *const *A, int lda, const float *const *B,
-                      int ldb, float beta, const float *const *Cm, int ldc, int Z,
-                      const char *what) {
+int rf_cu_gemm_lists(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                     int k, float alpha, const float *const *A, int lda, const float *const *B,
+                     int ldb, float beta, const float *const *Cm, int ldc, int Z,
+                     const char *what) {
     cublasComputeType_t ct = c->bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F_PEDANTIC;
     return rf_cublas_check(
         cublasGemmBatchedEx(c->blas, ta, tb, m, n, k, &alpha, (const void *const *)A, CUDA_R_32F,
@@ -249,24 +237,24 @@ int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scr
     long long sx = (long long)T * W, sa = (long long)NH * Tq * T, ha = (long long)Tq * T;
     float *pd = pdrop > 0 ? scratch : NULL;
     enum { Q, K, V, ATT, P, OUT, NL };
-    att_lists L = {{qkv, qkv + C, qkv + 2 * C, att, pd ? pd : att, out},
-                   {sx, sx, sx, sa, sa, (long long)Tq * C},
-                   {hs, hs, hs, ha, ha, hs}};
+    rf_cu_att_lists L = {{qkv, qkv + C, qkv + 2 * C, att, pd ? pd : att, out},
+                         {sx, sx, sx, sa, sa, (long long)Tq * C},
+                         {hs, hs, hs, ha, ha, hs}};
     const float **l;
-    if ((rc = att_fill(c, &L, NL, Z, NH, &l))) return rc;
+    if ((rc = rf_cu_att_fill(c, &L, NL, Z, NH, &l))) return rc;
     // S (Tq x T, row-major) = q k^T scale: column-major S^T (T x Tq) = k (T x hs) q^T, the
     // head's k and q read in qkv (row stride 3C)
     float scale = 1.0f / sqrtf((float)hs);
-    if ((rc = gemm_lists(c, CUBLAS_OP_T, CUBLAS_OP_N, T, Tq, hs, scale, l + K * Z, W, l + Q * Z, W,
-                         0.0f, l + ATT * Z, T, Z, "attention_fwd (scores)")))
+    if ((rc = rf_cu_gemm_lists(c, CUBLAS_OP_T, CUBLAS_OP_N, T, Tq, hs, scale, l + K * Z, W,
+                               l + Q * Z, W, 0.0f, l + ATT * Z, T, Z, "attention_fwd (scores)")))
         return rc;
     softmax_rows_kernel<<<cu_blocks(rows, ATT_WARPS), ATT_WARPS * 32, 0, c->stream>>>(
         att, pd, valid, NH, h0, NHall, Tq, T, rows, pdrop, seed);
     if ((rc = cu_launched("attention_fwd (softmax)"))) return rc;
     // o (Tq x hs) = P v: column-major o^T (hs x Tq) = v^T (hs x T) P^T (T x Tq), into the
     // head's columns of out (row stride C)
-    return gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, Tq, T, 1.0f, l + V * Z, W, l + P * Z, T,
-                      0.0f, l + OUT * Z, C, Z, "attention_fwd (values)");
+    return rf_cu_gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, Tq, T, 1.0f, l + V * Z, W, l + P * Z,
+                            T, 0.0f, l + OUT * Z, C, Z, "attention_fwd (values)");
 }
 
 int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const float *dout,
@@ -281,11 +269,12 @@ int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const
     // P: the dropped probabilities (into scratch when dropout is on); S: dP, then ds, in scratch
     const float *pd = pdrop > 0 ? scratch : att;
     enum { Q, K, V, DO, P, S, DQ, DK, DV, NL };
-    att_lists L = {{qkv, qkv + C, qkv + 2 * C, dout, pd, scratch, dqkv, dqkv + C, dqkv + 2 * C},
-                   {sx, sx, sx, (long long)Tq * C, sa, sa, sx, sx, sx},
-                   {hs, hs, hs, hs, ha, ha, hs, hs, hs}};
+    rf_cu_att_lists L = {
+        {qkv, qkv + C, qkv + 2 * C, dout, pd, scratch, dqkv, dqkv + C, dqkv + 2 * C},
+        {sx, sx, sx, (long long)Tq * C, sa, sa, sx, sx, sx},
+        {hs, hs, hs, hs, ha, ha, hs, hs, hs}};
     const float **l;
-    if ((rc = att_fill(c, &L, NL, Z, NH, &l))) return rc;
+    if ((rc = rf_cu_att_fill(c, &L, NL, Z, NH, &l))) return rc;
     if (pdrop > 0) {
         dropout_rows_kernel<<<cu_blocks(natt, 256), 256, 0, c->stream>>>(
             scratch, att, Tq, T, NH, h0, NHall, natt, pdrop, seed);
@@ -293,23 +282,24 @@ int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const
     }
     // dv (T x hs) += P^T dout: column-major dv^T (hs x T) = dout^T (hs x Tq) P (Tq x T), added
     // into the head's columns of dqkv (beta 1; row strides C and 3C)
-    if ((rc = gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, Tq, 1.0f, l + DO * Z, C, l + P * Z, T,
-                         1.0f, l + DV * Z, W, Z, "attention_bwd (values)")))
+    if ((rc = rf_cu_gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, Tq, 1.0f, l + DO * Z, C,
+                               l + P * Z, T, 1.0f, l + DV * Z, W, Z, "attention_bwd (values)")))
         return rc;
     // dP (Tq x T) = dout v^T into scratch (over P, which is no longer read): column-major
     // dP^T (T x Tq) = v (T x hs) dout^T
-    if ((rc = gemm_lists(c, CUBLAS_OP_T, CUBLAS_OP_N, T, Tq, hs, 1.0f, l + V * Z, W, l + DO * Z, C,
-                         0.0f, l + S * Z, T, Z, "attention_bwd (probabilities)")))
+    if ((rc = rf_cu_gemm_lists(c, CUBLAS_OP_T, CUBLAS_OP_N, T, Tq, hs, 1.0f, l + V * Z, W,
+                               l + DO * Z, C, 0.0f, l + S * Z, T, Z,
+                               "attention_bwd (probabilities)")))
         return rc;
     float scale = 1.0f / sqrtf((float)hs);
     softmax_bwd_rows_kernel<<<cu_blocks(rows, ATT_WARPS), ATT_WARPS * 32, 0, c->stream>>>(
         scratch, att, Tq, T, NH, h0, NHall, rows, scale, pdrop, seed);
     if ((rc = cu_launched("attention_bwd (softmax)"))) return rc;
     // dq (Tq x hs) += ds k: column-major dq^T (hs x Tq) = k^T (hs x T) ds^T (T x Tq)
-    if ((rc = gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, Tq, T, 1.0f, l + K * Z, W, l + S * Z, T,
-                         1.0f, l + DQ * Z, W, Z, "attention_bwd (queries)")))
+    if ((rc = rf_cu_gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, Tq, T, 1.0f, l + K * Z, W,
+                               l + S * Z, T, 1.0f, l + DQ * Z, W, Z, "attention_bwd (queries)")))
         return rc;
     // dk (T x hs) += ds^T q: column-major dk^T (hs x T) = q^T (hs x Tq) ds (Tq x T)
-    return gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, Tq, 1.0f, l + Q * Z, W, l + S * Z, T,
-                      1.0f, l + DK * Z, W, Z, "attention_bwd (keys)");
+    return rf_cu_gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, Tq, 1.0f, l + Q * Z, W, l + S * Z,
+                            T, 1.0f, l + DK * Z, W, Z, "attention_bwd (keys)");
 }

@@ -87,12 +87,79 @@ static int check_shape(int NH, int NKV, int hs, const char *what) {
     return RF_OK;
 }
 
+// One kv head per query head (GPT-2, Llama without grouping): the products
+// over a pointer per (sequence, head) as the encoder's (rf_cu_gemm_lists):
+// q, k and v read in place in qkv (row stride 3 NH hs), the output written
+// into its columns of out, dq, dk and dv added into dqkv (beta 1); no
+// head-major copy. Grouped heads keep the copies below (a kv head's group is
+// one operand there).
+static int mha_fwd(rf_cuda_ctx *c, float *out, float *att, const float *qkv, const uint8_t *valid,
+                   const int32_t *seg, int B, int T, int NH, int hs) {
+    int A = NH * hs, W = 3 * A, Z = B * NH, rc;
+    size_t rows = (size_t)Z * T;
+    long long sx = (long long)T * W, sa = (long long)NH * T * T, ha = (long long)T * T;
+    enum { Q, K, V, ATT, OUT, NL };
+    rf_cu_att_lists L = {{qkv, qkv + A, qkv + 2 * A, att, out},
+                         {sx, sx, sx, sa, (long long)T * A},
+                         {hs, hs, hs, ha, hs}};
+    const float **l;
+    if ((rc = rf_cu_att_fill(c, &L, NL, Z, NH, &l))) return rc;
+    // S (T x T, row-major) = q k^T scale: column-major S^T = k (T x hs) q^T
+    float scale = 1.0f / sqrtf((float)hs);
+    if ((rc =
+             rf_cu_gemm_lists(c, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, l + K * Z, W, l + Q * Z,
+                              W, 0.0f, l + ATT * Z, T, Z, "causal_attention_fwd (scores)")))
+        return rc;
+    causal_softmax_rows_kernel<<<cu_blocks(rows, CA_WARPS), CA_WARPS * 32, 0, c->stream>>>(
+        att, valid, seg, NH, T, rows);
+    if ((rc = cu_launched("causal_attention_fwd (softmax)"))) return rc;
+    // o (T x hs) = P v: column-major o^T (hs x T) = v^T (hs x T) P^T, into out's columns
+    return rf_cu_gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, l + V * Z, W, l + ATT * Z,
+                            T, 0.0f, l + OUT * Z, A, Z, "causal_attention_fwd (values)");
+}
+
+static int mha_bwd(rf_cuda_ctx *c, float *dqkv, const float *dout, const float *qkv,
+                   const float *att, int B, int T, int NH, int hs) {
+    int A = NH * hs, W = 3 * A, Z = B * NH, rc;
+    size_t rows = (size_t)Z * T;
+    if ((rc = rf_cuda_grow(&c->dprobs, &c->dprobs_n, rows * T, "causal attention (dP)"))) return rc;
+    float *ds = c->dprobs;
+    long long sx = (long long)T * W, sa = (long long)NH * T * T, ha = (long long)T * T;
+    enum { Q, K, V, DO, P, S, DQ, DK, DV, NL };
+    rf_cu_att_lists L = {{qkv, qkv + A, qkv + 2 * A, dout, att, ds, dqkv, dqkv + A, dqkv + 2 * A},
+                         {sx, sx, sx, (long long)T * A, sa, sa, sx, sx, sx},
+                         {hs, hs, hs, hs, ha, ha, hs, hs, hs}};
+    const float **l;
+    if ((rc = rf_cu_att_fill(c, &L, NL, Z, NH, &l))) return rc;
+    // dv (T x hs) += P^T dout: column-major dv^T (hs x T) = dout^T (hs x T) P
+    if ((rc =
+             rf_cu_gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, l + DO * Z, A, l + P * Z,
+                              T, 1.0f, l + DV * Z, W, Z, "causal_attention_bwd (values)")))
+        return rc;
+    // dP (T x T) = dout v^T: column-major dP^T = v (T x hs) dout^T
+    if ((rc =
+             rf_cu_gemm_lists(c, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, l + V * Z, W, l + DO * Z,
+                              A, 0.0f, l + S * Z, T, Z, "causal_attention_bwd (probabilities)")))
+        return rc;
+    causal_softmax_bwd_rows_kernel<<<cu_blocks(rows, CA_WARPS), CA_WARPS * 32, 0, c->stream>>>(
+        ds, att, T, rows, 1.0f / sqrtf((float)hs));
+    if ((rc = cu_launched("causal_attention_bwd (softmax)"))) return rc;
+    // dq (T x hs) += ds k: column-major dq^T (hs x T) = k^T (hs x T) ds^T
+    if ((rc = rf_cu_gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, l + K * Z, W, l + S * Z,
+                               T, 1.0f, l + DQ * Z, W, Z, "causal_attention_bwd (queries)")))
+        return rc;
+    // dk (T x hs) += ds^T q: column-major dk^T (hs x T) = q^T (hs x T) ds
+    return rf_cu_gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, l + Q * Z, W, l + S * Z, T,
+                            1.0f, l + DK * Z, W, Z, "causal_attention_bwd (keys)");
+}
+
 int rf_cu_causal_attention_fwd(const rf_backend *be, float *out, float *att, const float *qkv,
                                const uint8_t *valid, const int32_t *seg, int B, int T, int NH,
                                int NKV, int hs) {
     int rc = check_shape(NH, NKV, hs, "causal_attention_fwd");
     if (rc || B <= 0 || T <= 0) return rc;
     rf_cuda_ctx *c = cu_ctx(be);
+    if (NKV == NH) return mha_fwd(c, out, att, qkv, valid, seg, B, T, NH, hs);
     int W = (NH + 2 * NKV) * hs, Z = B * NKV, M = NH / NKV * T; // M: a group's query rows
     size_t nq = (size_t)B * T * NH * hs, nk = (size_t)B * T * NKV * hs, rows = (size_t)B * NH * T;
     if ((rc = rf_cu_heads_buf(c, 2 * nq + 2 * nk))) return rc;
@@ -127,6 +194,7 @@ int rf_cu_causal_attention_bwd(const rf_backend *be, float *dqkv, float *scratch
     int rc = check_shape(NH, NKV, hs, "causal_attention_bwd");
     if (rc || B <= 0 || T <= 0) return rc;
     rf_cuda_ctx *c = cu_ctx(be);
+    if (NKV == NH) return mha_bwd(c, dqkv, dout, qkv, att, B, T, NH, hs);
     int W = (NH + 2 * NKV) * hs, Z = B * NKV, M = NH / NKV * T;
     size_t nq = (size_t)B * T * NH * hs, nk = (size_t)B * T * NKV * hs, rows = (size_t)B * NH * T;
     if ((rc = rf_cu_heads_buf(c, 3 * nq + 4 * nk)) ||

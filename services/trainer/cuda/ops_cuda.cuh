@@ -72,6 +72,24 @@ int rf_cu_to_heads_n(rf_cuda_ctx *c, const rf_cu_heads_piece *p, int n, const fl
                      int B, int Ts);
 int rf_cu_from_heads_n(rf_cuda_ctx *c, float *x, int ld, int B, int Tx, const rf_cu_heads_piece *p,
                        int n, bool add);
+// Products over a pointer per (batch, head) and operand (cublasGemmBatchedEx),
+// so that heads are read and written in place in row-major [rows, heads x hs]
+// matrices: list i's entry z (b = z / NH, h = z % NH) is base[i] + b sb[i] +
+// h sh[i] floats. rf_cu_att_fill writes n lists of Z pointers into the
+// context's ptrs in one launch (list i at *lists + i Z; the products queued
+// after it on the stream read them before the next fill); rf_cu_gemm_lists
+// is C_z = alpha op(A_z) op(B_z) + beta C_z over them, column-major, the
+// context's compute type.
+#define RF_CU_ATT_LISTS_MAX 9
+typedef struct rf_cu_att_lists {
+    const float *base[RF_CU_ATT_LISTS_MAX];
+    long long sb[RF_CU_ATT_LISTS_MAX], sh[RF_CU_ATT_LISTS_MAX];
+} rf_cu_att_lists;
+int rf_cu_att_fill(rf_cuda_ctx *c, const rf_cu_att_lists *L, int n, int Z, int NH,
+                   const float ***lists);
+int rf_cu_gemm_lists(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                     int k, float alpha, const float *const *A, int lda, const float *const *B,
+                     int ldb, float beta, const float *const *Cm, int ldc, int Z, const char *what);
 int rf_cu_gemm_batched(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                        int k, float alpha, const float *A, int lda, long long sa, const float *B,
                        int ldb, long long sb, float beta, float *Cm, int ldc, long long sc,
