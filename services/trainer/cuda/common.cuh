@@ -45,6 +45,7 @@ struct rf_cuda_ctx {
     void *lt_ws;                    // its workspace (matmul.cu's RF_CU_LT_WORKSPACE bytes)
     struct rf_cu_lt_plan *lt_plans; // one per product shape and alignment, found once
     int lt_nplans;
+    bool lt_full; // the plan table was found full (logged once)
 };
 #define RF_CUDA_RED 1040
 

@@ -42,7 +42,8 @@ static int gemm(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int 
 // algorithm at the context's compute type (cuBLASLt need not have every
 // one cublasGemmEx has), a bias not 16-byte aligned, a full plan table, or
 // REFINERY_CUBLASLT=0 take the bias kernel and cublasGemmEx; each of the
-// first two is logged once (which one a GPU takes is what its run reports).
+// first two is logged once, and so is a full table (which one a GPU takes is
+// what its run reports).
 #define RF_CU_LT_PLANS     64
 #define RF_CU_LT_WORKSPACE ((size_t)32 << 20) // NVIDIA's suggestion for Hopper
 
@@ -171,7 +172,15 @@ static bool lt_make(rf_cuda_ctx *c, rf_cu_lt_plan *p) {
 static rf_cu_lt_plan *lt_plan(rf_cuda_ctx *c, const int *key) {
     for (int i = 0; i < c->lt_nplans; i++)
         if (!memcmp(c->lt_plans[i].key, key, sizeof c->lt_plans[i].key)) return &c->lt_plans[i];
-    if (c->lt_nplans == RF_CU_LT_PLANS) return NULL;
+    if (c->lt_nplans == RF_CU_LT_PLANS) {
+        if (!c->lt_full)
+            rf_info("trainer",
+                    "cuda: cuBLASLt's %d plans are made: products of other shapes take "
+                    "a bias kernel, then cublasGemmEx",
+                    RF_CU_LT_PLANS);
+        c->lt_full = true;
+        return NULL;
+    }
     rf_cu_lt_plan *p = &c->lt_plans[c->lt_nplans++];
     memcpy(p->key, key, sizeof p->key);
     p->ok = lt_make(c, p);
