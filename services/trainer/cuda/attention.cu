@@ -17,121 +17,32 @@
 // ran BERT-base at T 512 at a quarter of PyTorch eager's speed on an H100;
 // its key loads were uncoalesced. The second copied q, k, v and the output
 // head-major around strided-batched products: four more passes over a
-// B T C matrix forward and seven backward.) The head copies and the
-// strided-batched product stay for the causal attention (causal_attention.cu,
-// whose grouped query heads are one operand per kv head; declared in
-// ops_cuda.cuh).
+// B T C matrix forward and seven backward.) The pointer lists and their
+// products are shared with the causal attention (causal_attention.cu;
+// declared in ops_cuda.cuh).
 #include "trainer/cuda/ops_cuda.cuh"
 
-// The context's head-major buffer with at least n floats.
-int rf_cu_heads_buf(rf_cuda_ctx *c, size_t n) {
-    return rf_cuda_grow(&c->heads, &c->heads_n, n, "attention heads");
-}
-
-// The pieces by value: a launch's grid.y picks one.
-struct heads_pieces {
-    rf_cu_heads_piece p[RF_CU_HEADS_MAX];
-};
-
-// Piece blockIdx.y: its buf[B, NH, R, hs] = rows 0..R-1 of each of the B
-// blocks of Ts rows of src (row stride ld), columns off..off+C-1 (head h at
-// off + h hs).
-__global__ static void to_heads_kernel(heads_pieces ps, const float *src, int ld, int B, int Ts) {
-    const rf_cu_heads_piece p = ps.p[blockIdx.y];
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)B * p.R * p.C;
-    if (i >= n) return;
-    int hs = p.C / p.NH, d = (int)(i % hs);
-    size_t r = i / hs;
-    int t = (int)(r % p.R), bh = (int)(r / p.R), b = bh / p.NH, h = bh % p.NH;
-    p.buf[i] = src[((size_t)b * Ts + t) * ld + p.off + (size_t)h * hs + d];
-}
-
-// The inverse into x (row stride ld, blocks of Tx rows, columns off..):
-// assigned, or added when add.
-__global__ static void from_heads_kernel(float *x, int ld, int B, int Tx, heads_pieces ps,
-                                         bool add) {
-    const rf_cu_heads_piece p = ps.p[blockIdx.y];
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)B * p.R * p.C;
-    if (i >= n) return;
-    int hs = p.C / p.NH, d = (int)(i % hs);
-    size_t r = i / hs;
-    int t = (int)(r % p.R), bh = (int)(r / p.R), b = bh / p.NH, h = bh % p.NH;
-    float *y = x + ((size_t)b * Tx + t) * ld + p.off + (size_t)h * hs + d;
-    *y = add ? *y + p.buf[i] : p.buf[i];
-}
-
-// The pieces as the kernels take them, and the blocks of the largest (0
-// when every piece is empty: nothing to launch).
-static int heads_grid(const rf_cu_heads_piece *p, int n, int B, heads_pieces *ps,
-                      unsigned *blocks) {
-    if (n < 1 || n > RF_CU_HEADS_MAX)
-        return rf_fail(RF_ERR_INVALID, "cuda attention: %d head pieces", n);
-    size_t most = 0;
-    for (int k = 0; k < n; k++) {
-        ps->p[k] = p[k];
-        size_t e = (size_t)B * p[k].R * p[k].C;
-        if (e > most) most = e;
-    }
-    *blocks = most ? cu_blocks(most, 256) : 0;
-    return RF_OK;
-}
-
-int rf_cu_to_heads_n(rf_cuda_ctx *c, const rf_cu_heads_piece *p, int n, const float *src, int ld,
-                     int B, int Ts) {
-    heads_pieces ps = {}; // unused pieces zero
-    unsigned blocks = 0;
-    int rc = heads_grid(p, n, B, &ps, &blocks);
-    if (rc || !blocks) return rc;
-    to_heads_kernel<<<dim3(blocks, n), 256, 0, c->stream>>>(ps, src, ld, B, Ts);
-    return cu_launched("attention (to heads)");
-}
-
-int rf_cu_from_heads_n(rf_cuda_ctx *c, float *x, int ld, int B, int Tx, const rf_cu_heads_piece *p,
-                       int n, bool add) {
-    heads_pieces ps = {}; // unused pieces zero
-    unsigned blocks = 0;
-    int rc = heads_grid(p, n, B, &ps, &blocks);
-    if (rc || !blocks) return rc;
-    from_heads_kernel<<<dim3(blocks, n), 256, 0, c->stream>>>(x, ld, B, Tx, ps, add);
-    return cu_launched("attention (from heads)");
-}
-
-// Per (batch, head) z of `count`: C_z = alpha op(A_z) op(B_z) + beta C_z,
-// column-major as cuBLAS (the row-major operands read transposed, as
-// matmul.cu). The compute type is the context's, as the layers' products:
-// pedantic fp32, or bf16 tensor cores with fp32 accumulation on cuda-bf16
-// (inputs rounded to bf16: the scores from q and k, the values from the
-// stored fp32 probabilities and v; a numpy emulation of that rounding at
-// test_cuda_ops' shapes put the outputs and gradients within 3.3e-3
-// norm-wise of fp32 products; the tests hold them to 1e-2).
-int rf_cu_gemm_batched(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                       int k, float alpha, const float *A, int lda, long long sa, const float *B,
-                       int ldb, long long sb, float beta, float *Cm, int ldc, long long sc,
-                       int count, const char *what) {
-    cublasComputeType_t ct = c->bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F_PEDANTIC;
-    return rf_cublas_check(cublasGemmStridedBatchedEx(c->blas, ta, tb, m, n, k, &alpha, A,
-                                                      CUDA_R_32F, lda, sa, B, CUDA_R_32F, ldb, sb,
-                                                      &beta, Cm, CUDA_R_32F, ldc, sc, count, ct,
-                                                      CUBLAS_GEMM_DEFAULT),
-                           what);
-}
-
-__global__ static void att_lists_kernel(const float **out, rf_cu_att_lists L, int Z, int NH) {
-    int z = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+__global__ static void att_lists_kernel(const float **out, rf_cu_att_lists L, int B, int NH,
+                                        int NKV) {
+    int Z = B * NH, z = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
     if (z >= Z) return;
+    int per = B * NKV, r = z / per, b = z % per / NKV, g = z % NKV, h = g * (NH / NKV) + r;
     out[(size_t)i * Z + z] =
-        L.base[i] + (long long)(z / NH) * L.sb[i] + (long long)(z % NH) * L.sh[i];
+        L.base[i] + (long long)b * L.sb[i] + (long long)h * L.sq[i] + (long long)g * L.skv[i];
 }
 
-int rf_cu_att_fill(rf_cuda_ctx *c, const rf_cu_att_lists *L, int n, int Z, int NH,
+int rf_cu_att_fill(rf_cuda_ctx *c, const rf_cu_att_lists *L, int n, int B, int NH, int NKV,
                    const float ***lists) {
-    if (n < 1 || n > RF_CU_ATT_LISTS_MAX)
-        return rf_fail(RF_ERR_INVALID, "cuda attention: %d pointer lists", n);
+    if (n < 1 || n > RF_CU_ATT_LISTS_MAX || NKV < 1 || NH % NKV)
+        return rf_fail(RF_ERR_INVALID, "cuda attention: %d pointer lists over %d heads of %d", n,
+                       NH, NKV);
+    int Z = B * NH;
     // ptrs is float storage: two floats a pointer (cudaMalloc aligns it for both)
     int rc = rf_cuda_grow(&c->ptrs, &c->ptrs_n, 2 * (size_t)n * Z, "attention pointer lists");
     if (rc) return rc;
     *lists = (const float **)(void *)c->ptrs;
-    att_lists_kernel<<<dim3(cu_blocks((size_t)Z, 256), n), 256, 0, c->stream>>>(*lists, *L, Z, NH);
+    att_lists_kernel<<<dim3(cu_blocks((size_t)Z, 256), n), 256, 0, c->stream>>>(*lists, *L, B, NH,
+                                                                                NKV);
     return cu_launched("attention (pointer lists)");
 }
 
@@ -239,9 +150,10 @@ int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scr
     enum { Q, K, V, ATT, P, OUT, NL };
     rf_cu_att_lists L = {{qkv, qkv + C, qkv + 2 * C, att, pd ? pd : att, out},
                          {sx, sx, sx, sa, sa, (long long)Tq * C},
-                         {hs, hs, hs, ha, ha, hs}};
+                         {hs, hs, hs, ha, ha, hs},
+                         {}};
     const float **l;
-    if ((rc = rf_cu_att_fill(c, &L, NL, Z, NH, &l))) return rc;
+    if ((rc = rf_cu_att_fill(c, &L, NL, B, NH, NH, &l))) return rc;
     // S (Tq x T, row-major) = q k^T scale: column-major S^T (T x Tq) = k (T x hs) q^T, the
     // head's k and q read in qkv (row stride 3C)
     float scale = 1.0f / sqrtf((float)hs);
@@ -272,9 +184,10 @@ int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const
     rf_cu_att_lists L = {
         {qkv, qkv + C, qkv + 2 * C, dout, pd, scratch, dqkv, dqkv + C, dqkv + 2 * C},
         {sx, sx, sx, (long long)Tq * C, sa, sa, sx, sx, sx},
-        {hs, hs, hs, hs, ha, ha, hs, hs, hs}};
+        {hs, hs, hs, hs, ha, ha, hs, hs, hs},
+        {}};
     const float **l;
-    if ((rc = rf_cu_att_fill(c, &L, NL, Z, NH, &l))) return rc;
+    if ((rc = rf_cu_att_fill(c, &L, NL, B, NH, NH, &l))) return rc;
     if (pdrop > 0) {
         dropout_rows_kernel<<<cu_blocks(natt, 256), 256, 0, c->stream>>>(
             scratch, att, Tq, T, NH, h0, NHall, natt, pdrop, seed);

@@ -2,25 +2,25 @@
 // masks; twin of rf_op_causal_attention_fwd/bwd (ops_causal.c), same layout:
 // qkv[B*T, (NH + 2 NKV) hs], out[B*T, NH*hs], att[B,NH,T,T].
 //
-// The products go through cuBLAS as the encoder's (attention.cu, whose head
-// copies and batched product this file shares), batched over (sequence, kv
-// head): q is copied head-major [B, NH, T, hs], so the grp = NH / NKV query
-// heads reading kv head g are grp T consecutive rows, one operand of
-// grp T x hs against k and v's T x hs ([B, NKV, T, hs]); the scores of a
-// batch entry are then grp T x T, att's own layout. Forward: S = q k^T scale
-// into att, a warp per row turns S into the masked softmax (keys j <= t,
-// valid, same document; the sum in double as the CPU; 0 elsewhere, and a
-// zero row when no key is seen), o = P v goes back to [B*T, NH*hs].
-// Backward: dv = P^T dout and dk = ds^T q sum the group's query heads inside
-// one product, dP = dout v^T into the context's dprobs, ds = p (dP - p.dP)
-// scale by a warp per row (the dot in double), dq = ds k; each added into
-// dqkv. Deterministic (cuBLAS on one GPU model, no atomics). The scores above
-// the diagonal are computed and discarded: twice the products' minimum, on
-// tensor-core-shaped calls. (The first version, a warp per query row holding
-// its scores in shared memory, had the encoder's first design, which ran
-// BERT-base at T 512 at a quarter of PyTorch eager's speed; it also bounded
-// T by shared memory, 2048, and the head size by registers, 256. Neither
-// bound is left.)
+// The products go through cuBLAS as the encoder's (attention.cu), batched
+// over a pointer per (sequence, query head) and operand: q, k and v are read
+// in place in qkv (query head h reads kv head h / (NH / NKV)), the output is
+// written into its columns of out, and the gradients are added into dqkv
+// (beta 1). Forward: S = q k^T scale into att, a warp per row turns S into
+// the masked softmax (keys j <= t, valid, same document; the sum in double
+// as the CPU; 0 elsewhere, and a zero row when no key is seen), o = P v.
+// Backward: dP = dout v^T into the context's dprobs, ds = p (dP - p.dP)
+// scale by a warp per row (the dot in double), dq = ds k in one product
+// each; dv = P^T dout and dk = ds^T q in NH / NKV products, each over one
+// query head of every kv head, so the group's heads add into their kv head
+// one after another. Deterministic (cuBLAS on one GPU model, no atomics). The
+// scores above the diagonal are computed and discarded: twice the products'
+// minimum, on tensor-core-shaped calls. (The first version, a warp per query
+// row holding its scores in shared memory, had the encoder's first design,
+// which ran BERT-base at T 512 at a quarter of PyTorch eager's speed; it also
+// bounded T by shared memory, 2048, and the head size by registers, 256. The
+// second copied q, k, v head-major, each kv head's group of query heads one
+// operand. Neither bound is left.)
 #include "trainer/cuda/ops_cuda.cuh"
 
 #define CA_WARPS 4 // warps per block of the row kernels
@@ -87,23 +87,22 @@ static int check_shape(int NH, int NKV, int hs, const char *what) {
     return RF_OK;
 }
 
-// One kv head per query head (GPT-2, Llama without grouping): the products
-// over a pointer per (sequence, head) as the encoder's (rf_cu_gemm_lists):
-// q, k and v read in place in qkv (row stride 3 NH hs), the output written
-// into its columns of out, dq, dk and dv added into dqkv (beta 1); no
-// head-major copy. Grouped heads keep the copies below (a kv head's group is
-// one operand there).
-static int mha_fwd(rf_cuda_ctx *c, float *out, float *att, const float *qkv, const uint8_t *valid,
-                   const int32_t *seg, int B, int T, int NH, int hs) {
-    int A = NH * hs, W = 3 * A, Z = B * NH, rc;
+int rf_cu_causal_attention_fwd(const rf_backend *be, float *out, float *att, const float *qkv,
+                               const uint8_t *valid, const int32_t *seg, int B, int T, int NH,
+                               int NKV, int hs) {
+    int rc = check_shape(NH, NKV, hs, "causal_attention_fwd");
+    if (rc || B <= 0 || T <= 0) return rc;
+    rf_cuda_ctx *c = cu_ctx(be);
+    int A = NH * hs, W = A + 2 * NKV * hs, Z = B * NH;
     size_t rows = (size_t)Z * T;
     long long sx = (long long)T * W, sa = (long long)NH * T * T, ha = (long long)T * T;
     enum { Q, K, V, ATT, OUT, NL };
-    rf_cu_att_lists L = {{qkv, qkv + A, qkv + 2 * A, att, out},
+    rf_cu_att_lists L = {{qkv, qkv + A, qkv + A + NKV * hs, att, out},
                          {sx, sx, sx, sa, (long long)T * A},
-                         {hs, hs, hs, ha, hs}};
+                         {hs, 0, 0, ha, hs},
+                         {0, hs, hs, 0, 0}};
     const float **l;
-    if ((rc = rf_cu_att_fill(c, &L, NL, Z, NH, &l))) return rc;
+    if ((rc = rf_cu_att_fill(c, &L, NL, B, NH, NKV, &l))) return rc;
     // S (T x T, row-major) = q k^T scale: column-major S^T = k (T x hs) q^T
     float scale = 1.0f / sqrtf((float)hs);
     if ((rc =
@@ -118,24 +117,38 @@ static int mha_fwd(rf_cuda_ctx *c, float *out, float *att, const float *qkv, con
                             T, 0.0f, l + OUT * Z, A, Z, "causal_attention_fwd (values)");
 }
 
-static int mha_bwd(rf_cuda_ctx *c, float *dqkv, const float *dout, const float *qkv,
-                   const float *att, int B, int T, int NH, int hs) {
-    int A = NH * hs, W = 3 * A, Z = B * NH, rc;
+// scratch (B*NH*T floats by the slot's contract) is not needed: the score
+// gradients, B*NH*T*T floats, live in the context's dprobs.
+int rf_cu_causal_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const float *dout,
+                               const float *qkv, const float *att, int B, int T, int NH, int NKV,
+                               int hs) {
+    (void)scratch;
+    int rc = check_shape(NH, NKV, hs, "causal_attention_bwd");
+    if (rc || B <= 0 || T <= 0) return rc;
+    rf_cuda_ctx *c = cu_ctx(be);
+    int A = NH * hs, W = A + 2 * NKV * hs, Z = B * NH, per = B * NKV, grp = NH / NKV;
     size_t rows = (size_t)Z * T;
     if ((rc = rf_cuda_grow(&c->dprobs, &c->dprobs_n, rows * T, "causal attention (dP)"))) return rc;
     float *ds = c->dprobs;
     long long sx = (long long)T * W, sa = (long long)NH * T * T, ha = (long long)T * T;
+    const float *kq = qkv + A, *vq = qkv + A + NKV * hs;
+    float *dk = dqkv + A, *dv = dqkv + A + NKV * hs;
     enum { Q, K, V, DO, P, S, DQ, DK, DV, NL };
-    rf_cu_att_lists L = {{qkv, qkv + A, qkv + 2 * A, dout, att, ds, dqkv, dqkv + A, dqkv + 2 * A},
+    rf_cu_att_lists L = {{qkv, kq, vq, dout, att, ds, dqkv, dk, dv},
                          {sx, sx, sx, (long long)T * A, sa, sa, sx, sx, sx},
-                         {hs, hs, hs, hs, ha, ha, hs, hs, hs}};
+                         {hs, 0, 0, hs, ha, ha, hs, 0, 0},
+                         {0, hs, hs, 0, 0, 0, 0, hs, hs}};
     const float **l;
-    if ((rc = rf_cu_att_fill(c, &L, NL, Z, NH, &l))) return rc;
-    // dv (T x hs) += P^T dout: column-major dv^T (hs x T) = dout^T (hs x T) P
-    if ((rc =
-             rf_cu_gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, l + DO * Z, A, l + P * Z,
-                              T, 1.0f, l + DV * Z, W, Z, "causal_attention_bwd (values)")))
-        return rc;
+    if ((rc = rf_cu_att_fill(c, &L, NL, B, NH, NKV, &l))) return rc;
+    // dv (T x hs) += P^T dout, one query head of each kv head a product (entries
+    // [r per, (r + 1) per)): column-major dv^T (hs x T) = dout^T (hs x T) P
+    for (int r = 0; r < grp; r++) {
+        size_t o = (size_t)r * per;
+        if ((rc = rf_cu_gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, l + DO * Z + o, A,
+                                   l + P * Z + o, T, 1.0f, l + DV * Z + o, W, per,
+                                   "causal_attention_bwd (values)")))
+            return rc;
+    }
     // dP (T x T) = dout v^T: column-major dP^T = v (T x hs) dout^T
     if ((rc =
              rf_cu_gemm_lists(c, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, l + V * Z, W, l + DO * Z,
@@ -148,92 +161,16 @@ static int mha_bwd(rf_cuda_ctx *c, float *dqkv, const float *dout, const float *
     if ((rc = rf_cu_gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, l + K * Z, W, l + S * Z,
                                T, 1.0f, l + DQ * Z, W, Z, "causal_attention_bwd (queries)")))
         return rc;
-    // dk (T x hs) += ds^T q: column-major dk^T (hs x T) = q^T (hs x T) ds
-    return rf_cu_gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, l + Q * Z, W, l + S * Z, T,
-                            1.0f, l + DK * Z, W, Z, "causal_attention_bwd (keys)");
-}
-
-int rf_cu_causal_attention_fwd(const rf_backend *be, float *out, float *att, const float *qkv,
-                               const uint8_t *valid, const int32_t *seg, int B, int T, int NH,
-                               int NKV, int hs) {
-    int rc = check_shape(NH, NKV, hs, "causal_attention_fwd");
-    if (rc || B <= 0 || T <= 0) return rc;
-    rf_cuda_ctx *c = cu_ctx(be);
-    if (NKV == NH) return mha_fwd(c, out, att, qkv, valid, seg, B, T, NH, hs);
-    int W = (NH + 2 * NKV) * hs, Z = B * NKV, M = NH / NKV * T; // M: a group's query rows
-    size_t nq = (size_t)B * T * NH * hs, nk = (size_t)B * T * NKV * hs, rows = (size_t)B * NH * T;
-    if ((rc = rf_cu_heads_buf(c, 2 * nq + 2 * nk))) return rc;
-    float *q = c->heads, *k = q + nq, *v = k + nk, *o = v + nk;
-    rf_cu_heads_piece qkvp[3] = {{q, 0, T, NH * hs, NH},
-                                 {k, NH * hs, T, NKV * hs, NKV},
-                                 {v, (NH + NKV) * hs, T, NKV * hs, NKV}};
-    if ((rc = rf_cu_to_heads_n(c, qkvp, 3, qkv, W, B, T))) return rc;
-    long long sq = (long long)M * hs, skv = (long long)T * hs, sa = (long long)M * T;
-    // S (M x T, row-major) = q k^T scale: column-major S^T (T x M) = k (T x hs) q^T
-    float scale = 1.0f / sqrtf((float)hs);
-    if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_T, CUBLAS_OP_N, T, M, hs, scale, k, hs, skv, q, hs,
-                                 sq, 0.0f, att, T, sa, Z, "causal_attention_fwd (scores)")))
-        return rc;
-    causal_softmax_rows_kernel<<<cu_blocks(rows, CA_WARPS), CA_WARPS * 32, 0, c->stream>>>(
-        att, valid, seg, NH, T, rows);
-    if ((rc = cu_launched("causal_attention_fwd (softmax)"))) return rc;
-    // o (M x hs) = P v: column-major o^T (hs x M) = v^T (hs x T) P^T (T x M)
-    if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, M, T, 1.0f, v, hs, skv, att, T,
-                                 sa, 0.0f, o, hs, sq, Z, "causal_attention_fwd (values)")))
-        return rc;
-    rf_cu_heads_piece op = {o, 0, T, NH * hs, NH};
-    return rf_cu_from_heads_n(c, out, NH * hs, B, T, &op, 1, false);
-}
-
-// scratch (B*NH*T floats by the slot's contract) is not needed: the score
-// gradients, B*NH*T*T floats, live in the context's dprobs.
-int rf_cu_causal_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int NH, int NKV,
-                               int hs) {
-    (void)scratch;
-    int rc = check_shape(NH, NKV, hs, "causal_attention_bwd");
-    if (rc || B <= 0 || T <= 0) return rc;
-    rf_cuda_ctx *c = cu_ctx(be);
-    if (NKV == NH) return mha_bwd(c, dqkv, dout, qkv, att, B, T, NH, hs);
-    int W = (NH + 2 * NKV) * hs, Z = B * NKV, M = NH / NKV * T;
-    size_t nq = (size_t)B * T * NH * hs, nk = (size_t)B * T * NKV * hs, rows = (size_t)B * NH * T;
-    if ((rc = rf_cu_heads_buf(c, 3 * nq + 4 * nk)) ||
-        (rc = rf_cuda_grow(&c->dprobs, &c->dprobs_n, rows * T, "causal attention (dP)")))
-        return rc;
-    float *q = c->heads, *k = q + nq, *v = k + nk, *dO = v + nk, *dq = dO + nq, *dk = dq + nq,
-          *dv = dk + nk, *ds = c->dprobs;
-    rf_cu_heads_piece qkvp[3] = {{q, 0, T, NH * hs, NH},
-                                 {k, NH * hs, T, NKV * hs, NKV},
-                                 {v, (NH + NKV) * hs, T, NKV * hs, NKV}},
-                      dop = {dO, 0, T, NH * hs, NH};
-    if ((rc = rf_cu_to_heads_n(c, qkvp, 3, qkv, W, B, T)) ||
-        (rc = rf_cu_to_heads_n(c, &dop, 1, dout, NH * hs, B, T)))
-        return rc;
-    long long sq = (long long)M * hs, skv = (long long)T * hs, sa = (long long)M * T;
-    // dv (T x hs) = P^T dout over the group's M query rows: column-major
-    // dv^T (hs x T) = dout^T (hs x M) P (M x T)
-    if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, M, 1.0f, dO, hs, sq, att, T,
-                                 sa, 0.0f, dv, hs, skv, Z, "causal_attention_bwd (values)")))
-        return rc;
-    // dP (M x T) = dout v^T: column-major dP^T (T x M) = v (T x hs) dout^T
-    if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_T, CUBLAS_OP_N, T, M, hs, 1.0f, v, hs, skv, dO, hs,
-                                 sq, 0.0f, ds, T, sa, Z, "causal_attention_bwd (probabilities)")))
-        return rc;
-    causal_softmax_bwd_rows_kernel<<<cu_blocks(rows, CA_WARPS), CA_WARPS * 32, 0, c->stream>>>(
-        ds, att, T, rows, 1.0f / sqrtf((float)hs));
-    if ((rc = cu_launched("causal_attention_bwd (softmax)"))) return rc;
-    // dq (M x hs) = ds k: column-major dq^T (hs x M) = k^T (hs x T) ds^T (T x M)
-    if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, M, T, 1.0f, k, hs, skv, ds, T, sa,
-                                 0.0f, dq, hs, sq, Z, "causal_attention_bwd (queries)")))
-        return rc;
-    // dk (T x hs) = ds^T q over the group's rows: column-major dk^T (hs x T) = q^T (hs x M) ds
-    if ((rc = rf_cu_gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, M, 1.0f, q, hs, sq, ds, T, sa,
-                                 0.0f, dk, hs, skv, Z, "causal_attention_bwd (keys)")))
-        return rc;
-    rf_cu_heads_piece dp[3] = {{dq, 0, T, NH * hs, NH},
-                               {dk, NH * hs, T, NKV * hs, NKV},
-                               {dv, (NH + NKV) * hs, T, NKV * hs, NKV}};
-    return rf_cu_from_heads_n(c, dqkv, W, B, T, dp, 3, true);
+    // dk (T x hs) += ds^T q, one query head of each kv head a product:
+    // column-major dk^T (hs x T) = q^T (hs x T) ds
+    for (int r = 0; r < grp; r++) {
+        size_t o = (size_t)r * per;
+        if ((rc = rf_cu_gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, l + Q * Z + o, W,
+                                   l + S * Z + o, T, 1.0f, l + DK * Z + o, W, per,
+                                   "causal_attention_bwd (keys)")))
+            return rc;
+    }
+    return RF_OK;
 }
 
 // Inference: n new queries over a key/value cache (twin of

@@ -30,9 +30,7 @@ struct rf_cuda_ctx {
     float *deq; // deq_n floats: a quantized weight dequantized (qlinear.cu)
     size_t deq_n;
     float *codes; // NF4's 16 values then the 256 of the dynamic map (qlinear.cu)
-    float *heads; // heads_n floats: q, k, v and their gradients per head (causal_attention.cu)
-    size_t heads_n;
-    float *ptrs; // ptrs_n floats: the encoder attention's pointer lists, 2 floats a pointer
+    float *ptrs;  // ptrs_n floats: the attentions' pointer lists, 2 floats a pointer
     size_t ptrs_n;
     float *dprobs; // dprobs_n floats: the causal backward's score gradients (causal_attention.cu)
     size_t dprobs_n;

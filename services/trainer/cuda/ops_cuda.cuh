@@ -49,51 +49,29 @@ int rf_cu_vxent_bwd(const rf_backend *be, float *dlogits, int ldd, const float *
 int rf_cu_embed_rows_bwd(const rf_backend *be, float *dw, float *dwpe, float *dwtt,
                          const float *dout, const int32_t *ids, const int32_t *types, int lo,
                          int hi, int B, int T, int C);
-// attention.cu
-// Shared with causal_attention.cu: the context's head-major buffer with at
-// least n floats; each piece's buf[B, NH, R, hs] = rows 0..R-1 of each of
-// the B blocks of Ts rows of src (row stride ld), columns off..off+C-1 (head
-// h at off + h hs, hs = C / NH), and its inverse into x (blocks of Tx rows;
-// assigned, or added when add); and C_z = alpha op(A_z) op(B_z) + beta C_z
-// for z < count, column-major, strides sa/sb/sc between the z, the context's
-// compute type (as rf_cu_gemm).
-int rf_cu_heads_buf(rf_cuda_ctx *c, size_t n);
-// A head piece: buf is [B, NH, R, hs] (hs = C / NH), the head-major copy
-// of columns off..off+C-1 of a row-major matrix, rows 0..R-1 of each block.
-// The _n forms move up to RF_CU_HEADS_MAX pieces of one matrix in one launch
-// (q, k and v out of qkv; dq, dk and dv into dqkv); an empty piece moves
-// nothing.
-#define RF_CU_HEADS_MAX 3
-typedef struct rf_cu_heads_piece {
-    float *buf;
-    int off, R, C, NH;
-} rf_cu_heads_piece;
-int rf_cu_to_heads_n(rf_cuda_ctx *c, const rf_cu_heads_piece *p, int n, const float *src, int ld,
-                     int B, int Ts);
-int rf_cu_from_heads_n(rf_cuda_ctx *c, float *x, int ld, int B, int Tx, const rf_cu_heads_piece *p,
-                       int n, bool add);
-// Products over a pointer per (batch, head) and operand (cublasGemmBatchedEx),
-// so that heads are read and written in place in row-major [rows, heads x hs]
-// matrices: list i's entry z (b = z / NH, h = z % NH) is base[i] + b sb[i] +
-// h sh[i] floats. rf_cu_att_fill writes n lists of Z pointers into the
-// context's ptrs in one launch (list i at *lists + i Z; the products queued
-// after it on the stream read them before the next fill); rf_cu_gemm_lists
-// is C_z = alpha op(A_z) op(B_z) + beta C_z over them, column-major, the
-// context's compute type.
+// attention.cu, shared with causal_attention.cu: products over a pointer per
+// (batch, query head) and operand (cublasGemmBatchedEx), reading and writing
+// heads in place in row-major [rows, heads x hs] matrices. Entry z of every
+// list is one (r, b, g): r = z / (B NKV), b = z / NKV % B, g = z % NKV, the
+// query head h = g grp + r of kv head g (grp = NH / NKV; without grouped
+// heads NKV = NH and z = b NH + h); list i's entry is base[i] + b sb[i] + h
+// sq[i] + g skv[i] floats. The B NKV entries of one r (from r B NKV on) hold
+// one query head of each kv head: a product over them alone may add into
+// the kv heads' gradients. rf_cu_att_fill writes n lists of B NH pointers
+// into the context's ptrs in one launch (list i at *lists + i B NH; the
+// products queued after it on the stream read them before the next fill);
+// rf_cu_gemm_lists is C_z = alpha op(A_z) op(B_z) + beta C_z over Z of them,
+// column-major, the context's compute type (as rf_cu_gemm).
 #define RF_CU_ATT_LISTS_MAX 9
 typedef struct rf_cu_att_lists {
     const float *base[RF_CU_ATT_LISTS_MAX];
-    long long sb[RF_CU_ATT_LISTS_MAX], sh[RF_CU_ATT_LISTS_MAX];
+    long long sb[RF_CU_ATT_LISTS_MAX], sq[RF_CU_ATT_LISTS_MAX], skv[RF_CU_ATT_LISTS_MAX];
 } rf_cu_att_lists;
-int rf_cu_att_fill(rf_cuda_ctx *c, const rf_cu_att_lists *L, int n, int Z, int NH,
+int rf_cu_att_fill(rf_cuda_ctx *c, const rf_cu_att_lists *L, int n, int B, int NH, int NKV,
                    const float ***lists);
 int rf_cu_gemm_lists(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                      int k, float alpha, const float *const *A, int lda, const float *const *B,
                      int ldb, float beta, const float *const *Cm, int ldc, int Z, const char *what);
-int rf_cu_gemm_batched(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                       int k, float alpha, const float *A, int lda, long long sa, const float *B,
-                       int ldb, long long sb, float beta, float *Cm, int ldc, long long sc,
-                       int count, const char *what);
 int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scratch,
                         const float *qkv, const uint8_t *valid, int B, int T, int Tq, int C, int NH,
                         int h0, int NHall, float pdrop, uint64_t seed);
