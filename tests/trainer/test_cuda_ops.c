@@ -107,6 +107,23 @@ static float *up_unaligned(const float *b, int n, void **base) {
     return p;
 }
 
+/* A biased product's fallback (the bias kernel, then the product: two
+ * operations) with the bias b copied 4 bytes past alignment, against the
+ * host result want (N x OC). fwd is linear_fwd or conv1d_fwd. */
+typedef int (*biased_fwd)(const rf_backend *, float *, const float *, const float *, const float *,
+                          int, int, int);
+static void unaligned_bias_case(const char *what, biased_fwd fwd, void *g_out, const void *g_x,
+                                const void *g_w, const float *b, const float *want, int N, int IC,
+                                int OC, double tol) {
+    void *base;
+    float *b4 = up_unaligned(b, OC, &base);
+    uint64_t o0 = ops_now();
+    assert_int_equal(fwd(gpu, g_out, g_x, g_w, b4, N, IC, OC), 0);
+    ops_expect(what, o0, 2);
+    check(what, g_out, want, (size_t)N * OC, tol);
+    gfree(base);
+}
+
 static void check_exact(const char *what, const void *d, const float *h, size_t n) {
     float *g = down(d, n);
     size_t bad = 0;
@@ -219,15 +236,9 @@ static void linear_cases(double tol) {
         assert_int_equal(gpu->linear_fwd(gpu, g_out, g_x, g_w, hb ? g_b : NULL, N, IC, OC), 0);
         ops_expect("linear_fwd", o0, 1);
         check("linear_fwd", g_out, out, no, tol);
-        if (hb) { /* the fallback: the bias kernel, then the product */
-            void *base;
-            float *b4 = up_unaligned(b, OC, &base);
-            o0 = ops_now();
-            assert_int_equal(gpu->linear_fwd(gpu, g_out, g_x, g_w, b4, N, IC, OC), 0);
-            ops_expect("linear_fwd (bias unaligned)", o0, 2);
-            check("linear_fwd (bias unaligned)", g_out, out, no, tol);
-            gfree(base);
-        }
+        if (hb)
+            unaligned_bias_case("linear_fwd (bias unaligned)", gpu->linear_fwd, g_out, g_x, g_w, b,
+                                out, N, IC, OC, tol);
         cpu->linear_bwd(cpu, hd ? dx : NULL, dw, hb ? db : NULL, dout, x, w, N, IC, OC);
         assert_int_equal(gpu->linear_bwd(gpu, hd ? g_dx : NULL, g_dw, hb ? g_db : NULL, g_dout, g_x,
                                          g_w, N, IC, OC),
@@ -817,15 +828,9 @@ static void conv1d_lm_head_cases(double tol) {
         assert_int_equal(gpu->conv1d_fwd(gpu, g_out, g_x, g_w, hb ? g_b : NULL, N, IC, OC), 0);
         ops_expect("conv1d_fwd", o0, 1);
         check("conv1d_fwd", g_out, out, no, tol);
-        if (hb) { /* the fallback: the bias kernel, then the product */
-            void *base;
-            float *b4 = up_unaligned(b, OC, &base);
-            o0 = ops_now();
-            assert_int_equal(gpu->conv1d_fwd(gpu, g_out, g_x, g_w, b4, N, IC, OC), 0);
-            ops_expect("conv1d_fwd (bias unaligned)", o0, 2);
-            check("conv1d_fwd (bias unaligned)", g_out, out, no, tol);
-            gfree(base);
-        }
+        if (hb)
+            unaligned_bias_case("conv1d_fwd (bias unaligned)", gpu->conv1d_fwd, g_out, g_x, g_w, b,
+                                out, N, IC, OC, tol);
         rf_op_conv1d_bwd(hd ? dx : NULL, hw ? dw : NULL, hb ? db : NULL, dout, x, w, N, IC, OC);
         assert_int_equal(gpu->conv1d_bwd(gpu, hd ? g_dx : NULL, hw ? g_dw : NULL, hb ? g_db : NULL,
                                          g_dout, g_x, g_w, N, IC, OC),

@@ -117,6 +117,21 @@ int rf_cu_causal_attention_fwd(const rf_backend *be, float *out, float *att, con
                             T, 0.0f, l + OUT * Z, A, Z, "causal_attention_fwd (values)");
 }
 
+// G_z (a kv head's gradient, column-major hs x T, ld ldc) += X_z Y_z^T
+// (X_z hs x T, ld ldx; Y_z T x T, ld T) over the Z entries, in Z / per
+// products of per entries: each holds one query head of every kv head, so
+// a group's heads add into their kv head one after another.
+static int kv_grad(rf_cuda_ctx *c, const float *const *X, int ldx, const float *const *Y,
+                   const float *const *G, int ldc, int hs, int T, int Z, int per,
+                   const char *what) {
+    for (int o = 0; o < Z; o += per) {
+        int rc = rf_cu_gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, X + o, ldx, Y + o, T,
+                                  1.0f, G + o, ldc, per, what);
+        if (rc) return rc;
+    }
+    return RF_OK;
+}
+
 // scratch (B*NH*T floats by the slot's contract) is not needed: the score
 // gradients, B*NH*T*T floats, live in the context's dprobs.
 int rf_cu_causal_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const float *dout,
@@ -126,7 +141,7 @@ int rf_cu_causal_attention_bwd(const rf_backend *be, float *dqkv, float *scratch
     int rc = check_shape(NH, NKV, hs, "causal_attention_bwd");
     if (rc || B <= 0 || T <= 0) return rc;
     rf_cuda_ctx *c = cu_ctx(be);
-    int A = NH * hs, W = A + 2 * NKV * hs, Z = B * NH, per = B * NKV, grp = NH / NKV;
+    int A = NH * hs, W = A + 2 * NKV * hs, Z = B * NH, per = B * NKV;
     size_t rows = (size_t)Z * T;
     if ((rc = rf_cuda_grow(&c->dprobs, &c->dprobs_n, rows * T, "causal attention (dP)"))) return rc;
     float *ds = c->dprobs;
@@ -140,15 +155,10 @@ int rf_cu_causal_attention_bwd(const rf_backend *be, float *dqkv, float *scratch
                          {0, hs, hs, 0, 0, 0, 0, hs, hs}};
     const float **l;
     if ((rc = rf_cu_att_fill(c, &L, NL, B, NH, NKV, &l))) return rc;
-    // dv (T x hs) += P^T dout, one query head of each kv head a product (entries
-    // [r per, (r + 1) per)): column-major dv^T (hs x T) = dout^T (hs x T) P
-    for (int r = 0; r < grp; r++) {
-        size_t o = (size_t)r * per;
-        if ((rc = rf_cu_gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, l + DO * Z + o, A,
-                                   l + P * Z + o, T, 1.0f, l + DV * Z + o, W, per,
-                                   "causal_attention_bwd (values)")))
-            return rc;
-    }
+    // dv (T x hs) += P^T dout: column-major dv^T (hs x T) = dout^T (hs x T) P
+    if ((rc = kv_grad(c, l + DO * Z, A, l + P * Z, l + DV * Z, W, hs, T, Z, per,
+                      "causal_attention_bwd (values)")))
+        return rc;
     // dP (T x T) = dout v^T: column-major dP^T = v (T x hs) dout^T
     if ((rc =
              rf_cu_gemm_lists(c, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, l + V * Z, W, l + DO * Z,
@@ -161,16 +171,9 @@ int rf_cu_causal_attention_bwd(const rf_backend *be, float *dqkv, float *scratch
     if ((rc = rf_cu_gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, l + K * Z, W, l + S * Z,
                                T, 1.0f, l + DQ * Z, W, Z, "causal_attention_bwd (queries)")))
         return rc;
-    // dk (T x hs) += ds^T q, one query head of each kv head a product:
-    // column-major dk^T (hs x T) = q^T (hs x T) ds
-    for (int r = 0; r < grp; r++) {
-        size_t o = (size_t)r * per;
-        if ((rc = rf_cu_gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, l + Q * Z + o, W,
-                                   l + S * Z + o, T, 1.0f, l + DK * Z + o, W, per,
-                                   "causal_attention_bwd (keys)")))
-            return rc;
-    }
-    return RF_OK;
+    // dk (T x hs) += ds^T q: column-major dk^T (hs x T) = q^T (hs x T) ds
+    return kv_grad(c, l + Q * Z, W, l + S * Z, l + DK * Z, W, hs, T, Z, per,
+                   "causal_attention_bwd (keys)");
 }
 
 // Inference: n new queries over a key/value cache (twin of
