@@ -673,7 +673,20 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                  compute == CUBLAS_COMPUTE_32F_FAST_16BF);
 }
 
-// The pointer arrays are device memory, as cuBLAS wants them: here host memory.
+// cuBLAS reads a batched product's pointer arrays on the device: one that is
+// not inside a device allocation (a host array) stops the program, as a
+// GPU would fault on it.
+static void check_device_array(const void *p, int count, const char *what) {
+    uintptr_t a = (uintptr_t)p;
+    {
+        std::lock_guard<std::mutex> g(g_lock);
+        auto it = g_mem.upper_bound(a);
+        if (it == g_mem.begin() || a >= std::prev(it)->first + std::prev(it)->second)
+            die("%s: %s", what, "not device memory (cuBLAS reads the pointer arrays on the GPU)");
+    }
+    cuemu_check_range(p, (size_t)count * sizeof(void *), what);
+}
+
 cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
                                    int m, int n, int k, const void *alpha, const void *const A[],
                                    cudaDataType at, int lda, const void *const B[], cudaDataType bt,
@@ -684,6 +697,11 @@ cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t ta, cubla
     cublasStatus_t st = gemm_check(h, ta, tb, m, n, k, lda, ldb, ldc, at, bt, ct, compute);
     if (st) return st;
     if (count < 0 || (count > 0 && (!A || !B || !C))) return CUBLAS_STATUS_INVALID_VALUE;
+    if (count > 0) {
+        check_device_array(A, count, "cublasGemmBatchedEx: the A pointers");
+        check_device_array(B, count, "cublasGemmBatchedEx: the B pointers");
+        check_device_array(C, count, "cublasGemmBatchedEx: the C pointers");
+    }
     note_op("cublasGemmBatchedEx");
     for (int b = 0; b < count; b++)
         gemm1(ta, tb, m, n, k, *(const float *)alpha, (const float *)A[b], lda, (const float *)B[b],
