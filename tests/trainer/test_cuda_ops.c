@@ -265,9 +265,6 @@ static void test_linear(void **state) {
     linear_cases(TOL);
 }
 
-/* cuda-bf16: the products' inputs rounded to bf16 (8 significant bits),
- * accumulated in fp32: stated tolerance 1e-2 norm-wise (the rounding of two
- * inputs, about 2^-8 each, averaged over the summed dimension). */
 #ifdef REFINERY_CUDA_EMU
 /* What a GPU whose cuBLASLt has no pedantic fp32 algorithm, or none at all,
  * gets (the emulator's heuristic told to refuse them; new shapes, so that
@@ -302,6 +299,9 @@ static void test_linear_lt_fallbacks(void **state) {
 }
 #endif
 
+/* cuda-bf16: the products' inputs rounded to bf16 (8 significant bits),
+ * accumulated in fp32: stated tolerance 1e-2 norm-wise (the rounding of two
+ * inputs, about 2^-8 each, averaged over the summed dimension). */
 static void test_linear_bf16(void **state) {
     (void)state;
     need_gpu();
