@@ -76,7 +76,10 @@ struct rf_backend {
     int (*linear_bwd)(const rf_backend *be, float *dinp, float *dw, float *db, const float *dout,
                       const float *inp, const float *w, int N, int IC, int OC);
     /* rf_op_attention_heads_fwd/bwd: heads [h0, h0 + NH) of NHall (h0 = 0,
-     * NHall = NH: the whole layer; a tensor-parallel shard otherwise) */
+     * NHall = NH: the whole layer; a tensor-parallel shard otherwise). out
+     * NULL: the probabilities only. With dropout, the backward reads the
+     * dropped probabilities the forward of the same arguments left in
+     * scratch. */
     int (*attention_fwd)(const rf_backend *be, float *out, float *att, float *scratch,
                          const float *qkv, const uint8_t *valid, int B, int T, int Tq, int C,
                          int NH, int h0, int NHall, float pdrop, uint64_t seed);
@@ -165,6 +168,7 @@ struct rf_backend {
     int (*gelu_tanh_fwd)(const rf_backend *be, float *out, const float *inp, size_t n);
     int (*gelu_tanh_bwd)(const rf_backend *be, float *dinp, const float *inp, const float *dout,
                          size_t n);
+    /* rf_op_causal_attention_fwd/bwd (out NULL: the probabilities only) */
     int (*causal_attention_fwd)(const rf_backend *be, float *out, float *att, const float *qkv,
                                 const uint8_t *valid, const int32_t *seg, int B, int T, int NH,
                                 int NKV, int hs);

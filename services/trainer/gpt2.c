@@ -735,9 +735,9 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
         TRY(be->residual_bwd(be, dy->res2, NULL, dout_l, (size_t)N * C, 0.0f, 0));
         TRY(proj_bwd(m, l, RF_PROJ_O, dy->atty, g->proj_w, g->proj_b, dy->res2, y->atty, w->proj_w,
                      N, Cl, C));
-        /* the layer's probabilities again (layout; atty gets the values it
-         * holds); the probability slot of the gradient arena is the scratch */
-        TRY(be->causal_attention_fwd(be, y->atty, y->att, y->qkv, m->io.valid_dev,
+        /* the layer's probabilities again (layout; atty already holds the
+         * values); the probability slot of the gradient arena is the scratch */
+        TRY(be->causal_attention_fwd(be, NULL, y->att, y->qkv, m->io.valid_dev,
                                      m->packed ? m->io.seg_dev : NULL, B, T, NHl, NHl, C / NH));
         TRY(be->causal_attention_bwd(be, dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NHl, NHl,
                                      C / NH));

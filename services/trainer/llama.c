@@ -769,8 +769,8 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
         TRY(be->rmsnorm_bwd(be, dy->res2, g->ln2_w, dy->ln2, y->res2, w->ln2_w, y->ln2_rstd, N, C));
         TRY(be->residual_bwd(be, dy->res2, NULL, dout_l, (size_t)N * C, 0.0f, 0));
         TRY(proj_bwd(m, l, RF_PROJ_O, dy->atty, g->o_w, dy->res2, y->atty, w->o_w, N, A, C));
-        /* the layer's probabilities again (layout; atty gets the values it holds) */
-        TRY(be->causal_attention_fwd(be, y->atty, y->att, y->qkv, m->io.valid_dev,
+        /* the layer's probabilities again (layout; atty already holds the values) */
+        TRY(be->causal_attention_fwd(be, NULL, y->att, y->qkv, m->io.valid_dev,
                                      m->packed ? m->io.seg_dev : NULL, B, T, NH, NKV, hd));
         TRY(be->causal_attention_bwd(be, dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NH, NKV,
                                      hd));

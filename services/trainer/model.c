@@ -811,8 +811,9 @@ int rf_bert_backward_range(rf_bert *m, float loss_scale, int u0, int u1, const f
         if (tp) { /* output row-parallel, local heads, QKV column-parallel (one all-reduce) */
             TRY(tp->rowpar_bwd(&tp->g, D->ctx, Cl, G->ao_w, Cl, G->ao_b, D->res2, L->ctx, P->ao_w,
                                (int)Nq, Cl, C));
-            /* the layer's probabilities again (layout); ctx gets the values it holds */
-            TRY(be->attention_fwd(be, L->ctx, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq,
+            /* the layer's probabilities again (layout; and the dropped ones in the scratch,
+             * which the backward reads); ctx already holds the values */
+            TRY(be->attention_fwd(be, NULL, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq,
                                   Cl, tp->NHl, tp->h0, c->num_heads, pa, site_seed(seed, s)));
             TRY(be->attention_bwd(be, D->qkv, a.att_scratch, D->ctx, L->qkv, L->att, B, T, Tq, Cl,
                                   tp->NHl, tp->h0, c->num_heads, pa, site_seed(seed, s)));
@@ -821,8 +822,9 @@ int rf_bert_backward_range(rf_bert *m, float loss_scale, int u0, int u1, const f
         } else {
             TRY(be->linear_bwd(be, D->ctx, G->ao_w, G->ao_b, D->res2, L->ctx, P->ao_w, (int)Nq, C,
                                C));
-            /* the layer's probabilities again (layout); ctx gets the values it holds */
-            TRY(be->attention_fwd(be, L->ctx, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq,
+            /* the layer's probabilities again (layout; and the dropped ones in the scratch,
+             * which the backward reads); ctx already holds the values */
+            TRY(be->attention_fwd(be, NULL, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq,
                                   C, c->num_heads, 0, c->num_heads, pa, site_seed(seed, s)));
             TRY(be->attention_bwd(be, D->qkv, a.att_scratch, D->ctx, L->qkv, L->att, B, T, Tq, C,
                                   c->num_heads, 0, c->num_heads, pa, site_seed(seed, s)));

@@ -298,8 +298,9 @@ void rf_op_attention_heads_fwd(float *out, float *att, float *scratch, const flo
             p = scratch + bh * blk;
             dropout_block(p, a, blk, pdrop, seed, ((size_t)b * NHall + h0 + h) * blk);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, hs, T, 1.0f, p, T, v, ld, 0.0f,
-                    out + (size_t)b * Tq * C + (size_t)h * hs, C);
+        if (out) /* NULL: the backward's recompute, which needs the probabilities only */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, hs, T, 1.0f, p, T, v, ld,
+                        0.0f, out + (size_t)b * Tq * C + (size_t)h * hs, C);
     }
 }
 
@@ -324,13 +325,10 @@ void rf_op_attention_heads_bwd(float *dqkv, float *scratch, const float *dout, c
         float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
         const float *a = att + bh * blk, *d = dout + (size_t)b * Tq * C + (size_t)h * hs;
         float *s = scratch + bh * blk;
-        /* dv += p_dropped^T d, then s = d v^T = d(p_dropped) */
-        const float *pd = a;
+        /* dv += p_dropped^T d (the forward left p_dropped in scratch), then
+         * s = d v^T = d(p_dropped) */
+        const float *pd = pdrop > 0 ? s : a;
         size_t mask0 = ((size_t)b * NHall + h0 + h) * blk; /* the global head's masks */
-        if (pdrop > 0) {
-            dropout_block(s, a, blk, pdrop, seed, mask0);
-            pd = s;
-        }
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, Tq, 1.0f, pd, T, d, C, 1.0f, dv,
                     ld);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, T, hs, 1.0f, d, C, v, ld, 0.0f, s,

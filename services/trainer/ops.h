@@ -85,9 +85,13 @@ void rf_op_vxent_bwd(float *dlogits, int ldd, const float *logits, int ldz, cons
  * columns h*hs), for the queries at the first Tq positions of each sequence
  * (Tq = T: all; Tq = 1: [CLS] only) against all T keys. valid[b*T+t] = 0
  * masks key t of sequence b. att[B,NH,Tq,T] keeps the softmax probabilities
- * (before dropout) for backward. out is [B*Tq, C]. scratch is [B,NH,Tq,T]
- * floats of working space (the dropped-out probabilities, then their
- * gradient); its contents do not outlive a call. */
+ * (before dropout) for backward. out is [B*Tq, C], or NULL: the
+ * probabilities only (att and scratch; the backward's recompute, whose
+ * output the layer already holds). scratch is [B,NH,Tq,T] floats: with
+ * pdrop > 0 the forward leaves the dropped-out probabilities there and the
+ * backward reads them (so a backward follows the forward of the same
+ * arguments, with scratch untouched between), then overwrites them with
+ * their gradient. */
 void rf_op_attention_fwd(float *out, float *att, float *scratch, const float *qkv,
                          const uint8_t *valid, int B, int T, int Tq, int C, int NH, float pdrop,
                          uint64_t seed);

@@ -262,7 +262,7 @@ void rf_op_causal_attention_fwd(float *out, float *att, const float *qkv, const 
             for (int t = 0; t < T; t++) {
                 const float *q = qkv + (size_t)(b * T + t) * W + (size_t)h * hs;
                 float *a = att + (((size_t)b * NH + h) * T + t) * T;
-                float *o = out + (size_t)(b * T + t) * NH * hs + (size_t)h * hs;
+                float *o = out ? out + (size_t)(b * T + t) * NH * hs + (size_t)h * hs : NULL;
                 float mx = -INFINITY;
                 for (int j = 0; j < T; j++) {
                     a[j] = 0;
@@ -274,7 +274,7 @@ void rf_op_causal_attention_fwd(float *out, float *att, const float *qkv, const 
                     a[j] = s * scale;
                     mx = a[j] > mx ? a[j] : mx;
                 }
-                memset(o, 0, sizeof(float) * hs);
+                if (o) memset(o, 0, sizeof(float) * hs);
                 if (mx == -INFINITY) continue; /* no key to attend to */
                 double sum = 0;
                 for (int j = 0; j <= t; j++) {
@@ -286,6 +286,7 @@ void rf_op_causal_attention_fwd(float *out, float *att, const float *qkv, const 
                 for (int j = 0; j <= t; j++) {
                     if (!sees(valid, seg, b, T, t, j)) continue;
                     a[j] *= inv;
+                    if (!o) continue; /* the probabilities only */
                     const float *v = qkv + (size_t)(b * T + j) * W + (size_t)(NH + NKV + g) * hs;
                     for (int i = 0; i < hs; i++)
                         o[i] += a[j] * v[i];

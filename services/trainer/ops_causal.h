@@ -84,7 +84,8 @@ void rf_op_gelu_tanh_bwd(float *dinp, const float *inp, const float *dout, size_
  * never crosses documents. Scores are scaled by 1/sqrt(hs); a query with no
  * such key gets a zero output. att[B,NH,T,T] keeps the probabilities (zero
  * above the diagonal and at masked keys) for backward, which therefore needs
- * neither mask. out is [B*T, NH*hs]. */
+ * neither mask. out is [B*T, NH*hs], or NULL: the probabilities only (the
+ * backward's recompute, whose output the layer already holds). */
 void rf_op_causal_attention_fwd(float *out, float *att, const float *qkv, const uint8_t *valid,
                                 const int32_t *seg, int B, int T, int NH, int NKV, int hs);
 /* scratch: B*NH*T floats of working space (each probability row's gradient

@@ -61,6 +61,14 @@ static float *down(const void *d, size_t n) {
     return h;
 }
 
+/* Fills the device buffer d (n floats) with NaNs: what a kernel must write. */
+static void scribble(void *d, size_t n) {
+    void *h = malloc(n * sizeof(float) + 4);
+    memset(h, 0xff, n * sizeof(float));
+    if (gpu->to_device(gpu, d, h, n * sizeof(float))) fail_msg("to_device: %s", rf_errmsg());
+    free(h);
+}
+
 static void gfree(void *d) {
     assert_int_equal(gpu->free(gpu, d), RF_OK);
 }
@@ -343,10 +351,22 @@ static void attention_cases(double tol) {
                          0);
         check("attention_fwd out", g_out, out, nout, tol);
         check("attention_fwd att", g_att, att, natt, tol);
+        /* the backward's recompute: the probabilities only (out NULL: no values
+         * product), over NaNs; the backward below reads the dropped
+         * probabilities this call leaves in the scratch */
+        scribble(g_att, natt), scribble(g_scr, natt);
+        uint64_t o0 = ops_now();
+        assert_int_equal(gpu->attention_fwd(gpu, NULL, g_att, g_scr, g_qkv, g_valid, B, T, Tq, C,
+                                            NH, h0, NHall, p, seed),
+                         0);
+        ops_expect("attention_fwd, no out", o0, 3); /* lists, scores, softmax */
+        check("attention_fwd att (no out)", g_att, att, natt, tol);
         cpu->attention_bwd(cpu, dqkv, scr, dout, qkv, att, B, T, Tq, C, NH, h0, NHall, p, seed);
+        o0 = ops_now();
         assert_int_equal(gpu->attention_bwd(gpu, g_dqkv, g_scr, g_dout, g_qkv, g_att, B, T, Tq, C,
                                             NH, h0, NHall, p, seed),
                          0);
+        ops_expect("attention_bwd", o0, 6); /* lists, 4 products, softmax */
         check("attention_bwd dqkv", g_dqkv, dqkv, nqkv, tol);
         void *gs[] = {g_valid, g_qkv, g_out, g_att, g_scr, g_dout, g_dqkv};
         for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
@@ -1055,6 +1075,13 @@ static void causal_attention_cases(double tol) {
                          0);
         check("causal_attention_fwd out", g_out, out, nout, tol);
         check("causal_attention_fwd att", g_att, att, natt, tol);
+        scribble(g_att, natt); /* the backward's recompute: the probabilities only */
+        uint64_t o0 = ops_now();
+        assert_int_equal(gpu->causal_attention_fwd(gpu, NULL, g_att, g_qkv, hv ? g_valid : NULL,
+                                                   hg ? g_seg : NULL, B, T, NH, NKV, hs),
+                         0);
+        ops_expect("causal_attention_fwd, no out", o0, 3); /* lists, scores, softmax */
+        check("causal_attention_fwd att (no out)", g_att, att, natt, tol);
         rf_op_causal_attention_bwd(dqkv, scr, dout, qkv, att, B, T, NH, NKV, hs);
         assert_int_equal(
             gpu->causal_attention_bwd(gpu, g_dqkv, g_scr, g_dout, g_qkv, g_att, B, T, NH, NKV, hs),

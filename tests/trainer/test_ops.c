@@ -117,6 +117,18 @@ static void run_attention(float p, int Tq) {
                  p};
     check c = {att_fwd, zeros(B * Tq * C), randn(B * Tq * C, 1), (size_t)B * Tq * C, &k};
     objective(&c);
+    /* out NULL (the backward's recompute): the same probabilities and, with
+     * dropout, the same dropped ones in the scratch, which the backward reads */
+    size_t na = (size_t)B * NH * Tq * T;
+    float *att1 = zeros(na), *scr1 = zeros(na);
+    memcpy(att1, k.att, na * sizeof *att1);
+    memcpy(scr1, k.scratch, na * sizeof *scr1);
+    memset(k.att, 0xff, na * sizeof *k.att);
+    memset(k.scratch, 0xff, na * sizeof *k.scratch);
+    rf_op_attention_fwd(NULL, k.att, k.scratch, k.qkv, k.valid, B, T, Tq, C, NH, p, 77);
+    assert_memory_equal(k.att, att1, na * sizeof *att1);
+    if (p > 0) assert_memory_equal(k.scratch, scr1, na * sizeof *scr1);
+    free(att1), free(scr1);
     float *dqkv = zeros(B * T * 3 * C);
     rf_op_attention_bwd(dqkv, k.scratch, c.R, k.qkv, k.att, B, T, Tq, C, NH, p, 77);
     expect_grad(&c, k.qkv, B * T * 3 * C, dqkv,

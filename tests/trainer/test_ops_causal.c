@@ -227,6 +227,14 @@ static void check_attention(int NH, int NKV, bool packed, const char *what) {
                 }
                 assert_true(fabs(s - 1) < 1e-5);
             }
+    /* out NULL (the backward's recompute): the same probabilities */
+    size_t na = (size_t)B * NH * T * T;
+    float *att1 = zeros(na);
+    memcpy(att1, k.att, na * sizeof *att1);
+    memset(k.att, 0xff, na * sizeof *k.att);
+    rf_op_causal_attention_fwd(NULL, k.att, k.qkv, k.valid, k.seg, B, T, NH, NKV, hs);
+    assert_memory_equal(k.att, att1, na * sizeof *att1);
+    free(att1);
     float *dqkv = zeros(B * T * W), *scratch = zeros(B * NH * T);
     rf_op_causal_attention_bwd(dqkv, scratch, c.R, k.qkv, k.att, B, T, NH, NKV, hs);
     /* padded keys/values get no gradient */

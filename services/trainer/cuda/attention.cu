@@ -10,9 +10,12 @@
 // S into the masked softmax (att, which the backward contract reads) and the
 // dropped probabilities (the hash of ops.c, element index (b*NHall + h0 +
 // h)*Tq*T + t*T + j as on the CPU, h0 and NHall placing a tensor-parallel
-// shard's heads; into scratch), and out = P v. Backward: dv = P^T dout, dP =
-// dout v^T, ds = p (dP - p.dP) scale by a warp per row, dq = ds k, dk = ds^T
-// q. cuBLAS products are deterministic on one GPU model, and nothing uses
+// shard's heads; into scratch), and out = P v (skipped when out is NULL: the
+// backward's recompute needs att and the dropped probabilities only).
+// Backward: dv = P^T dout (P as the forward left it in scratch, or att
+// without dropout), dP = dout v^T, ds = p (dP - p.dP) scale by a warp per
+// row, dq = ds k, dk = ds^T q. cuBLAS products are deterministic on one GPU
+// model, and nothing uses
 // atomics. (The first version, a warp per query row with one lane per key,
 // ran BERT-base at T 512 at a quarter of PyTorch eager's speed on an H100;
 // its key loads were uncoalesced. The second copied q, k, v and the output
@@ -67,17 +70,6 @@ int rf_cu_gemm_lists(rf_cuda_ctx *c, cublasOperation_t ta, cublasOperation_t tb,
 __device__ static size_t mask_base(int row, int Tq, int T, int NH, int h0, int NHall) {
     int t = row % Tq, bh = row / Tq, b = bh / NH, h = bh % NH;
     return (((size_t)b * NHall + h0 + h) * Tq + t) * T;
-}
-
-// pd = the dropped probabilities of att (the forward's masks again).
-__global__ static void dropout_rows_kernel(float *pd, const float *att, int Tq, int T, int NH,
-                                           int h0, int NHall, size_t n, float pdrop,
-                                           uint64_t seed) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    int row = (int)(i / T), j = (int)(i % T);
-    float ks = 1.0f / (1.0f - pdrop);
-    pd[i] = rf_keep(seed, mask_base(row, Tq, T, NH, h0, NHall) + j, pdrop) ? att[i] * ks : 0.0f;
 }
 
 // A warp per row (bh, t) of att: the scores (already scaled) become the
@@ -148,7 +140,8 @@ int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scr
     long long sx = (long long)T * W, sa = (long long)NH * Tq * T, ha = (long long)Tq * T;
     float *pd = pdrop > 0 ? scratch : NULL;
     enum { Q, K, V, ATT, P, OUT, NL };
-    rf_cu_att_lists L = {{qkv, qkv + C, qkv + 2 * C, att, pd ? pd : att, out},
+    // out NULL: the values' list is filled over att and not used
+    rf_cu_att_lists L = {{qkv, qkv + C, qkv + 2 * C, att, pd ? pd : att, out ? out : att},
                          {sx, sx, sx, sa, sa, (long long)Tq * C},
                          {hs, hs, hs, ha, ha, hs},
                          {}};
@@ -162,7 +155,7 @@ int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scr
         return rc;
     softmax_rows_kernel<<<cu_blocks(rows, ATT_WARPS), ATT_WARPS * 32, 0, c->stream>>>(
         att, pd, valid, NH, h0, NHall, Tq, T, rows, pdrop, seed);
-    if ((rc = cu_launched("attention_fwd (softmax)"))) return rc;
+    if ((rc = cu_launched("attention_fwd (softmax)")) || !out) return rc;
     // o (Tq x hs) = P v: column-major o^T (hs x Tq) = v^T (hs x T) P^T (T x Tq), into the
     // head's columns of out (row stride C)
     return rf_cu_gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, Tq, T, 1.0f, l + V * Z, W, l + P * Z,
@@ -176,9 +169,9 @@ int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const
     if (rc || B <= 0 || Tq <= 0) return rc;
     rf_cuda_ctx *c = cu_ctx(be);
     int hs = C / NH, Z = B * NH, rows = Z * Tq, W = 3 * C;
-    size_t natt = (size_t)rows * T;
     long long sx = (long long)T * W, sa = (long long)NH * Tq * T, ha = (long long)Tq * T;
-    // P: the dropped probabilities (into scratch when dropout is on); S: dP, then ds, in scratch
+    // P: the dropped probabilities (in scratch, as the forward left them, when dropout is on);
+    // S: dP, then ds, in scratch
     const float *pd = pdrop > 0 ? scratch : att;
     enum { Q, K, V, DO, P, S, DQ, DK, DV, NL };
     rf_cu_att_lists L = {
@@ -188,11 +181,6 @@ int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const
         {}};
     const float **l;
     if ((rc = rf_cu_att_fill(c, &L, NL, B, NH, NH, &l))) return rc;
-    if (pdrop > 0) {
-        dropout_rows_kernel<<<cu_blocks(natt, 256), 256, 0, c->stream>>>(
-            scratch, att, Tq, T, NH, h0, NHall, natt, pdrop, seed);
-        if ((rc = cu_launched("attention_bwd (dropout)"))) return rc;
-    }
     // dv (T x hs) += P^T dout: column-major dv^T (hs x T) = dout^T (hs x Tq) P (Tq x T), added
     // into the head's columns of dqkv (beta 1; row strides C and 3C)
     if ((rc = rf_cu_gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, Tq, 1.0f, l + DO * Z, C,

@@ -8,7 +8,8 @@
 // written into its columns of out, and the gradients are added into dqkv
 // (beta 1). Forward: S = q k^T scale into att, a warp per row turns S into
 // the masked softmax (keys j <= t, valid, same document; the sum in double
-// as the CPU; 0 elsewhere, and a zero row when no key is seen), o = P v.
+// as the CPU; 0 elsewhere, and a zero row when no key is seen), o = P v
+// (skipped when out is NULL: the backward's recompute).
 // Backward: dP = dout v^T into the context's dprobs, ds = p (dP - p.dP)
 // scale by a warp per row (the dot in double), dq = ds k in one product
 // each; dv = P^T dout and dk = ds^T q in NH / NKV products, each over one
@@ -97,7 +98,8 @@ int rf_cu_causal_attention_fwd(const rf_backend *be, float *out, float *att, con
     size_t rows = (size_t)Z * T;
     long long sx = (long long)T * W, sa = (long long)NH * T * T, ha = (long long)T * T;
     enum { Q, K, V, ATT, OUT, NL };
-    rf_cu_att_lists L = {{qkv, qkv + A, qkv + A + NKV * hs, att, out},
+    // out NULL (the probabilities only): the values' list is filled over att and not used
+    rf_cu_att_lists L = {{qkv, qkv + A, qkv + A + NKV * hs, att, out ? out : att},
                          {sx, sx, sx, sa, (long long)T * A},
                          {hs, 0, 0, ha, hs},
                          {0, hs, hs, 0, 0}};
@@ -111,7 +113,7 @@ int rf_cu_causal_attention_fwd(const rf_backend *be, float *out, float *att, con
         return rc;
     causal_softmax_rows_kernel<<<cu_blocks(rows, CA_WARPS), CA_WARPS * 32, 0, c->stream>>>(
         att, valid, seg, NH, T, rows);
-    if ((rc = cu_launched("causal_attention_fwd (softmax)"))) return rc;
+    if ((rc = cu_launched("causal_attention_fwd (softmax)")) || !out) return rc;
     // o (T x hs) = P v: column-major o^T (hs x T) = v^T (hs x T) P^T, into out's columns
     return rf_cu_gemm_lists(c, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, l + V * Z, W, l + ATT * Z,
                             T, 0.0f, l + OUT * Z, A, Z, "causal_attention_fwd (values)");
