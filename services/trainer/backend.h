@@ -76,8 +76,9 @@ struct rf_backend {
     int (*linear_bwd)(const rf_backend *be, float *dinp, float *dw, float *db, const float *dout,
                       const float *inp, const float *w, int N, int IC, int OC);
     /* rf_op_attention_heads_fwd/bwd: heads [h0, h0 + NH) of NHall (h0 = 0,
-     * NHall = NH: the whole layer; a tensor-parallel shard otherwise). out
-     * NULL: the probabilities only. With dropout, the backward reads the
+     * NHall = NH: the whole layer; a tensor-parallel shard otherwise). att
+     * NULL: the probabilities are not kept; out NULL: the probabilities
+     * only (not both). With dropout, the backward reads the
      * dropped probabilities the forward of the same arguments left in
      * scratch. */
     int (*attention_fwd)(const rf_backend *be, float *out, float *att, float *scratch,

@@ -103,6 +103,7 @@ static int attention_fwd(const rf_backend *be, float *out, float *att, float *sc
                          const float *qkv, const uint8_t *valid, int B, int T, int Tq, int C,
                          int NH, int h0, int NHall, float pdrop, uint64_t seed) {
     (void)be;
+    if (!out && !att) return rf_fail(RF_ERR_INVALID, "attention: neither out nor att");
     rf_op_attention_heads_fwd(out, att, scratch, qkv, valid, B, T, Tq, C, NH, h0, NHall, pdrop,
                               seed);
     return RF_OK;

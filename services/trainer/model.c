@@ -670,16 +670,18 @@ int rf_bert_forward_range(rf_bert *m, const rf_batch *bt, bool train, uint64_t d
                            C * sizeof(float), (size_t)B));
             xq = a.cls;
         }
+        /* the attention's probabilities are not kept (att NULL): the backward
+         * recomputes them (layout) */
         if (tp) { /* QKV column-parallel by heads, attention on the local heads, output
                    * projection row-parallel (one all-reduce) */
             TRY(tp->qkv_fwd(&tp->g, L->qkv, x, P->qkv_w, P->qkv_b, Cl, (int)N, C, Cl));
-            TRY(be->attention_fwd(be, L->ctx, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq,
+            TRY(be->attention_fwd(be, L->ctx, NULL, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq,
                                   Cl, tp->NHl, tp->h0, c->num_heads, pa,
                                   site_seed(dropout_seed, s)));
             TRY(tp->rowpar_fwd(&tp->g, L->res1, L->ctx, Cl, P->ao_w, Cl, P->ao_b, (int)Nq, Cl, C));
         } else {
             TRY(be->linear_fwd(be, L->qkv, x, P->qkv_w, P->qkv_b, (int)N, C, 3 * C));
-            TRY(be->attention_fwd(be, L->ctx, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq,
+            TRY(be->attention_fwd(be, L->ctx, NULL, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq,
                                   C, c->num_heads, 0, c->num_heads, pa,
                                   site_seed(dropout_seed, s)));
             TRY(be->linear_fwd(be, L->res1, L->ctx, P->ao_w, P->ao_b, (int)Nq, C, C));

@@ -290,11 +290,11 @@ void rf_op_attention_heads_fwd(float *out, float *att, float *scratch, const flo
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
         const float *q = qkv + (size_t)b * T * ld + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
-        float *a = att + bh * blk, *p = a;
+        float *a = (att ? att : scratch) + bh * blk, *p = a; /* att NULL: not kept */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, T, hs, scale, q, ld, k, ld, 0.0f,
                     a, T);
         softmax_rows(a, valid + (size_t)b * T, Tq, T);
-        if (pdrop > 0) {
+        if (pdrop > 0) { /* in place when att is NULL */
             p = scratch + bh * blk;
             dropout_block(p, a, blk, pdrop, seed, ((size_t)b * NHall + h0 + h) * blk);
         }

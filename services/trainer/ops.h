@@ -85,9 +85,11 @@ void rf_op_vxent_bwd(float *dlogits, int ldd, const float *logits, int ldz, cons
  * columns h*hs), for the queries at the first Tq positions of each sequence
  * (Tq = T: all; Tq = 1: [CLS] only) against all T keys. valid[b*T+t] = 0
  * masks key t of sequence b. att[B,NH,Tq,T] keeps the softmax probabilities
- * (before dropout) for backward. out is [B*Tq, C], or NULL: the
- * probabilities only (att and scratch; the backward's recompute, whose
- * output the layer already holds). scratch is [B,NH,Tq,T] floats: with
+ * (before dropout) for backward, or is NULL: not kept (a forward whose
+ * backward recomputes them; scratch then holds them until the values are
+ * made). out is [B*Tq, C], or NULL: the probabilities only (att and
+ * scratch; the backward's recompute, whose output the layer already
+ * holds); not both NULL. scratch is [B,NH,Tq,T] floats: with
  * pdrop > 0 the forward leaves the dropped-out probabilities there and the
  * backward reads them (so a backward follows the forward of the same
  * arguments, with scratch untouched between), then overwrites them with

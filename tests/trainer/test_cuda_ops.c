@@ -351,11 +351,23 @@ static void attention_cases(double tol) {
                          0);
         check("attention_fwd out", g_out, out, nout, tol);
         check("attention_fwd att", g_att, att, natt, tol);
+        /* att NULL (not kept: the model's forward, whose backward recomputes
+         * them): the same output, made from the scratch */
+        scribble(g_out, nout), scribble(g_scr, natt);
+        uint64_t o0 = ops_now();
+        assert_int_equal(gpu->attention_fwd(gpu, g_out, NULL, g_scr, g_qkv, g_valid, B, T, Tq, C,
+                                            NH, h0, NHall, p, seed),
+                         0);
+        ops_expect("attention_fwd, no att", o0, 4); /* lists, scores, softmax, values */
+        check("attention_fwd out (no att)", g_out, out, nout, tol);
+        assert_int_equal(gpu->attention_fwd(gpu, NULL, NULL, g_scr, g_qkv, g_valid, B, T, Tq, C, NH,
+                                            h0, NHall, p, seed),
+                         RF_ERR_INVALID);
         /* the backward's recompute: the probabilities only (out NULL: no values
          * product), over NaNs; the backward below reads the dropped
          * probabilities this call leaves in the scratch */
         scribble(g_att, natt), scribble(g_scr, natt);
-        uint64_t o0 = ops_now();
+        o0 = ops_now();
         assert_int_equal(gpu->attention_fwd(gpu, NULL, g_att, g_scr, g_qkv, g_valid, B, T, Tq, C,
                                             NH, h0, NHall, p, seed),
                          0);

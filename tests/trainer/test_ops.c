@@ -128,7 +128,15 @@ static void run_attention(float p, int Tq) {
     rf_op_attention_fwd(NULL, k.att, k.scratch, k.qkv, k.valid, B, T, Tq, C, NH, p, 77);
     assert_memory_equal(k.att, att1, na * sizeof *att1);
     if (p > 0) assert_memory_equal(k.scratch, scr1, na * sizeof *scr1);
-    free(att1), free(scr1);
+    /* att NULL (a forward whose backward recomputes): the same output, and
+     * the same dropped probabilities left in another scratch */
+    size_t no = (size_t)B * Tq * C;
+    float *o1 = zeros(no), *o2 = zeros(no), *scr2 = zeros(na);
+    rf_op_attention_fwd(o1, att1, scr1, k.qkv, k.valid, B, T, Tq, C, NH, p, 77);
+    rf_op_attention_fwd(o2, NULL, scr2, k.qkv, k.valid, B, T, Tq, C, NH, p, 77);
+    assert_memory_equal(o1, o2, no * sizeof *o1);
+    if (p > 0) assert_memory_equal(scr1, scr2, na * sizeof *scr1);
+    free(att1), free(scr1), free(scr2), free(o1), free(o2);
     float *dqkv = zeros(B * T * 3 * C);
     rf_op_attention_bwd(dqkv, k.scratch, c.R, k.qkv, k.att, B, T, Tq, C, NH, p, 77);
     expect_grad(&c, k.qkv, B * T * 3 * C, dqkv,

@@ -11,7 +11,9 @@
 // dropped probabilities (the hash of ops.c, element index (b*NHall + h0 +
 // h)*Tq*T + t*T + j as on the CPU, h0 and NHall placing a tensor-parallel
 // shard's heads; into scratch), and out = P v (skipped when out is NULL: the
-// backward's recompute needs att and the dropped probabilities only).
+// backward's recompute needs att and the dropped probabilities only). att
+// NULL: the probabilities are not kept (a forward whose backward recomputes
+// them), so they are made in scratch, and with dropout dropped in place.
 // Backward: dv = P^T dout (P as the forward left it in scratch, or att
 // without dropout), dP = dout v^T, ds = p (dP - p.dP) scale by a warp per
 // row, dq = ds k, dk = ds^T q. cuBLAS products are deterministic on one GPU
@@ -74,7 +76,8 @@ __device__ static size_t mask_base(int row, int Tq, int T, int NH, int h0, int N
 
 // A warp per row (bh, t) of att: the scores (already scaled) become the
 // softmax over the valid keys (0 where none), written to att; the dropped
-// probabilities (p / (1 - pdrop) where kept, else 0) to pd.
+// probabilities (p / (1 - pdrop) where kept, else 0) to pd, which may be
+// att itself (probabilities not kept: then only the dropped ones).
 __global__ static void softmax_rows_kernel(float *att, float *pd, const uint8_t *valid, int NH,
                                            int h0, int NHall, int Tq, int T, int rows, float pdrop,
                                            uint64_t seed) {
@@ -96,7 +99,7 @@ __global__ static void softmax_rows_kernel(float *att, float *pd, const uint8_t 
     float inv = sum > 0 ? 1.0f / sum : 0.0f, ks = pdrop > 0 ? 1.0f / (1.0f - pdrop) : 1.0f;
     for (int j = lane; j < T; j += 32) {
         float p = a[j] * inv;
-        a[j] = p;
+        if (pd != att) a[j] = p;
         if (pd) pd[base + j] = rf_keep(seed, mb + j, pdrop) ? p * ks : 0.0f;
     }
 }
@@ -138,10 +141,13 @@ int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scr
     rf_cuda_ctx *c = cu_ctx(be);
     int hs = C / NH, Z = B * NH, rows = Z * Tq, W = 3 * C;
     long long sx = (long long)T * W, sa = (long long)NH * Tq * T, ha = (long long)Tq * T;
-    float *pd = pdrop > 0 ? scratch : NULL;
+    if (!att && !out) return rf_fail(RF_ERR_INVALID, "cuda attention: neither out nor att");
+    // att NULL (not kept): the scores and probabilities in scratch, with
+    // dropout made dropped in place
+    float *pd = pdrop > 0 ? scratch : NULL, *sp = att ? att : scratch;
     enum { Q, K, V, ATT, P, OUT, NL };
     // out NULL: the values' list is filled over att and not used
-    rf_cu_att_lists L = {{qkv, qkv + C, qkv + 2 * C, att, pd ? pd : att, out ? out : att},
+    rf_cu_att_lists L = {{qkv, qkv + C, qkv + 2 * C, sp, pd ? pd : sp, out ? out : sp},
                          {sx, sx, sx, sa, sa, (long long)Tq * C},
                          {hs, hs, hs, ha, ha, hs},
                          {}};
@@ -154,7 +160,7 @@ int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scr
                                l + Q * Z, W, 0.0f, l + ATT * Z, T, Z, "attention_fwd (scores)")))
         return rc;
     softmax_rows_kernel<<<cu_blocks(rows, ATT_WARPS), ATT_WARPS * 32, 0, c->stream>>>(
-        att, pd, valid, NH, h0, NHall, Tq, T, rows, pdrop, seed);
+        sp, pd, valid, NH, h0, NHall, Tq, T, rows, pdrop, seed);
     if ((rc = cu_launched("attention_fwd (softmax)")) || !out) return rc;
     // o (Tq x hs) = P v: column-major o^T (hs x Tq) = v^T (hs x T) P^T (T x Tq), into the
     // head's columns of out (row stride C)
