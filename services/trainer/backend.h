@@ -34,6 +34,13 @@ typedef struct rf_param_span {
 typedef struct rf_adamw_hp {
     float lr, beta1, beta2, eps, weight_decay;
     long step; /* 0-based; bias correction uses step + 1 */
+    /* Clipping inside the update: with sumsq set, every gradient is used
+     * times rf_clip_coef(*sumsq, clip_norm) (ops.h; 1 when clip_norm <= 0 or
+     * the norm is within it), *sumsq read in backend memory where the work
+     * queued before (sumsq_into) left it, so the coefficient never goes
+     * through the host. NULL: the gradients as they are. */
+    const double *sumsq;
+    float clip_norm;
 } rf_adamw_hp;
 
 struct rf_backend {
@@ -220,6 +227,9 @@ struct rf_backend {
      * norm, which counts some pieces of a buffer and not others). */
     int (*sumsq_spans)(const rf_backend *be, double *out, const float *x,
                        const rf_param_span *spans, size_t nspans);
+    /* rf_op_sumsq into *dst, one double of backend memory: queued like any
+     * slot, no wait (adamw's hp->sumsq reads it; to_host brings it back) */
+    int (*sumsq_into)(const rf_backend *be, double *dst, const float *x, size_t n);
     int (*scale)(const rf_backend *be, float *x, size_t n, float s);
     int (*adamw)(const rf_backend *be, float *params, const float *grads, float *mom1, float *mom2,
                  size_t lo, size_t hi, const rf_param_span *spans, size_t nspans,

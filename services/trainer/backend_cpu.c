@@ -414,6 +414,12 @@ static int sumsq_spans(const rf_backend *be, double *out, const float *x,
     return RF_OK;
 }
 
+static int sumsq_into(const rf_backend *be, double *dst, const float *x, size_t n) {
+    (void)be;
+    *dst = rf_op_sumsq(x, n);
+    return RF_OK;
+}
+
 static int scale(const rf_backend *be, float *x, size_t n, float s) {
     (void)be;
     rf_op_scale(x, n, s);
@@ -521,6 +527,7 @@ static const rf_backend cpu = {
     .qlinear_bwd = qlinear_bwd,
     .sumsq = sumsq,
     .sumsq_spans = sumsq_spans,
+    .sumsq_into = sumsq_into,
     .scale = scale,
     .adamw = adamw,
 };

@@ -11,6 +11,7 @@
 #ifndef RF_TR_OPS_H
 #define RF_TR_OPS_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -155,12 +156,23 @@ void rf_op_softmax_argmax(int32_t *pred, float *probs, const float *logits, int 
 #define RF_OP_SUMSQ_CHUNKS 64
 double rf_op_sumsq(const float *x, size_t n);
 void rf_op_scale(float *x, size_t n, float s);
+/* The gradient clipping coefficient for a gradient whose sum of squares is
+ * ss: clip_norm / (norm + 1e-6) (torch's clip_grad_norm_ formula, norm the
+ * float square root) where that is below 1, else 1 (also for clip_norm <= 0
+ * and a NaN norm). cuda/adamw.cu computes the same on the device. */
+static inline float rf_clip_coef(double ss, float clip_norm) {
+    float norm = (float)sqrt(ss), c = clip_norm / (norm + 1e-6f);
+    return clip_norm > 0 && c < 1.0f ? c : 1.0f;
+}
 /* AdamW on parameters [lo, hi) of params/grads (element i at index i); mom1
  * and mom2 hold that range only (mom1[0] is element lo). spans[] lists the
  * tensors in order with their decay flag; a range may cut a tensor anywhere.
  * Same operation order as torch's single-tensor AdamW (bias corrections in
  * double, m by lerp, v by mul + addcmul, then addcdiv); every element is
- * updated on its own, so a range gives exactly the full update's values. */
+ * updated on its own, so a range gives exactly the full update's values.
+ * hp->sumsq set: each gradient times rf_clip_coef(*hp->sumsq,
+ * hp->clip_norm) first (rounded as rf_op_scale would round it; times 1 is
+ * exact, so no clipping is the plain update bit for bit). */
 struct rf_param_span;
 struct rf_adamw_hp;
 void rf_op_adamw(float *params, const float *grads, float *mom1, float *mom2, size_t lo, size_t hi,

@@ -43,7 +43,7 @@ int rf_clip_grads_ex(rf_bert *m, float clip_norm, float *norm) {
 int rf_optim_clip(const rf_model_blocks *m, float clip_norm, float *norm) {
     int rc = grad_norm(m, norm);
     if (rc || clip_norm <= 0) return rc;
-    float coef = clip_norm / (*norm + 1e-6f); /* torch's clip_grad_norm_ formula */
+    float coef = clip_norm / (*norm + 1e-6f); /* torch's clip_grad_norm_ formula (rf_clip_coef) */
     if (coef < 1.0f) rc = m->be->scale(m->be, m->grads, m->nparams, coef);
     return rc;
 }
@@ -60,15 +60,34 @@ int rf_adamw_update(rf_bert *m, const rf_adamw *o, long step, float lr, size_t l
     return rf_optim_adamw(&b, o, step, lr, lo, hi, mom1, mom2);
 }
 
-int rf_optim_adamw(const rf_model_blocks *m, const rf_adamw *o, long step, float lr, size_t lo,
-                   size_t hi, float *mom1, float *mom2) {
+/* AdamW on [lo, hi) of the model's blocks, clipping with the sum of squares
+ * *ss in backend memory (NULL: none). */
+static int adamw_blocks(const rf_model_blocks *m, const rf_adamw *o, long step, float lr, size_t lo,
+                        size_t hi, float *mom1, float *mom2, const double *ss) {
     rf_param_span *spans = malloc(m->ntensors * sizeof *spans);
     if (!spans) return rf_fail(RF_ERR_NOMEM, "adamw: no memory for %zu spans", m->ntensors);
     for (size_t t = 0; t < m->ntensors; t++)
         spans[t] = (rf_param_span){m->tensors[t].offset, m->tensors[t].numel, m->tensors[t].decay};
-    rf_adamw_hp hp = {lr, o->beta1, o->beta2, o->eps, o->weight_decay, step};
+    rf_adamw_hp hp = {lr, o->beta1, o->beta2, o->eps, o->weight_decay, step, ss, o->clip_norm};
     int rc = m->be->adamw(m->be, m->params, m->grads, mom1, mom2, lo, hi, spans, m->ntensors, &hp);
     free(spans);
+    return rc;
+}
+
+int rf_optim_adamw(const rf_model_blocks *m, const rf_adamw *o, long step, float lr, size_t lo,
+                   size_t hi, float *mom1, float *mom2) {
+    return adamw_blocks(m, o, step, lr, lo, hi, mom1, mom2, NULL);
+}
+
+int rf_optim_clipped_adamw(const rf_model_blocks *m, const rf_adamw *o, long step, float lr,
+                           size_t lo, size_t hi, double *ss, float *norm) {
+    *norm = NAN;
+    const rf_backend *be = m->be;
+    int rc = be->sumsq_into(be, ss, m->grads, m->nparams);
+    if (!rc) rc = adamw_blocks(m, o, step, lr, lo, hi, m->m, m->v, o->clip_norm > 0 ? ss : NULL);
+    double host;
+    if (!rc) rc = be->to_host(be, &host, ss, sizeof host);
+    if (!rc) *norm = (float)sqrt(host);
     return rc;
 }
 
@@ -103,7 +122,7 @@ int rf_optim_adamw_pieces(const rf_model_blocks *m, const rf_adamw *o, long step
         size_t b = ti->offset + ti->numel < hi ? ti->offset + ti->numel : hi;
         if (a < b) spans[n++] = (rf_param_span){a - lo, b - a, ti->decay};
     }
-    rf_adamw_hp hp = {lr, o->beta1, o->beta2, o->eps, o->weight_decay, step};
+    rf_adamw_hp hp = {lr, o->beta1, o->beta2, o->eps, o->weight_decay, step, NULL, 0};
     int rc = m->be->adamw(m->be, params, grads, mom1, mom2, 0, hi - lo, spans, n, &hp);
     free(spans);
     return rc;

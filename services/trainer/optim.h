@@ -55,5 +55,14 @@ int rf_optim_adamw(const rf_model_blocks *b, const rf_adamw *o, long step, float
 int rf_optim_adamw_pieces(const rf_model_blocks *b, const rf_adamw *o, long step, float lr,
                           size_t lo, size_t hi, float *params, const float *grads, float *mom1,
                           float *mom2);
+/* rf_optim_clip then rf_optim_adamw on the model's moments, with no host
+ * round trip between: the gradients' sum of squares goes into *ss (one
+ * double of the backend's memory) and AdamW clips with it on the backend
+ * (rf_adamw_hp.sumsq), the gradient buffer left as it is; then *norm is the
+ * norm before clipping, brought back once the update is queued (the log's
+ * read, the only wait). Same parameters and moments as the two calls, bit
+ * for bit. */
+int rf_optim_clipped_adamw(const rf_model_blocks *b, const rf_adamw *o, long step, float lr,
+                           size_t lo, size_t hi, double *ss, float *norm);
 
 #endif

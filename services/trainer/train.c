@@ -408,6 +408,17 @@ static double batch_weight(const rf_dataset *d, const size_t *idx, size_t n, con
     return w;
 }
 
+/* Clipping and AdamW on [lo, hi) of the full gradient every rank holds:
+ * the norm stays in backend memory (the scratch) for AdamW's clipping, and
+ * comes back once the update is queued (rf_optim_clipped_adamw). */
+static int dp_clipped_adamw(dp_group *g, const rf_model_blocks *m, const rf_adamw *opt, long step,
+                            float lr, size_t lo, size_t hi, float *norm) {
+    double host, *ss = g->scratch ? (double *)g->scratch : &host; /* none: the CPU's memory */
+    if (!g->scratch && m->be != rf_backend_cpu())
+        return rf_fail(RF_ERR_INTERNAL, "train: no scratch memory for the gradient norm");
+    return rf_optim_clipped_adamw(m, opt, step, lr, lo, hi, ss, norm);
+}
+
 /* Gradient sync, clipping and the AdamW step of one optimizer step; returns
  * the global gradient norm before clipping in *norm. */
 static int dp_step(dp_group *g, rf_model *model, const rf_adamw *opt, long step, float lr,
@@ -421,17 +432,14 @@ static int dp_step(dp_group *g, rf_model *model, const rf_adamw *opt, long step,
     rf_model_blocks mb, *m = &mb;
     if ((rc = rf_model_blocks_of(model, &mb))) return rc;
     if (!g->c) /* one process: exactly the code that ran before data parallelism */
-        return (rc = rf_optim_clip(m, opt->clip_norm, norm))
-                   ? rc
-                   : rf_optim_adamw(m, opt, step, lr, 0, m->nparams, m->m, m->v);
+        return dp_clipped_adamw(g, m, opt, step, lr, 0, m->nparams, norm);
     /* zero 0 and 1 (2 and 3 went to rf_zero3_step) */
     bool done = g->reduced; /* by the buckets */
     g->reduced = false;
     if (!done && (rc = dp_allreduce(g, m->grads, m->nparams, RF_COMM_F32, RF_COMM_SUM))) return rc;
     /* every rank: the same full gradient */
-    if ((rc = rf_optim_clip(m, opt->clip_norm, norm))) return rc;
-    if (g->zero == 0) return rf_optim_adamw(m, opt, step, lr, 0, m->nparams, m->m, m->v);
-    if ((rc = rf_optim_adamw(m, opt, step, lr, g->lo, g->hi, m->m, m->v))) return rc;
+    if (g->zero == 0) return dp_clipped_adamw(g, m, opt, step, lr, 0, m->nparams, norm);
+    if ((rc = dp_clipped_adamw(g, m, opt, step, lr, g->lo, g->hi, norm))) return rc;
     return dp_gather_params(g, m);
 }
 
@@ -703,7 +711,9 @@ static int train_dp(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
 
 /* A device model's group: a host group (mpirun) gets an NCCL twin for the
  * training's collectives (rf_comm_dup_mem), and a staged model (any backend
- * but the CPU) a scratch buffer for the scalars; then train_dp. */
+ * but the CPU, in a group or alone) a scratch buffer for the scalars (the
+ * gradient norm's sum of squares, and a group's flags and sums); then
+ * train_dp. */
 int rf_train_model(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
                    rf_train_result *res) {
     memset(res, 0, sizeof *res);
@@ -711,12 +721,12 @@ int rf_train_model(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
     int rc = rf_model_blocks_of(m, &mb);
     if (rc) return rc;
     bool mesh = o->tp > 1 || o->pp > 1 || o->microbatches > 1; /* parallel.c: host memory */
-    if (mesh || !o->comm || rf_comm_world(o->comm) < 2 || mb.be == rf_backend_cpu())
-        return train_dp(o, data, m, res, NULL);
-    int world = rf_comm_world(o->comm);
+    if (mesh || mb.be == rf_backend_cpu()) return train_dp(o, data, m, res, NULL);
+    bool group = o->comm && rf_comm_world(o->comm) >= 2;
+    int world = group ? rf_comm_world(o->comm) : 1;
     rf_train_opts od = *o;
     rf_comm *dev = NULL;
-    if (mb.be->device_memory && rf_comm_mem_of(o->comm) == RF_COMM_HOST) {
+    if (group && mb.be->device_memory && rf_comm_mem_of(o->comm) == RF_COMM_HOST) {
         if ((rc = rf_comm_dup_mem(o->comm, RF_COMM_DEVICE, &dev)))
             return rf_fail_ctx(rc, "train: the device group for %s", mb.be->name);
         od.comm = dev;
@@ -765,7 +775,8 @@ static int train_dp(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
     if (o->tp > 1 || o->pp > 1 || o->microbatches > 1) /* a tp/pp mesh: parallel.c */
         return rf_train_mesh(o, data, m, res);
     g.be = mb.be;
-    g.staged = mb.be != rf_backend_cpu() && scratch;
+    /* a group's host values go through the scratch (alone, it holds the norm only) */
+    g.staged = mb.be != rf_backend_cpu() && scratch && o->comm && rf_comm_world(o->comm) > 1;
     g.scratch = scratch;
     if (o->comm && rf_comm_world(o->comm) > 1) {
         if (mb.be != rf_backend_cpu() && !scratch)

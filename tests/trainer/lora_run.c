@@ -206,7 +206,8 @@ int main(int argc, char **argv) {
             norm = (float)sqrt(rf_op_sumsq(gr, np));
             float coef = o.clip_norm / (norm + 1e-6f);
             if (coef < 1.0f) rf_op_scale(gr, np, coef);
-            rf_adamw_hp hp = {rf_adamw_lr(&o, s), o.beta1, o.beta2, o.eps, o.weight_decay, s};
+            rf_adamw_hp hp = {rf_adamw_lr(&o, s), o.beta1, o.beta2, o.eps,
+                              o.weight_decay,     s,       NULL,    0};
             rf_op_adamw(p, gr, m1, m2, 0, np, spans, nt, &hp);
         }
         double dt = rf_now() - ts;

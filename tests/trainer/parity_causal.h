@@ -108,7 +108,8 @@ static inline void adamw_step_flat(float *params, float *grads, float *m1, float
     rf_param_span *spans = malloc(nt * sizeof *spans);
     for (size_t i = 0; i < nt; i++)
         spans[i] = (rf_param_span){t[i].offset, t[i].numel, t[i].decay};
-    rf_adamw_hp hp = {rf_adamw_lr(o, step), o->beta1, o->beta2, o->eps, o->weight_decay, step};
+    rf_adamw_hp hp = {rf_adamw_lr(o, step), o->beta1, o->beta2, o->eps,
+                      o->weight_decay,      step,     NULL,     0};
     rf_op_adamw(params, grads, m1, m2, 0, n, spans, nt, &hp);
     free(spans);
 }

@@ -23,6 +23,7 @@
 #include "common/rng.h"
 #include "parity_util.h"
 #include "trainer/backend.h"
+#include "trainer/ops.h"
 #include "trainer/ops_causal.h"
 #include "trainer/quant.h"
 #ifdef REFINERY_CUDA_EMU
@@ -679,17 +680,20 @@ static void test_xent_argmax(void **state) {
 static void test_optimizer(void **state) {
     (void)state;
     need_gpu();
-    static const size_t sizes[] = {1, 1000, 1000003};
-    for (size_t s = 0; s < 3; s++) {
+    static const size_t sizes[] = {0, 1, 1000, 1000003};
+    for (size_t s = 0; s < 4; s++) {
         size_t n = sizes[s];
         float *g = rnd(n, -1, 1);
-        void *g_g = up(g, n * 4);
-        double a = 0, b = 0;
+        void *g_g = up(g, n * 4 + 4), *g_ss = up(NULL, sizeof(double));
+        double a = -1, b = -1, c = -1;
         assert_int_equal(cpu->sumsq(cpu, &a, g, n), 0);
         assert_int_equal(gpu->sumsq(gpu, &b, g_g, n), 0);
-        print_message("sumsq n=%zu cpu %.17g gpu %.17g\n", n, a, b);
-        assert_true(fabs(a - b) <= 1e-12 * a);
-        gfree(g_g);
+        assert_int_equal(gpu->sumsq_into(gpu, g_ss, g_g, n), 0); /* into device memory */
+        assert_int_equal(gpu->to_host(gpu, &c, g_ss, sizeof c), 0);
+        print_message("sumsq n=%zu cpu %.17g gpu %.17g (into device memory %.17g)\n", n, a, b, c);
+        assert_true(fabs(a - b) <= 1e-12 * a && fabs(a - c) <= 1e-12 * a);
+        assert_true(n > 0 || (a == 0 && b == 0 && c == 0));
+        gfree(g_g), gfree(g_ss);
         free(g);
     }
     /* sumsq_spans: 301 spans of one buffer, empty ones, adjacent ones and
@@ -744,7 +748,7 @@ static void test_optimizer(void **state) {
         void *g_p = up(p, n * 4), *g_g = up(g, n * 4), *g_m = up(NULL, k * 4),
              *g_v = up(NULL, k * 4);
         for (long step = 0; step < 2; step++) {
-            rf_adamw_hp hp = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, step};
+            rf_adamw_hp hp = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, step, NULL, 0};
             cpu->adamw(cpu, p, g, m, v, lo, hi, spans, 5, &hp);
             assert_int_equal(gpu->adamw(gpu, g_p, g_g, g_m, g_v, lo, hi, spans, 5, &hp), 0);
         }
@@ -753,6 +757,38 @@ static void test_optimizer(void **state) {
         check("adamw m", g_m, m, k, TOL);
         check("adamw v", g_v, v, k, TOL);
         gfree(g_p), gfree(g_g), gfree(g_m), gfree(g_v);
+        free(p), free(g), free(m), free(v);
+    }
+    /* clipping on the device: sumsq_into leaves the sum of squares in device
+     * memory without a host wait, and AdamW clips with it (hp.sumsq) as the
+     * CPU's update of the same sum does; a norm above the clip (coefficient
+     * 0.4) and below it */
+    for (int c = 0; c < 2; c++) {
+        float *p = rnd(n, -1, 1), *g = rnd(n, -1, 1), *m = rnd(n, 0, 0), *v = rnd(n, 0, 0);
+        void *g_p = up(p, n * 4), *g_g = up(g, n * 4), *g_m = up(m, n * 4), *g_v = up(v, n * 4),
+             *g_ss = up(NULL, sizeof(double));
+        double ss = 0, g_host = 0;
+        assert_int_equal(cpu->sumsq_into(cpu, &ss, g, n), 0);
+#ifdef REFINERY_CUDA_EMU
+        uint64_t w0 = cuemu_host_waits();
+#endif
+        assert_int_equal(gpu->sumsq_into(gpu, g_ss, g_g, n), 0);
+        float clip = (c ? 2.5f : 0.4f) * (float)sqrt(ss);
+        rf_adamw_hp hp = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0, &ss, clip}, ghp = hp;
+        ghp.sumsq = g_ss;
+        cpu->adamw(cpu, p, g, m, v, 0, n, spans, 5, &hp);
+        assert_int_equal(gpu->adamw(gpu, g_p, g_g, g_m, g_v, 0, n, spans, 5, &ghp), 0);
+#ifdef REFINERY_CUDA_EMU
+        assert_int_equal(cuemu_host_waits() - w0, 0); /* the coefficient stays on the device */
+#endif
+        assert_int_equal(gpu->to_host(gpu, &g_host, g_ss, sizeof g_host), 0);
+        print_message("adamw clipped by %.3f: sum of squares %.17g (cpu %.17g)\n",
+                      rf_clip_coef(ss, clip), g_host, ss);
+        if (!(fabs(g_host - ss) <= 1e-12 * ss)) fail_msg("sumsq_into: %.17g vs %.17g", g_host, ss);
+        check("adamw (clipped) params", g_p, p, n, TOL);
+        check("adamw (clipped) m", g_m, m, n, TOL);
+        check("adamw (clipped) v", g_v, v, n, TOL);
+        gfree(g_p), gfree(g_g), gfree(g_m), gfree(g_v), gfree(g_ss);
         free(p), free(g), free(m), free(v);
     }
     /* 130 tensors, the decay flag alternating in runs of 1-3, a gap (no
@@ -774,7 +810,7 @@ static void test_optimizer(void **state) {
             void *g_p = up(p, at * 4), *g_g = up(g, at * 4), *g_m = up(NULL, k * 4),
                  *g_v = up(NULL, k * 4);
             for (long step = 0; step < 2; step++) { /* decay 0.5: a wrong flag shows */
-                rf_adamw_hp hp = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.5f, step};
+                rf_adamw_hp hp = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.5f, step, NULL, 0};
                 cpu->adamw(cpu, p, g, m, v, lo, hi, many, nt, &hp);
                 assert_int_equal(gpu->adamw(gpu, g_p, g_g, g_m, g_v, lo, hi, many, nt, &hp), 0);
             }

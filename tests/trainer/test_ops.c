@@ -329,7 +329,7 @@ static void test_optim_kernels(void **state) {
         assert_true(y[i] == x[i] * 0.25f);
 
     rf_param_span spans[] = {{0, 40000, true}, {40000, 3, false}, {40003, 60000, true}};
-    rf_adamw_hp hp = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 0};
+    rf_adamw_hp hp = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 0, NULL, 0};
     size_t lo = 39990, hi = 40010, k = hi - lo;
     float *g = malloc(n * sizeof *g), *m = calloc(n, sizeof *m), *v = calloc(n, sizeof *v);
     float *ms = calloc(k, sizeof *ms), *vs = calloc(k, sizeof *vs);
@@ -353,6 +353,30 @@ static void test_optim_kernels(void **state) {
     rf_param_span d = {0, 1, true};
     rf_op_adamw(&p1, &g0, &m1, &v1, 0, 1, &d, 1, &hp);
     assert_true(p1 == 1.0f - 1e-3f * 0.1f);
+    /* clipping inside the update (hp.sumsq): bit for bit rf_op_scale by
+     * rf_clip_coef then the plain update, for a norm above the clip (the
+     * coefficient ~0.3), below it and with clipping off (both: times 1) */
+    double ss = rf_op_sumsq(g, n);
+    float clips[] = {0.3f * (float)sqrt(ss), 2.0f * (float)sqrt(ss), 0.0f};
+    for (int c = 0; c < 3; c++) {
+        float coef = rf_clip_coef(ss, clips[c]);
+        assert_true(c == 0 ? coef < 0.31f && coef > 0.29f : coef == 1.0f);
+        memset(m, 0, n * sizeof *m), memset(v, 0, n * sizeof *v);
+        memset(ms, 0, k * sizeof *ms), memset(vs, 0, k * sizeof *vs);
+        float *gc = malloc(n * sizeof *gc), *mc = calloc(n, sizeof *mc),
+              *vc = calloc(n, sizeof *vc);
+        memcpy(gc, g, n * sizeof *gc);
+        memcpy(y, x, n * sizeof *y);
+        if (coef < 1.0f) rf_op_scale(gc, n, coef);
+        rf_adamw_hp plain = hp, clipped = hp;
+        clipped.sumsq = &ss, clipped.clip_norm = clips[c];
+        rf_op_adamw(x, gc, mc, vc, 0, n, spans, 3, &plain);
+        rf_op_adamw(y, g, m, v, 0, n, spans, 3, &clipped);
+        assert_memory_equal(x, y, n * sizeof *x);
+        assert_memory_equal(mc, m, n * sizeof *m);
+        assert_memory_equal(vc, v, n * sizeof *v);
+        free(gc), free(mc), free(vc);
+    }
     free(x), free(y), free(g), free(m), free(v), free(ms), free(vs);
 }
 

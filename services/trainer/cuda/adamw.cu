@@ -23,11 +23,18 @@ struct adamw_runs {
 // One thread an element: the run holding concatenation index i (the last
 // starting at or before it), then the update of rf_op_adamw, in its order.
 // Moments are indexed from lo (a shard's own).
+// ss: the gradient's sum of squares in device memory (NULL: no clipping),
+// whose coefficient each thread computes as rf_clip_coef (ops.h) does.
 __global__ static void adamw_kernel(float *p, const float *g, float *m, float *v, size_t lo,
                                     adamw_runs r, float b1, float b2, float step_size,
-                                    float bc2_sqrt, float eps) {
+                                    float bc2_sqrt, float eps, const double *ss, float clip) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= r.total) return;
+    float gs = 1.0f;
+    if (ss) {
+        float norm = (float)sqrt(*ss), cf = clip / (norm + 1e-6f);
+        gs = clip > 0 && cf < 1.0f ? cf : 1.0f;
+    }
     int a = 0, b = r.n - 1;
     while (a < b) {
         int mid = (a + b + 1) / 2;
@@ -37,7 +44,8 @@ __global__ static void adamw_kernel(float *p, const float *g, float *m, float *v
             b = mid - 1;
     }
     size_t e = r.off[a] + (i - r.at[a]), k = e - lo;
-    float gi = g[e], pi = p[e] * r.decay[a], mi = m[k], vi = v[k];
+    // the clipped gradient rounded on its own, as the CPU's (times 1: exactly g)
+    float gi = __fmul_rn(g[e], gs), pi = p[e] * r.decay[a], mi = m[k], vi = v[k];
     mi += (1.0f - b1) * (gi - mi);
     vi = b2 * vi + (1.0f - b2) * gi * gi;
     float denom = sqrtf(vi) / bc2_sqrt + eps;
@@ -76,8 +84,9 @@ int rf_cu_adamw(const rf_backend *be, float *params, const float *grads, float *
         }
         t = u;
         if (r.n == ADAMW_RUNS || (t == nspans && r.n > 0)) {
-            adamw_kernel<<<cu_blocks(r.total, 256), 256, 0, s>>>(
-                params, grads, mom1, mom2, lo, r, b1, b2, step_size, bc2_sqrt, hp->eps);
+            adamw_kernel<<<cu_blocks(r.total, 256), 256, 0, s>>>(params, grads, mom1, mom2, lo, r,
+                                                                 b1, b2, step_size, bc2_sqrt,
+                                                                 hp->eps, hp->sumsq, hp->clip_norm);
             int rc = cu_launched("adamw");
             if (rc) return rc;
             r.n = 0;

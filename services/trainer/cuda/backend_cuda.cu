@@ -229,6 +229,7 @@ static void init(int k) {
     b.qlinear_bwd = rf_cu_qlinear_bwd;
     b.sumsq = rf_cu_sumsq;
     b.sumsq_spans = rf_cu_sumsq_spans;
+    b.sumsq_into = rf_cu_sumsq_into;
     b.scale = rf_cu_scale;
     b.adamw = rf_cu_adamw;
     cuda_backend[k] = b;

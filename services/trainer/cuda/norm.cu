@@ -3,7 +3,9 @@
 // deterministic: fixed pieces of the spans' concatenation (one block each, a
 // fixed tree inside the block), then one block adds the pieces by a fixed
 // tree. Not bitwise the CPU's (other order), within double rounding of it.
-// One wait for the device per call, however many spans.
+// One wait for the device per call, however many spans; none for
+// sumsq_into, whose sum stays in device memory (AdamW's clipping reads it
+// there).
 #include <limits.h>
 
 #include "trainer/cuda/ops_cuda.cuh"
@@ -30,12 +32,21 @@ __device__ static double block_sum(double s) {
 }
 
 // The spans as one virtual vector: tab holds (offset, numel, start) per
-// span, start the span's first index in the concatenation, increasing. Block
-// b sums the virtual indices [b * per, (b + 1) * per), each thread a fixed
-// stride of them, then a fixed tree; red[b] gets the block's sum.
+// span, start the span's first index in the concatenation, increasing (tab
+// NULL: x[0, total) itself). Block b sums the virtual indices [b * per, (b +
+// 1) * per), each thread a fixed stride of them, then a fixed tree; red[b]
+// gets the block's sum.
 __global__ static void sumsq_spans_kernel(double *red, const float *x, const size_t *tab, int nsp,
                                           size_t total, size_t per) {
     size_t a = (size_t)blockIdx.x * per, e = a + per < total ? a + per : total;
+    if (!tab) {
+        double s = 0;
+        for (size_t i = a + threadIdx.x; i < e; i += NORM_THREADS)
+            s += (double)x[i] * x[i];
+        s = block_sum(s);
+        if (threadIdx.x == 0) red[blockIdx.x] = s;
+        return;
+    }
     int lo = 0, hi = nsp - 1; // the last span starting at or before a
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
@@ -58,14 +69,23 @@ __global__ static void sumsq_spans_kernel(double *red, const float *x, const siz
     if (threadIdx.x == 0) red[blockIdx.x] = s;
 }
 
-// red[n] = the sum of red[0, n): one block, each thread its stride in order,
+// *out = the sum of red[0, n): one block, each thread its stride in order,
 // then the fixed tree.
-__global__ static void sum_total_kernel(double *red, int n) {
+__global__ static void sum_total_kernel(double *out, const double *red, int n) {
     double s = 0;
     for (int i = threadIdx.x; i < n; i += NORM_THREADS)
         s += red[i];
     s = block_sum(s);
-    if (threadIdx.x == 0) red[n] = s;
+    if (threadIdx.x == 0) *out = s;
+}
+
+// Blocks of the first pass over `total` elements (at least SUMSQ_MIN_PER a
+// thread: a small sum takes few blocks), and the elements per block.
+static int sumsq_blocks(size_t total, size_t *per) {
+    size_t want = (total + NORM_THREADS * SUMSQ_MIN_PER - 1) / (NORM_THREADS * SUMSQ_MIN_PER);
+    int blocks = want < SUMSQ_BLOCKS ? (int)want : SUMSQ_BLOCKS;
+    *per = (total + blocks - 1) / blocks;
+    return blocks;
 }
 
 // The span table: 3 * n size_t in pinned host memory and on the device,
@@ -106,10 +126,8 @@ int rf_cu_sumsq_spans(const rf_backend *be, double *out, const float *x, const r
         nsp++;
     }
     if (!total) return RF_OK;
-    // at least SUMSQ_MIN_PER elements a thread: a small sum takes few blocks
-    size_t want = (total + NORM_THREADS * SUMSQ_MIN_PER - 1) / (NORM_THREADS * SUMSQ_MIN_PER);
-    int blocks = want < SUMSQ_BLOCKS ? (int)want : SUMSQ_BLOCKS;
-    size_t per = (total + blocks - 1) / blocks;
+    size_t per;
+    int blocks = sumsq_blocks(total, &per);
     if ((rc = rf_cuda_check(cudaMemcpyAsync(c->spans, c->spans_host, 3 * nsp * sizeof(size_t),
                                             cudaMemcpyHostToDevice, c->stream),
                             "sumsq (spans)")))
@@ -117,7 +135,7 @@ int rf_cu_sumsq_spans(const rf_backend *be, double *out, const float *x, const r
     sumsq_spans_kernel<<<blocks, NORM_THREADS, 0, c->stream>>>(c->red, x, c->spans, nsp, total,
                                                                per);
     if ((rc = cu_launched("sumsq"))) return rc;
-    sum_total_kernel<<<1, NORM_THREADS, 0, c->stream>>>(c->red, blocks);
+    sum_total_kernel<<<1, NORM_THREADS, 0, c->stream>>>(c->red + blocks, c->red, blocks);
     if ((rc = cu_launched("sumsq (total)")) ||
         (rc = rf_cuda_check(cudaMemcpyAsync(c->red_host, c->red + blocks, sizeof(double),
                                             cudaMemcpyDeviceToHost, c->stream),
@@ -126,6 +144,21 @@ int rf_cu_sumsq_spans(const rf_backend *be, double *out, const float *x, const r
         return rc;
     *out = c->red_host[0];
     return RF_OK;
+}
+
+int rf_cu_sumsq_into(const rf_backend *be, double *dst, const float *x, size_t n) {
+    rf_cuda_ctx *c = cu_ctx(be);
+    if (!n) {
+        sum_total_kernel<<<1, NORM_THREADS, 0, c->stream>>>(dst, c->red, 0); // *dst = 0
+        return cu_launched("sumsq_into (total)");
+    }
+    size_t per;
+    int blocks = sumsq_blocks(n, &per);
+    sumsq_spans_kernel<<<blocks, NORM_THREADS, 0, c->stream>>>(c->red, x, nullptr, 1, n, per);
+    int rc = cu_launched("sumsq_into");
+    if (rc) return rc;
+    sum_total_kernel<<<1, NORM_THREADS, 0, c->stream>>>(dst, c->red, blocks);
+    return cu_launched("sumsq_into (total)");
 }
 
 int rf_cu_sumsq(const rf_backend *be, double *out, const float *x, size_t n) {
