@@ -713,8 +713,12 @@ float rf_lora_adamw_step(rf_lora *lo, const rf_adamw *o, long step) {
     for (size_t i = 0; i < lo->ntensors; i++)
         spans[i] =
             (rf_param_span){lo->tensors[i].offset, lo->tensors[i].numel, lo->tensors[i].decay};
-    rf_adamw_hp hp = {rf_adamw_lr(o, step), o->beta1, o->beta2, o->eps,
-                      o->weight_decay,      step,     NULL,     0};
+    rf_adamw_hp hp = {.lr = rf_adamw_lr(o, step),
+                      .beta1 = o->beta1,
+                      .beta2 = o->beta2,
+                      .eps = o->eps,
+                      .weight_decay = o->weight_decay,
+                      .step = step}; /* clipped above: sumsq NULL */
     int rc = be->adamw(be, lo->params, lo->grads, lo->m, lo->v, 0, lo->nparams, spans, lo->ntensors,
                        &hp);
     free(spans);

@@ -17,14 +17,13 @@
 // Backward: dv = P^T dout (P as the forward left it in scratch, or att
 // without dropout), dP = dout v^T, ds = p (dP - p.dP) scale by a warp per
 // row, dq = ds k, dk = ds^T q. cuBLAS products are deterministic on one GPU
-// model, and nothing uses
-// atomics. (The first version, a warp per query row with one lane per key,
-// ran BERT-base at T 512 at a quarter of PyTorch eager's speed on an H100;
-// its key loads were uncoalesced. The second copied q, k, v and the output
-// head-major around strided-batched products: four more passes over a
-// B T C matrix forward and seven backward.) The pointer lists and their
-// products are shared with the causal attention (causal_attention.cu;
-// declared in ops_cuda.cuh).
+// model, and nothing uses atomics. (The first version, a warp per query row
+// with one lane per key, ran BERT-base at T 512 at a quarter of PyTorch
+// eager's speed on an H100; its key loads were uncoalesced. The second
+// copied q, k, v and the output head-major around strided-batched products:
+// four more passes over a B T C matrix forward and seven backward.) The
+// pointer lists and their products are shared with the causal attention
+// (causal_attention.cu; declared in ops_cuda.cuh).
 #include "trainer/cuda/ops_cuda.cuh"
 
 __global__ static void att_lists_kernel(const float **out, rf_cu_att_lists L, int B, int NH,
