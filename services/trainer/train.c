@@ -431,7 +431,7 @@ static int dp_step(dp_group *g, rf_model *model, const rf_adamw *opt, long step,
     }
     rf_model_blocks mb, *m = &mb;
     if ((rc = rf_model_blocks_of(model, &mb))) return rc;
-    if (!g->c) /* one process: exactly the code that ran before data parallelism */
+    if (!g->c) /* one process: no collective */
         return dp_clipped_adamw(g, m, opt, step, lr, 0, m->nparams, norm);
     /* zero 0 and 1 (2 and 3 went to rf_zero3_step) */
     bool done = g->reduced; /* by the buckets */
