@@ -400,7 +400,7 @@ void rf_lora_free(rf_lora *lo) {
         }
     free(lo->proj), free(lo->tensors);
     lfree(lo, lo->params), lfree(lo, lo->grads), lfree(lo, lo->m), lfree(lo, lo->v);
-    lfree(lo, lo->u), lfree(lo, lo->du), lfree(lo, lo->xd);
+    lfree(lo, lo->ss), lfree(lo, lo->u), lfree(lo, lo->du), lfree(lo, lo->xd);
     free(lo);
 }
 
@@ -592,9 +592,11 @@ int rf_lora_enable_training_sharded(rf_lora *lo, size_t padded, size_t moments) 
     lo->grads = lalloc(lo, padded);
     lo->m = lalloc(lo, moments ? moments : 1);
     lo->v = lalloc(lo, moments ? moments : 1);
-    if (!lo->grads || !lo->m || !lo->v) {
-        lfree(lo, lo->grads), lfree(lo, lo->m), lfree(lo, lo->v);
+    lo->ss = rf_backend_alloc(lo->be, sizeof *lo->ss);
+    if (!lo->grads || !lo->m || !lo->v || !lo->ss) {
+        lfree(lo, lo->grads), lfree(lo, lo->m), lfree(lo, lo->v), lfree(lo, lo->ss);
         lo->grads = lo->m = lo->v = NULL;
+        lo->ss = NULL;
         return RF_ERR_NOMEM;
     }
     lo->nmoments = moments;
@@ -700,14 +702,10 @@ float rf_lora_adamw_step(rf_lora *lo, const rf_adamw *o, long step) {
         rf_fail(RF_ERR_INVALID, "lora: training is not enabled with whole moments");
         return NAN;
     }
+    /* the norm stays in backend memory for AdamW's clipping (rf_adamw_hp.sumsq),
+     * and comes back once the update is queued */
     const rf_backend *be = lo->be;
-    double ss;
-    if (be->sumsq(be, &ss, lo->grads, lo->nparams)) return NAN;
-    float norm = (float)sqrt(ss);
-    if (o->clip_norm > 0) {
-        float coef = o->clip_norm / (norm + 1e-6f); /* torch's clip_grad_norm_ */
-        if (coef < 1.0f && be->scale(be, lo->grads, lo->nparams, coef)) return NAN;
-    }
+    if (be->sumsq_into(be, lo->ss, lo->grads, lo->nparams)) return NAN;
     rf_param_span *spans = malloc(lo->ntensors * sizeof *spans);
     if (!spans) return NAN;
     for (size_t i = 0; i < lo->ntensors; i++)
@@ -718,11 +716,15 @@ float rf_lora_adamw_step(rf_lora *lo, const rf_adamw *o, long step) {
                       .beta2 = o->beta2,
                       .eps = o->eps,
                       .weight_decay = o->weight_decay,
-                      .step = step}; /* clipped above: sumsq NULL */
+                      .step = step,
+                      .sumsq = o->clip_norm > 0 ? lo->ss : NULL,
+                      .clip_norm = o->clip_norm};
     int rc = be->adamw(be, lo->params, lo->grads, lo->m, lo->v, 0, lo->nparams, spans, lo->ntensors,
                        &hp);
     free(spans);
-    return rc ? NAN : norm;
+    double ss;
+    if (!rc) rc = be->to_host(be, &ss, lo->ss, sizeof ss);
+    return rc ? NAN : (float)sqrt(ss);
 }
 
 /* ---- PEFT adapter files ---- */

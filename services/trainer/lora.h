@@ -145,7 +145,8 @@ typedef struct rf_lora {
     size_t npadded;                /* floats in params and grads (>= nparams, zero tail) */
     size_t nmoments;               /* floats in m and v: nparams, or a ZeRO-1 shard's */
     float *params, *grads, *m, *v; /* grads, m, v: NULL until rf_lora_enable_training */
-    size_t qbytes;                 /* bytes of quantized base weights held */
+    double *ss;    /* with grads: the gradient norm's sum of squares (backend memory) */
+    size_t qbytes; /* bytes of quantized base weights held */
 
     /* activations: u of every adapter for the last forward, and scratch */
     int capN;

@@ -74,7 +74,9 @@ static int lm_release(rf_model *m, bool params) {
     if (lo->grads) be->free(be, lo->grads);
     if (lo->m) be->free(be, lo->m);
     if (lo->v) be->free(be, lo->v);
+    if (lo->ss) be->free(be, lo->ss);
     lo->grads = lo->m = lo->v = NULL;
+    lo->ss = NULL;
     lo->nmoments = 0;
     return RF_OK;
 }
