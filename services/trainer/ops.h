@@ -159,8 +159,13 @@ void rf_op_scale(float *x, size_t n, float s);
 /* The gradient clipping coefficient for a gradient whose sum of squares is
  * ss: clip_norm / (norm + 1e-6) (torch's clip_grad_norm_ formula, norm the
  * float square root) where that is below 1, else 1 (also for clip_norm <= 0
- * and a NaN norm). cuda/adamw.cu computes the same on the device. */
-static inline float rf_clip_coef(double ss, float clip_norm) {
+ * and a NaN norm). Host and device code (cuda/adamw.cu) share it. */
+#ifdef __CUDACC__
+#define RF_OPS_HOST_DEVICE __host__ __device__
+#else
+#define RF_OPS_HOST_DEVICE
+#endif
+static inline RF_OPS_HOST_DEVICE float rf_clip_coef(double ss, float clip_norm) {
     float norm = (float)sqrt(ss), c = clip_norm / (norm + 1e-6f);
     return clip_norm > 0 && c < 1.0f ? c : 1.0f;
 }

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "trainer/ops.h"
 
 float rf_adamw_lr(const rf_adamw *o, long step) {
     if (step < o->warmup_steps) return o->lr * (float)step / (float)o->warmup_steps;
@@ -17,16 +18,19 @@ float rf_adamw_lr(const rf_adamw *o, long step) {
     return o->lr * (float)(f > 0 ? f : 0);
 }
 
-static int grad_norm(const rf_model_blocks *m, float *norm) {
-    double s = 0;
-    int rc = m->be->sumsq(m->be, &s, m->grads, m->nparams);
-    *norm = rc ? NAN : (float)sqrt(s);
+/* The gradients' sum of squares into *ss and the norm into *norm (NaN on
+ * failure). */
+static int grad_norm(const rf_model_blocks *m, double *ss, float *norm) {
+    *ss = 0;
+    int rc = m->be->sumsq(m->be, ss, m->grads, m->nparams);
+    *norm = rc ? NAN : (float)sqrt(*ss);
     return rc;
 }
 
 int rf_grad_norm_ex(const rf_bert *m, float *norm) {
     rf_model_blocks b = rf_bert_blocks(m);
-    return grad_norm(&b, norm);
+    double ss;
+    return grad_norm(&b, &ss, norm);
 }
 
 float rf_grad_norm(const rf_bert *m) {
@@ -41,9 +45,9 @@ int rf_clip_grads_ex(rf_bert *m, float clip_norm, float *norm) {
 }
 
 int rf_optim_clip(const rf_model_blocks *m, float clip_norm, float *norm) {
-    int rc = grad_norm(m, norm);
-    if (rc || clip_norm <= 0) return rc;
-    float coef = clip_norm / (*norm + 1e-6f); /* torch's clip_grad_norm_ formula (rf_clip_coef) */
+    double ss;
+    int rc = grad_norm(m, &ss, norm);
+    float coef = rc ? 1.0f : rf_clip_coef(ss, clip_norm);
     if (coef < 1.0f) rc = m->be->scale(m->be, m->grads, m->nparams, coef);
     return rc;
 }

@@ -15,6 +15,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/model_tp.h"
 #include "trainer/optim.h"
+#include "trainer/ops.h"
 #include "trainer/pipeline.h"
 #include "trainer/tp.h"
 #include "trainer/train_int.h"
@@ -511,11 +512,8 @@ static int sync_and_update(mesh *x, const rf_adamw *opt, long step, float lr, fl
     double t1 = rf_now();
     /* clipping as rf_optim_clip, on what this rank updates */
     size_t alo = x->zero ? x->slo : 0, ahi = x->zero ? x->shi : x->S;
-    if (opt->clip_norm > 0) {
-        float coef = opt->clip_norm / (*norm + 1e-6f);
-        if (coef < 1.0f && ahi > alo && (rc = be->scale(be, x->G + alo, ahi - alo, coef)))
-            return rc;
-    }
+    float coef = rf_clip_coef(s, opt->clip_norm);
+    if (coef < 1.0f && ahi > alo && (rc = be->scale(be, x->G + alo, ahi - alo, coef))) return rc;
     if (ahi > alo && (rc = rf_optim_adamw_pieces(&x->lb, opt, step, lr, x->plo + alo, x->plo + ahi,
                                                  x->P + alo, x->G + alo, x->M1, x->M2)))
         return rc;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "trainer/ops.h"
 
 typedef struct unit {
     size_t lo, hi; /* the unit's range of the flat block */
@@ -393,8 +394,8 @@ int rf_zero3_step(rf_zero3 *z, const rf_adamw *o, long step, float lr, float *no
     if (!rc) rc = be->to_host(be, &ss, z->scalar, sizeof ss);
     if (rc) return fail(z, rc, "all-reduce of the gradient norm", -1);
     *norm = (float)sqrt(ss);
-    float coef = o->clip_norm / (*norm + 1e-6f); /* as rf_clip_grads */
-    if (o->clip_norm > 0 && coef < 1.0f && (rc = be->scale(be, z->g, z->S, coef)))
+    float coef = rf_clip_coef(ss, o->clip_norm); /* as rf_clip_grads */
+    if (coef < 1.0f && (rc = be->scale(be, z->g, z->S, coef)))
         return fail(z, rc, "clipping of the gradient", -1);
     rf_model_blocks mb;
     if ((rc = rf_model_blocks_of(z->m, &mb))) return fail(z, rc, "the model's blocks", -1);

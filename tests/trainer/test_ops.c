@@ -362,7 +362,6 @@ static void test_optim_kernels(void **state) {
         float coef = rf_clip_coef(ss, clips[c]);
         assert_true(c == 0 ? coef < 0.31f && coef > 0.29f : coef == 1.0f);
         memset(m, 0, n * sizeof *m), memset(v, 0, n * sizeof *v);
-        memset(ms, 0, k * sizeof *ms), memset(vs, 0, k * sizeof *vs);
         float *gc = malloc(n * sizeof *gc), *mc = calloc(n, sizeof *mc),
               *vc = calloc(n, sizeof *vc);
         memcpy(gc, g, n * sizeof *gc);

@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "trainer/cuda/ops_cuda.cuh"
+#include "trainer/ops.h"
 
 // Runs of the range, at most ADAMW_RUNS a launch, passed by value (a kernel's
 // parameters may take 4 KiB): run k updates elements [off, off + n) with its
@@ -24,17 +25,13 @@ struct adamw_runs {
 // starting at or before it), then the update of rf_op_adamw, in its order.
 // Moments are indexed from lo (a shard's own).
 // ss: the gradient's sum of squares in device memory (NULL: no clipping),
-// whose coefficient each thread computes as rf_clip_coef (ops.h) does.
+// whose coefficient (rf_clip_coef, ops.h) each thread computes.
 __global__ static void adamw_kernel(float *p, const float *g, float *m, float *v, size_t lo,
                                     adamw_runs r, float b1, float b2, float step_size,
                                     float bc2_sqrt, float eps, const double *ss, float clip) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= r.total) return;
-    float gs = 1.0f;
-    if (ss) {
-        float norm = (float)sqrt(*ss), cf = clip / (norm + 1e-6f);
-        gs = clip > 0 && cf < 1.0f ? cf : 1.0f;
-    }
+    float gs = ss ? rf_clip_coef(*ss, clip) : 1.0f;
     int a = 0, b = r.n - 1;
     while (a < b) {
         int mid = (a + b + 1) / 2;
