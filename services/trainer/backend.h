@@ -227,9 +227,12 @@ struct rf_backend {
      * norm, which counts some pieces of a buffer and not others). */
     int (*sumsq_spans)(const rf_backend *be, double *out, const float *x,
                        const rf_param_span *spans, size_t nspans);
-    /* rf_op_sumsq into *dst, one double of backend memory: queued like any
-     * slot, no wait (adamw's hp->sumsq reads it; to_host brings it back) */
-    int (*sumsq_into)(const rf_backend *be, double *dst, const float *x, size_t n);
+    /* sumsq_spans' sum into *dst, one double of backend memory: queued like
+     * any slot, no wait (adamw's hp->sumsq reads it, a device group can
+     * all-reduce it; to_host brings it back). On a device, a span table
+     * other than the previous call's costs one wait to upload it. */
+    int (*sumsq_into)(const rf_backend *be, double *dst, const float *x, const rf_param_span *spans,
+                      size_t nspans);
     int (*scale)(const rf_backend *be, float *x, size_t n, float s);
     int (*adamw)(const rf_backend *be, float *params, const float *grads, float *mom1, float *mom2,
                  size_t lo, size_t hi, const rf_param_span *spans, size_t nspans,

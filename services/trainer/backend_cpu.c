@@ -414,10 +414,9 @@ static int sumsq_spans(const rf_backend *be, double *out, const float *x,
     return RF_OK;
 }
 
-static int sumsq_into(const rf_backend *be, double *dst, const float *x, size_t n) {
-    (void)be;
-    *dst = rf_op_sumsq(x, n);
-    return RF_OK;
+static int sumsq_into(const rf_backend *be, double *dst, const float *x, const rf_param_span *spans,
+                      size_t nspans) {
+    return sumsq_spans(be, dst, x, spans, nspans); /* host memory is backend memory */
 }
 
 static int scale(const rf_backend *be, float *x, size_t n, float s) {

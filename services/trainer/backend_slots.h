@@ -219,7 +219,10 @@
       (const rf_backend *be, double *out, const float *x, const rf_param_span *spans,              \
        size_t nspans),                                                                             \
       (be, out, x, spans, nspans))                                                                 \
-    X(sumsq_into, (const rf_backend *be, double *dst, const float *x, size_t n), (be, dst, x, n))  \
+    X(sumsq_into,                                                                                  \
+      (const rf_backend *be, double *dst, const float *x, const rf_param_span *spans,              \
+       size_t nspans),                                                                             \
+      (be, dst, x, spans, nspans))                                                                 \
     X(scale, (const rf_backend *be, float *x, size_t n, float s), (be, x, n, s))                   \
     X(adamw,                                                                                       \
       (const rf_backend *be, float *params, const float *grads, float *mom1, float *mom2,          \

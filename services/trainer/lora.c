@@ -705,7 +705,8 @@ float rf_lora_adamw_step(rf_lora *lo, const rf_adamw *o, long step) {
     /* the norm stays in backend memory for AdamW's clipping (rf_adamw_hp.sumsq),
      * and comes back once the update is queued */
     const rf_backend *be = lo->be;
-    if (be->sumsq_into(be, lo->ss, lo->grads, lo->nparams)) return NAN;
+    rf_param_span all = {0, lo->nparams, false};
+    if (be->sumsq_into(be, lo->ss, lo->grads, &all, 1)) return NAN;
     rf_param_span *spans = malloc(lo->ntensors * sizeof *spans);
     if (!spans) return NAN;
     for (size_t i = 0; i < lo->ntensors; i++)

@@ -87,7 +87,8 @@ int rf_optim_clipped_adamw(const rf_model_blocks *m, const rf_adamw *o, long ste
                            size_t lo, size_t hi, double *ss, float *norm) {
     *norm = NAN;
     const rf_backend *be = m->be;
-    int rc = be->sumsq_into(be, ss, m->grads, m->nparams);
+    rf_param_span all = {0, m->nparams, false};
+    int rc = be->sumsq_into(be, ss, m->grads, &all, 1);
     if (!rc) rc = adamw_blocks(m, o, step, lr, lo, hi, m->m, m->v, o->clip_norm > 0 ? ss : NULL);
     double host;
     if (!rc) rc = be->to_host(be, &host, ss, sizeof host);
@@ -108,12 +109,12 @@ void rf_adamw_step_range(rf_bert *m, const rf_adamw *o, long step, float lr, siz
 int rf_adamw_step_blocks(const rf_bert *m, const rf_adamw *o, long step, float lr, size_t lo,
                          size_t hi, float *params, const float *grads, float *mom1, float *mom2) {
     rf_model_blocks b = rf_bert_blocks(m);
-    return rf_optim_adamw_pieces(&b, o, step, lr, lo, hi, params, grads, mom1, mom2);
+    return rf_optim_adamw_pieces(&b, o, step, lr, lo, hi, params, grads, mom1, mom2, NULL);
 }
 
 int rf_optim_adamw_pieces(const rf_model_blocks *m, const rf_adamw *o, long step, float lr,
                           size_t lo, size_t hi, float *params, const float *grads, float *mom1,
-                          float *mom2) {
+                          float *mom2, const double *ss) {
     /* The backend's adamw indexes params/grads by absolute offset and the
      * moments from lo; here all four start at lo, so the spans are moved to the
      * range's own coordinates (each cut to [lo, hi), keeping its decay flag). */
@@ -126,7 +127,8 @@ int rf_optim_adamw_pieces(const rf_model_blocks *m, const rf_adamw *o, long step
         size_t b = ti->offset + ti->numel < hi ? ti->offset + ti->numel : hi;
         if (a < b) spans[n++] = (rf_param_span){a - lo, b - a, ti->decay};
     }
-    rf_adamw_hp hp = {lr, o->beta1, o->beta2, o->eps, o->weight_decay, step, NULL, 0};
+    rf_adamw_hp hp = {
+        lr, o->beta1, o->beta2, o->eps, o->weight_decay, step, ss, ss ? o->clip_norm : 0};
     int rc = m->be->adamw(m->be, params, grads, mom1, mom2, 0, hi - lo, spans, n, &hp);
     free(spans);
     return rc;

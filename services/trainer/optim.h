@@ -52,9 +52,13 @@ int rf_adamw_update(rf_bert *m, const rf_adamw *o, long step, float lr, size_t l
 int rf_optim_clip(const rf_model_blocks *b, float clip_norm, float *norm);
 int rf_optim_adamw(const rf_model_blocks *b, const rf_adamw *o, long step, float lr, size_t lo,
                    size_t hi, float *mom1, float *mom2);
+/* rf_adamw_step_blocks on any model's blocks; with ss (one double of backend
+ * memory, NULL: none) it clips as rf_optim_clipped_adamw does, by
+ * rf_clip_coef(*ss, o->clip_norm): ZeRO-2/3's shards and the meshes, whose
+ * sum of squares is all-reduced over the group where it lies. */
 int rf_optim_adamw_pieces(const rf_model_blocks *b, const rf_adamw *o, long step, float lr,
                           size_t lo, size_t hi, float *params, const float *grads, float *mom1,
-                          float *mom2);
+                          float *mom2, const double *ss);
 /* rf_optim_clip then rf_optim_adamw on the model's moments, with no host
  * round trip between: the gradients' sum of squares goes into *ss (one
  * double of the backend's memory) and AdamW clips with it on the backend

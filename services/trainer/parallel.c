@@ -15,7 +15,6 @@
 #include "trainer/checkpoint.h"
 #include "trainer/model_tp.h"
 #include "trainer/optim.h"
-#include "trainer/ops.h"
 #include "trainer/pipeline.h"
 #include "trainer/tp.h"
 #include "trainer/train_int.h"
@@ -109,6 +108,12 @@ typedef struct mesh {
     void *sync;   /* staged: a few bytes of backend memory that dev_wait reads */
     bool ordered; /* the device groups wait for the backend's queue on the device */
     rf_comm *dp_dev, *pp_dev, *tp_dev;
+    /* the gradient norm's all-reduce over every rank: the world's NCCL twin
+     * on device memory, else the world (NULL: one process); its sum of
+     * squares lies in ss, one double of backend memory, where AdamW's
+     * clipping reads it (rf_optim_adamw_pieces) */
+    rf_comm *world_dev;
+    double *ss;
     bbuf *pool; /* staged: the boundary buffers, free when not used */
     int npool, cappool;
     /* the step in progress */
@@ -465,13 +470,6 @@ static int own_pieces(mesh *x) {
     return RF_OK;
 }
 
-/* The sum of squares of the gradients this rank counts (*s): its dp shard of
- * its stage's block, replicated tp spans on tp rank 0 only; one sumsq_spans
- * over those pieces, so one wait for a device however many tensors. */
-static int owned_sumsq(const mesh *x, double *s) {
-    return x->be->sumsq_spans(x->be, s, x->G, x->own, x->nown);
-}
-
 static int sync_and_update(mesh *x, const rf_adamw *opt, long step, float lr, float *norm,
                            double *t_comm, double *t_opt) {
     int rc = RF_OK;
@@ -505,18 +503,28 @@ static int sync_and_update(mesh *x, const rf_adamw *opt, long step, float lr, fl
         }
         if (rc) return fail_comm(rc, "data-parallel gradient sync");
     }
-    double s;
-    if ((rc = owned_sumsq(x, &s))) return rc;
-    if ((rc = world_allreduce(x, &s, 1, RF_COMM_F64, RF_COMM_SUM))) return rc;
-    *norm = (float)sqrt(s);
+    /* The norm and the clipping stay where the gradients are: the sum of
+     * squares of what this rank counts (its dp shard of its stage's block,
+     * replicated tp spans on tp rank 0 only) into ss, summed over every rank
+     * there, and AdamW clips with it as rf_optim_clip would, on what this
+     * rank updates; the norm comes back for the log once the update is
+     * queued. */
+    if ((rc = be->sumsq_into(be, x->ss, x->G, x->own, x->nown))) return rc;
+    if (x->world_dev) {
+        if ((rc = coll_wait(x))) return rc; /* the sum, before the all-reduce reads it */
+        x->bytes += ring_allreduce(x->nworld, sizeof(double));
+        if ((rc = rf_comm_allreduce(x->world_dev, x->ss, x->ss, 1, RF_COMM_F64, RF_COMM_SUM)))
+            return fail_comm(rc, "all-reduce of the gradient norm");
+    }
     double t1 = rf_now();
-    /* clipping as rf_optim_clip, on what this rank updates */
     size_t alo = x->zero ? x->slo : 0, ahi = x->zero ? x->shi : x->S;
-    float coef = rf_clip_coef(s, opt->clip_norm);
-    if (coef < 1.0f && ahi > alo && (rc = be->scale(be, x->G + alo, ahi - alo, coef))) return rc;
-    if (ahi > alo && (rc = rf_optim_adamw_pieces(&x->lb, opt, step, lr, x->plo + alo, x->plo + ahi,
-                                                 x->P + alo, x->G + alo, x->M1, x->M2)))
+    if (ahi > alo &&
+        (rc = rf_optim_adamw_pieces(&x->lb, opt, step, lr, x->plo + alo, x->plo + ahi, x->P + alo,
+                                    x->G + alo, x->M1, x->M2, opt->clip_norm > 0 ? x->ss : NULL)))
         return rc;
+    double s;
+    if ((rc = be->to_host(be, &s, x->ss, sizeof s))) return rc;
+    *norm = (float)sqrt(s);
     double t2 = rf_now();
     if ((rc = coll_wait(x))) return rc; /* AdamW's parameters, before they travel */
     if (x->zero && x->dp > 1) {
@@ -868,11 +876,15 @@ static void free_mesh(mesh *x) {
     for (int i = 0; be && i < x->npool; i++)
         rf_backend_free(be, x->pool[i].p);
     free(x->pool);
-    if (be) rf_backend_free(be, x->sync);
+    if (be) {
+        rf_backend_free(be, x->sync);
+        rf_backend_free(be, x->ss);
+    }
     free(x->pc), free(x->st), free(x->own);
     if (x->dp_dev != x->cm.dp_comm) (void)rf_comm_destroy(x->dp_dev);
     if (x->pp_dev != x->cm.pp_comm) (void)rf_comm_destroy(x->pp_dev);
     if (x->tp_dev != x->cm.tp_comm) (void)rf_comm_destroy(x->tp_dev);
+    if (x->world_dev != x->world) (void)rf_comm_destroy(x->world_dev);
     if (x->cm_made) (void)rf_comm_mesh_destroy(&x->cm);
 }
 
@@ -953,8 +965,13 @@ static int device_groups(mesh *x) {
     x->dp_dev = x->cm.dp_comm;
     x->pp_dev = x->cm.pp_comm;
     x->tp_dev = x->cm.tp_comm;
+    x->world_dev = x->world;
     if (!x->be->device_memory) return RF_OK;
     int rc = RF_OK;
+    if ((rc = rf_comm_dup_mem(x->world, RF_COMM_DEVICE, &x->world_dev))) {
+        x->world_dev = x->world;
+        return rf_fail_ctx(rc, "train: the gradient norm's group on %s memory", x->be->name);
+    }
     if (x->dp > 1 && (rc = rf_comm_dup_mem(x->cm.dp_comm, RF_COMM_DEVICE, &x->dp_dev))) {
         x->dp_dev = x->cm.dp_comm;
         return rf_fail_ctx(rc, "train: the data-parallel group on %s memory", x->be->name);
@@ -969,9 +986,9 @@ static int device_groups(mesh *x) {
     }
     /* the NCCL twins' operations wait for the backend's queue on the device,
      * so the host does not wait for it before each one (coll_wait) */
-    rf_comm *twins[] = {x->dp_dev, x->pp_dev, x->tp_dev},
-            *mine[] = {x->cm.dp_comm, x->cm.pp_comm, x->cm.tp_comm};
-    for (int i = 0; x->be->queue && i < 3; i++)
+    rf_comm *twins[] = {x->dp_dev, x->pp_dev, x->tp_dev, x->world_dev},
+            *mine[] = {x->cm.dp_comm, x->cm.pp_comm, x->cm.tp_comm, x->world};
+    for (int i = 0; x->be->queue && i < 4; i++)
         if (twins[i] != mine[i] && (rc = rf_comm_order_after(twins[i], x->be->queue)))
             return rf_fail_ctx(rc, "train: ordering the device groups after the %s queue",
                                x->be->name);
@@ -1032,10 +1049,19 @@ int rf_train_mesh(const rf_train_opts *o, const rf_dataset *data, rf_model *m,
     rf_rng_seed(&st.rng, o->seed);
     st.ident = rf_train_run_ident(data, o, &opt, x->cw, K);
 
-    /* the groups, rank 0's weights everywhere, the tp split */
+    /* the norm's sum of squares, the groups, rank 0's weights everywhere, the
+     * tp split */
+    if (!(x->ss = rf_backend_alloc(x->be, sizeof(double)))) {
+        rc = rf_fail(RF_ERR_NOMEM, "train: no %s memory", x->be->name);
+        free_mesh(x);
+        return rc;
+    }
     if (x->world) {
         rf_tr_parallel par = {x->dp, x->tp, x->pp, x->zero, x->M, 0, {0}};
-        if ((rc = rf_tr_mesh_init(x->world, &par, &x->cm))) return rc;
+        if ((rc = rf_tr_mesh_init(x->world, &par, &x->cm))) {
+            free_mesh(x);
+            return rc;
+        }
         x->cm_made = true;
         x->rank = rf_comm_rank(x->world);
         x->dp_i = x->cm.dp_i, x->tp_i = x->cm.tp_i, x->pp_i = x->cm.pp_i;

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "trainer/ops.h"
 
 typedef struct unit {
     size_t lo, hi; /* the unit's range of the flat block */
@@ -381,22 +380,19 @@ static int gather(rf_zero3 *z, int which, float *full, bool on_host);
 
 int rf_zero3_step(rf_zero3 *z, const rf_adamw *o, long step, float lr, float *norm) {
     if (z->rc) return z->rc;
-    /* The norm and the clipping run on the backend, like rf_clip_grads_ex:
-     * this rank's sum of squares over its real pieces (not the padding), then
-     * one all-reduce of the scalar. */
+    /* The norm and the clipping stay on the backend, as rf_optim_clipped_adamw:
+     * this rank's sum of squares over its real pieces (not the padding) into
+     * the scalar, one all-reduce of it there, then AdamW clips with it
+     * (rf_adamw_hp.sumsq); the norm comes back for the log once the update
+     * is queued. */
     const rf_backend *be = z->be;
-    double ss = 0;
-    int rc = be->sumsq_spans(be, &ss, z->g, z->own, (size_t)z->nunits);
+    int rc = be->sumsq_into(be, z->scalar, z->g, z->own, (size_t)z->nunits);
+    if (!rc) rc = be_wait(z); /* before the all-reduce reads it */
     if (rc) return fail(z, rc, "sum of squares of the gradient", -1);
-    z->bytes += 2 * (uint64_t)(z->world - 1) * sizeof ss / (uint64_t)z->world;
-    rc = be->to_device(be, z->scalar, &ss, sizeof ss);
-    if (!rc) rc = rf_comm_allreduce(z->c, z->scalar, z->scalar, 1, RF_COMM_F64, RF_COMM_SUM);
-    if (!rc) rc = be->to_host(be, &ss, z->scalar, sizeof ss);
-    if (rc) return fail(z, rc, "all-reduce of the gradient norm", -1);
-    *norm = (float)sqrt(ss);
-    float coef = rf_clip_coef(ss, o->clip_norm); /* as rf_clip_grads */
-    if (coef < 1.0f && (rc = be->scale(be, z->g, z->S, coef)))
-        return fail(z, rc, "clipping of the gradient", -1);
+    z->bytes += 2 * (uint64_t)(z->world - 1) * sizeof(double) / (uint64_t)z->world;
+    if ((rc = rf_comm_allreduce(z->c, z->scalar, z->scalar, 1, RF_COMM_F64, RF_COMM_SUM)))
+        return fail(z, rc, "all-reduce of the gradient norm", -1);
+    const double *ss = o->clip_norm > 0 ? z->scalar : NULL;
     rf_model_blocks mb;
     if ((rc = rf_model_blocks_of(z->m, &mb))) return fail(z, rc, "the model's blocks", -1);
     for (int i = 0; i < z->nunits; i++) {
@@ -404,10 +400,14 @@ int rf_zero3_step(rf_zero3 *z, const rf_adamw *o, long step, float lr, float *no
         size_t n = real_len(z, k), lo = k->lo + (size_t)z->rank * k->b;
         float *p = z->shard_params ? z->p + k->soff : mb.params + lo;
         int rc = n ? rf_optim_adamw_pieces(&mb, o, step, lr, lo, lo + n, p, z->g + k->soff,
-                                           z->m1 + k->soff, z->m2 + k->soff)
+                                           z->m1 + k->soff, z->m2 + k->soff, ss)
                    : RF_OK;
         if (rc) return rf_fail_ctx(rc, "train: AdamW on unit %d", i);
     }
+    double sum;
+    if ((rc = be->to_host(be, &sum, z->scalar, sizeof sum)))
+        return fail(z, rc, "reading the gradient norm", -1);
+    *norm = (float)sqrt(sum);
     return z->shard_params ? RF_OK : gather(z, 0, mb.params, false);
 }
 

@@ -66,16 +66,18 @@ done
 # Host waits per optimizer step: the emulator counts the calls that make the
 # host wait for a GPU (stream and device synchronisations, cudaMemcpy,
 # cudaFree; CUEMU_STATS), here of one mesh run for 1 and for 3 epochs, one
-# micro-batch a step (pp: two), no checkpoints. At most 10 per extra step on
-# the busiest rank (measured 3-9: each micro-batch's one upload of its inputs
-# and its loss, the norm, the logged loss's all-reduce; 3 on one GPU). Before:
-# a norm summed per tensor took 170 at tp 2, ZeRO-3's unit buffers allocated
-# and freed per unit 45, an upload per input (ids, types, mask, labels) 6 on
-# one GPU. The device operations (kernels, cuBLAS calls, asynchronous copies
-# and memsets; NCCL's not counted) at most 190 per step (measured 148 on one
-# GPU, 165-169 on the meshes, 176-197 before the attention's head copies and
-# the [CLS] rows took one launch each; each is a host API call and a command
-# in a GPU's stream): an op launched per tensor or per row would exceed it.
+# micro-batch a step (pp: two), no checkpoints. At most 8 per extra step on
+# the busiest rank (measured 3-7: each micro-batch's one upload of its inputs
+# and its loss, the norm read once the update is queued, the logged loss's
+# all-reduce; 3 on one GPU). Before: a norm summed per tensor took 170 at tp
+# 2, ZeRO-3's unit buffers allocated and freed per unit 45, an upload per
+# input (ids, types, mask, labels) 6 on one GPU, ZeRO 3's norm brought to the
+# host before and after its all-reduce 9. The device operations (kernels,
+# cuBLAS calls, asynchronous copies and memsets; NCCL's not counted) at most
+# 190 per step (measured 126 on one GPU, 141-147 on the meshes, 176-197
+# before the attention's head copies and the [CLS] rows took one launch each;
+# each is a host API call and a command in a GPU's stream): an op launched
+# per tensor or per row would exceed it.
 waits() { # waits NAME NP: the largest counts over the ranks (waits, operations)
     CUEMU_STATS=1 mpi -np "$2" "$bin" train "$1.yaml" 2>"$1.log" || { tail -20 "$1.log"; exit 1; }
     grep -o "cuda_emu: [0-9]* host waits, [0-9]* device operations" "$1.log" |
@@ -94,8 +96,8 @@ for c in "${wmesh[@]}"; do
     s1=$(wc -l <"${n}1/metrics.jsonl") s3=$(wc -l <"${n}3/metrics.jsonl")
     [ "$w1" -gt 0 ] && [ "$o1" -gt 0 ] && [ "$s3" -gt "$s1" ] || { echo "$n: no count ($w1 waits, $o1 operations) or no extra step ($s1, $s3)"; exit 1; }
     per=$(((w3 - w1 + s3 - s1 - 1) / (s3 - s1))) ops=$(((o3 - o1 + s3 - s1 - 1) / (s3 - s1)))
-    echo "bert $par ($np processes): $w1 host waits in $s1 steps, $w3 in $s3: $per per step (at most 10); $ops device operations per step (at most 190)"
-    [ "$per" -le 10 ] || { echo "$n: $per host waits per step"; exit 1; }
+    echo "bert $par ($np processes): $w1 host waits in $s1 steps, $w3 in $s3: $per per step (at most 8); $ops device operations per step (at most 190)"
+    [ "$per" -le 8 ] || { echo "$n: $per host waits per step"; exit 1; }
     [ "$ops" -le 190 ] || { echo "$n: $ops device operations per step"; exit 1; }
 done
 echo "nccl_mesh.test.sh: ok${REFINERY_SANITIZED:+ (reduced set under ASan)}"

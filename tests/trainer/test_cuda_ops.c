@@ -688,7 +688,8 @@ static void test_optimizer(void **state) {
         double a = -1, b = -1, c = -1;
         assert_int_equal(cpu->sumsq(cpu, &a, g, n), 0);
         assert_int_equal(gpu->sumsq(gpu, &b, g_g, n), 0);
-        assert_int_equal(gpu->sumsq_into(gpu, g_ss, g_g, n), 0); /* into device memory */
+        rf_param_span all = {0, n, false};
+        assert_int_equal(gpu->sumsq_into(gpu, g_ss, g_g, &all, 1), 0); /* into device memory */
         assert_int_equal(gpu->to_host(gpu, &c, g_ss, sizeof c), 0);
         print_message("sumsq n=%zu cpu %.17g gpu %.17g (into device memory %.17g)\n", n, a, b, c);
         assert_true(fabs(a - b) <= 1e-12 * a && fabs(a - c) <= 1e-12 * a);
@@ -731,6 +732,28 @@ static void test_optimizer(void **state) {
             assert_true(fabs(a - b) <= 1e-12 * a);
             assert_true(k > 0 ? a > 0 : a == 0 && b == 0);
         }
+        /* sumsq_into over spans (ZeRO-2/3's and the meshes' norm): the sum in
+         * device memory, equal to sumsq_spans'; a table other than the last
+         * one uploaded costs one wait (its pinned source must outlive the
+         * copy), the same one again none, and one span or none use no table */
+        void *g_ss = up(NULL, sizeof(double));
+        for (int c = 0; c < 5; c++) { /* the table on the device is big's (above) */
+            const rf_param_span *s = c < 2 ? sp : c < 4 ? big : sp;
+            size_t k = c < 2 ? ns : c < 4 ? 2 : 1;
+            double a = -1, b = -1;
+#ifdef REFINERY_CUDA_EMU
+            uint64_t w0 = cuemu_host_waits();
+#endif
+            assert_int_equal(gpu->sumsq_into(gpu, g_ss, g_g, s, k), 0);
+#ifdef REFINERY_CUDA_EMU
+            assert_int_equal(cuemu_host_waits() - w0, c == 0 || c == 2); /* new tables */
+#endif
+            assert_int_equal(gpu->to_host(gpu, &b, g_ss, sizeof b), 0);
+            assert_int_equal(cpu->sumsq_into(cpu, &a, g, s, k), 0);
+            print_message("sumsq_into %zu spans: cpu %.17g gpu %.17g\n", k, a, b);
+            assert_true(fabs(a - b) <= 1e-12 * a && a > 0);
+        }
+        gfree(g_ss);
         gfree(g_g);
         free(g), free(sp);
     }
@@ -768,11 +791,12 @@ static void test_optimizer(void **state) {
         void *g_p = up(p, n * 4), *g_g = up(g, n * 4), *g_m = up(m, n * 4), *g_v = up(v, n * 4),
              *g_ss = up(NULL, sizeof(double));
         double ss = 0, g_host = 0;
-        assert_int_equal(cpu->sumsq_into(cpu, &ss, g, n), 0);
+        rf_param_span all = {0, n, false};
+        assert_int_equal(cpu->sumsq_into(cpu, &ss, g, &all, 1), 0);
 #ifdef REFINERY_CUDA_EMU
         uint64_t w0 = cuemu_host_waits();
 #endif
-        assert_int_equal(gpu->sumsq_into(gpu, g_ss, g_g, n), 0);
+        assert_int_equal(gpu->sumsq_into(gpu, g_ss, g_g, &all, 1), 0);
         float clip = (c ? 2.5f : 0.4f) * (float)sqrt(ss);
         rf_adamw_hp hp = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0, &ss, clip}, ghp = hp;
         ghp.sumsq = g_ss;

@@ -35,7 +35,8 @@ struct rf_cuda_ctx {
     float *dprobs; // dprobs_n floats: the causal backward's score gradients (causal_attention.cu)
     size_t dprobs_n;
     size_t *spans, *spans_host; // sumsq's span table, on the device and pinned (norm.cu)
-    size_t spans_n;             // spans it holds
+    size_t spans_n;             // spans it has room for
+    size_t spans_len;           // spans uploaded: spans_host[0, 3 spans_len) is the device's
     // cuBLASLt, for the products with a bias (matmul.cu), set up on first use
     pthread_mutex_t lt_mu;          // guards the fields below and the plans' descriptors
     int lt_state;                   // 0 not yet tried, 1 on, -1 off

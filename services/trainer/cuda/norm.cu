@@ -4,8 +4,8 @@
 // fixed tree inside the block), then one block adds the pieces by a fixed
 // tree. Not bitwise the CPU's (other order), within double rounding of it.
 // One wait for the device per call, however many spans; none for
-// sumsq_into, whose sum stays in device memory (AdamW's clipping reads it
-// there).
+// sumsq_into, whose sum stays in device memory (AdamW's clipping and a
+// device group's all-reduce read it there), once its span table is there.
 #include <limits.h>
 
 #include "trainer/cuda/ops_cuda.cuh"
@@ -88,77 +88,111 @@ static int sumsq_blocks(size_t total, size_t *per) {
     return blocks;
 }
 
-// The span table: 3 * n size_t in pinned host memory and on the device,
-// grown on demand (cudaFree and cudaFreeHost wait for the device first).
-static int span_table(rf_cuda_ctx *c, size_t n) {
-    if (n <= c->spans_n) return RF_OK;
-    if (c->spans) cudaFree(c->spans);
-    if (c->spans_host) cudaFreeHost(c->spans_host);
-    c->spans = c->spans_host = NULL;
-    c->spans_n = 0;
-    size_t bytes = 3 * n * sizeof(size_t);
-    int rc = rf_cuda_check(cudaMalloc((void **)&c->spans, bytes), "sumsq span table");
-    if (!rc)
-        rc = rf_cuda_check(cudaMallocHost((void **)&c->spans_host, bytes),
-                           "sumsq span table (pinned)");
-    if (!rc) c->spans_n = n;
+// The spans' table on the device (see sumsq_spans_kernel), empty spans left
+// out; *nsp its entries. c->spans_host keeps what was last uploaded, so the
+// same table again (a mesh's or ZeRO's own pieces, every step) costs
+// nothing. A new one is written there and copied; the pinned source must
+// outlive the copy, so with `wait` the copy is waited for (without, the
+// caller waits before it returns). cudaFree and cudaFreeHost, when the table
+// grows, wait for the device first.
+static int span_table(rf_cuda_ctx *c, const rf_param_span *spans, size_t nspans, int *nsp,
+                      bool wait) {
+    size_t n = 0, total = 0;
+    bool same = true;
+    for (size_t k = 0; k < nspans; k++) {
+        if (!spans[k].numel) continue;
+        same = same && n < c->spans_len && c->spans_host[3 * n] == spans[k].offset &&
+               c->spans_host[3 * n + 1] == spans[k].numel && c->spans_host[3 * n + 2] == total;
+        total += spans[k].numel;
+        n++;
+    }
+    *nsp = (int)n;
+    if (same && n == c->spans_len) return RF_OK;
+    c->spans_len = 0;
+    if (n > c->spans_n) {
+        if (c->spans) cudaFree(c->spans);
+        if (c->spans_host) cudaFreeHost(c->spans_host);
+        c->spans = c->spans_host = NULL;
+        c->spans_n = 0;
+        size_t bytes = 3 * n * sizeof(size_t);
+        int rc = rf_cuda_check(cudaMalloc((void **)&c->spans, bytes), "sumsq span table");
+        if (!rc)
+            rc = rf_cuda_check(cudaMallocHost((void **)&c->spans_host, bytes),
+                               "sumsq span table (pinned)");
+        if (rc) return rc;
+        c->spans_n = n;
+    }
+    n = total = 0;
+    for (size_t k = 0; k < nspans; k++) {
+        if (!spans[k].numel) continue;
+        c->spans_host[3 * n] = spans[k].offset;
+        c->spans_host[3 * n + 1] = spans[k].numel;
+        c->spans_host[3 * n + 2] = total;
+        total += spans[k].numel;
+        n++;
+    }
+    int rc = rf_cuda_check(cudaMemcpyAsync(c->spans, c->spans_host, 3 * n * sizeof(size_t),
+                                           cudaMemcpyHostToDevice, c->stream),
+                           "sumsq (spans)");
+    if (!rc && wait) rc = rf_cuda_check(cudaStreamSynchronize(c->stream), "sumsq (spans)");
+    if (!rc) c->spans_len = n;
     return rc;
+}
+
+// Queues the spans' sum of squares into *dst (device memory). One span is
+// summed in place, with no table; `wait` as span_table's.
+static int queue_sumsq(rf_cuda_ctx *c, double *dst, const float *x, const rf_param_span *spans,
+                       size_t nspans, bool wait) {
+    static_assert(SUMSQ_BLOCKS + 1 <= RF_CUDA_RED, "reduction scratch too small");
+    if (nspans > INT_MAX) return rf_fail(RF_ERR_INVALID, "sumsq: %zu spans", nspans);
+    size_t total = 0, nonempty = 0, first = 0;
+    for (size_t k = 0; k < nspans; k++) {
+        if (!spans[k].numel) continue;
+        if (!nonempty++) first = k;
+        total += spans[k].numel;
+    }
+    int rc, blocks = 0;
+    if (total) {
+        size_t per;
+        blocks = sumsq_blocks(total, &per);
+        const size_t *tab = nullptr;
+        int nsp = 1;
+        if (nonempty == 1)
+            x += spans[first].offset;
+        else if ((rc = span_table(c, spans, nspans, &nsp, wait)))
+            return rc;
+        else
+            tab = c->spans;
+        sumsq_spans_kernel<<<blocks, NORM_THREADS, 0, c->stream>>>(c->red, x, tab, nsp, total, per);
+        if ((rc = cu_launched("sumsq"))) return rc;
+    }
+    sum_total_kernel<<<1, NORM_THREADS, 0, c->stream>>>(dst, c->red, blocks); // 0 for nothing
+    return cu_launched("sumsq (total)");
 }
 
 int rf_cu_sumsq_spans(const rf_backend *be, double *out, const float *x, const rf_param_span *spans,
                       size_t nspans) {
     rf_cuda_ctx *c = cu_ctx(be);
     *out = 0;
-    static_assert(SUMSQ_BLOCKS + 1 <= RF_CUDA_RED, "reduction scratch too small");
-    if (nspans > INT_MAX) return rf_fail(RF_ERR_INVALID, "sumsq: %zu spans", nspans);
-    int rc = span_table(c, nspans);
-    if (rc) return rc;
-    // the table, empty spans left out; the host copy is free again when this
-    // returns, as the copy from it has then completed
     size_t total = 0;
-    int nsp = 0;
-    for (size_t k = 0; k < nspans; k++) {
-        if (!spans[k].numel) continue;
-        c->spans_host[3 * nsp] = spans[k].offset;
-        c->spans_host[3 * nsp + 1] = spans[k].numel;
-        c->spans_host[3 * nsp + 2] = total;
+    for (size_t k = 0; k < nspans; k++)
         total += spans[k].numel;
-        nsp++;
-    }
-    if (!total) return RF_OK;
-    size_t per;
-    int blocks = sumsq_blocks(total, &per);
-    if ((rc = rf_cuda_check(cudaMemcpyAsync(c->spans, c->spans_host, 3 * nsp * sizeof(size_t),
-                                            cudaMemcpyHostToDevice, c->stream),
-                            "sumsq (spans)")))
-        return rc;
-    sumsq_spans_kernel<<<blocks, NORM_THREADS, 0, c->stream>>>(c->red, x, c->spans, nsp, total,
-                                                               per);
-    if ((rc = cu_launched("sumsq"))) return rc;
-    sum_total_kernel<<<1, NORM_THREADS, 0, c->stream>>>(c->red + blocks, c->red, blocks);
-    if ((rc = cu_launched("sumsq (total)")) ||
-        (rc = rf_cuda_check(cudaMemcpyAsync(c->red_host, c->red + blocks, sizeof(double),
-                                            cudaMemcpyDeviceToHost, c->stream),
-                            "sumsq (to host)")) ||
+    if (!total) return RF_OK; // nothing to wait for
+    double *dst = c->red + SUMSQ_BLOCKS;
+    int rc;
+    if ((rc = queue_sumsq(c, dst, x, spans, nspans, false)) || // the wait below covers the table
+        (rc = rf_cuda_check(
+             cudaMemcpyAsync(c->red_host, dst, sizeof(double), cudaMemcpyDeviceToHost, c->stream),
+             "sumsq (to host)")) ||
         (rc = rf_cuda_check(cudaStreamSynchronize(c->stream), "sumsq")))
         return rc;
     *out = c->red_host[0];
     return RF_OK;
 }
 
-int rf_cu_sumsq_into(const rf_backend *be, double *dst, const float *x, size_t n) {
-    rf_cuda_ctx *c = cu_ctx(be);
-    if (!n) {
-        sum_total_kernel<<<1, NORM_THREADS, 0, c->stream>>>(dst, c->red, 0); // *dst = 0
-        return cu_launched("sumsq_into (total)");
-    }
-    size_t per;
-    int blocks = sumsq_blocks(n, &per);
-    sumsq_spans_kernel<<<blocks, NORM_THREADS, 0, c->stream>>>(c->red, x, nullptr, 1, n, per);
-    int rc = cu_launched("sumsq_into");
-    if (rc) return rc;
-    sum_total_kernel<<<1, NORM_THREADS, 0, c->stream>>>(dst, c->red, blocks);
-    return cu_launched("sumsq_into (total)");
+int rf_cu_sumsq_into(const rf_backend *be, double *dst, const float *x, const rf_param_span *spans,
+                     size_t nspans) {
+    return queue_sumsq(cu_ctx(be), dst, x, spans, nspans, true);
 }
 
 int rf_cu_sumsq(const rf_backend *be, double *out, const float *x, size_t n) {

@@ -167,7 +167,8 @@ int rf_cu_qlinear_bwd(const rf_backend *be, float *dinp, const float *dout, int 
                       const struct rf_qweight *w, int N);
 // norm.cu
 int rf_cu_sumsq(const rf_backend *be, double *out, const float *x, size_t n);
-int rf_cu_sumsq_into(const rf_backend *be, double *dst, const float *x, size_t n);
+int rf_cu_sumsq_into(const rf_backend *be, double *dst, const float *x, const rf_param_span *spans,
+                     size_t nspans);
 int rf_cu_sumsq_spans(const rf_backend *be, double *out, const float *x, const rf_param_span *spans,
                       size_t nspans);
 int rf_cu_scale(const rf_backend *be, float *x, size_t n, float s);
