@@ -4,7 +4,8 @@
 # the SST-2 epoch on MiniLM-L6 (examples/sst2.yaml with trainer.device: cuda),
 # and the bench rows of scripts/bench/bench_gpu.sh (Refinery, then PyTorch
 # eager and torch.compile on the same GPU), with the per-slot profile of two
-# of them first. Logs, profile.jsonl, bench.jsonl and bench-nolt.jsonl under $OUT
+# of them first. Logs, profile.jsonl, bench.jsonl, bench-nolt.jsonl and
+# bench-nofused.jsonl under $OUT
 # (default ./gpu-out). STAGES picks the parts, in this order (default all:
 # "tests sst2 profile bench"), so that a second call can go on where a lease
 # or the 10-minute limit of a first one stopped. Python runs with its own libraries: the packed ones
@@ -73,5 +74,14 @@ stage bench && for d in cuda-bf16 cuda; do
     REFINERY_CUBLASLT=0 timeout 300 env LD_LIBRARY_PATH=$RLIB $R/bin/bench_cuda_step \
         --model bert-base --device $d --batch 8 --seq 512 --steps 20 2>>"$OUT/bench.log" |
         tail -1 | tee -a "$OUT/bench-nolt.jsonl"
+done
+# and on cuda-bf16 with the fused attention forward off
+# (REFINERY_FUSED_ATTENTION=0: the unfused cuBLAS path), at T 512 and 128:
+# what flash_attention.cu buys (into bench-nofused.jsonl)
+stage bench && for c in "bert-base 512 8" "bert-base 128 32"; do
+    read -r m seq bs <<<"$c"
+    REFINERY_FUSED_ATTENTION=0 timeout 300 env LD_LIBRARY_PATH=$RLIB $R/bin/bench_cuda_step \
+        --model $m --device cuda-bf16 --batch $bs --seq $seq --steps 20 2>>"$OUT/bench.log" |
+        tail -1 | tee -a "$OUT/bench-nofused.jsonl"
 done
 exit $status

@@ -176,7 +176,11 @@ struct rf_backend {
     int (*gelu_tanh_fwd)(const rf_backend *be, float *out, const float *inp, size_t n);
     int (*gelu_tanh_bwd)(const rf_backend *be, float *dinp, const float *inp, const float *dout,
                          size_t n);
-    /* rf_op_causal_attention_fwd/bwd (out NULL: the probabilities only) */
+    /* rf_op_causal_attention_fwd/bwd. out NULL: the probabilities into att
+     * (the backward's recompute, which the backward reads). With out, att is
+     * room the slot may use, its contents unspecified afterwards (the CPU
+     * writes the probabilities there, cuda-bf16's fused forward leaves it
+     * untouched): a backward must follow a recompute. */
     int (*causal_attention_fwd)(const rf_backend *be, float *out, float *att, const float *qkv,
                                 const uint8_t *valid, const int32_t *seg, int B, int T, int NH,
                                 int NKV, int hs);

@@ -418,8 +418,8 @@ cudaError_t cudaMemGetInfo(size_t *fr, size_t *tot) {
     return cudaSuccess;
 }
 cudaError_t cudaMalloc(void **p, size_t bytes) {
-    void *m = std::malloc(bytes ? bytes : 1);
-    if (!m) return cudaErrorMemoryAllocation;
+    void *m = nullptr; // 256-byte aligned, as cudaMalloc's (wmma tiles need 32)
+    if (posix_memalign(&m, 256, bytes ? bytes : 1)) return cudaErrorMemoryAllocation;
     std::memset(m, 0xff, bytes); // garbage, as cudaMalloc's: NaN floats, -1 ints
     std::lock_guard<std::mutex> g(g_lock);
     g_mem[(uintptr_t)m] = bytes;

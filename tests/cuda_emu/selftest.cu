@@ -1,12 +1,14 @@
 // cuda_emu's own test: what it computes (warp shuffles, __syncthreads, the
-// cuBLAS products and their bf16 rounding, NCCL at one rank) against direct
+// cuBLAS products and their bf16 rounding, wmma tiles, NCCL at one rank) against direct
 // answers, and that what CUDA leaves undefined stops the program instead of
 // passing (a lane gone before a full-mask shuffle, a barrier some threads
 // never reach, a launch beyond the grid limits). Prints one line per check;
 // exits 1 on the first that fails. Built and run by make test (CUDA=emu).
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 #include <nccl.h>
 
 #include <cmath>
@@ -61,6 +63,27 @@ __global__ static void split_barrier(float *out) {
 }
 
 __global__ static void nothing(float *) {}
+
+// d = a b + d on one 16 x 16 x 16 bf16 tile: a row-major, b col-major (col)
+// or row-major, d row-major
+__global__ static void wmma_tile(float *d, const __nv_bfloat16 *a, const __nv_bfloat16 *b,
+                                 int col) {
+    using namespace nvcuda;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+    wmma::load_matrix_sync(fa, a, 16);
+    wmma::load_matrix_sync(fc, d, 16, wmma::mem_row_major);
+    if (col) {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+        wmma::load_matrix_sync(fb, b, 16);
+        wmma::mma_sync(fc, fa, fb, fc);
+    } else {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
+        wmma::load_matrix_sync(fb, b, 16);
+        wmma::mma_sync(fc, fa, fb, fc);
+    }
+    wmma::store_matrix_sync(d, fc, 16, wmma::mem_row_major);
+}
 
 // Runs f in a child process; true when the child died by abort().
 template <class F> static bool aborts(F f) {
@@ -276,6 +299,52 @@ int main() {
     cublasLtMatmulDescDestroy(md);
     cublasLtDestroy(lt);
     cudaFree(dbias);
+
+    // warp matrix functions: a bf16 tile product against the direct one
+    // (small integers: every sum exact), b in either layout; then what a GPU
+    // would not take: a tile 2 bytes off its 32-byte alignment, half a warp
+    {
+        __nv_bfloat16 ha[256], hb[256];
+        float hc[256], want[2][256];
+        for (int i = 0; i < 256; i++) {
+            ha[i] = __float2bfloat16((float)(i * 7 % 11) - 5.0f);
+            hb[i] = __float2bfloat16((float)(i * 5 % 9) - 4.0f);
+            hc[i] = (float)(i % 3);
+        }
+        for (int col = 0; col < 2; col++)
+            for (int m = 0; m < 16; m++)
+                for (int n = 0; n < 16; n++) {
+                    float s = hc[m * 16 + n];
+                    for (int k = 0; k < 16; k++)
+                        s += __bfloat162float(ha[m * 16 + k]) *
+                             __bfloat162float(hb[col ? n * 16 + k : k * 16 + n]);
+                    want[col][m * 16 + n] = s;
+                }
+        __nv_bfloat16 *da = nullptr, *db = nullptr;
+        cudaMalloc((void **)&da, sizeof ha + 64);
+        cudaMalloc((void **)&db, sizeof hb);
+        cudaMemcpy(da, ha, sizeof ha, cudaMemcpyHostToDevice);
+        cudaMemcpy(db, hb, sizeof hb, cudaMemcpyHostToDevice);
+        for (int col = 0; col < 2; col++) {
+            cudaMemcpy(o, hc, sizeof hc, cudaMemcpyHostToDevice);
+            wmma_tile<<<1, 32>>>(o, da, db, col);
+            cudaMemcpy(r, o, sizeof r, cudaMemcpyDeviceToHost);
+            check(cudaGetLastError() == cudaSuccess && std::memcmp(r, want[col], sizeof r) == 0,
+                  col ? "wmma: a b + c, b column-major" : "wmma: a b + c, b row-major");
+        }
+        check(aborts([&] {
+                  wmma_tile<<<1, 32>>>(o, da + 1, db, 0);
+                  cudaDeviceSynchronize();
+              }),
+              "wmma: a tile off its 32-byte alignment stops the program");
+        check(aborts([&] {
+                  wmma_tile<<<1, 16>>>(o, da, db, 0);
+                  cudaDeviceSynchronize();
+              }),
+              "wmma: half a warp stops the program");
+        cudaFree(da);
+        cudaFree(db);
+    }
 
     // NCCL at one rank
     ncclUniqueId id;

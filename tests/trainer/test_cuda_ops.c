@@ -318,8 +318,13 @@ static void test_linear_bf16(void **state) {
     linear_cases(1e-2);
 }
 
-/* Attention on gpu (the fp32 backend, or cuda-bf16) within tol. */
-static void attention_cases(double tol) {
+/* Attention on gpu (the fp32 backend, or cuda-bf16) within tol. With
+ * `fused` (cuda-bf16), a forward that does not keep the probabilities runs
+ * the fused kernel (flash_attention.cu: one launch) for head sizes up to 64,
+ * here 12 and 48 (padded to 16 and 48) and 32 and 64, over whole and partial
+ * query and key tiles, with and without dropout, and on a tensor-parallel
+ * shard's heads (the dropout masks of the global heads). */
+static void attention_cases(double tol, bool fused) {
     /* B, T, Tq, C, NH, dropout x 100, h0, NHall (a tensor-parallel shard's
      * heads [h0, h0 + NH) of NHall: the dropout masks of the global heads) */
     static const int shapes[][8] = {
@@ -327,7 +332,8 @@ static void attention_cases(double tol) {
         {2, 13, 1, 36, 3, 10, 0, 3},    {3, 128, 128, 384, 12, 10, 0, 12},
         {2, 128, 1, 384, 12, 0, 0, 12}, {1, 512, 512, 128, 2, 10, 0, 2},
         {2, 13, 13, 36, 3, 10, 3, 6},   {3, 128, 128, 192, 6, 10, 6, 12},
-        {2, 128, 1, 192, 6, 10, 0, 12}};
+        {2, 128, 1, 192, 6, 10, 0, 12}, {2, 150, 150, 128, 2, 0, 0, 2},
+        {3, 70, 1, 96, 2, 0, 0, 2}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int B = shapes[s][0], T = shapes[s][1], Tq = shapes[s][2], C = shapes[s][3],
             NH = shapes[s][4], h0 = shapes[s][6], NHall = shapes[s][7];
@@ -359,7 +365,11 @@ static void attention_cases(double tol) {
         assert_int_equal(gpu->attention_fwd(gpu, g_out, NULL, g_scr, g_qkv, g_valid, B, T, Tq, C,
                                             NH, h0, NHall, p, seed),
                          0);
-        ops_expect("attention_fwd, no att", o0, 4); /* lists, scores, softmax, values */
+        int hs = C / NH;
+        bool one = fused && hs <= 64;
+        /* lists, scores, softmax, values; or the fused kernel */
+        ops_expect(one ? "attention_fwd, no att (fused)" : "attention_fwd, no att", o0,
+                   one ? 1 : 4);
         check("attention_fwd out (no att)", g_out, out, nout, tol);
         assert_int_equal(gpu->attention_fwd(gpu, NULL, NULL, g_scr, g_qkv, g_valid, B, T, Tq, C, NH,
                                             h0, NHall, p, seed),
@@ -391,7 +401,7 @@ static void attention_cases(double tol) {
 static void test_attention(void **state) {
     (void)state;
     need_gpu();
-    attention_cases(TOL);
+    attention_cases(TOL, false);
 }
 
 /* cuda-bf16: the scores, values and their gradients on bf16 tensor cores: the
@@ -401,7 +411,7 @@ static void test_attention_bf16(void **state) {
     (void)state;
     need_gpu();
     if (rf_backend_for("cuda-bf16", &gpu)) RF_SKIP("%s", rf_errmsg());
-    attention_cases(1e-2);
+    attention_cases(1e-2, true);
 }
 
 /* Tensor parallelism's slots: the linear layer on strided views (a rank's
@@ -1110,8 +1120,12 @@ static void test_swiglu_gelu_tanh(void **state) {
     }
 }
 
-/* Causal attention on gpu (the fp32 backend, or cuda-bf16) within tol. */
-static void causal_attention_cases(double tol) {
+/* Causal attention on gpu (the fp32 backend, or cuda-bf16) within tol. With
+ * `fused` (cuda-bf16), the forward with out runs the fused kernel
+ * (flash_attention.cu: one launch, att untouched) for head sizes up to 64:
+ * here 20 (padded to 32), 32 and 64, grouped heads, both masks, a query that
+ * sees no key, and T up to 2100. */
+static void causal_attention_cases(double tol, bool fused) {
     /* B, T, NH, NKV, hs, padded valid, packed seg */
     static const int shapes[][7] = {
         {1, 1, 1, 1, 32, 0, 0},    {2, 13, 6, 2, 20, 1, 0},    {3, 37, 6, 2, 64, 1, 1},
@@ -1142,13 +1156,17 @@ static void causal_attention_cases(double tol) {
                       NKV, hs, hv, hg);
         rf_op_causal_attention_fwd(out, att, qkv, hv ? valid : NULL, hg ? seg : NULL, B, T, NH, NKV,
                                    hs);
+        bool one = fused && hs <= 64;
+        uint64_t o0 = ops_now();
         assert_int_equal(gpu->causal_attention_fwd(gpu, g_out, g_att, g_qkv, hv ? g_valid : NULL,
                                                    hg ? g_seg : NULL, B, T, NH, NKV, hs),
                          0);
+        /* lists, scores, softmax, values; or the fused kernel */
+        ops_expect(one ? "causal_attention_fwd (fused)" : "causal_attention_fwd", o0, one ? 1 : 4);
         check("causal_attention_fwd out", g_out, out, nout, tol);
-        check("causal_attention_fwd att", g_att, att, natt, tol);
+        if (!one) check("causal_attention_fwd att", g_att, att, natt, tol); /* else only room */
         scribble(g_att, natt); /* the backward's recompute: the probabilities only */
-        uint64_t o0 = ops_now();
+        o0 = ops_now();
         assert_int_equal(gpu->causal_attention_fwd(gpu, NULL, g_att, g_qkv, hv ? g_valid : NULL,
                                                    hg ? g_seg : NULL, B, T, NH, NKV, hs),
                          0);
@@ -1168,7 +1186,7 @@ static void causal_attention_cases(double tol) {
 static void test_causal_attention(void **state) {
     (void)state;
     need_gpu();
-    causal_attention_cases(TOL);
+    causal_attention_cases(TOL, false);
 }
 
 /* cuda-bf16: as test_attention_bf16. */
@@ -1176,7 +1194,7 @@ static void test_causal_attention_bf16(void **state) {
     (void)state;
     need_gpu();
     if (rf_backend_for("cuda-bf16", &gpu)) RF_SKIP("%s", rf_errmsg());
-    causal_attention_cases(1e-2);
+    causal_attention_cases(1e-2, true);
 }
 
 static void test_causal_xent(void **state) {

@@ -13,7 +13,8 @@
 // shard's heads; into scratch), and out = P v (skipped when out is NULL: the
 // backward's recompute needs att and the dropped probabilities only). att
 // NULL: the probabilities are not kept (a forward whose backward recomputes
-// them), so they are made in scratch, and with dropout dropped in place.
+// them), so they are made in scratch, and with dropout dropped in place;
+// on cuda-bf16 that forward is fused instead (flash_attention.cu).
 // Backward: dv = P^T dout (P as the forward left it in scratch, or att
 // without dropout), dP = dout v^T, ds = p (dP - p.dP) scale by a warp per
 // row, dq = ds k, dk = ds^T q. cuBLAS products are deterministic on one GPU
@@ -141,6 +142,8 @@ int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scr
     int hs = C / NH, Z = B * NH, rows = Z * Tq, W = 3 * C;
     long long sx = (long long)T * W, sa = (long long)NH * Tq * T, ha = (long long)Tq * T;
     if (!att && !out) return rf_fail(RF_ERR_INVALID, "cuda attention: neither out nor att");
+    if (!att && c->fused_att && rf_cu_flash_fits(hs)) // out alone: flash_attention.cu
+        return rf_cu_flash_fwd(c, out, qkv, valid, B, T, Tq, C, NH, h0, NHall, pdrop, seed);
     // att NULL (not kept): the scores and probabilities in scratch, with
     // dropout made dropped in place
     float *pd = pdrop > 0 ? scratch : NULL, *sp = att ? att : scratch;

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "comm/comm.h"
 #include "trainer/cuda/backend_cuda.h"
@@ -138,6 +139,8 @@ static int make_ctx(rf_cuda_ctx *c, bool bf16) {
     if (!rc) rc = pick_device(&c->device);
     if (rc) return rc;
     c->bf16 = bf16;
+    const char *fa = getenv("REFINERY_FUSED_ATTENTION"); // 0: the unfused path, to compare
+    c->fused_att = bf16 && !(fa && !strcmp(fa, "0"));
     if (pthread_mutex_init(&c->lt_mu, NULL))
         return rf_fail(RF_ERR_INTERNAL, "cuda: cannot make the cuBLASLt lock");
     if ((rc = rf_cuda_check(cudaSetDevice(c->device), "cudaSetDevice")) ||

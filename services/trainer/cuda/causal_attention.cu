@@ -9,7 +9,10 @@
 // (beta 1). Forward: S = q k^T scale into att, a warp per row turns S into
 // the masked softmax (keys j <= t, valid, same document; the sum in double
 // as the CPU; 0 elsewhere, and a zero row when no key is seen), o = P v
-// (skipped when out is NULL: the backward's recompute).
+// (skipped when out is NULL: the backward's recompute). With out, att is
+// room the slot may use (backend.h): on cuda-bf16, for head sizes up to 64,
+// the forward is fused instead (flash_attention.cu: no T x T matrix, key
+// tiles above the diagonal skipped) and att is not touched.
 // Backward: dP = dout v^T into the context's dprobs, ds = p (dP - p.dP)
 // scale by a warp per row (the dot in double), dq = ds k in one product
 // each; dv = P^T dout and dk = ds^T q in NH / NKV products, each over one
@@ -94,6 +97,8 @@ int rf_cu_causal_attention_fwd(const rf_backend *be, float *out, float *att, con
     int rc = check_shape(NH, NKV, hs, "causal_attention_fwd");
     if (rc || B <= 0 || T <= 0) return rc;
     rf_cuda_ctx *c = cu_ctx(be);
+    if (out && c->fused_att && rf_cu_flash_fits(hs)) // att only room: flash_attention.cu
+        return rf_cu_flash_causal_fwd(c, out, qkv, valid, seg, B, T, NH, NKV, hs);
     int A = NH * hs, W = A + 2 * NKV * hs, Z = B * NH;
     size_t rows = (size_t)Z * T;
     long long sx = (long long)T * W, sa = (long long)NH * T * T, ha = (long long)T * T;

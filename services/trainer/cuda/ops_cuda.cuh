@@ -78,6 +78,16 @@ int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scr
 int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const float *dout,
                         const float *qkv, const float *att, int B, int T, int Tq, int C, int NH,
                         int h0, int NHall, float pdrop, uint64_t seed);
+// flash_attention.cu: the encoder attention's forward fused on bf16 tensor
+// cores (out only: the semantics of rf_op_attention_fwd's out, dropout
+// included), for the head sizes rf_cu_flash_fits takes; attention.cu and
+// causal_attention.cu pick it.
+bool rf_cu_flash_fits(int hs);
+int rf_cu_flash_fwd(rf_cuda_ctx *c, float *out, const float *qkv, const uint8_t *valid, int B,
+                    int T, int Tq, int C, int NH, int h0, int NHall, float pdrop, uint64_t seed);
+// ... and the causal attention's (rf_op_causal_attention_fwd's out), the same way
+int rf_cu_flash_causal_fwd(rf_cuda_ctx *c, float *out, const float *qkv, const uint8_t *valid,
+                           const int32_t *seg, int B, int T, int NH, int NKV, int hs);
 // gelu.cu
 int rf_cu_gelu_fwd(const rf_backend *be, float *out, const float *inp, size_t n);
 int rf_cu_gelu_bwd(const rf_backend *be, float *dinp, const float *inp, const float *dout,
