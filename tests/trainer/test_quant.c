@@ -199,6 +199,7 @@ static void test_q4_1(void **state) {
         rf_qweight_dequant_rows(&p, r, r + 1, row);
         assert_memory_equal(row, d + (size_t)map[r] * K, sizeof(float) * K);
     }
+    rf_qweight_free(&p); /* the refusals below reuse p */
     /* refused */
     assert_int_equal(rf_qweight_from_q4_1(&p, q.q, 10, R, K, NULL), RF_ERR_INVALID);
     map[2] = 5;

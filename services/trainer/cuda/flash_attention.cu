@@ -71,6 +71,14 @@ __device__ static void tile_scores(float *s, const __nv_bfloat16 *q, const __nv_
     __syncwarp(); // every lane's part of the scores is there before any lane reads
 }
 
+// Whether query t sees key j: ok (j is a valid key of the sequence), and in
+// the causal attention j <= t, the same document (sg NULL: one), and t a row
+// of the sequence (a row past its end, whose result is dropped, sees none).
+template <bool CAUSAL>
+__device__ __forceinline__ static bool fa_sees(bool ok, int j, int t, int T, const int32_t *sg) {
+    return ok && (!CAUSAL || (j <= t && t < T && (!sg || sg[j] == sg[t])));
+}
+
 // A block's shared memory (28 KiB at HS 64); wmma wants 32-byte aligned tiles.
 template <int HS> struct fa_smem {
     alignas(32) __nv_bfloat16 q[FA_BM * HS];                // the block's queries
@@ -79,6 +87,25 @@ template <int HS> struct fa_smem {
     alignas(32) float s[FA_WARPS][FA_ROWS * FA_BN];         // a warp's scores
     alignas(32) __nv_bfloat16 p[FA_WARPS][FA_ROWS * FA_BN]; // a warp's probabilities
 };
+
+// The key tile at k0 (and its values, vb not NULL) into shared memory, by
+// the whole block. False for a warp whose rows all lie above the tile (the
+// causal attention: it skips it); else the warp's scores are in sw and *ok
+// says whether the lane's key k0 + lane is a valid key of the sequence.
+template <int HS, bool CAUSAL>
+__device__ static bool key_tile(fa_smem<HS> &sm, float *sw, const __nv_bfloat16 *qw,
+                                const float *kb, const float *vb, const uint8_t *vm, int k0, int T,
+                                int hs, int W, int tlast, bool *ok) {
+    __syncthreads(); // the previous tile is no longer read (and q is loaded)
+    load_tile<HS>(sm.k, kb, k0, FA_BN, T, hs, W);
+    if (vb) load_tile<HS>(sm.v, vb, k0, FA_BN, T, hs, W);
+    __syncthreads();
+    if (CAUSAL && k0 > tlast) return false;
+    tile_scores<HS>(sw, qw, sm.k);
+    int j = k0 + threadIdx.x % 32;
+    *ok = j < T && (!vm || vm[j]);
+    return true;
+}
 
 // One kernel for both attentions. The encoder's (CAUSAL false): qkv rows of
 // W = 3 C, key and value heads at C and 2 C (grp 1), the valid mask on
@@ -93,7 +120,7 @@ __global__ static void __launch_bounds__(FA_WARPS * 32)
                      int Tq, int W, int kofs, int vofs, int NH, int grp, int hs, int h0, int NHall,
                      float scale, float pdrop, uint64_t seed) {
     __shared__ fa_smem<HS> sm;
-    __nv_bfloat16 *qs = sm.q, *ks = sm.k, *vs = sm.v;
+    __nv_bfloat16 *qs = sm.q, *vs = sm.v;
     int w = threadIdx.x / 32, lane = threadIdx.x % 32;
     int b = blockIdx.y / NH, h = blockIdx.y % NH, q0 = blockIdx.x * FA_BM, t0 = q0 + w * FA_ROWS;
     const float *row0 = qkv + (size_t)b * T * W, *qb = row0 + h * hs;
@@ -114,18 +141,12 @@ __global__ static void __launch_bounds__(FA_WARPS * 32)
     for (int r = 0; r < FA_ROWS; r++)
         m[r] = -INFINITY, l[r] = 0.0f;
     for (int k0 = 0; k0 < kend; k0 += FA_BN) {
-        __syncthreads(); // the previous tile is no longer read (and q is loaded)
-        load_tile<HS>(ks, kb, k0, FA_BN, T, hs, W);
-        __syncthreads();
-        if (CAUSAL && k0 > tlast) continue; // above this warp's rows
-        tile_scores<HS>(sw, qw, ks);
+        bool ok;
+        if (!key_tile<HS, CAUSAL>(sm, sw, qw, kb, NULL, vm, k0, T, hs, W, tlast, &ok)) continue;
         int j = k0 + lane;
-        bool ok = j < T && (!vm || vm[j]);
 #pragma unroll
         for (int r = 0; r < FA_ROWS; r++) {
-            // a row past the sequence's end (its result dropped) sees nothing
-            bool sees =
-                ok && (!CAUSAL || (j <= t0 + r && t0 + r < T && (!sg || sg[j] == sg[t0 + r])));
+            bool sees = fa_sees<CAUSAL>(ok, j, t0 + r, T, sg);
             float x = sees ? sw[r * FA_BN + lane] * scale : -INFINITY;
             float mx = fmaxf(m[r], warp_max(x));
             if (mx == -INFINITY) continue; // no key seen yet (the same in every lane)
@@ -147,18 +168,12 @@ __global__ static void __launch_bounds__(FA_WARPS * 32)
     for (int j = 0; j < HS / 16; j++)
         wmma::fill_fragment(o[j], 0.0f);
     for (int k0 = 0; k0 < kend; k0 += FA_BN) {
-        __syncthreads();
-        load_tile<HS>(ks, kb, k0, FA_BN, T, hs, W);
-        load_tile<HS>(vs, vb, k0, FA_BN, T, hs, W);
-        __syncthreads();
-        if (CAUSAL && k0 > tlast) continue;
-        tile_scores<HS>(sw, qw, ks);
+        bool ok;
+        if (!key_tile<HS, CAUSAL>(sm, sw, qw, kb, vb, vm, k0, T, hs, W, tlast, &ok)) continue;
         int j = k0 + lane;
-        bool ok = j < T && (!vm || vm[j]);
 #pragma unroll
         for (int r = 0; r < FA_ROWS; r++) {
-            bool sees =
-                ok && (!CAUSAL || (j <= t0 + r && t0 + r < T && (!sg || sg[j] == sg[t0 + r])));
+            bool sees = fa_sees<CAUSAL>(ok, j, t0 + r, T, sg);
             float p = sees ? expf(sw[r * FA_BN + lane] * scale - m[r]) * l[r] : 0.0f;
             if (pdrop > 0) // the mask of element (b, h0 + h, t, key) of the layer's att
                 p = rf_keep(seed, (mb + (size_t)r * T) + j, pdrop) ? p * ks_drop : 0.0f;
