@@ -75,10 +75,10 @@ stage bench && for d in cuda-bf16 cuda; do
         --model bert-base --device $d --batch 8 --seq 512 --steps 20 2>>"$OUT/bench.log" |
         tail -1 | tee -a "$OUT/bench-nolt.jsonl"
 done
-# and on cuda-bf16 with the fused attention forward off
-# (REFINERY_FUSED_ATTENTION=0: the unfused cuBLAS path), at T 512 and 128:
-# what flash_attention.cu buys (into bench-nofused.jsonl)
-stage bench && for c in "bert-base 512 8" "bert-base 128 32"; do
+# and on cuda-bf16 with the fused attention kernels off (forward and backward)
+# (REFINERY_FUSED_ATTENTION=0: the unfused cuBLAS path), at T 512 and 128,
+# and GPT-2 at 1024: what flash_attention.cu buys (into bench-nofused.jsonl)
+stage bench && for c in "bert-base 512 8" "gpt2 1024 8" "bert-base 128 32"; do
     read -r m seq bs <<<"$c"
     REFINERY_FUSED_ATTENTION=0 timeout 300 env LD_LIBRARY_PATH=$RLIB $R/bin/bench_cuda_step \
         --model $m --device cuda-bf16 --batch $bs --seq $seq --steps 20 2>>"$OUT/bench.log" |

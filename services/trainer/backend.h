@@ -87,13 +87,19 @@ struct rf_backend {
      * NULL: the probabilities are not kept; out NULL: the probabilities
      * only (not both). With dropout, the backward reads the
      * dropped probabilities the forward of the same arguments left in
-     * scratch. */
+     * scratch. A backend may make att, when out is NULL, room for what its
+     * backward reads instead (cuda-bf16's fused backward: each row's
+     * log-sum-exp), so a backward follows the forward of the same
+     * arguments with att and scratch untouched between; the backward also
+     * gets that forward's output out ([B*Tq, C]) and the mask, which the
+     * CPU's does not read. */
     int (*attention_fwd)(const rf_backend *be, float *out, float *att, float *scratch,
                          const float *qkv, const uint8_t *valid, int B, int T, int Tq, int C,
                          int NH, int h0, int NHall, float pdrop, uint64_t seed);
     int (*attention_bwd)(const rf_backend *be, float *dqkv, float *scratch, const float *dout,
-                         const float *qkv, const float *att, int B, int T, int Tq, int C, int NH,
-                         int h0, int NHall, float pdrop, uint64_t seed);
+                         const float *qkv, const float *att, const float *out, const uint8_t *valid,
+                         int B, int T, int Tq, int C, int NH, int h0, int NHall, float pdrop,
+                         uint64_t seed);
     int (*gelu_fwd)(const rf_backend *be, float *out, const float *inp, size_t n);
     int (*gelu_bwd)(const rf_backend *be, float *dinp, const float *inp, const float *dout,
                     size_t n);
@@ -177,16 +183,21 @@ struct rf_backend {
     int (*gelu_tanh_bwd)(const rf_backend *be, float *dinp, const float *inp, const float *dout,
                          size_t n);
     /* rf_op_causal_attention_fwd/bwd. out NULL: the probabilities into att
-     * (the backward's recompute, which the backward reads). With out, att is
-     * room the slot may use, its contents unspecified afterwards (the CPU
-     * writes the probabilities there, cuda-bf16's fused forward leaves it
-     * untouched): a backward must follow a recompute. */
+     * (the backward's recompute, which the backward reads; a backend may
+     * leave there what its backward reads instead: cuda-bf16's fused one,
+     * each row's log-sum-exp). With out, att is room the slot may use, its
+     * contents unspecified afterwards (the CPU writes the probabilities
+     * there, cuda-bf16's fused forward leaves it untouched): a backward must
+     * follow a recompute. The backward also gets the forward's output out
+     * and the masks (valid, seg as the forward's), which the CPU does not
+     * read. */
     int (*causal_attention_fwd)(const rf_backend *be, float *out, float *att, const float *qkv,
                                 const uint8_t *valid, const int32_t *seg, int B, int T, int NH,
                                 int NKV, int hs);
     int (*causal_attention_bwd)(const rf_backend *be, float *dqkv, float *scratch,
-                                const float *dout, const float *qkv, const float *att, int B, int T,
-                                int NH, int NKV, int hs);
+                                const float *dout, const float *qkv, const float *att,
+                                const float *out, const uint8_t *valid, const int32_t *seg, int B,
+                                int T, int NH, int NKV, int hs);
     int (*lm_head_fwd)(const rf_backend *be, float *logits, const float *h, const float *wte, int N,
                        int C, int V);
     /* inference (causal_infer.c): n new tokens over a key/value cache,

@@ -110,9 +110,10 @@ static int attention_fwd(const rf_backend *be, float *out, float *att, float *sc
 }
 
 static int attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const float *dout,
-                         const float *qkv, const float *att, int B, int T, int Tq, int C, int NH,
-                         int h0, int NHall, float pdrop, uint64_t seed) {
-    (void)be;
+                         const float *qkv, const float *att, const float *out, const uint8_t *valid,
+                         int B, int T, int Tq, int C, int NH, int h0, int NHall, float pdrop,
+                         uint64_t seed) {
+    (void)be, (void)out, (void)valid; /* the probabilities in att have them */
     rf_op_attention_heads_bwd(dqkv, scratch, dout, qkv, att, B, T, Tq, C, NH, h0, NHall, pdrop,
                               seed);
     return RF_OK;
@@ -361,9 +362,10 @@ static int causal_attention_fwd(const rf_backend *be, float *out, float *att, co
 }
 
 static int causal_attention_bwd(const rf_backend *be, float *dqkv, float *scratch,
-                                const float *dout, const float *qkv, const float *att, int B, int T,
-                                int NH, int NKV, int hs) {
-    (void)be;
+                                const float *dout, const float *qkv, const float *att,
+                                const float *out, const uint8_t *valid, const int32_t *seg, int B,
+                                int T, int NH, int NKV, int hs) {
+    (void)be, (void)out, (void)valid, (void)seg; /* the probabilities in att have them */
     rf_op_causal_attention_bwd(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs);
     return RF_OK;
 }

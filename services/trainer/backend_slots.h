@@ -53,9 +53,9 @@
       (be, out, att, scratch, qkv, valid, B, T, Tq, C, NH, h0, NHall, pdrop, seed))                \
     X(attention_bwd,                                                                               \
       (const rf_backend *be, float *dqkv, float *scratch, const float *dout, const float *qkv,     \
-       const float *att, int B, int T, int Tq, int C, int NH, int h0, int NHall, float pdrop,      \
-       uint64_t seed),                                                                             \
-      (be, dqkv, scratch, dout, qkv, att, B, T, Tq, C, NH, h0, NHall, pdrop, seed))                \
+       const float *att, const float *out, const uint8_t *valid, int B, int T, int Tq, int C,      \
+       int NH, int h0, int NHall, float pdrop, uint64_t seed),                                     \
+      (be, dqkv, scratch, dout, qkv, att, out, valid, B, T, Tq, C, NH, h0, NHall, pdrop, seed))    \
     X(gelu_fwd, (const rf_backend *be, float *out, const float *inp, size_t n), (be, out, inp, n)) \
     X(gelu_bwd,                                                                                    \
       (const rf_backend *be, float *dinp, const float *inp, const float *dout, size_t n),          \
@@ -174,8 +174,9 @@
       (be, out, att, qkv, valid, seg, B, T, NH, NKV, hs))                                          \
     X(causal_attention_bwd,                                                                        \
       (const rf_backend *be, float *dqkv, float *scratch, const float *dout, const float *qkv,     \
-       const float *att, int B, int T, int NH, int NKV, int hs),                                   \
-      (be, dqkv, scratch, dout, qkv, att, B, T, NH, NKV, hs))                                      \
+       const float *att, const float *out, const uint8_t *valid, const int32_t *seg, int B, int T, \
+       int NH, int NKV, int hs),                                                                   \
+      (be, dqkv, scratch, dout, qkv, att, out, valid, seg, B, T, NH, NKV, hs))                     \
     X(lm_head_fwd,                                                                                 \
       (const rf_backend *be, float *logits, const float *h, const float *wte, int N, int C,        \
        int V),                                                                                     \

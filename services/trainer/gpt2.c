@@ -739,8 +739,9 @@ int rf_gpt2_backward_range(rf_gpt2 *m, float loss_scale, int u0, int u1, const f
          * values); the probability slot of the gradient arena is the scratch */
         TRY(be->causal_attention_fwd(be, NULL, y->att, y->qkv, m->io.valid_dev,
                                      m->packed ? m->io.seg_dev : NULL, B, T, NHl, NHl, C / NH));
-        TRY(be->causal_attention_bwd(be, dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NHl, NHl,
-                                     C / NH));
+        TRY(be->causal_attention_bwd(be, dy->qkv, dy->att, dy->atty, y->qkv, y->att, y->atty,
+                                     m->io.valid_dev, m->packed ? m->io.seg_dev : NULL, B, T, NHl,
+                                     NHl, C / NH));
         TRY(proj_bwd(m, l, RF_PROJ_QKV, dy->ln1, g->attn_w, g->attn_b, dy->qkv, y->ln1, w->attn_w,
                      N, C, 3 * Cl));
         if (tp) TRY(tp->sum(&tp->g, dy->ln1, (size_t)N * C));

@@ -772,8 +772,9 @@ int rf_llama_backward_range(rf_llama *m, float loss_scale, int u0, int u1, const
         /* the layer's probabilities again (layout; atty already holds the values) */
         TRY(be->causal_attention_fwd(be, NULL, y->att, y->qkv, m->io.valid_dev,
                                      m->packed ? m->io.seg_dev : NULL, B, T, NH, NKV, hd));
-        TRY(be->causal_attention_bwd(be, dy->qkv, dy->att, dy->atty, y->qkv, y->att, B, T, NH, NKV,
-                                     hd));
+        TRY(be->causal_attention_bwd(be, dy->qkv, dy->att, dy->atty, y->qkv, y->att, y->atty,
+                                     m->io.valid_dev, m->packed ? m->io.seg_dev : NULL, B, T, NH,
+                                     NKV, hd));
         /* back through RoPE on q and k; v passes unchanged (its column block) */
         TRY(be->rope_bwd(be, dy->qkvr, dy->qkv, m->io.pos_dev, N, T, NH, hd, W, c->rope_theta));
         TRY(be->rope_bwd(be, dy->qkvr + A, dy->qkv + A, m->io.pos_dev, N, T, NKV, hd, W,

@@ -817,8 +817,9 @@ int rf_bert_backward_range(rf_bert *m, float loss_scale, int u0, int u1, const f
              * which the backward reads); ctx already holds the values */
             TRY(be->attention_fwd(be, NULL, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq,
                                   Cl, tp->NHl, tp->h0, c->num_heads, pa, site_seed(seed, s)));
-            TRY(be->attention_bwd(be, D->qkv, a.att_scratch, D->ctx, L->qkv, L->att, B, T, Tq, Cl,
-                                  tp->NHl, tp->h0, c->num_heads, pa, site_seed(seed, s)));
+            TRY(be->attention_bwd(be, D->qkv, a.att_scratch, D->ctx, L->qkv, L->att, L->ctx,
+                                  m->valid_dev, B, T, Tq, Cl, tp->NHl, tp->h0, c->num_heads, pa,
+                                  site_seed(seed, s)));
             TRY(tp->qkv_bwd(&tp->g, dxin, G->qkv_w, G->qkv_b, Cl, D->qkv, x, P->qkv_w, (int)N, C,
                             Cl));
         } else {
@@ -828,8 +829,9 @@ int rf_bert_backward_range(rf_bert *m, float loss_scale, int u0, int u1, const f
              * which the backward reads); ctx already holds the values */
             TRY(be->attention_fwd(be, NULL, L->att, a.att_scratch, L->qkv, m->valid_dev, B, T, Tq,
                                   C, c->num_heads, 0, c->num_heads, pa, site_seed(seed, s)));
-            TRY(be->attention_bwd(be, D->qkv, a.att_scratch, D->ctx, L->qkv, L->att, B, T, Tq, C,
-                                  c->num_heads, 0, c->num_heads, pa, site_seed(seed, s)));
+            TRY(be->attention_bwd(be, D->qkv, a.att_scratch, D->ctx, L->qkv, L->att, L->ctx,
+                                  m->valid_dev, B, T, Tq, C, c->num_heads, 0, c->num_heads, pa,
+                                  site_seed(seed, s)));
             TRY(be->linear_bwd(be, dxin, G->qkv_w, G->qkv_b, D->qkv, x, P->qkv_w, (int)N, C,
                                3 * C));
         }

@@ -323,7 +323,9 @@ static void test_linear_bf16(void **state) {
  * the fused kernel (flash_attention.cu: one launch) for head sizes up to 64,
  * here 12 and 48 (padded to 16 and 48) and 32 and 64, over whole and partial
  * query and key tiles, with and without dropout, and on a tensor-parallel
- * shard's heads (the dropout masks of the global heads). */
+ * shard's heads (the dropout masks of the global heads); so do the
+ * backward's recompute (one launch) and the backward (two). Head size 80
+ * takes the unfused path on both backends. */
 static void attention_cases(double tol, bool fused) {
     /* B, T, Tq, C, NH, dropout x 100, h0, NHall (a tensor-parallel shard's
      * heads [h0, h0 + NH) of NHall: the dropout masks of the global heads) */
@@ -333,7 +335,7 @@ static void attention_cases(double tol, bool fused) {
         {2, 128, 1, 384, 12, 0, 0, 12}, {1, 512, 512, 128, 2, 10, 0, 2},
         {2, 13, 13, 36, 3, 10, 3, 6},   {3, 128, 128, 192, 6, 10, 6, 12},
         {2, 128, 1, 192, 6, 10, 0, 12}, {2, 150, 150, 128, 2, 0, 0, 2},
-        {3, 70, 1, 96, 2, 0, 0, 2}};
+        {3, 70, 1, 96, 2, 0, 0, 2},     {2, 70, 70, 160, 2, 10, 0, 2}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int B = shapes[s][0], T = shapes[s][1], Tq = shapes[s][2], C = shapes[s][3],
             NH = shapes[s][4], h0 = shapes[s][6], NHall = shapes[s][7];
@@ -346,7 +348,7 @@ static void attention_cases(double tol, bool fused) {
             for (int t = 0; t < T; t++)
                 valid[b * T + t] = t < (T - 3 * b > 1 ? T - 3 * b : 1);
         float *qkv = rnd(nqkv, -1, 1), *out = rnd(nout, 0, 0), *att = rnd(natt, 0, 0),
-              *scr = rnd(natt, 0, 0), *dout = rnd(nout, -1, 1), *dqkv = rnd(nqkv, -1, 1);
+              *scr = rnd(natt, 0, 0), *dout = rnd(nout, -1, 1), *dqkv = rnd(nqkv, -1e-2f, 1e-2f);
         void *g_valid = up(valid, (size_t)B * T), *g_qkv = up(qkv, nqkv * 4),
              *g_out = up(NULL, nout * 4), *g_att = up(NULL, natt * 4), *g_scr = up(NULL, natt * 4),
              *g_dout = up(dout, nout * 4), *g_dqkv = up(dqkv, nqkv * 4);
@@ -382,15 +384,25 @@ static void attention_cases(double tol, bool fused) {
         assert_int_equal(gpu->attention_fwd(gpu, NULL, g_att, g_scr, g_qkv, g_valid, B, T, Tq, C,
                                             NH, h0, NHall, p, seed),
                          0);
-        ops_expect("attention_fwd, no out", o0, 3); /* lists, scores, softmax */
-        check("attention_fwd att (no out)", g_att, att, natt, tol);
-        cpu->attention_bwd(cpu, dqkv, scr, dout, qkv, att, B, T, Tq, C, NH, h0, NHall, p, seed);
+        /* lists, scores, softmax; or the fused statistics, each row's
+         * log-sum-exp in att (room: not the probabilities, so not compared;
+         * the fused backward below reads them) */
+        ops_expect(one ? "attention_fwd, no out (fused)" : "attention_fwd, no out", o0,
+                   one ? 1 : 3);
+        if (!one) check("attention_fwd att (no out)", g_att, att, natt, tol);
+        cpu->attention_bwd(cpu, dqkv, scr, dout, qkv, att, NULL, NULL, B, T, Tq, C, NH, h0, NHall,
+                           p, seed);
         o0 = ops_now();
-        assert_int_equal(gpu->attention_bwd(gpu, g_dqkv, g_scr, g_dout, g_qkv, g_att, B, T, Tq, C,
-                                            NH, h0, NHall, p, seed),
+        assert_int_equal(gpu->attention_bwd(gpu, g_dqkv, g_scr, g_dout, g_qkv, g_att, g_out,
+                                            g_valid, B, T, Tq, C, NH, h0, NHall, p, seed),
                          0);
-        ops_expect("attention_bwd", o0, 6); /* lists, 4 products, softmax */
+        /* lists, 4 products, softmax; or the fused queries' and keys' kernels */
+        ops_expect(one ? "attention_bwd (fused)" : "attention_bwd", o0, one ? 2 : 6);
         check("attention_bwd dqkv", g_dqkv, dqkv, nqkv, tol);
+        if (one) /* the fused backward wants the forward's output */
+            assert_int_equal(gpu->attention_bwd(gpu, g_dqkv, g_scr, g_dout, g_qkv, g_att, NULL,
+                                                g_valid, B, T, Tq, C, NH, h0, NHall, p, seed),
+                             RF_ERR_INVALID);
         void *gs[] = {g_valid, g_qkv, g_out, g_att, g_scr, g_dout, g_dqkv};
         for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
             gfree(gs[i]);
@@ -1124,7 +1136,8 @@ static void test_swiglu_gelu_tanh(void **state) {
  * `fused` (cuda-bf16), the forward with out runs the fused kernel
  * (flash_attention.cu: one launch, att untouched) for head sizes up to 64:
  * here 20 (padded to 32), 32 and 64, grouped heads, both masks, a query that
- * sees no key, and T up to 2100. */
+ * sees no key, and T up to 2100; so do the backward's recompute (one
+ * launch) and the backward (two). */
 static void causal_attention_cases(double tol, bool fused) {
     /* B, T, NH, NKV, hs, padded valid, packed seg */
     static const int shapes[][7] = {
@@ -1147,7 +1160,7 @@ static void causal_attention_cases(double tol, bool fused) {
             }
         float *qkv = rnd(nqkv, -1, 1), *out = rnd(nout, 0, 0), *att = rnd(natt, 0, 0),
               *scr = rnd((size_t)B * NH * T, 0, 0), *dout = rnd(nout, -1, 1),
-              *dqkv = rnd(nqkv, -1, 1);
+              *dqkv = rnd(nqkv, -1e-2f, 1e-2f);
         void *g_valid = up(valid, N), *g_seg = up(seg, N * 4), *g_qkv = up(qkv, nqkv * 4),
              *g_out = up(NULL, nout * 4), *g_att = up(NULL, natt * 4),
              *g_scr = up(NULL, (size_t)B * NH * T * 4), *g_dout = up(dout, nout * 4),
@@ -1170,12 +1183,21 @@ static void causal_attention_cases(double tol, bool fused) {
         assert_int_equal(gpu->causal_attention_fwd(gpu, NULL, g_att, g_qkv, hv ? g_valid : NULL,
                                                    hg ? g_seg : NULL, B, T, NH, NKV, hs),
                          0);
-        ops_expect("causal_attention_fwd, no out", o0, 3); /* lists, scores, softmax */
-        check("causal_attention_fwd att (no out)", g_att, att, natt, tol);
+        /* lists, scores, softmax; or the fused statistics (each row's
+         * log-sum-exp in att: room, not compared; the backward reads it) */
+        ops_expect(one ? "causal_attention_fwd, no out (fused)" : "causal_attention_fwd, no out",
+                   o0, one ? 1 : 3);
+        if (!one) check("causal_attention_fwd att (no out)", g_att, att, natt, tol);
         rf_op_causal_attention_bwd(dqkv, scr, dout, qkv, att, B, T, NH, NKV, hs);
-        assert_int_equal(
-            gpu->causal_attention_bwd(gpu, g_dqkv, g_scr, g_dout, g_qkv, g_att, B, T, NH, NKV, hs),
-            0);
+        o0 = ops_now();
+        assert_int_equal(gpu->causal_attention_bwd(gpu, g_dqkv, g_scr, g_dout, g_qkv, g_att, g_out,
+                                                   hv ? g_valid : NULL, hg ? g_seg : NULL, B, T, NH,
+                                                   NKV, hs),
+                         0);
+        /* the fused queries' and keys' kernels; unfused, the lists, 2 products,
+         * the softmax and NH / NKV products for each of dv and dk */
+        ops_expect(one ? "causal_attention_bwd (fused)" : "causal_attention_bwd", o0,
+                   one ? 2 : 4 + 2 * (uint64_t)(NH / NKV));
         check("causal_attention_bwd dqkv", g_dqkv, dqkv, nqkv, tol);
         void *gs[] = {g_valid, g_seg, g_qkv, g_out, g_att, g_scr, g_dout, g_dqkv};
         gfree_all(gs, sizeof gs / sizeof gs[0]);

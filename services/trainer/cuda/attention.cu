@@ -13,8 +13,12 @@
 // shard's heads; into scratch), and out = P v (skipped when out is NULL: the
 // backward's recompute needs att and the dropped probabilities only). att
 // NULL: the probabilities are not kept (a forward whose backward recomputes
-// them), so they are made in scratch, and with dropout dropped in place;
-// on cuda-bf16 that forward is fused instead (flash_attention.cu).
+// them), so they are made in scratch, and with dropout dropped in place.
+// On cuda-bf16 (head sizes up to 64) that forward is fused instead
+// (flash_attention.cu), and so are the backward's recompute (out NULL: att
+// receives each row's log-sum-exp, not the probabilities) and the backward
+// (reading the forward's output and the mask, which the unfused one has no
+// use for).
 // Backward: dv = P^T dout (P as the forward left it in scratch, or att
 // without dropout), dP = dout v^T, ds = p (dP - p.dP) scale by a warp per
 // row, dq = ds k, dk = ds^T q. cuBLAS products are deterministic on one GPU
@@ -142,8 +146,14 @@ int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scr
     int hs = C / NH, Z = B * NH, rows = Z * Tq, W = 3 * C;
     long long sx = (long long)T * W, sa = (long long)NH * Tq * T, ha = (long long)Tq * T;
     if (!att && !out) return rf_fail(RF_ERR_INVALID, "cuda attention: neither out nor att");
-    if (!att && c->fused_att && rf_cu_flash_fits(hs)) // out alone: flash_attention.cu
-        return rf_cu_flash_fwd(c, out, qkv, valid, B, T, Tq, C, NH, h0, NHall, pdrop, seed);
+    if (c->fused_att && rf_cu_flash_fits(hs) && !(att && out)) { // flash_attention.cu
+        if (!att)                                                // out alone
+            return rf_cu_flash_fwd(c, out, NULL, qkv, valid, B, T, Tq, C, NH, h0, NHall, pdrop,
+                                   seed);
+        // the backward's recompute: att is room, for the rows' log-sum-exp the fused backward
+        // reads
+        return rf_cu_flash_fwd(c, NULL, att, qkv, valid, B, T, Tq, C, NH, h0, NHall, pdrop, seed);
+    }
     // att NULL (not kept): the scores and probabilities in scratch, with
     // dropout made dropped in place
     float *pd = pdrop > 0 ? scratch : NULL, *sp = att ? att : scratch;
@@ -171,12 +181,20 @@ int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scr
 }
 
 int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const float *dout,
-                        const float *qkv, const float *att, int B, int T, int Tq, int C, int NH,
-                        int h0, int NHall, float pdrop, uint64_t seed) {
+                        const float *qkv, const float *att, const float *out, const uint8_t *valid,
+                        int B, int T, int Tq, int C, int NH, int h0, int NHall, float pdrop,
+                        uint64_t seed) {
     int rc = check_shape(C, NH, h0, NHall);
     if (rc || B <= 0 || Tq <= 0) return rc;
     rf_cuda_ctx *c = cu_ctx(be);
     int hs = C / NH, Z = B * NH, rows = Z * Tq, W = 3 * C;
+    if (c->fused_att && rf_cu_flash_fits(hs)) { // after the fused recompute (att: its statistics)
+        if (!out || !valid)
+            return rf_fail(RF_ERR_INVALID, "cuda fused attention backward: no %s",
+                           out ? "mask" : "forward output");
+        return rf_cu_flash_bwd(c, dqkv, scratch, att, qkv, out, dout, valid, B, T, Tq, C, NH, h0,
+                               NHall, pdrop, seed);
+    }
     long long sx = (long long)T * W, sa = (long long)NH * Tq * T, ha = (long long)Tq * T;
     // P: the dropped probabilities (in scratch, as the forward left them, when dropout is on);
     // S: dP, then ds, in scratch

@@ -12,7 +12,8 @@
 // (skipped when out is NULL: the backward's recompute). With out, att is
 // room the slot may use (backend.h): on cuda-bf16, for head sizes up to 64,
 // the forward is fused instead (flash_attention.cu: no T x T matrix, key
-// tiles above the diagonal skipped) and att is not touched.
+// tiles above the diagonal skipped) and att is not touched; so are the
+// recompute (att receives each row's log-sum-exp) and the backward.
 // Backward: dP = dout v^T into the context's dprobs, ds = p (dP - p.dP)
 // scale by a warp per row (the dot in double), dq = ds k in one product
 // each; dv = P^T dout and dk = ds^T q in NH / NKV products, each over one
@@ -97,8 +98,11 @@ int rf_cu_causal_attention_fwd(const rf_backend *be, float *out, float *att, con
     int rc = check_shape(NH, NKV, hs, "causal_attention_fwd");
     if (rc || B <= 0 || T <= 0) return rc;
     rf_cuda_ctx *c = cu_ctx(be);
-    if (out && c->fused_att && rf_cu_flash_fits(hs)) // att only room: flash_attention.cu
-        return rf_cu_flash_causal_fwd(c, out, qkv, valid, seg, B, T, NH, NKV, hs);
+    if (c->fused_att && rf_cu_flash_fits(hs)) // flash_attention.cu
+        // with out, att only room; without, the backward's recompute: att is room for the
+        // rows' log-sum-exp the fused backward reads
+        return out ? rf_cu_flash_causal_fwd(c, out, NULL, qkv, valid, seg, B, T, NH, NKV, hs)
+                   : rf_cu_flash_causal_fwd(c, NULL, att, qkv, valid, seg, B, T, NH, NKV, hs);
     int A = NH * hs, W = A + 2 * NKV * hs, Z = B * NH;
     size_t rows = (size_t)Z * T;
     long long sx = (long long)T * W, sa = (long long)NH * T * T, ha = (long long)T * T;
@@ -139,15 +143,24 @@ static int kv_grad(rf_cuda_ctx *c, const float *const *X, int ldx, const float *
     return RF_OK;
 }
 
-// scratch (B*NH*T floats by the slot's contract) is not needed: the score
-// gradients, B*NH*T*T floats, live in the context's dprobs.
+// scratch (B*NH*T floats by the slot's contract) is not needed by the
+// unfused path: the score gradients, B*NH*T*T floats, live in the context's
+// dprobs. The fused one (after the fused recompute: att holds the rows'
+// log-sum-exp) keeps each row's dout . out there, and needs no dprobs.
 int rf_cu_causal_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int NH, int NKV,
-                               int hs) {
-    (void)scratch;
+                               const float *qkv, const float *att, const float *out,
+                               const uint8_t *valid, const int32_t *seg, int B, int T, int NH,
+                               int NKV, int hs) {
     int rc = check_shape(NH, NKV, hs, "causal_attention_bwd");
     if (rc || B <= 0 || T <= 0) return rc;
     rf_cuda_ctx *c = cu_ctx(be);
+    if (c->fused_att && rf_cu_flash_fits(hs)) {
+        if (!out)
+            return rf_fail(RF_ERR_INVALID,
+                           "cuda fused causal attention backward: no forward output");
+        return rf_cu_flash_causal_bwd(c, dqkv, scratch, att, qkv, out, dout, valid, seg, B, T, NH,
+                                      NKV, hs);
+    }
     int A = NH * hs, W = A + 2 * NKV * hs, Z = B * NH, per = B * NKV;
     size_t rows = (size_t)Z * T;
     if ((rc = rf_cuda_grow(&c->dprobs, &c->dprobs_n, rows * T, "causal attention (dP)"))) return rc;

@@ -19,7 +19,7 @@ struct rf_cu_lt_plan; // matmul.cu
 struct rf_cuda_ctx {
     int device;
     bool bf16;           // matrix products on bf16 tensor cores (matmul.cu)
-    bool fused_att;      // bf16: the fused attention forward (flash_attention.cu)
+    bool fused_att;      // bf16: the fused attention kernels (flash_attention.cu)
     cudaStream_t stream; // every kernel, copy and cuBLAS call goes here
     cublasHandle_t blas; // bound to stream
     double *red;         // device scratch for reductions (RF_CUDA_RED doubles)

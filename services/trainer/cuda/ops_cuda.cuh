@@ -76,18 +76,33 @@ int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scr
                         const float *qkv, const uint8_t *valid, int B, int T, int Tq, int C, int NH,
                         int h0, int NHall, float pdrop, uint64_t seed);
 int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const float *dout,
-                        const float *qkv, const float *att, int B, int T, int Tq, int C, int NH,
-                        int h0, int NHall, float pdrop, uint64_t seed);
+                        const float *qkv, const float *att, const float *out, const uint8_t *valid,
+                        int B, int T, int Tq, int C, int NH, int h0, int NHall, float pdrop,
+                        uint64_t seed);
 // flash_attention.cu: the encoder attention's forward fused on bf16 tensor
 // cores (out only: the semantics of rf_op_attention_fwd's out, dropout
-// included), for the head sizes rf_cu_flash_fits takes; attention.cu and
-// causal_attention.cu pick it.
+// included; or, out NULL, each query row's log-sum-exp into lse, B NH Tq
+// floats, for the fused backward), for the head sizes rf_cu_flash_fits
+// takes; attention.cu and causal_attention.cu pick it.
 bool rf_cu_flash_fits(int hs);
-int rf_cu_flash_fwd(rf_cuda_ctx *c, float *out, const float *qkv, const uint8_t *valid, int B,
-                    int T, int Tq, int C, int NH, int h0, int NHall, float pdrop, uint64_t seed);
-// ... and the causal attention's (rf_op_causal_attention_fwd's out), the same way
-int rf_cu_flash_causal_fwd(rf_cuda_ctx *c, float *out, const float *qkv, const uint8_t *valid,
-                           const int32_t *seg, int B, int T, int NH, int NKV, int hs);
+int rf_cu_flash_fwd(rf_cuda_ctx *c, float *out, float *lse, const float *qkv, const uint8_t *valid,
+                    int B, int T, int Tq, int C, int NH, int h0, int NHall, float pdrop,
+                    uint64_t seed);
+// ... the encoder's backward, from the rows' log-sum-exp lse that
+// rf_cu_flash_fwd left (with out NULL), the forward's output out, and D:
+// B NH Tq floats of device room
+int rf_cu_flash_bwd(rf_cuda_ctx *c, float *dqkv, float *D, const float *lse, const float *qkv,
+                    const float *out, const float *dout, const uint8_t *valid, int B, int T, int Tq,
+                    int C, int NH, int h0, int NHall, float pdrop, uint64_t seed);
+// ... and the causal attention's (rf_op_causal_attention_fwd's out, or lse),
+// and its backward, the same way (D: B NH T floats)
+int rf_cu_flash_causal_fwd(rf_cuda_ctx *c, float *out, float *lse, const float *qkv,
+                           const uint8_t *valid, const int32_t *seg, int B, int T, int NH, int NKV,
+                           int hs);
+int rf_cu_flash_causal_bwd(rf_cuda_ctx *c, float *dqkv, float *D, const float *lse,
+                           const float *qkv, const float *out, const float *dout,
+                           const uint8_t *valid, const int32_t *seg, int B, int T, int NH, int NKV,
+                           int hs);
 // gelu.cu
 int rf_cu_gelu_fwd(const rf_backend *be, float *out, const float *inp, size_t n);
 int rf_cu_gelu_bwd(const rf_backend *be, float *dinp, const float *inp, const float *dout,
@@ -153,8 +168,9 @@ int rf_cu_causal_attention_fwd(const rf_backend *be, float *out, float *att, con
                                const uint8_t *valid, const int32_t *seg, int B, int T, int NH,
                                int NKV, int hs);
 int rf_cu_causal_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int NH, int NKV,
-                               int hs);
+                               const float *qkv, const float *att, const float *out,
+                               const uint8_t *valid, const int32_t *seg, int B, int T, int NH,
+                               int NKV, int hs);
 // causal_xent.cu
 int rf_cu_causal_xent_fwd(const rf_backend *be, float *loss, int *counted, float *lse,
                           float *losses, const float *logits, const int32_t *labels, int B, int T,
