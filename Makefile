@@ -179,7 +179,7 @@ $(CUEMU_LIB): $(BUILD)/obj/tests/cuda_emu/cuemu.o $(BUILD)/obj/tests/cuda_emu/cu
 $(LIBS): | $(CUEMU_LIB)
 # relinked when the emulator changes
 $(BUILD)/refinery $(BUILD)/tests/trainer/test_cuda_ops $(BUILD)/tests/trainer/test_cuda_step \
-    $(BUILD)/tests/comm/test_comm_nccl: $(CUEMU_LIB)
+    $(BUILD)/tests/comm/test_comm_nccl $(BUILD)/trainer/bench_cuda_step: $(CUEMU_LIB)
 ifneq ($(COMM_MPI_LIBS),)
 $(BUILD)/obj/tests/cuda_emu/cuemu_nccl.o: CPPFLAGS += -DREFINERY_MPI=1 $(COMM_MPI_CFLAGS)
 endif

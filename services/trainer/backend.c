@@ -19,6 +19,11 @@ void rf_backend_free(const rf_backend *be, void *p) {
     if (p) (void)be->free(be, p);
 }
 
+int rf_backend_attention_stats(const rf_backend *be, int hs, bool *stats) {
+    *stats = false;
+    return be->attention_stats ? be->attention_stats(be, hs, stats) : RF_OK;
+}
+
 int rf_inputs_alloc(rf_inputs *in, const rf_backend *be, int n, const size_t *sizes) {
     if (n < 1 || n > RF_INPUTS_MAX) return rf_fail(RF_ERR_INVALID, "inputs: %d pieces", n);
     rf_inputs t = {.n = n};

@@ -198,6 +198,12 @@ struct rf_backend {
                                 const float *dout, const float *qkv, const float *att,
                                 const float *out, const uint8_t *valid, const int32_t *seg, int B,
                                 int T, int NH, int NKV, int hs);
+    /* *stats = whether, for head size hs, both attentions' slots keep each
+     * query row's statistics in att instead of its probabilities, and the
+     * encoder's needs no more scratch, so that att and scratch of B NH Tq
+     * floats suffice where the models would take B NH Tq T (cuda-bf16's
+     * fused kernels). NULL: the probabilities (the CPU). */
+    int (*attention_stats)(const rf_backend *be, int hs, bool *stats);
     int (*lm_head_fwd)(const rf_backend *be, float *logits, const float *h, const float *wte, int N,
                        int C, int V);
     /* inference (causal_infer.c): n new tokens over a key/value cache,
@@ -291,6 +297,9 @@ int rf_device_check(const char *device);
 void *rf_backend_alloc(const rf_backend *be, size_t bytes);
 /* be->free of p; NULL is ignored, as free(3). */
 void rf_backend_free(const rf_backend *be, void *p);
+/* be->attention_stats, false where the slot is NULL: whether the models'
+ * attention buffers (att and its scratch) need B NH Tq floats, or B NH Tq T. */
+int rf_backend_attention_stats(const rf_backend *be, int hs, bool *stats);
 /* A model's per-batch inputs (ids, types, positions, masks, labels) as the
  * pieces of one host buffer and of one backend block laid out alike, each
  * piece 16-byte aligned, so a batch reaches the backend with one to_device:

@@ -177,6 +177,7 @@
        const float *att, const float *out, const uint8_t *valid, const int32_t *seg, int B, int T, \
        int NH, int NKV, int hs),                                                                   \
       (be, dqkv, scratch, dout, qkv, att, out, valid, seg, B, T, NH, NKV, hs))                     \
+    X(attention_stats, (const rf_backend *be, int hs, bool *stats), (be, hs, stats))               \
     X(lm_head_fwd,                                                                                 \
       (const rf_backend *be, float *logits, const float *h, const float *wte, int N, int C,        \
        int V),                                                                                     \

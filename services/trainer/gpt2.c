@@ -475,7 +475,9 @@ static size_t layout(const rf_gpt2 *m, rf_gpt2_acts *v, float *base, int B, int 
         if (!grads && l > 0) { /* one buffer of probabilities for every layer */
             if (base) y->att = v->layers[0].att;
         } else {
-            TAKE(y->att, B * NH * T * T);
+            /* the probabilities (or the statistics: rf_backend_attention_stats); in the
+             * gradient arena the backward's scratch, B NH T floats */
+            TAKE(y->att, B * NH * T * (grads || m->att_stats ? 1 : (size_t)T));
         }
         TAKE(y->atty, N * Cl);
         TAKE(y->res2, N * C);
@@ -506,8 +508,10 @@ int rf_gpt2_reserve(rf_gpt2 *m, int B, int T) {
     if (B <= m->capB && T <= m->capT) return RF_OK;
     int nB = B > m->capB ? B : m->capB;
     T = T > m->capT ? T : m->capT;
-    size_t n = layout(m, &m->a, NULL, nB, T, false), ng = layout(m, &m->da, NULL, nB, T, true);
     const rf_backend *be = m->be;
+    int rc = rf_backend_attention_stats(be, m->cfg.n_embd / m->cfg.n_head, &m->att_stats);
+    if (rc) return rc;
+    size_t n = layout(m, &m->a, NULL, nB, T, false), ng = layout(m, &m->da, NULL, nB, T, true);
     bool train = m->training || m->dacts;
     float *a = rf_backend_alloc(be, n * sizeof(float)),
           *d = train ? rf_backend_alloc(be, ng * sizeof(float)) : NULL;

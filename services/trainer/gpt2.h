@@ -74,6 +74,7 @@ typedef struct rf_gpt2 {
     rf_gpt2_params p, g;
 
     int capB, capT;
+    bool att_stats;      /* the backend keeps attention statistics, not probabilities */
     float *acts, *dacts; /* arenas of nacts and ngrads floats (dacts: one layer region,
                           * gpt2.c's layout); dacts allocated by enable_training */
     size_t nacts, ngrads;

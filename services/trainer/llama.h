@@ -65,6 +65,7 @@ typedef struct rf_llama {
     float *params, *grads;
     rf_llama_params p, g;
     int capB, capT;
+    bool att_stats;      /* the backend keeps attention statistics, not probabilities */
     float *acts, *dacts; /* nacts and ngrads floats (dacts: one layer region, as gpt2.h) */
     size_t nacts, ngrads;
     rf_llama_acts a, da;

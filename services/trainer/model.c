@@ -53,12 +53,14 @@ typedef struct acts {
  * layer l's views are region l % 2 (rf_bert_backward_range zeroes a region
  * before it is reused). For BERT-base at 8 x 512 that is 0.4 GB instead of
  * 2.4 GB. With tp ranks (tpn > 1) the split activations (qkv, attention
- * context and probabilities, the MLP's intermediate) hold this rank's 1/tpn. */
+ * context and probabilities, the MLP's intermediate) hold this rank's 1/tpn.
+ * stats (rf_backend_attention_stats): the attention keeps a row's
+ * statistics, not its probabilities, so both of its buffers are B NH T floats. */
 static size_t layout(const rf_bert_config *c, int B, int T, float *base, acts *a, bool probs,
-                     int tpn) {
+                     int tpn, bool stats) {
     size_t N = (size_t)B * T, C = c->hidden_size, I = c->intermediate_size, K = c->num_labels;
     size_t Cl = C / (size_t)tpn, Il = I / (size_t)tpn;
-    size_t off = 0, P = (size_t)B * (c->num_heads / tpn) * T * T;
+    size_t off = 0, P = (size_t)B * (c->num_heads / tpn) * T * (stats ? 1 : (size_t)T);
 #define TAKE(ptr, n)                                                                               \
     do {                                                                                           \
         if (base) ptr = base + off;                                                                \
@@ -527,11 +529,13 @@ int rf_bert_reserve(rf_bert *m, int B, int T) {
     const rf_backend *be = m->be;
     B = B > m->capB ? B : m->capB;
     T = T > m->capT ? T : m->capT;
+    int rc = rf_backend_attention_stats(be, m->cfg.hidden_size / m->cfg.num_heads, &m->att_stats);
+    if (rc) return rc;
     layer_acts *la = calloc((size_t)m->cfg.num_layers, sizeof *la);
     if (!la) return RF_ERR_NOMEM;
     acts a = {.layers = la};
-    size_t n = layout(&m->cfg, B, T, NULL, &a, true, tp_size(m)),
-           ng = layout(&m->cfg, B, T, NULL, &a, false, tp_size(m));
+    size_t n = layout(&m->cfg, B, T, NULL, &a, true, tp_size(m), m->att_stats),
+           ng = layout(&m->cfg, B, T, NULL, &a, false, tp_size(m), m->att_stats);
     free(la);
     rf_backend_free(be, m->acts);
     rf_backend_free(be, m->dacts);
@@ -632,7 +636,7 @@ int rf_bert_forward_range(rf_bert *m, const rf_batch *bt, bool train, uint64_t d
     int Cl = tp ? tp->Cl : C, Il = tp ? tp->Il : I;
     layer_acts la[c->num_layers];
     acts a = {.layers = la};
-    layout(c, B, T, m->acts, &a, true, tp_size(m));
+    layout(c, B, T, m->acts, &a, true, tp_size(m), m->att_stats);
     float ph = train ? c->hidden_dropout : 0, pa = train ? c->attention_dropout : 0,
           pc = train ? c->classifier_dropout : 0;
     int head = c->num_layers + 1;
@@ -745,8 +749,8 @@ int rf_bert_backward_range(rf_bert *m, float loss_scale, int u0, int u1, const f
     int Cl = tp ? tp->Cl : C, Il = tp ? tp->Il : I;
     layer_acts la[c->num_layers], dla[c->num_layers];
     acts a = {.layers = la}, d = {.layers = dla};
-    layout(c, B, T, m->acts, &a, true, tp_size(m));
-    size_t used = layout(c, B, T, m->dacts, &d, false, tp_size(m));
+    layout(c, B, T, m->acts, &a, true, tp_size(m), m->att_stats);
+    size_t used = layout(c, B, T, m->dacts, &d, false, tp_size(m), m->att_stats);
     TRY(be->zero(be, m->dacts, used * sizeof(float)));
     int head = c->num_layers + 1, last = c->num_layers - 1;
     /* the floats of one layer region of the gradient arena (layout), and the

@@ -76,6 +76,7 @@ typedef struct rf_bert {
     rf_bert_params p, g; /* views into params and grads */
 
     int capB, capT;      /* activation arena capacity */
+    bool att_stats;      /* the backend keeps attention statistics, not probabilities */
     float *acts, *dacts; /* dacts: the gradients, two layer regions (model.c's layout) */
     size_t nacts;        /* floats in acts */
     /* the last batch on the backend, kept for backward: the pieces of in

@@ -71,14 +71,14 @@ namespace {
 std::mutex g_lock; // one kernel or runtime call at a time (shared memory is static)
 cudaError_t g_last = cudaSuccess;
 std::map<uintptr_t, size_t> g_mem; // device allocations: start -> bytes
-size_t g_live = 0;
+size_t g_live = 0, g_peak = 0; // bytes allocated now, and at most
 std::atomic<uint64_t> g_waits{0}; // cuemu_host_waits
 std::atomic<uint64_t> g_ops{0};   // cuemu_device_ops
 std::mutex g_ops_lock;            // g_by_name
 std::map<std::string, uint64_t> g_by_name;
 
-// CUEMU_STATS=1: the counts of host waits and device operations, printed as
-// the process ends; CUEMU_STATS=trace: also the return addresses of the
+// CUEMU_STATS=1: the counts of host waits and device operations, and the
+// peak of cudaMalloc's live bytes, printed as the process ends; CUEMU_STATS=trace: also the return addresses of the
 // calls behind each wait (for addr2line), as it happens; CUEMU_STATS=ops:
 // also the operations by name, most first. CUEMU_TRACE_OP=NAME prints the
 // return addresses behind each operation of that name (a kernel's, or
@@ -89,6 +89,7 @@ struct stats_at_exit {
         if (!e) return;
         std::fprintf(stderr, "cuda_emu: %llu host waits, %llu device operations\n",
                      (unsigned long long)g_waits.load(), (unsigned long long)g_ops.load());
+        std::fprintf(stderr, "cuda_emu: %zu bytes of device memory at the peak\n", g_peak);
         std::vector<std::pair<uint64_t, std::string>> v;
         for (auto &kv : g_by_name)
             v.push_back({kv.second, kv.first});
@@ -424,6 +425,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
     std::lock_guard<std::mutex> g(g_lock);
     g_mem[(uintptr_t)m] = bytes;
     g_live += bytes;
+    if (g_live > g_peak) g_peak = g_live;
     *p = m;
     return cudaSuccess;
 }

@@ -368,7 +368,10 @@ static void attention_cases(double tol, bool fused) {
                                             NH, h0, NHall, p, seed),
                          0);
         int hs = C / NH;
-        bool one = fused && hs <= 64;
+        bool one = fused && hs <= 64, stats = !one;
+        /* the models size att and the scratch by it (B NH Tq floats, or B NH Tq T) */
+        assert_int_equal(gpu->attention_stats(gpu, hs, &stats), 0);
+        assert_true(stats == one);
         /* lists, scores, softmax, values; or the fused kernel */
         ops_expect(one ? "attention_fwd, no att (fused)" : "attention_fwd, no att", o0,
                    one ? 1 : 4);

@@ -180,6 +180,12 @@ int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scr
                             T, 0.0f, l + OUT * Z, C, Z, "attention_fwd (values)");
 }
 
+int rf_cu_attention_stats(const rf_backend *be, int hs, bool *stats) {
+    rf_cuda_ctx *c = cu_ctx(be);
+    *stats = c->fused_att && rf_cu_flash_fits(hs); // the fused kernels' choice, both attentions
+    return RF_OK;
+}
+
 int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const float *dout,
                         const float *qkv, const float *att, const float *out, const uint8_t *valid,
                         int B, int T, int Tq, int C, int NH, int h0, int NHall, float pdrop,

@@ -222,6 +222,7 @@ static void init(int k) {
     b.gelu_tanh_bwd = rf_cu_gelu_tanh_bwd;
     b.causal_attention_fwd = rf_cu_causal_attention_fwd;
     b.causal_attention_bwd = rf_cu_causal_attention_bwd;
+    b.attention_stats = rf_cu_attention_stats;
     b.lm_head_fwd = rf_cu_lm_head_fwd;
     b.lm_head_bwd = rf_cu_lm_head_bwd;
     b.causal_xent_fwd = rf_cu_causal_xent_fwd;

@@ -79,6 +79,8 @@ int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const
                         const float *qkv, const float *att, const float *out, const uint8_t *valid,
                         int B, int T, int Tq, int C, int NH, int h0, int NHall, float pdrop,
                         uint64_t seed);
+// attention_stats: whether the fused kernels take head size hs (backend.h)
+int rf_cu_attention_stats(const rf_backend *be, int hs, bool *stats);
 // flash_attention.cu: the encoder attention's forward fused on bf16 tensor
 // cores (out only: the semantics of rf_op_attention_fwd's out, dropout
 // included; or, out NULL, each query row's log-sum-exp into lse, B NH Tq
