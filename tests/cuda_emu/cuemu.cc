@@ -78,11 +78,12 @@ std::mutex g_ops_lock;            // g_by_name
 std::map<std::string, uint64_t> g_by_name;
 
 // CUEMU_STATS=1: the counts of host waits and device operations, and the
-// peak of cudaMalloc's live bytes, printed as the process ends; CUEMU_STATS=trace: also the return addresses of the
-// calls behind each wait (for addr2line), as it happens; CUEMU_STATS=ops:
-// also the operations by name, most first. CUEMU_TRACE_OP=NAME prints the
-// return addresses behind each operation of that name (a kernel's, or
-// cudaMemcpyAsync, cublasGemmEx, ...).
+// peak of cudaMalloc's live bytes, printed as the process ends;
+// CUEMU_STATS=trace: also the return addresses of the calls behind each
+// wait (for addr2line), as it happens; CUEMU_STATS=ops: also the operations
+// by name, most first. CUEMU_TRACE_OP=NAME prints the return addresses
+// behind each operation of that name (a kernel's, or cudaMemcpyAsync,
+// cublasGemmEx, ...).
 struct stats_at_exit {
     ~stats_at_exit() {
         const char *e = std::getenv("CUEMU_STATS");
