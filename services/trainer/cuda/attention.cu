@@ -146,8 +146,8 @@ int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scr
     int hs = C / NH, Z = B * NH, rows = Z * Tq, W = 3 * C;
     long long sx = (long long)T * W, sa = (long long)NH * Tq * T, ha = (long long)Tq * T;
     if (!att && !out) return rf_fail(RF_ERR_INVALID, "cuda attention: neither out nor att");
-    if (c->fused_att && rf_cu_flash_fits(hs) && !(att && out)) { // flash_attention.cu
-        if (!att)                                                // out alone
+    if (rf_cu_flash_on(c, hs) && !(att && out)) { // flash_attention.cu
+        if (!att)                                 // out alone
             return rf_cu_flash_fwd(c, out, NULL, qkv, valid, B, T, Tq, C, NH, h0, NHall, pdrop,
                                    seed);
         // the backward's recompute: att is room, for the rows' log-sum-exp the fused backward
@@ -182,7 +182,7 @@ int rf_cu_attention_fwd(const rf_backend *be, float *out, float *att, float *scr
 
 int rf_cu_attention_stats(const rf_backend *be, int hs, bool *stats) {
     rf_cuda_ctx *c = cu_ctx(be);
-    *stats = c->fused_att && rf_cu_flash_fits(hs); // the fused kernels' choice, both attentions
+    *stats = rf_cu_flash_on(c, hs); // the fused kernels' choice, both attentions
     return RF_OK;
 }
 
@@ -194,7 +194,7 @@ int rf_cu_attention_bwd(const rf_backend *be, float *dqkv, float *scratch, const
     if (rc || B <= 0 || Tq <= 0) return rc;
     rf_cuda_ctx *c = cu_ctx(be);
     int hs = C / NH, Z = B * NH, rows = Z * Tq, W = 3 * C;
-    if (c->fused_att && rf_cu_flash_fits(hs)) { // after the fused recompute (att: its statistics)
+    if (rf_cu_flash_on(c, hs)) { // after the fused recompute (att: its statistics)
         if (!out || !valid)
             return rf_fail(RF_ERR_INVALID, "cuda fused attention backward: no %s",
                            out ? "mask" : "forward output");

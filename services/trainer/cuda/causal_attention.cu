@@ -98,7 +98,7 @@ int rf_cu_causal_attention_fwd(const rf_backend *be, float *out, float *att, con
     int rc = check_shape(NH, NKV, hs, "causal_attention_fwd");
     if (rc || B <= 0 || T <= 0) return rc;
     rf_cuda_ctx *c = cu_ctx(be);
-    if (c->fused_att && rf_cu_flash_fits(hs)) // flash_attention.cu
+    if (rf_cu_flash_on(c, hs)) // flash_attention.cu
         // with out, att only room; without, the backward's recompute: att is room for the
         // rows' log-sum-exp the fused backward reads
         return out ? rf_cu_flash_causal_fwd(c, out, NULL, qkv, valid, seg, B, T, NH, NKV, hs)
@@ -154,7 +154,7 @@ int rf_cu_causal_attention_bwd(const rf_backend *be, float *dqkv, float *scratch
     int rc = check_shape(NH, NKV, hs, "causal_attention_bwd");
     if (rc || B <= 0 || T <= 0) return rc;
     rf_cuda_ctx *c = cu_ctx(be);
-    if (c->fused_att && rf_cu_flash_fits(hs)) {
+    if (rf_cu_flash_on(c, hs)) {
         if (!out)
             return rf_fail(RF_ERR_INVALID,
                            "cuda fused causal attention backward: no forward output");

@@ -87,6 +87,12 @@ int rf_cu_attention_stats(const rf_backend *be, int hs, bool *stats);
 // floats, for the fused backward), for the head sizes rf_cu_flash_fits
 // takes; attention.cu and causal_attention.cu pick it.
 bool rf_cu_flash_fits(int hs);
+// Whether the attentions take the fused kernels for head size hs (cuda-bf16,
+// REFINERY_FUSED_ATTENTION not 0, the head fits): the one test the slots'
+// dispatch and attention_stats (the models' buffer sizes) share.
+static inline bool rf_cu_flash_on(const rf_cuda_ctx *c, int hs) {
+    return c->fused_att && rf_cu_flash_fits(hs);
+}
 int rf_cu_flash_fwd(rf_cuda_ctx *c, float *out, float *lse, const float *qkv, const uint8_t *valid,
                     int B, int T, int Tq, int C, int NH, int h0, int NHall, float pdrop,
                     uint64_t seed);
